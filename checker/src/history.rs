@@ -1,0 +1,253 @@
+//! The history model: one [`Event`] per line of `history.jsonl` (DESIGN.md, "History format").
+//!
+//! Everything here is plain data so a stored run can be re-checked later.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::io::BufRead;
+
+/// Who performed an operation: a client process id, or a named actor
+/// (`"nemesis"` for faults, `"harness"` for setup and the final read).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Process {
+    Client(u64),
+    Named(String),
+}
+
+impl Process {
+    pub fn nemesis() -> Self {
+        Process::Named("nemesis".into())
+    }
+    pub fn harness() -> Self {
+        Process::Named("harness".into())
+    }
+    pub fn is_client(&self) -> bool {
+        matches!(self, Process::Client(_))
+    }
+}
+
+impl From<u64> for Process {
+    fn from(id: u64) -> Self {
+        Process::Client(id)
+    }
+}
+
+impl From<&str> for Process {
+    fn from(name: &str) -> Self {
+        Process::Named(name.to_owned())
+    }
+}
+
+impl fmt::Display for Process {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Process::Client(p) => write!(f, "{p}"),
+            Process::Named(n) => f.write_str(n),
+        }
+    }
+}
+
+/// `fail` means the operation definitely did not happen; `info` means its
+/// outcome is unknown (it may have happened at any time after its invocation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OpType {
+    Invoke,
+    Ok,
+    Fail,
+    Info,
+}
+
+/// Operation names used by clients (`f`). Nemesis events use `start-<fault>` / `stop-<fault>`.
+pub mod f {
+    pub const ACQUIRE: &str = "acquire";
+    pub const RELEASE: &str = "release";
+    pub const READ: &str = "read";
+    pub const WRITE: &str = "write";
+    pub const EXTEND: &str = "extend";
+}
+
+/// Error names clients put in `error` (free-form strings are allowed too).
+pub mod error {
+    pub const NOT_HELD: &str = "not-held";
+    pub const STALE_FENCE: &str = "stale-fence";
+    pub const TIMEOUT: &str = "timeout";
+    pub const LEASE_EXPIRED: &str = "lease-expired";
+    pub const LOCK_BUSY: &str = "lock-busy";
+}
+
+/// One line of the history.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Position in the file; assigned by the harness as it writes events.
+    #[serde(default)]
+    pub index: u64,
+    /// Nanoseconds since the run started, from the host's CLOCK_MONOTONIC.
+    pub time: u64,
+    pub process: Process,
+    #[serde(rename = "type")]
+    pub kind: OpType,
+    pub f: String,
+    #[serde(default)]
+    pub value: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+impl Event {
+    /// A new event with no index (the writer assigns it) and no optional fields.
+    pub fn new(time: u64, process: Process, kind: OpType, f: impl Into<String>) -> Self {
+        Event {
+            index: 0,
+            time,
+            process,
+            kind,
+            f: f.into(),
+            value: serde_json::Value::Null,
+            token: None,
+            fence: None,
+            error: None,
+            node: None,
+        }
+    }
+    pub fn with_value(mut self, value: serde_json::Value) -> Self {
+        self.value = value;
+        self
+    }
+    pub fn with_token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+    pub fn with_fence(mut self, fence: Option<u64>) -> Self {
+        self.fence = fence;
+        self
+    }
+    pub fn with_error(mut self, error: impl Into<String>) -> Self {
+        self.error = Some(error.into());
+        self
+    }
+    pub fn with_node(mut self, node: impl Into<String>) -> Self {
+        self.node = Some(node.into());
+        self
+    }
+    pub fn is_nemesis(&self) -> bool {
+        self.process == Process::nemesis()
+    }
+    /// The counter value of a `read`/`write`, when it is an integer.
+    pub fn int_value(&self) -> Option<i64> {
+        self.value.as_i64()
+    }
+}
+
+/// A whole history, in file (`index`) order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct History {
+    pub events: Vec<Event>,
+    /// The last line was cut off (a crashed writer): the history is a prefix.
+    pub truncated: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    #[error("history line {line}: {message}; fix or remove that line")]
+    Line { line: usize, message: String },
+    #[error("cannot read history: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl History {
+    pub fn new(events: Vec<Event>) -> Self {
+        History {
+            events,
+            truncated: false,
+        }
+    }
+
+    /// Reads JSON Lines. A malformed *last* line is what a crash mid-write
+    /// leaves: it is dropped and the history marked truncated. A malformed
+    /// line anywhere else is an error naming the line.
+    pub fn from_jsonl(reader: impl BufRead) -> Result<Self, ParseError> {
+        let mut history = History::default();
+        let mut pending: Option<(usize, String)> = None;
+        for (n, line) in reader.split(b'\n').enumerate() {
+            if let Some((line, message)) = pending.take() {
+                return Err(ParseError::Line { line, message });
+            }
+            let line = line?;
+            let text = String::from_utf8_lossy(&line);
+            let text = text.trim();
+            if text.is_empty() {
+                continue;
+            }
+            match serde_json::from_str::<Event>(text) {
+                Ok(event) => history.events.push(event),
+                Err(e) => pending = Some((n + 1, e.to_string())),
+            }
+        }
+        if pending.is_some() {
+            history.truncated = true;
+        }
+        Ok(history)
+    }
+
+    /// Events sorted by `time` (the authority on real-time order), ties by `index`.
+    pub fn by_time(&self) -> Vec<&Event> {
+        let mut events: Vec<&Event> = self.events.iter().collect();
+        events.sort_by_key(|e| (e.time, e.index));
+        events
+    }
+
+    /// Positions in `events` in the order of [`History::by_time`]; checkers
+    /// that must point back at neighbouring events (an op's invoke) use these.
+    pub fn time_order(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.events.len()).collect();
+        order.sort_by_key(|&i| (self.events[i].time, self.events[i].index));
+        order
+    }
+
+    /// The earliest and latest `time` in the history, if it has any event.
+    pub fn time_span(&self) -> Option<(u64, u64)> {
+        let min = self.events.iter().map(|e| e.time).min()?;
+        let max = self.events.iter().map(|e| e.time).max()?;
+        Some((min, max))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_the_design_example() {
+        let line = r#"{"index":8,"time":1532980044,"process":3,"type":"ok","f":"acquire","value":null,"token":"3-9f2c41","fence":34}"#;
+        let e: Event = serde_json::from_str(line).unwrap();
+        assert_eq!(e.process, Process::Client(3));
+        assert_eq!(e.kind, OpType::Ok);
+        assert_eq!(e.fence, Some(34));
+        assert_eq!(serde_json::to_string(&e).unwrap(), line);
+        let nemesis = r#"{"index":9,"time":1,"process":"nemesis","type":"info","f":"start-pause","value":{"pid":4242}}"#;
+        assert!(serde_json::from_str::<Event>(nemesis).unwrap().is_nemesis());
+    }
+
+    #[test]
+    fn a_cut_off_last_line_marks_the_history_truncated() {
+        let text = "{\"index\":0,\"time\":1,\"process\":0,\"type\":\"invoke\",\"f\":\"read\"}\n{\"index\":1,\"ti";
+        let h = History::from_jsonl(text.as_bytes()).unwrap();
+        assert_eq!(h.events.len(), 1);
+        assert!(h.truncated);
+    }
+
+    #[test]
+    fn a_bad_line_in_the_middle_is_an_error_naming_it() {
+        let text = "{\"index\":0,\"time\":1,\"process\":0,\"type\":\"invoke\",\"f\":\"read\"}\nnot json\n{\"index\":1,\"time\":2,\"process\":0,\"type\":\"ok\",\"f\":\"read\"}\n";
+        let err = History::from_jsonl(text.as_bytes()).unwrap_err();
+        assert!(err.to_string().starts_with("history line 2:"), "{err}");
+    }
+}

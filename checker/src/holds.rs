@@ -1,0 +1,178 @@
+//! Lock holds: the intervals during which a client believed it held the lock.
+//!
+//! A hold runs from an `acquire` `ok` to the first `release` `invoke` with the
+//! same token. The release may come from another process id: after an `info`
+//! a worker continues under a new id and still releases its old token. An
+//! `info` acquire starts no hold: the client does not believe it holds the
+//! lock, so it cannot act on that belief.
+
+use crate::history::{f, History, OpType, Process};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    /// The process whose `acquire` succeeded.
+    pub process: Process,
+    pub token: Option<String>,
+    pub fence: Option<u64>,
+    /// Time and `index` of the `acquire` `ok`.
+    pub start: u64,
+    pub start_index: u64,
+    /// Time of the releasing `invoke`, or the end of the history.
+    pub end: u64,
+    /// `index` of the releasing `invoke`; `None` if never released.
+    pub end_index: Option<u64>,
+    pub released: bool,
+}
+
+impl Hold {
+    /// Whether two holds are the same acquisition seen twice (same token).
+    /// Holds without a token are never the same lock as another hold.
+    pub fn same_lock(&self, other: &Hold) -> bool {
+        self.token.is_some() && self.token == other.token
+    }
+
+    /// Strict intersection: a hold that ends exactly when another starts
+    /// does not overlap it.
+    pub fn intersects(&self, other: &Hold) -> bool {
+        self.start < other.end && other.start < self.end
+    }
+}
+
+/// All holds of a history, sorted by start time (ties by `index`).
+///
+/// A release without a token ends the releasing process's own open
+/// tokenless holds, since there is nothing else to match it by.
+pub fn holds(history: &History) -> Vec<Hold> {
+    let end_of_history = history.time_span().map_or(0, |(_, max)| max);
+    let mut holds: Vec<Hold> = Vec::new();
+    let mut open_by_token: HashMap<&str, Vec<usize>> = HashMap::new();
+    let mut open_tokenless: HashMap<&Process, Vec<usize>> = HashMap::new();
+    for pos in history.time_order() {
+        let e = &history.events[pos];
+        if e.is_nemesis() {
+            continue;
+        }
+        match (e.kind, e.f.as_str()) {
+            (OpType::Ok, f::ACQUIRE) => {
+                let id = holds.len();
+                holds.push(Hold {
+                    process: e.process.clone(),
+                    token: e.token.clone(),
+                    fence: e.fence,
+                    start: e.time,
+                    start_index: e.index,
+                    end: end_of_history,
+                    end_index: None,
+                    released: false,
+                });
+                match &e.token {
+                    Some(t) => open_by_token.entry(t).or_default().push(id),
+                    None => open_tokenless.entry(&e.process).or_default().push(id),
+                }
+            }
+            (OpType::Invoke, f::RELEASE) => {
+                let ended = match &e.token {
+                    Some(t) => open_by_token.remove(t.as_str()),
+                    None => open_tokenless.remove(&e.process),
+                };
+                for id in ended.into_iter().flatten() {
+                    let h = &mut holds[id];
+                    h.end = e.time;
+                    h.end_index = Some(e.index);
+                    h.released = true;
+                }
+            }
+            _ => {}
+        }
+    }
+    holds
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::Hist;
+
+    #[test]
+    fn a_hold_runs_from_acquire_ok_to_release_invoke() {
+        let mut h = Hist::new();
+        h.acquire(1, "a").fence(7); // 0 invoke, 1 ok
+        h.write(1, 1); // 2, 3
+        h.release(1, "a"); // 4 invoke, 5 ok
+        let history = h.build();
+        let holds = holds(&history);
+        assert_eq!(holds.len(), 1);
+        let hold = &holds[0];
+        assert_eq!((hold.start_index, hold.end_index), (1, Some(4)));
+        assert_eq!(
+            (hold.start, hold.end),
+            (history.events[1].time, history.events[4].time)
+        );
+        assert_eq!(hold.fence, Some(7));
+        assert!(hold.released);
+    }
+
+    #[test]
+    fn an_unreleased_hold_lasts_to_the_end_of_the_history() {
+        let mut h = Hist::new();
+        h.acquire(1, "a");
+        h.nemesis("start-pause");
+        h.final_read(0);
+        let history = h.build();
+        let hold = &holds(&history)[0];
+        assert!(!hold.released);
+        assert_eq!(hold.end_index, None);
+        assert_eq!(hold.end, history.events.last().unwrap().time);
+    }
+
+    #[test]
+    fn info_or_fail_acquires_start_no_hold() {
+        let mut h = Hist::new();
+        h.invoke(1, "acquire");
+        h.info(1, "acquire").error("timeout");
+        h.invoke(2, "acquire");
+        h.fail(2, "acquire").error("lock-busy");
+        assert!(holds(&h.build()).is_empty());
+    }
+
+    #[test]
+    fn a_worker_under_a_new_id_ends_its_old_hold() {
+        let mut h = Hist::new();
+        h.acquire(1, "a"); // 0, 1
+        h.invoke(1, "write").value(1); // 2
+        h.info(1, "write").error("timeout"); // 3: continues as process 11
+        h.release(11, "a"); // 4 invoke, 5 ok
+        h.acquire(2, "b"); // 6, 7
+        let holds = holds(&h.build());
+        assert_eq!(holds.len(), 2);
+        assert_eq!(holds[0].process, Process::Client(1));
+        assert_eq!(holds[0].end_index, Some(4));
+        assert!(holds[0].released && !holds[0].intersects(&holds[1]));
+    }
+
+    #[test]
+    fn holds_are_ordered_by_time_not_file_order() {
+        let mut h = Hist::new();
+        h.acquire(1, "a").time(500); // delivered first, observed later
+        h.acquire(2, "b").time(300);
+        let holds = holds(&h.build());
+        assert_eq!(holds[0].token.as_deref(), Some("b"));
+        assert_eq!(holds[1].start, 500);
+    }
+
+    #[test]
+    fn a_tokenless_release_ends_only_its_own_process_hold() {
+        let mut h = Hist::new();
+        h.invoke(1, "acquire");
+        h.ok(1, "acquire"); // 1
+        h.invoke(2, "acquire");
+        h.ok(2, "acquire"); // 3
+        h.invoke(2, "release"); // 4
+        let holds = holds(&h.build());
+        assert_eq!(holds[0].end_index, None);
+        assert_eq!(holds[1].end_index, Some(4));
+        assert!(!holds[0].same_lock(&holds[1]));
+    }
+}

@@ -1,0 +1,281 @@
+//! Pure checkers for lockstorm histories. Knows nothing of Redis, tokio or I/O
+//! beyond reading a history from any `BufRead`.
+//!
+//! [`check`] runs every checker and combines their findings into the
+//! `results.json` verdict (DESIGN.md, "Checkers and verdict").
+
+pub mod counter;
+pub mod fence;
+pub mod history;
+pub mod holds;
+pub mod mutex;
+pub mod ops;
+pub mod stats;
+pub mod verdict;
+
+#[cfg(test)]
+mod testing;
+
+pub use counter::CounterReport;
+pub use history::{Event, History, OpType, Process};
+pub use holds::{holds, Hold};
+pub use verdict::{Anomaly, CheckerReport, Promise, Results, Stats, Validity, Witness};
+
+use std::collections::BTreeMap;
+use verdict::{anomaly, checker};
+
+/// Checks `history` against `promise`. Every anomaly looked for is reported,
+/// with count 0 when absent.
+pub fn check(history: &History, promise: Promise) -> Results {
+    let pairs = ops::Pairs::new(history);
+    let holds = holds::holds(history);
+
+    let overlap = Anomaly::from_witnesses(mutex::overlaps(&holds));
+    let unsafe_action = Anomaly::from_witnesses(mutex::unsafe_actions(history, &pairs, &holds));
+    let foreign = Anomaly::from_witnesses(mutex::foreign_releases(history, &pairs, &holds));
+    let counter = counter::check(history, &pairs);
+    let stale_fence = Anomaly::from_witnesses(fence::stale_fences_accepted(history, &pairs));
+
+    let mut checkers = BTreeMap::new();
+    checkers.insert(
+        checker::MUTEX.to_string(),
+        CheckerReport::from_anomalies([&overlap, &unsafe_action, &foreign]),
+    );
+    checkers.insert(checker::COUNTER.to_string(), counter.report.into());
+    checkers.insert(
+        checker::FENCE.to_string(),
+        CheckerReport::from_anomalies([&stale_fence]),
+    );
+
+    let anomalies: BTreeMap<String, Anomaly> = [
+        (anomaly::LOCK_OVERLAP, overlap),
+        (anomaly::UNSAFE_ACTION, unsafe_action),
+        (anomaly::FOREIGN_RELEASE, foreign),
+        (anomaly::LOST_UPDATE, counter.lost_update),
+        (anomaly::STALE_FENCE_ACCEPTED, stale_fence),
+    ]
+    .into_iter()
+    .map(|(name, a)| (name.to_string(), a))
+    .collect();
+
+    let mut notes = counter.notes;
+    if pairs.unmatched_completions() > 0 {
+        notes.push(format!(
+            "{} client completion(s) had no invocation before them and were skipped",
+            pairs.unmatched_completions()
+        ));
+    }
+    let valid = verdict::decide(
+        promise,
+        &anomalies,
+        &checkers,
+        history.truncated,
+        &mut notes,
+    );
+    Results {
+        valid,
+        promise,
+        anomalies,
+        checkers,
+        stats: stats::stats(history),
+        notes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::Hist;
+    use serde_json::json;
+
+    const ALL: [&str; 5] = [
+        anomaly::LOCK_OVERLAP,
+        anomaly::UNSAFE_ACTION,
+        anomaly::LOST_UPDATE,
+        anomaly::STALE_FENCE_ACCEPTED,
+        anomaly::FOREIGN_RELEASE,
+    ];
+
+    /// Two workers taking turns, with fences; one acquire times out and the
+    /// worker continues as process 11.
+    fn clean() -> Hist {
+        let mut h = Hist::new();
+        h.final_read(0);
+        h.acquire(1, "a").fence(1);
+        h.read(1, 0).fence(1);
+        h.write(1, 1).fence(1);
+        h.release(1, "a");
+        h.invoke(2, "acquire");
+        h.info(2, "acquire").error("timeout");
+        h.release(12, "lost"); // releasing whatever the timed-out acquire took
+        h.acquire(1, "b").fence(3);
+        h.read(1, 1).fence(3);
+        h.write(1, 2).fence(3);
+        h.release(1, "b");
+        h.final_read(2);
+        h
+    }
+
+    /// Process 1 is paused past its TTL; 2 acquires, then 1 wakes and writes.
+    fn paused_holder(fenced: bool) -> Hist {
+        let mut h = Hist::new();
+        h.acquire(1, "a").fence(1);
+        h.read(1, 0).fence(1);
+        h.nemesis("start-pause");
+        h.sleep(1_000);
+        h.acquire(2, "b").fence(2);
+        h.read(2, 0).fence(2);
+        h.write(2, 1).fence(2);
+        h.release(2, "b");
+        h.nemesis("stop-pause");
+        h.invoke(1, "write").value(1).fence(1);
+        if fenced {
+            h.fail(1, "write").fence(1).error("stale-fence");
+        } else {
+            h.ok(1, "write").value(1).fence(1);
+        }
+        h.invoke(1, "release").token("a");
+        h.fail(1, "release").token("a").error("not-held");
+        h.final_read(1);
+        h
+    }
+
+    #[test]
+    fn a_clean_run_is_valid_and_lists_every_anomaly_at_zero() {
+        let r = check(&clean().build(), Promise::MutualExclusion);
+        assert_eq!(r.valid, Validity::True, "{r:#?}");
+        for name in ALL {
+            assert_eq!(r.anomalies[name].count, 0, "{name}");
+        }
+        assert!(r.checkers.values().all(|c| c.valid == Validity::True));
+        let counter = r.counter().unwrap();
+        assert_eq!((counter.acknowledged, counter.final_value), (2, Some(2)));
+        assert_eq!(r.stats.acquired, 2);
+        assert!(r.notes.is_empty(), "{:?}", r.notes);
+    }
+
+    #[test]
+    fn a_truncated_history_cannot_be_declared_valid() {
+        let mut h = clean();
+        h.truncated();
+        let r = check(&h.build(), Promise::MutualExclusion);
+        assert_eq!(r.valid, Validity::Unknown);
+        assert!(
+            r.notes.iter().any(|n| n.contains("truncated")),
+            "{:?}",
+            r.notes
+        );
+    }
+
+    #[test]
+    fn a_missing_final_read_leaves_the_verdict_unknown() {
+        let mut h = Hist::new();
+        h.acquire(1, "a");
+        h.write(1, 1);
+        h.release(1, "a");
+        for promise in [Promise::MutualExclusion, Promise::DataSafety] {
+            let r = check(&h.build(), promise);
+            assert_eq!(r.valid, Validity::Unknown, "{promise}");
+            assert_eq!(r.checkers[checker::COUNTER].valid, Validity::Unknown);
+        }
+    }
+
+    #[test]
+    fn an_unfenced_stale_holder_breaks_mutual_exclusion() {
+        let h = paused_holder(false);
+        let r = check(&h.build(), Promise::MutualExclusion);
+        assert_eq!(r.valid, Validity::False);
+        assert_eq!(r.valid.exit_code(), 1);
+        assert_eq!(
+            r.anomalies[anomaly::LOCK_OVERLAP].examples,
+            vec![vec![1, 6]]
+        );
+        assert_eq!(
+            r.anomalies[anomaly::UNSAFE_ACTION].examples,
+            vec![vec![15, 6]]
+        );
+        // Both writes wrote 1.
+        assert_eq!(r.anomalies[anomaly::LOST_UPDATE].count, 1);
+        assert_eq!(r.checkers[checker::MUTEX].valid, Validity::False);
+        assert_eq!(r.stats.first_fault_time, Some(h.build().events[4].time));
+    }
+
+    #[test]
+    fn a_fenced_overlap_is_reported_but_keeps_data_safety() {
+        let r = check(&paused_holder(true).build(), Promise::DataSafety);
+        assert_eq!(r.anomalies[anomaly::LOCK_OVERLAP].count, 1);
+        assert_eq!(r.checkers[checker::MUTEX].valid, Validity::False);
+        assert_eq!(r.valid, Validity::True, "{r:#?}");
+        assert!(r.notes.iter().any(|n| n.starts_with("lock-overlap")));
+        assert_eq!(r.counter().unwrap().stale_fence_rejected.writes, 1);
+        // The same history breaks the stronger promise.
+        let strict = check(&paused_holder(true).build(), Promise::MutualExclusion);
+        assert_eq!(strict.valid, Validity::False);
+    }
+
+    #[test]
+    fn a_stale_fence_accepted_breaks_data_safety() {
+        let mut h = Hist::new();
+        h.acquire(1, "a").fence(1);
+        h.acquire(2, "b").fence(2);
+        h.write(2, 1).fence(2); // ok 5
+        h.release(2, "b");
+        h.read(1, 1).fence(1); // ok 9: should have been refused
+        h.release(1, "a");
+        h.final_read(1);
+        let r = check(&h.build(), Promise::DataSafety);
+        assert_eq!(r.valid, Validity::False);
+        assert_eq!(
+            r.anomalies[anomaly::STALE_FENCE_ACCEPTED].examples,
+            vec![vec![5, 9]]
+        );
+        assert_eq!(r.checkers[checker::FENCE].valid, Validity::False);
+    }
+
+    #[test]
+    fn a_del_release_is_foreign_but_not_under_data_safety() {
+        let mut h = Hist::new();
+        h.acquire(1, "a");
+        h.acquire(2, "b"); // 3
+        h.release(1, "a"); // ok 5
+        h.release(2, "b");
+        h.final_read(0);
+        let mutex = check(&h.build(), Promise::MutualExclusion);
+        assert_eq!(
+            mutex.anomalies[anomaly::FOREIGN_RELEASE].examples,
+            vec![vec![5, 3]]
+        );
+        assert_eq!(mutex.valid, Validity::False);
+        let data = check(&h.build(), Promise::DataSafety);
+        assert_eq!(data.valid, Validity::True);
+    }
+
+    #[test]
+    fn results_json_has_the_contract_shape_and_reads_back() {
+        let cases = [
+            (clean(), Promise::MutualExclusion, json!(true)),
+            (paused_holder(false), Promise::MutualExclusion, json!(false)),
+            (
+                {
+                    let mut h = clean();
+                    h.truncated();
+                    h
+                },
+                Promise::DataSafety,
+                json!("unknown"),
+            ),
+        ];
+        for (h, promise, valid) in cases {
+            let r = check(&h.build(), promise);
+            let text = serde_json::to_string_pretty(&r).unwrap();
+            let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(json["valid"], valid);
+            assert_eq!(json["promise"], promise.to_string());
+            assert_eq!(json["anomalies"].as_object().unwrap().len(), ALL.len());
+            assert!(json["checkers"]["counter"]["acknowledged"].is_u64());
+            assert!(json["stats"]["ops_per_s"].is_f64());
+            let back: Results = serde_json::from_str(&text).unwrap();
+            assert_eq!(back, r);
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! Throughput and outcome counts for the report.
+
+use crate::history::{f, History, OpType};
+use crate::verdict::Stats;
+
+pub fn stats(history: &History) -> Stats {
+    let mut s = Stats::default();
+    for e in &history.events {
+        if e.is_nemesis() {
+            if e.f.starts_with("start-") {
+                s.first_fault_time = Some(s.first_fault_time.map_or(e.time, |t| t.min(e.time)));
+            }
+            continue;
+        }
+        if !e.process.is_client() {
+            continue;
+        }
+        match e.kind {
+            OpType::Invoke => s.ops += 1,
+            OpType::Ok => {
+                s.ok += 1;
+                if e.f == f::ACQUIRE {
+                    s.acquired += 1;
+                }
+            }
+            OpType::Fail => s.fail += 1,
+            OpType::Info => s.info += 1,
+        }
+        if matches!(e.kind, OpType::Fail | OpType::Info) {
+            if let Some(error) = &e.error {
+                *s.errors.entry(error.clone()).or_default() += 1;
+            }
+        }
+    }
+    let (min, max) = history.time_span().unwrap_or_default();
+    s.duration_s = (max - min) as f64 / 1e9;
+    if s.duration_s > 0.0 {
+        s.ops_per_s = s.ops as f64 / s.duration_s;
+        s.cycles_per_s = s.acquired as f64 / s.duration_s;
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::Hist;
+
+    #[test]
+    fn counts_client_ops_and_rates_over_the_whole_span() {
+        let mut h = Hist::new();
+        h.acquire(1, "a").time(0);
+        h.nemesis("stop-pause"); // a stop is not a fault starting
+        h.nemesis("start-pause").time(30);
+        h.invoke(1, "write").value(1);
+        h.info(1, "write").error("timeout");
+        h.invoke(11, "release").token("a");
+        h.fail(11, "release").error("not-held");
+        h.final_read(0); // the harness's ops are not client ops
+        h.nemesis("start-kill").time(2_000_000_000);
+        let s = stats(&h.build());
+        assert_eq!((s.ops, s.ok, s.fail, s.info), (3, 1, 1, 1));
+        assert_eq!(s.acquired, 1);
+        assert_eq!(s.first_fault_time, Some(30));
+        assert_eq!(s.duration_s, 2.0);
+        assert_eq!(s.ops_per_s, 1.5);
+        assert_eq!(s.cycles_per_s, 0.5);
+        assert_eq!(s.errors["timeout"], 1);
+        assert_eq!(s.errors["not-held"], 1);
+        assert_eq!(s.errors.len(), 2);
+    }
+
+    #[test]
+    fn an_empty_or_instant_history_has_zero_rates() {
+        let s = stats(&History::default());
+        assert_eq!((s.ops, s.duration_s, s.ops_per_s), (0, 0.0, 0.0));
+        let mut h = Hist::new();
+        h.invoke(1, "read").time(5);
+        let s = stats(&h.build());
+        assert_eq!((s.ops, s.ops_per_s, s.cycles_per_s), (1, 0.0, 0.0));
+    }
+}

@@ -1,0 +1,158 @@
+//! The command line: `run` (the default), `check`, and the hidden `worker`.
+//! Exit codes follow Jepsen: 0 valid, 1 invalid, 2 unknown, 254 bad
+//! arguments or configuration, 255 the harness itself failed.
+
+use crate::error::{Error, Result};
+use crate::options::RunOptions;
+use crate::{check, logging, run, summary};
+use checker::verdict::{Promise, Validity};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use workloads::WorkerSpec;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "lockstorm",
+    version,
+    about = "Jepsen-style correctness harness for Redis distributed locks",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunOptions,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run one test (the default command).
+    Run(RunOptions),
+    /// Re-check a stored run folder, or a history file.
+    Check(CheckArgs),
+    #[command(hide = true)]
+    Worker {
+        /// The worker's spec as JSON (written by the harness).
+        #[arg(long)]
+        spec: String,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+struct CheckArgs {
+    /// A run folder (`results/<config>-<nemesis>/latest`) or a history file.
+    path: PathBuf,
+    /// The promise for a bare history file; a run folder's run.json decides otherwise.
+    #[arg(long, value_parser = parse_promise)]
+    promise: Option<Promise>,
+    #[arg(long, value_enum, default_value = "jsonl")]
+    format: Format,
+    /// Print results.json to stdout instead of the summary.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Format {
+    Jsonl,
+}
+
+fn parse_promise(s: &str) -> Result<Promise, String> {
+    s.parse()
+        .map_err(|_| format!("unknown promise '{s}': choose mutual-exclusion or data-safety"))
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("{}", one_line(&e.render().to_string()));
+            return ExitCode::from(254);
+        }
+    };
+    match cli.command {
+        Some(Command::Worker { spec }) => worker(&spec),
+        Some(Command::Check(args)) => finish(check_command(args)),
+        Some(Command::Run(options)) => finish(run_command(options)),
+        None => finish(run_command(cli.run)),
+    }
+}
+
+/// clap's multi-line error as one line: the problem and the valid choices.
+fn one_line(rendered: &str) -> String {
+    let parts: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information")
+        })
+        .collect();
+    format!("{} (see `lockstorm --help`)", parts.join(" "))
+}
+
+fn finish(outcome: Result<Validity>) -> ExitCode {
+    match outcome {
+        Ok(v) => ExitCode::from(v.exit_code() as u8),
+        Err(e) => {
+            eprintln!("lockstorm: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Harness(format!("cannot start the async runtime: {e}")))
+}
+
+fn run_command(options: RunOptions) -> Result<Validity> {
+    logging::init();
+    let outcome = runtime()?.block_on(run::run(options))?;
+    let title = format!(
+        "{} × {} (seed {})",
+        outcome.record.options.config,
+        outcome.record.options.nemesis,
+        outcome.record.options.seed()
+    );
+    let path = outcome.dir.display().to_string();
+    print!("{}", summary::render(&title, &outcome.results, &path));
+    Ok(outcome.results.valid)
+}
+
+fn check_command(args: CheckArgs) -> Result<Validity> {
+    let Format::Jsonl = args.format;
+    let results = check::check_path(&args.path, args.promise)?;
+    if args.json {
+        let mut out = std::io::stdout().lock();
+        let _ = serde_json::to_writer_pretty(&mut out, &results);
+        let _ = writeln!(out);
+    } else {
+        let title = format!("check {}", args.path.display());
+        print!(
+            "{}",
+            summary::render(&title, &results, &args.path.display().to_string())
+        );
+    }
+    Ok(results.valid)
+}
+
+fn worker(spec: &str) -> ExitCode {
+    let spec: WorkerSpec = match serde_json::from_str(spec) {
+        Ok(spec) => spec,
+        Err(e) => {
+            eprintln!("lockstorm worker: bad --spec ({e}); workers are started by `lockstorm run`");
+            return ExitCode::from(254);
+        }
+    };
+    let stop = workloads::worker::watch_control(std::io::BufReader::new(std::io::stdin()));
+    workloads::worker::run(spec, std::io::stdout().lock(), stop);
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,99 @@
+//! Writes `history.jsonl` as events arrive: each event gets the next `index`
+//! and is flushed at once, so a crash leaves a readable prefix.
+
+use checker::history::{f, Event, OpType, Process};
+use nemesis::Holder;
+use serde_json::Value;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::sync::Mutex;
+use tokio::sync::watch;
+use workloads::clock::RunClock;
+
+pub struct HistoryWriter {
+    inner: Mutex<Inner>,
+    clock: RunClock,
+    holders: watch::Sender<Holder>,
+}
+
+struct Inner {
+    out: BufWriter<File>,
+    next_index: u64,
+    failed: Option<std::io::Error>,
+}
+
+impl HistoryWriter {
+    pub fn create(
+        path: &Path,
+        clock: RunClock,
+    ) -> std::io::Result<(Self, watch::Receiver<Holder>)> {
+        let out = BufWriter::new(File::create(path)?);
+        let (holders, rx) = watch::channel(Holder::default());
+        let writer = HistoryWriter {
+            inner: Mutex::new(Inner {
+                out,
+                next_index: 0,
+                failed: None,
+            }),
+            clock,
+            holders,
+        };
+        Ok((writer, rx))
+    }
+
+    /// Appends an event from worker `worker` (or the harness) and tells the
+    /// nemesis when a holder has read the counter: it is mid-critical-section.
+    pub fn append(&self, mut event: Event, worker: Option<usize>) {
+        let holding = event.kind == OpType::Ok && event.f == f::READ;
+        {
+            let mut inner = self.inner.lock().expect("history writer poisoned");
+            event.index = inner.next_index;
+            inner.next_index += 1;
+            let mut line = serde_json::to_vec(&event).expect("events always serialise");
+            line.push(b'\n');
+            let written = inner.out.write_all(&line).and_then(|_| inner.out.flush());
+            if let Err(e) = written {
+                inner.failed.get_or_insert(e);
+            }
+        }
+        if let (true, Some(worker), Process::Client(process)) = (holding, worker, &event.process) {
+            let process = *process;
+            self.holders.send_modify(|a| {
+                *a = Holder {
+                    seq: a.seq + 1,
+                    worker,
+                    process,
+                }
+            });
+        }
+    }
+
+    /// An event stamped now by the harness's own clock.
+    pub fn now(&self, process: Process, kind: OpType, op: &str) -> Event {
+        Event::new(self.clock.now(), process, kind, op)
+    }
+
+    /// The first write error, if any: the history on disk is then incomplete.
+    pub fn finish(&self) -> std::io::Result<()> {
+        let mut inner = self.inner.lock().expect("history writer poisoned");
+        inner.out.flush()?;
+        match inner.failed.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl nemesis::Journal for HistoryWriter {
+    fn record(&self, op: &str, value: Value, node: Option<&str>) {
+        let mut event = self
+            .now(Process::nemesis(), OpType::Info, op)
+            .with_value(value);
+        if let Some(node) = node {
+            event = event.with_node(node);
+        }
+        tracing::info!(target: "nemesis", "{op} {}", event.value);
+        self.append(event, None);
+    }
+}

@@ -1,0 +1,17 @@
+//! The `lockstorm` harness: provisions Redis nodes, runs workers and the
+//! nemesis, records the history, checks it and stores the results.
+
+pub mod check;
+pub mod cli;
+pub mod error;
+mod journal;
+mod logging;
+pub mod node;
+pub mod options;
+pub mod run;
+pub mod store;
+pub mod summary;
+mod workers;
+
+pub use error::{Error, Result};
+pub use options::RunOptions;

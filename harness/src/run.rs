@@ -1,0 +1,260 @@
+//! One run: provision nodes, start workers and the nemesis, stop them all,
+//! take the final read, check the history and store the results.
+
+use crate::error::{Context, Error, Result};
+use crate::journal::HistoryWriter;
+use crate::node::{self, RedisNode};
+use crate::options::RunOptions;
+use crate::store::{write_json, RunDir};
+use crate::{logging, workers};
+use checker::history::{f, OpType, Process};
+use checker::verdict::{Promise, Results, Validity};
+use checker::History;
+use nemesis::{ScheduleSpec, Step};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use workloads::clock::RunClock;
+use workloads::storage::Storage;
+use workloads::{Outcome, WorkerSpec};
+
+/// `run.json`: everything needed to understand or repeat the run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub lockstorm: String,
+    pub redis: String,
+    pub started: String,
+    pub promise: Promise,
+    pub options: RunOptions,
+    pub nodes: Vec<NodeRecord>,
+    pub worker_pids: Vec<u32>,
+    pub schedule: Vec<Step>,
+    #[serde(default)]
+    pub interrupted: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NodeRecord {
+    pub name: String,
+    pub role: String,
+    pub addr: String,
+    pub pid: u32,
+}
+
+pub struct RunOutcome {
+    pub dir: PathBuf,
+    pub record: RunRecord,
+    pub results: Results,
+}
+
+/// Runs one test. Every process it starts is gone when it returns, on every
+/// path: orderly shutdown first, and the nodes' and workers' drop guards (plus
+/// the kernel's parent-death signal) behind it.
+pub async fn run(options: RunOptions) -> Result<RunOutcome> {
+    let options = options.resolve()?;
+    let server = node::find_redis_server()?;
+    let dir = RunDir::create(&options.results, &options.name())?;
+    let log = std::fs::File::create(dir.harness_log()).context(|| "creating harness.log".into())?;
+    logging::attach(log);
+    let outcome = run_in(&options, &server, &dir).await;
+    if let Err(e) = &outcome {
+        tracing::error!("run failed: {e}");
+    }
+    logging::detach();
+    outcome
+}
+
+async fn run_in(
+    options: &RunOptions,
+    server: &std::path::Path,
+    dir: &RunDir,
+) -> Result<RunOutcome> {
+    tracing::info!(
+        "run {} seed {} in {}",
+        options.name(),
+        options.seed(),
+        dir.path.display()
+    );
+    let mut lock_nodes = Vec::new();
+    if options.config.has_lock_node() {
+        lock_nodes.push(RedisNode::start(server, "n1", &dir.nodes()).await?);
+    }
+    let storage = RedisNode::start(server, "storage", &dir.nodes()).await?;
+
+    let steps = nemesis::schedule(&ScheduleSpec {
+        seed: options.seed(),
+        faults: options.nemesis.faults.clone(),
+        interval_ms: options.nemesis_interval_ms,
+        fault_ms: options.pause_ms.expect("resolved"),
+        time_limit_ms: options.time_limit * 1000,
+        settle_ms: options.ttl_ms.max(1000),
+    });
+
+    let clock = RunClock::starting_now();
+    let (history, holders) =
+        HistoryWriter::create(&dir.history(), clock).context(|| "creating history.jsonl".into())?;
+    let history = Arc::new(history);
+    let exe = std::env::current_exe().context(|| "finding the lockstorm binary".into())?;
+    let mut running = Vec::new();
+    for index in 0..options.workers {
+        let spec = worker_spec(options, index, &lock_nodes, &storage, clock);
+        running.push(workers::spawn(&spec, &exe, &dir.path, history.clone())?);
+    }
+
+    let mut record = RunRecord {
+        lockstorm: env!("CARGO_PKG_VERSION").to_string(),
+        redis: node::redis_version(server),
+        started: chrono::Utc::now().to_rfc3339(),
+        promise: options.config.promise(),
+        options: options.clone(),
+        nodes: lock_nodes
+            .iter()
+            .map(|n| node_record(n, "lock"))
+            .chain([node_record(&storage, "storage")])
+            .collect(),
+        worker_pids: running.iter().map(|w| w.pid).collect(),
+        schedule: steps.clone(),
+        interrupted: false,
+    };
+    write_json(&dir.run_json(), &record)?;
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let env = nemesis::Env {
+        workers: running.iter().map(|w| w.pid).collect(),
+        lock_nodes: lock_nodes
+            .iter()
+            .map(|n| (n.name.clone(), n.pid()))
+            .collect(),
+        holders,
+        journal: history.clone(),
+        arm_timeout: Duration::from_millis(options.nemesis_interval_ms.max(2 * options.ttl_ms)),
+        stop: stop_rx,
+    };
+    let nemesis = tokio::spawn(nemesis::runner::run(
+        steps,
+        env,
+        tokio::time::Instant::now(),
+    ));
+
+    record.interrupted = tokio::select! {
+        _ = tokio::time::sleep(Duration::from_secs(options.time_limit)) => false,
+        _ = tokio::signal::ctrl_c() => true,
+    };
+    if record.interrupted {
+        tracing::warn!(
+            "interrupted: healing faults, stopping workers and checking what was recorded"
+        );
+    }
+
+    // Heal first, so no worker is left stopped, then let workers finish.
+    let _ = stop_tx.send(true);
+    nemesis
+        .await
+        .map_err(|e| Error::Harness(format!("nemesis task failed: {e}")))?;
+    workers::stop_all(running, stop_grace(options)).await;
+    final_read(&history, &storage).await;
+    history
+        .finish()
+        .context(|| "writing history.jsonl".into())?;
+    drop(lock_nodes);
+    drop(storage);
+
+    let results = check_history(dir, record.promise, record.interrupted)?;
+    write_json(&dir.results_json(), &results)?;
+    write_json(&dir.run_json(), &record)?;
+    dir.link_latest()?;
+    tracing::info!("verdict {:?}", results.valid);
+    Ok(RunOutcome {
+        dir: dir.path.clone(),
+        record,
+        results,
+    })
+}
+
+fn worker_spec(
+    options: &RunOptions,
+    index: u64,
+    lock_nodes: &[RedisNode],
+    storage: &RedisNode,
+    clock: RunClock,
+) -> WorkerSpec {
+    WorkerSpec {
+        config: options.config,
+        index,
+        workers: options.workers,
+        lock_nodes: lock_nodes.iter().map(RedisNode::addr).collect(),
+        storage_node: storage.addr(),
+        ttl_ms: options.ttl_ms,
+        work_ms: options.work_ms,
+        acquire_timeout_ms: options.acquire_timeout_ms.expect("resolved"),
+        op_timeout_ms: options.op_timeout_ms,
+        validity_check: !options.no_validity_check,
+        seed: options.seed(),
+        run_start_ns: clock.start_ns(),
+    }
+}
+
+fn node_record(node: &RedisNode, role: &str) -> NodeRecord {
+    NodeRecord {
+        name: node.name.clone(),
+        role: role.into(),
+        addr: node.addr(),
+        pid: node.pid(),
+    }
+}
+
+/// Long enough for a worker to finish the cycle it is in: an acquire that
+/// retries to its deadline, the work, and a few requests that time out.
+fn stop_grace(options: &RunOptions) -> Duration {
+    let ms = options.acquire_timeout_ms.expect("resolved")
+        + options.work_ms
+        + 4 * options.op_timeout_ms
+        + 2000;
+    Duration::from_millis(ms)
+}
+
+/// The harness reads the counter once every worker has stopped.
+async fn final_read(history: &HistoryWriter, storage: &RedisNode) {
+    let harness = Process::harness();
+    history.append(history.now(harness.clone(), OpType::Invoke, f::READ), None);
+    let addr = storage.addr();
+    let read = tokio::task::spawn_blocking(move || {
+        Storage::plain(&addr, Duration::from_secs(5)).read(None)
+    })
+    .await
+    .unwrap_or_else(|e| Outcome::Info(e.to_string()));
+    let event = history.now(harness, OpType::Ok, f::READ);
+    let event = match read {
+        Outcome::Ok(v) => event.with_value(v.into()),
+        Outcome::Fail(e) => history
+            .now(Process::harness(), OpType::Fail, f::READ)
+            .with_error(e),
+        Outcome::Info(e) => history
+            .now(Process::harness(), OpType::Info, f::READ)
+            .with_error(e),
+    };
+    history.append(event, None);
+}
+
+/// Checks the history as stored on disk, the same way `lockstorm check` does.
+fn check_history(dir: &RunDir, promise: Promise, interrupted: bool) -> Result<Results> {
+    let path = dir.history();
+    let file = std::fs::File::open(&path).context(|| format!("opening {}", path.display()))?;
+    let history =
+        History::from_jsonl(std::io::BufReader::new(file)).map_err(|e| Error::BadInput {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+    let mut results = checker::check(&history, promise);
+    if interrupted {
+        results
+            .notes
+            .push("the run was interrupted before its time limit".into());
+        if results.valid == Validity::True {
+            results.valid = Validity::Unknown;
+        }
+    }
+    Ok(results)
+}

@@ -1,0 +1,95 @@
+//! The results layout (DESIGN.md, "Results layout"):
+//! `results/<config>-<nemesis>/<YYYYMMDDTHHMMSS>/` and a `latest` link.
+
+use crate::error::{Context, Result};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+pub struct RunDir {
+    pub path: PathBuf,
+}
+
+impl RunDir {
+    /// Creates a fresh, uniquely named folder for one run.
+    pub fn create(results: &Path, name: &str) -> Result<Self> {
+        let group = results.join(name);
+        std::fs::create_dir_all(&group).context(|| format!("creating {}", group.display()))?;
+        let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S").to_string();
+        for n in 0..1000 {
+            let leaf = if n == 0 {
+                stamp.clone()
+            } else {
+                format!("{stamp}-{n}")
+            };
+            let path = group.join(leaf);
+            match std::fs::create_dir(&path) {
+                Ok(()) => {
+                    let nodes = path.join("nodes");
+                    std::fs::create_dir(&nodes)
+                        .context(|| format!("creating {}", nodes.display()))?;
+                    return Ok(RunDir { path });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e).context(|| format!("creating {}", path.display())),
+            }
+        }
+        Err(crate::Error::Harness(format!(
+            "too many runs in {} this second",
+            group.display()
+        )))
+    }
+
+    pub fn history(&self) -> PathBuf {
+        self.path.join("history.jsonl")
+    }
+    pub fn run_json(&self) -> PathBuf {
+        self.path.join("run.json")
+    }
+    pub fn results_json(&self) -> PathBuf {
+        self.path.join("results.json")
+    }
+    pub fn harness_log(&self) -> PathBuf {
+        self.path.join("harness.log")
+    }
+    pub fn nodes(&self) -> PathBuf {
+        self.path.join("nodes")
+    }
+
+    /// Points `<group>/latest` at this run, replacing the old link atomically.
+    pub fn link_latest(&self) -> Result<()> {
+        let group = self.path.parent().expect("a run dir has a group");
+        let leaf = self.path.file_name().expect("a run dir has a name");
+        let tmp = group.join(format!(".latest-{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(leaf, &tmp).context(|| format!("linking {}", tmp.display()))?;
+        let latest = group.join("latest");
+        std::fs::rename(&tmp, &latest).context(|| format!("replacing {}", latest.display()))
+    }
+}
+
+pub fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
+    let mut text = serde_json::to_string_pretty(value).expect("results always serialise");
+    text.push('\n');
+    std::fs::write(path, text).context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_runs_in_one_second_get_distinct_folders_and_latest_follows() {
+        let tmp = tempfile::tempdir().unwrap();
+        let a = RunDir::create(tmp.path(), "single-pause").unwrap();
+        let b = RunDir::create(tmp.path(), "single-pause").unwrap();
+        assert_ne!(a.path, b.path);
+        assert!(a.nodes().is_dir());
+        a.link_latest().unwrap();
+        b.link_latest().unwrap();
+        let latest = tmp.path().join("single-pause/latest");
+        assert_eq!(
+            latest.canonicalize().unwrap(),
+            b.path.canonicalize().unwrap()
+        );
+    }
+}

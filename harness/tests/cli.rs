@@ -1,0 +1,93 @@
+//! Bad input: one clear line, the documented exit code, nothing left behind.
+
+mod common;
+
+use common::{lockstorm, lockstorm_with};
+
+#[test]
+fn an_unknown_config_exits_254_naming_the_valid_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = lockstorm(&[
+        "--config",
+        "redlok",
+        "--results",
+        tmp.path().to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 254);
+    assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("single, fenced, unsafe-del, unsafe-setnx, no-lock"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "a run folder was created"
+    );
+}
+
+#[test]
+fn an_unknown_nemesis_exits_254_naming_the_valid_ones() {
+    let out = lockstorm(&["run", "--nemesis", "pause,gc"]);
+    assert_eq!(out.code, 254);
+    assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("none, pause, pause-node, all"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn a_missing_redis_server_exits_254_saying_how_to_install_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = lockstorm_with(
+        &[
+            "--results",
+            tmp.path().to_str().unwrap(),
+            "--time-limit",
+            "1",
+        ],
+        &[("LOCKSTORM_REDIS_SERVER", "/nonexistent/redis-server")],
+    );
+    assert_eq!(out.code, 254, "{}", out.stderr);
+    assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("apt-get install -y redis-server"),
+        "{}",
+        out.stderr
+    );
+    common::assert_no_process_left(tmp.path());
+}
+
+#[test]
+fn check_of_a_missing_path_exits_254() {
+    let out = lockstorm(&["check", "/nonexistent/run"]);
+    assert_eq!(out.code, 254);
+    assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("/nonexistent/run"), "{}", out.stderr);
+}
+
+#[test]
+fn check_reads_a_bare_history_with_a_promise() {
+    let tmp = tempfile::tempdir().unwrap();
+    let history = tmp.path().join("h.jsonl");
+    // Two holders at once: an overlap, which only mutual exclusion forbids.
+    let lines = [
+        r#"{"index":0,"time":10,"process":0,"type":"invoke","f":"acquire","value":null,"token":"a"}"#,
+        r#"{"index":1,"time":20,"process":0,"type":"ok","f":"acquire","value":null,"token":"a"}"#,
+        r#"{"index":2,"time":30,"process":1,"type":"invoke","f":"acquire","value":null,"token":"b"}"#,
+        r#"{"index":3,"time":40,"process":1,"type":"ok","f":"acquire","value":null,"token":"b"}"#,
+        r#"{"index":4,"time":50,"process":"harness","type":"invoke","f":"read","value":null}"#,
+        r#"{"index":5,"time":60,"process":"harness","type":"ok","f":"read","value":0}"#,
+    ];
+    std::fs::write(&history, lines.join("\n") + "\n").unwrap();
+    let path = history.to_str().unwrap();
+    let me = lockstorm(&["check", path]);
+    assert_eq!(me.code, 1, "{}", me.stdout);
+    assert!(me.stdout.contains("lock-overlap 1"), "{}", me.stdout);
+    let ds = lockstorm(&["check", "--promise", "data-safety", path]);
+    assert_eq!(ds.code, 0, "{}", ds.stdout);
+}

@@ -1,0 +1,97 @@
+//! Runs the real `lockstorm` binary against real `redis-server` processes.
+
+#![allow(dead_code)]
+
+use checker::verdict::Results;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+pub fn lockstorm(args: &[&str]) -> Run {
+    lockstorm_with(args, &[])
+}
+
+pub fn lockstorm_with(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockstorm"));
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().expect("lockstorm runs");
+    Run {
+        code: status
+            .code()
+            .expect("lockstorm exits, not killed by a signal"),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    }
+}
+
+/// A run in its own results folder; fails the test if the harness crashed.
+pub fn run(results: &Path, args: &[&str]) -> (Run, Results, PathBuf) {
+    let mut all = vec!["run", "--results", results.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let run = lockstorm(&all);
+    assert!(
+        [0, 1, 2].contains(&run.code),
+        "lockstorm failed with {}:\n{}\n{}",
+        run.code,
+        run.stdout,
+        run.stderr
+    );
+    let group = std::fs::read_dir(results)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_dir())
+        .expect("a results group folder");
+    let dir = group.join("latest").canonicalize().expect("a latest link");
+    let text = std::fs::read_to_string(dir.join("results.json")).expect("results.json");
+    let results: Results = serde_json::from_str(&text).expect("results.json parses");
+    assert_no_process_left(results_root(&group));
+    (run, results, dir)
+}
+
+fn results_root(group: &Path) -> &Path {
+    group.parent().unwrap()
+}
+
+/// No process of the run survives it: nodes and workers all work inside the
+/// run folder, so any process whose cwd is under it is a leftover (running or
+/// stopped).
+pub fn assert_no_process_left(root: &Path) {
+    let root = root.canonicalize().unwrap();
+    let mut left = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cwd) = std::fs::read_link(entry.path().join("cwd")) {
+            if cwd.starts_with(&root) {
+                let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+                left.push(format!("{pid}: {}", stat.trim()));
+            }
+        }
+    }
+    assert!(
+        left.is_empty(),
+        "processes left behind:\n{}",
+        left.join("\n")
+    );
+}
+
+pub fn count(results: &Results, anomaly: &str) -> u64 {
+    results
+        .anomalies
+        .get(anomaly)
+        .unwrap_or_else(|| panic!("results.json lacks anomaly {anomaly}"))
+        .count
+}

@@ -1,0 +1,150 @@
+//! End-to-end runs against real Redis: the shipped configs under the pause
+//! nemesis, and the negative controls that the checker must catch.
+//! Fixed seeds, so a failure reproduces with the same schedule.
+
+mod common;
+
+use checker::verdict::Validity;
+use common::{count, run};
+
+/// Short but with room for about four pauses of 1.5 × TTL.
+const PAUSE_RUN: &[&str] = &[
+    "--nemesis",
+    "pause",
+    "--time-limit",
+    "15",
+    "--ttl-ms",
+    "1000",
+    "--work-ms",
+    "200",
+    "--nemesis-interval-ms",
+    "2000",
+    "--seed",
+    "7",
+];
+
+fn with<'a>(base: &[&'a str], more: &[&'a str]) -> Vec<&'a str> {
+    base.iter().chain(more).copied().collect()
+}
+
+#[test]
+fn single_under_pause_loses_mutual_exclusion() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Without the worker's own lease check the stale holder acts on the data.
+    let (out, results, dir) = run(
+        tmp.path(),
+        &with(PAUSE_RUN, &["--config", "single", "--no-validity-check"]),
+    );
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    assert_eq!(results.valid, Validity::False);
+    assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
+    assert!(count(&results, "unsafe-action") >= 1, "{}", out.stdout);
+    assert!(results.stats.first_fault_time.is_some());
+    assert!(out.stdout.contains("INVALID"), "{}", out.stdout);
+    for file in [
+        "run.json",
+        "history.jsonl",
+        "results.json",
+        "harness.log",
+        "nodes/n1/redis.log",
+        "nodes/storage/redis.log",
+    ] {
+        assert!(dir.join(file).is_file(), "missing {file}");
+    }
+}
+
+#[test]
+fn fenced_under_pause_keeps_the_data_safe() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, results, _) = run(
+        tmp.path(),
+        &with(PAUSE_RUN, &["--config", "fenced", "--no-validity-check"]),
+    );
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert_eq!(results.valid, Validity::True);
+    assert_eq!(count(&results, "stale-fence-accepted"), 0);
+    assert_eq!(count(&results, "lost-update"), 0);
+    // The paused holder came back and the storage refused it.
+    let counter = results.counter().expect("a counter report");
+    assert!(
+        counter.stale_fence_rejected.writes >= 1,
+        "no write was refused: {}",
+        out.stdout
+    );
+    // Fencing does not prevent the overlap; it makes it harmless.
+    assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
+}
+
+#[test]
+fn unsafe_del_releases_another_holders_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = [
+        "--config",
+        "unsafe-del",
+        "--nemesis",
+        "none",
+        "--time-limit",
+        "10",
+        "--ttl-ms",
+        "500",
+        "--work-ms",
+        "700",
+        "--seed",
+        "3",
+    ];
+    let (out, results, _) = run(tmp.path(), &args);
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    assert!(count(&results, "foreign-release") > 0, "{}", out.stdout);
+}
+
+#[test]
+fn no_lock_loses_updates() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = [
+        "--config",
+        "no-lock",
+        "--nemesis",
+        "none",
+        "--time-limit",
+        "10",
+        "--seed",
+        "5",
+    ];
+    let (out, results, _) = run(tmp.path(), &args);
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    assert!(count(&results, "lost-update") > 0, "{}", out.stdout);
+    assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
+}
+
+#[test]
+fn single_without_faults_is_valid_and_rechecks_the_same() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = [
+        "--config",
+        "single",
+        "--nemesis",
+        "none",
+        "--time-limit",
+        "10",
+        "--seed",
+        "11",
+    ];
+    let (out, results, dir) = run(tmp.path(), &args);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert_eq!(results.valid, Validity::True);
+    assert!(
+        results.stats.acquired > 10,
+        "only {} acquisitions",
+        results.stats.acquired
+    );
+    for (name, anomaly) in &results.anomalies {
+        assert_eq!(anomaly.count, 0, "{name}");
+    }
+    let counter = results.counter().expect("a counter report");
+    assert_eq!(counter.final_value, Some(counter.acknowledged as i64));
+    // A stored run re-checks to the same verdict.
+    let again = common::lockstorm(&["check", "--json", dir.to_str().unwrap()]);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    let rechecked: checker::verdict::Results = serde_json::from_str(&again.stdout).unwrap();
+    assert_eq!(rechecked, results);
+}

@@ -1,0 +1,118 @@
+//! OS process control, in one place: isolating children, pausing, resuming
+//! and killing them by PID. lockstorm only ever signals processes it started.
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::io;
+use std::os::unix::process::CommandExt;
+
+fn signal(pid: u32, sig: Signal) -> io::Result<()> {
+    kill(Pid::from_raw(pid as i32), sig).map_err(io::Error::from)
+}
+
+/// Freezes a process exactly where it is, as a GC pause or VM stall would.
+pub fn suspend(pid: u32) -> io::Result<()> {
+    signal(pid, Signal::SIGSTOP)
+}
+
+pub fn resume(pid: u32) -> io::Result<()> {
+    signal(pid, Signal::SIGCONT)
+}
+
+/// SIGKILL. Works on a stopped process too; the caller still reaps it.
+pub fn kill_now(pid: u32) -> io::Result<()> {
+    signal(pid, Signal::SIGKILL)
+}
+
+pub fn terminate(pid: u32) -> io::Result<()> {
+    signal(pid, Signal::SIGTERM)
+}
+
+/// The process state letter from /proc (`T` = stopped), if it still exists.
+pub fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces and parentheses; the state follows the last ')'.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Makes a child its own process group (a Ctrl-C at the terminal reaches only
+/// the harness, which then shuts the run down in order) and has the kernel
+/// kill it if the harness dies, so no node or worker outlives a crashed run.
+pub fn isolate(cmd: &mut std::process::Command) {
+    let parent = std::process::id();
+    // SAFETY: the closure runs between fork and exec and only makes
+    // async-signal-safe system calls.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            // The harness died before the line above took effect.
+            if nix::unistd::getppid().as_raw() as u32 != parent {
+                return Err(io::Error::other("the harness exited"));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Resumes a suspended process when dropped, so a fault is healed even when
+/// the task that injected it is cancelled.
+pub struct Suspended {
+    pid: u32,
+}
+
+impl Suspended {
+    pub fn new(pid: u32) -> io::Result<Self> {
+        suspend(pid)?;
+        Ok(Suspended { pid })
+    }
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+}
+
+impl Drop for Suspended {
+    fn drop(&mut self) {
+        let _ = resume(self.pid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+    use std::time::{Duration, Instant};
+
+    fn wait_for_state(pid: u32, want: char) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if state(pid) == Some(want) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
+    #[test]
+    fn suspends_resumes_and_kills_a_real_child() {
+        let mut cmd = Command::new("sleep");
+        cmd.arg("30");
+        isolate(&mut cmd);
+        let mut child = cmd.spawn().unwrap();
+        let pid = child.id();
+        {
+            let _paused = Suspended::new(pid).unwrap();
+            assert!(wait_for_state(pid, 'T'), "not stopped: {:?}", state(pid));
+        }
+        assert!(wait_for_state(pid, 'S'), "not resumed: {:?}", state(pid));
+        // Its own process group, so a terminal's Ctrl-C does not reach it.
+        let pgid = nix::unistd::getpgid(Some(Pid::from_raw(pid as i32))).unwrap();
+        assert_eq!(pgid.as_raw() as u32, pid);
+        suspend(pid).unwrap();
+        kill_now(pid).unwrap();
+        let status = child.wait().unwrap();
+        assert!(!status.success());
+        assert_eq!(state(pid), None);
+    }
+}

@@ -1,0 +1,97 @@
+//! The fault schedule: a pure function of the seed, so the same seed gives the
+//! same faults at the same offsets.
+
+use crate::Fault;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduleSpec {
+    pub seed: u64,
+    pub faults: Vec<Fault>,
+    /// Mean quiet time between faults.
+    pub interval_ms: u64,
+    /// How long each fault lasts once it starts.
+    pub fault_ms: u64,
+    pub time_limit_ms: u64,
+    /// Quiet time kept at the end so the system settles before the final read.
+    pub settle_ms: u64,
+}
+
+/// One fault: arm it `at_ms` after the run starts, keep it for `duration_ms`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    pub at_ms: u64,
+    pub fault: Fault,
+    pub duration_ms: u64,
+}
+
+/// Faults separated by a quiet time drawn from [interval/2, 3·interval/2],
+/// each healed before `time_limit − settle`.
+pub fn schedule(spec: &ScheduleSpec) -> Vec<Step> {
+    let mut steps = Vec::new();
+    if spec.faults.is_empty() || spec.interval_ms == 0 {
+        return steps;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
+    let end = spec.time_limit_ms.saturating_sub(spec.settle_ms);
+    let mut at = rng.random_range(spec.interval_ms / 2..=spec.interval_ms);
+    while at + spec.fault_ms <= end {
+        let fault = spec.faults[rng.random_range(0..spec.faults.len())];
+        steps.push(Step {
+            at_ms: at,
+            fault,
+            duration_ms: spec.fault_ms,
+        });
+        at += spec.fault_ms + rng.random_range(spec.interval_ms / 2..=spec.interval_ms * 3 / 2);
+    }
+    steps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(seed: u64) -> ScheduleSpec {
+        ScheduleSpec {
+            seed,
+            faults: vec![Fault::Pause, Fault::PauseNode],
+            interval_ms: 2_000,
+            fault_ms: 1_500,
+            time_limit_ms: 30_000,
+            settle_ms: 2_000,
+        }
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_schedule_and_another_seed_another() {
+        assert_eq!(schedule(&spec(42)), schedule(&spec(42)));
+        assert_ne!(schedule(&spec(42)), schedule(&spec(43)));
+    }
+
+    #[test]
+    fn faults_do_not_overlap_and_heal_before_the_settle_time() {
+        for seed in 0..200 {
+            let steps = schedule(&spec(seed));
+            assert!(steps.len() >= 5, "seed {seed}: only {} faults", steps.len());
+            for w in steps.windows(2) {
+                assert!(w[0].at_ms + w[0].duration_ms + 1_000 <= w[1].at_ms);
+            }
+            let last = steps.last().unwrap();
+            assert!(last.at_ms + last.duration_ms <= 28_000);
+        }
+    }
+
+    #[test]
+    fn a_mix_uses_every_fault_and_none_gives_nothing() {
+        let faults: std::collections::BTreeSet<_> =
+            schedule(&spec(7)).iter().map(|s| s.fault).collect();
+        assert_eq!(faults.len(), 2);
+        let quiet = ScheduleSpec {
+            faults: vec![],
+            ..spec(7)
+        };
+        assert!(schedule(&quiet).is_empty());
+    }
+}

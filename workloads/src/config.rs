@@ -1,0 +1,100 @@
+//! The lock setups lockstorm can test, and what each promises.
+
+use checker::verdict::Promise;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Config {
+    /// One node; `SET NX PX`, compare-and-delete release.
+    Single,
+    /// `single` plus a fencing token checked by the storage.
+    Fenced,
+    /// Negative control: release with a plain `DEL`.
+    UnsafeDel,
+    /// Negative control: `SETNX` then `PEXPIRE` as two commands.
+    UnsafeSetnx,
+    /// Negative control: a "lock" that grants every request.
+    NoLock,
+}
+
+impl Config {
+    pub const ALL: [Config; 5] = [
+        Config::Single,
+        Config::Fenced,
+        Config::UnsafeDel,
+        Config::UnsafeSetnx,
+        Config::NoLock,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Config::Single => "single",
+            Config::Fenced => "fenced",
+            Config::UnsafeDel => "unsafe-del",
+            Config::UnsafeSetnx => "unsafe-setnx",
+            Config::NoLock => "no-lock",
+        }
+    }
+
+    /// Fenced configs promise data safety; the rest promise mutual exclusion.
+    pub fn fenced(self) -> bool {
+        self == Config::Fenced
+    }
+
+    /// What the config claims, and so which anomalies fail its runs.
+    pub fn promise(self) -> Promise {
+        if self.fenced() {
+            Promise::DataSafety
+        } else {
+            Promise::MutualExclusion
+        }
+    }
+
+    pub fn has_lock_node(self) -> bool {
+        self != Config::NoLock
+    }
+
+    pub fn names() -> String {
+        Config::ALL.map(Config::name).join(", ")
+    }
+}
+
+impl fmt::Display for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Config {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Config::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| format!("unknown config '{s}': choose one of {}", Config::names()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_back_and_unknown_names_list_the_valid_ones() {
+        for c in Config::ALL {
+            assert_eq!(c.name().parse::<Config>().unwrap(), c);
+            assert_eq!(
+                serde_json::to_string(&c).unwrap(),
+                format!("\"{}\"", c.name())
+            );
+        }
+        let err = "redlok".parse::<Config>().unwrap_err();
+        assert!(
+            err.contains("single, fenced, unsafe-del, unsafe-setnx, no-lock"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,31 @@
+//! lockstorm workloads: the lock clients (one module per config), the counter
+//! storage client and the worker loop that runs inside each worker process.
+
+pub mod clock;
+pub mod config;
+pub mod conn;
+pub mod lock;
+pub mod storage;
+pub mod worker;
+
+pub use config::Config;
+pub use worker::WorkerSpec;
+
+/// The result of one client step, in Jepsen's terms: `Fail` definitely did not
+/// happen, `Info` may or may not have happened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome<T> {
+    Ok(T),
+    Fail(String),
+    Info(String),
+}
+
+impl<T> Outcome<T> {
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Outcome<U> {
+        match self {
+            Outcome::Ok(v) => Outcome::Ok(f(v)),
+            Outcome::Fail(e) => Outcome::Fail(e),
+            Outcome::Info(e) => Outcome::Info(e),
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! `fenced`: `single` plus a fencing token. One script sets the key and
+//! increments the fence counter, so a grant and its token are atomic.
+
+use super::{first_node, released, Grant, LockClient, LockParams, COMPARE_AND_DELETE, LOCK_KEY};
+use crate::conn::Conn;
+use crate::Outcome;
+use redis::Script;
+
+pub const FENCE_KEY: &str = "lockstorm:fence";
+
+const ACQUIRE: &str = r#"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return redis.call('INCR', KEYS[2])
+end
+return false
+"#;
+
+pub struct Fenced {
+    conn: Conn,
+    ttl_ms: u64,
+    acquire: Script,
+    release: Script,
+}
+
+impl Fenced {
+    pub fn new(params: &LockParams) -> Self {
+        Fenced {
+            conn: Conn::new(first_node(params), params.op_timeout),
+            ttl_ms: params.ttl.as_millis() as u64,
+            acquire: Script::new(ACQUIRE),
+            release: Script::new(COMPARE_AND_DELETE),
+        }
+    }
+}
+
+impl LockClient for Fenced {
+    fn try_acquire(&mut self, token: &str) -> Outcome<Option<Grant>> {
+        let (script, ttl_ms) = (&self.acquire, self.ttl_ms);
+        self.conn
+            .run(|c| {
+                script
+                    .key(LOCK_KEY)
+                    .key(FENCE_KEY)
+                    .arg(token)
+                    .arg(ttl_ms)
+                    .invoke::<Option<u64>>(c)
+            })
+            .map(|fence| fence.map(|f| Grant { fence: Some(f) }))
+    }
+
+    fn release(&mut self, token: &str) -> Outcome<()> {
+        let script = &self.release;
+        released(self.conn.run(|c| script.key(LOCK_KEY).arg(token).invoke(c)))
+    }
+}

@@ -1,0 +1,72 @@
+//! Lock clients, one module per config. Each offers one acquisition *attempt*
+//! and a release; the worker loop owns retries, timing and the history.
+
+mod fenced;
+mod no_lock;
+mod single;
+mod unsafe_del;
+mod unsafe_setnx;
+
+use crate::{Config, Outcome};
+use std::time::Duration;
+
+/// The name of the lock key on every lock node.
+pub const LOCK_KEY: &str = "lockstorm:lock";
+
+/// What a successful acquisition hands back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Grant {
+    /// The fencing token, for fenced configs.
+    pub fence: Option<u64>,
+}
+
+pub trait LockClient: Send {
+    /// One attempt. `Ok(None)` means someone else holds the lock.
+    fn try_acquire(&mut self, token: &str) -> Outcome<Option<Grant>>;
+    /// Releases the lock held under `token`; `Fail("not-held")` if it was not.
+    fn release(&mut self, token: &str) -> Outcome<()>;
+}
+
+/// Where a lock client finds its nodes and how long its leases are.
+#[derive(Clone, Debug)]
+pub struct LockParams {
+    pub nodes: Vec<String>,
+    pub ttl: Duration,
+    pub op_timeout: Duration,
+}
+
+pub fn client(config: Config, params: &LockParams) -> Box<dyn LockClient> {
+    match config {
+        Config::Single => Box::new(single::Single::new(params)),
+        Config::Fenced => Box::new(fenced::Fenced::new(params)),
+        Config::UnsafeDel => Box::new(unsafe_del::UnsafeDel::new(params)),
+        Config::UnsafeSetnx => Box::new(unsafe_setnx::UnsafeSetnx::new(params)),
+        Config::NoLock => Box::new(no_lock::NoLock),
+    }
+}
+
+/// Deletes the key only if it still holds our token, so a holder whose lease
+/// expired cannot delete the next holder's lock.
+pub(crate) const COMPARE_AND_DELETE: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"#;
+
+/// Maps a DEL count to the history's release outcome.
+pub(crate) fn released(deleted: Outcome<i64>) -> Outcome<()> {
+    match deleted {
+        Outcome::Ok(1) => Outcome::Ok(()),
+        Outcome::Ok(_) => Outcome::Fail(checker::history::error::NOT_HELD.into()),
+        Outcome::Fail(e) => Outcome::Fail(e),
+        Outcome::Info(e) => Outcome::Info(e),
+    }
+}
+
+pub(crate) fn first_node(params: &LockParams) -> &str {
+    params
+        .nodes
+        .first()
+        .expect("the harness gives every locking config a lock node")
+}

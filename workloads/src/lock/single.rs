@@ -1,0 +1,47 @@
+//! `single`: one node, `SET key token NX PX ttl`, compare-and-delete release.
+
+use super::{first_node, released, Grant, LockClient, LockParams, COMPARE_AND_DELETE, LOCK_KEY};
+use crate::conn::Conn;
+use crate::Outcome;
+use redis::Script;
+
+pub struct Single {
+    conn: Conn,
+    ttl_ms: u64,
+    release: Script,
+}
+
+impl Single {
+    pub fn new(params: &LockParams) -> Self {
+        Single {
+            conn: Conn::new(first_node(params), params.op_timeout),
+            ttl_ms: params.ttl.as_millis() as u64,
+            release: Script::new(COMPARE_AND_DELETE),
+        }
+    }
+
+    /// `SET NX PX`, shared with `unsafe-del`, whose only flaw is its release.
+    pub(super) fn set_nx_px(conn: &mut Conn, token: &str, ttl_ms: u64) -> Outcome<Option<Grant>> {
+        conn.run(|c| {
+            redis::cmd("SET")
+                .arg(LOCK_KEY)
+                .arg(token)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl_ms)
+                .query::<Option<String>>(c)
+        })
+        .map(|set| set.map(|_| Grant::default()))
+    }
+}
+
+impl LockClient for Single {
+    fn try_acquire(&mut self, token: &str) -> Outcome<Option<Grant>> {
+        Self::set_nx_px(&mut self.conn, token, self.ttl_ms)
+    }
+
+    fn release(&mut self, token: &str) -> Outcome<()> {
+        let script = &self.release;
+        released(self.conn.run(|c| script.key(LOCK_KEY).arg(token).invoke(c)))
+    }
+}

@@ -1,0 +1,31 @@
+//! `unsafe-del` (negative control): acquires like `single` but releases with a
+//! plain `DEL`, so a holder whose lease expired deletes the next holder's lock.
+
+use super::single::Single;
+use super::{first_node, released, Grant, LockClient, LockParams, LOCK_KEY};
+use crate::conn::Conn;
+use crate::Outcome;
+
+pub struct UnsafeDel {
+    conn: Conn,
+    ttl_ms: u64,
+}
+
+impl UnsafeDel {
+    pub fn new(params: &LockParams) -> Self {
+        UnsafeDel {
+            conn: Conn::new(first_node(params), params.op_timeout),
+            ttl_ms: params.ttl.as_millis() as u64,
+        }
+    }
+}
+
+impl LockClient for UnsafeDel {
+    fn try_acquire(&mut self, token: &str) -> Outcome<Option<Grant>> {
+        Single::set_nx_px(&mut self.conn, token, self.ttl_ms)
+    }
+
+    fn release(&mut self, _token: &str) -> Outcome<()> {
+        released(self.conn.run(|c| redis::cmd("DEL").arg(LOCK_KEY).query(c)))
+    }
+}

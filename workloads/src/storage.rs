@@ -1,0 +1,89 @@
+//! The shared counter that workers increment under the lock. It lives on its
+//! own node, which no fault touches. Fenced storage refuses stale tokens.
+
+use crate::conn::Conn;
+use crate::Outcome;
+use checker::history::error::STALE_FENCE;
+use redis::Script;
+use std::time::Duration;
+
+pub const COUNTER_KEY: &str = "lockstorm:counter";
+pub const HIGHEST_FENCE_KEY: &str = "lockstorm:highest-fence";
+
+/// Rejects a token lower than the highest seen; otherwise remembers it and
+/// reads (ARGV[2] = 'r') or writes ARGV[3] (ARGV[2] = 'w'), atomically.
+const FENCED_OP: &str = r#"
+local fence = tonumber(ARGV[1])
+local highest = tonumber(redis.call('GET', KEYS[2]) or '-1')
+if fence < highest then
+  return {0, highest}
+end
+redis.call('SET', KEYS[2], fence)
+if ARGV[2] == 'w' then
+  redis.call('SET', KEYS[1], ARGV[3])
+  return {1, tonumber(ARGV[3])}
+end
+return {1, tonumber(redis.call('GET', KEYS[1]) or '0')}
+"#;
+
+pub struct Storage {
+    conn: Conn,
+    fenced: Option<Script>,
+}
+
+impl Storage {
+    pub fn plain(addr: &str, op_timeout: Duration) -> Self {
+        Storage {
+            conn: Conn::new(addr, op_timeout),
+            fenced: None,
+        }
+    }
+
+    pub fn fenced(addr: &str, op_timeout: Duration) -> Self {
+        Storage {
+            conn: Conn::new(addr, op_timeout),
+            fenced: Some(Script::new(FENCED_OP)),
+        }
+    }
+
+    pub fn read(&mut self, fence: Option<u64>) -> Outcome<i64> {
+        match (&self.fenced, fence) {
+            (Some(script), Some(fence)) => fenced(&mut self.conn, script, fence, None),
+            _ => self.conn.run(|c| {
+                redis::cmd("GET")
+                    .arg(COUNTER_KEY)
+                    .query::<Option<i64>>(c)
+                    .map(|v| v.unwrap_or(0))
+            }),
+        }
+    }
+
+    pub fn write(&mut self, value: i64, fence: Option<u64>) -> Outcome<()> {
+        match (&self.fenced, fence) {
+            (Some(script), Some(fence)) => {
+                fenced(&mut self.conn, script, fence, Some(value)).map(|_| ())
+            }
+            _ => self
+                .conn
+                .run(|c| redis::cmd("SET").arg(COUNTER_KEY).arg(value).query::<()>(c)),
+        }
+    }
+}
+
+fn fenced(conn: &mut Conn, script: &Script, fence: u64, write: Option<i64>) -> Outcome<i64> {
+    let reply = conn.run(|c| {
+        let mut call = script.key(COUNTER_KEY);
+        call.key(HIGHEST_FENCE_KEY).arg(fence);
+        match write {
+            Some(v) => call.arg("w").arg(v),
+            None => call.arg("r"),
+        };
+        call.invoke::<(i64, i64)>(c)
+    });
+    match reply {
+        Outcome::Ok((1, value)) => Outcome::Ok(value),
+        Outcome::Ok((_, _highest)) => Outcome::Fail(STALE_FENCE.into()),
+        Outcome::Fail(e) => Outcome::Fail(e),
+        Outcome::Info(e) => Outcome::Info(e),
+    }
+}

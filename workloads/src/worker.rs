@@ -1,0 +1,239 @@
+//! The worker loop, run inside each worker process: acquire → read → work →
+//! write counter+1 → release, emitting every step as a history event on
+//! stdout. A separate process per worker so SIGSTOP freezes it like a GC pause.
+
+use crate::clock::{monotonic_ns, RunClock};
+use crate::lock::{self, Grant, LockClient, LockParams};
+use crate::storage::Storage;
+use crate::{Config, Outcome};
+use checker::history::{error, f, Event, OpType, Process};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Everything a worker process needs, handed over as one JSON argument.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerSpec {
+    pub config: Config,
+    /// 0-based; also the worker's first process id.
+    pub index: u64,
+    /// How many workers the run has: after an `info` a worker continues as
+    /// process `id + workers`, so ids never collide.
+    pub workers: u64,
+    pub lock_nodes: Vec<String>,
+    pub storage_node: String,
+    pub ttl_ms: u64,
+    pub work_ms: u64,
+    pub acquire_timeout_ms: u64,
+    pub op_timeout_ms: u64,
+    pub validity_check: bool,
+    pub seed: u64,
+    /// CLOCK_MONOTONIC at the run's start, in ns.
+    pub run_start_ns: u64,
+}
+
+impl WorkerSpec {
+    /// Clock drift allowance for a lease, as in Redlock: TTL·1% + 2 ms.
+    pub fn drift(&self) -> Duration {
+        Duration::from_micros(self.ttl_ms * 10 + 2_000)
+    }
+}
+
+/// Writes events as JSON lines, flushed one by one so the harness sees each
+/// step as it happens.
+struct Emitter<W: Write> {
+    out: W,
+    clock: RunClock,
+}
+
+impl<W: Write> Emitter<W> {
+    fn emit(&mut self, event: Event) {
+        let mut line = serde_json::to_vec(&event).expect("events always serialise");
+        line.push(b'\n');
+        // The harness reading our stdout is gone: nobody can record what we
+        // do any more, so stop at once.
+        if self
+            .out
+            .write_all(&line)
+            .and_then(|_| self.out.flush())
+            .is_err()
+        {
+            std::process::exit(0);
+        }
+    }
+
+    fn event(&self, p: u64, kind: OpType, op: &str) -> Event {
+        Event::new(self.clock.now(), Process::Client(p), kind, op)
+    }
+}
+
+/// Turns a stop request on stdin ("stop", or the harness closing the pipe)
+/// into a flag the loop checks between steps.
+pub fn watch_control(input: impl BufRead + Send + 'static) -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    std::thread::spawn(move || {
+        for line in input.lines() {
+            match line.as_deref().map(str::trim) {
+                Ok("stop") | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        flag.store(true, Ordering::SeqCst);
+    });
+    stop
+}
+
+struct Worker<W: Write> {
+    spec: WorkerSpec,
+    emitter: Emitter<W>,
+    lock: Box<dyn LockClient>,
+    storage: Storage,
+    rng: ChaCha8Rng,
+    process: u64,
+    cycle: u64,
+}
+
+/// Runs cycles until `stop` is set, then finishes the cycle in progress (so
+/// no lock is left held) and returns.
+pub fn run(spec: WorkerSpec, out: impl Write, stop: Arc<AtomicBool>) {
+    let op_timeout = Duration::from_millis(spec.op_timeout_ms);
+    let params = LockParams {
+        nodes: spec.lock_nodes.clone(),
+        ttl: Duration::from_millis(spec.ttl_ms),
+        op_timeout,
+    };
+    let storage = if spec.config.fenced() {
+        Storage::fenced(&spec.storage_node, op_timeout)
+    } else {
+        Storage::plain(&spec.storage_node, op_timeout)
+    };
+    let mut worker = Worker {
+        lock: lock::client(spec.config, &params),
+        storage,
+        rng: ChaCha8Rng::seed_from_u64(spec.seed ^ spec.index.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+        process: spec.index,
+        cycle: 0,
+        emitter: Emitter {
+            out,
+            clock: RunClock::from_start(spec.run_start_ns),
+        },
+        spec,
+    };
+    while !stop.load(Ordering::SeqCst) {
+        worker.cycle(&stop);
+    }
+}
+
+impl<W: Write> Worker<W> {
+    fn emit(&mut self, kind: OpType, op: &str, build: impl FnOnce(Event) -> Event) {
+        let event = build(self.emitter.event(self.process, kind, op));
+        self.emitter.emit(event);
+    }
+
+    /// Emits the completion of an op and, after an `info`, moves to a fresh
+    /// process id (Jepsen's convention: the old one may still be in flight).
+    fn complete<T>(&mut self, op: &str, outcome: &Outcome<T>, build: impl FnOnce(Event) -> Event) {
+        let (kind, err) = match outcome {
+            Outcome::Ok(_) => (OpType::Ok, None),
+            Outcome::Fail(e) => (OpType::Fail, Some(e.clone())),
+            Outcome::Info(e) => (OpType::Info, Some(e.clone())),
+        };
+        self.emit(kind, op, |e| {
+            let e = build(e);
+            match err {
+                Some(err) => e.with_error(err),
+                None => e,
+            }
+        });
+        if kind == OpType::Info {
+            self.process += self.spec.workers;
+        }
+    }
+
+    fn cycle(&mut self, stop: &AtomicBool) {
+        self.cycle += 1;
+        let token = format!(
+            "{}-{}-{:06x}",
+            self.spec.index,
+            self.cycle,
+            self.rng.random::<u32>() & 0xff_ffff
+        );
+        let Some((grant, lease_start)) = self.acquire(&token, stop) else {
+            return;
+        };
+        self.critical_section(grant, lease_start);
+        self.emit(OpType::Invoke, f::RELEASE, |e| e.with_token(token.as_str()));
+        let released = self.lock.release(&token);
+        self.complete(f::RELEASE, &released, |e| e.with_token(token.as_str()));
+    }
+
+    /// One acquire op, retrying with jitter until the lock is granted or the
+    /// deadline passes. Returns the grant and the lock-clock time at which the
+    /// successful attempt was sent (the lease cannot have started earlier).
+    fn acquire(&mut self, token: &str, stop: &AtomicBool) -> Option<(Grant, u64)> {
+        self.emit(OpType::Invoke, f::ACQUIRE, |e| e.with_token(token));
+        let deadline = monotonic_ns() + self.spec.acquire_timeout_ms * 1_000_000;
+        loop {
+            let sent = monotonic_ns();
+            let outcome: Outcome<()> = match self.lock.try_acquire(token) {
+                Outcome::Ok(Some(grant)) => {
+                    let done = Outcome::Ok(());
+                    self.complete(f::ACQUIRE, &done, |e| {
+                        e.with_token(token).with_fence(grant.fence)
+                    });
+                    return Some((grant, sent));
+                }
+                Outcome::Info(e) => Outcome::Info(e),
+                Outcome::Ok(None) => Outcome::Fail(error::LOCK_BUSY.to_string()),
+                Outcome::Fail(e) => Outcome::Fail(e),
+            };
+            let give_up = matches!(outcome, Outcome::Info(_))
+                || monotonic_ns() >= deadline
+                || stop.load(Ordering::SeqCst);
+            if give_up {
+                self.complete(f::ACQUIRE, &outcome, |e| e.with_token(token));
+                return None;
+            }
+            let jitter = self.rng.random_range(5..=25);
+            std::thread::sleep(Duration::from_millis(jitter));
+        }
+    }
+
+    fn critical_section(&mut self, grant: Grant, lease_start: u64) {
+        let fence = grant.fence;
+        self.emit(OpType::Invoke, f::READ, |e| e.with_fence(fence));
+        let read = self.storage.read(fence);
+        self.complete(f::READ, &read, |e| match &read {
+            Outcome::Ok(v) => e.with_value((*v).into()).with_fence(fence),
+            _ => e.with_fence(fence),
+        });
+        let Outcome::Ok(value) = read else { return };
+
+        std::thread::sleep(Duration::from_millis(self.spec.work_ms));
+
+        let next = value + 1;
+        self.emit(OpType::Invoke, f::WRITE, |e| {
+            e.with_value(next.into()).with_fence(fence)
+        });
+        let write = if self.spec.validity_check && !self.lease_valid(lease_start) {
+            Outcome::Fail(error::LEASE_EXPIRED.to_string())
+        } else {
+            self.storage.write(next, fence)
+        };
+        self.complete(f::WRITE, &write, |e| {
+            e.with_value(next.into()).with_fence(fence)
+        });
+    }
+
+    /// A careful holder's own check: is the lease still within TTL − drift?
+    fn lease_valid(&self, lease_start: u64) -> bool {
+        let elapsed = Duration::from_nanos(monotonic_ns().saturating_sub(lease_start));
+        let ttl = Duration::from_millis(self.spec.ttl_ms);
+        elapsed + self.spec.drift() < ttl
+    }
+}
