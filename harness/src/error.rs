@@ -7,11 +7,12 @@ pub enum Error {
     /// Bad arguments or configuration: the message names the problem and the fix.
     #[error("{0}")]
     Usage(String),
-    #[error("{program} not found on PATH: install it with `apt-get install -y {package}`, or point {env} at it")]
+    #[error("{program} not found ({looked}): install it with `apt-get install -y {package}`, or set {env} to its path")]
     MissingProgram {
         program: &'static str,
         package: &'static str,
         env: &'static str,
+        looked: String,
     },
     #[error("cannot read {path}: {message}")]
     BadInput { path: PathBuf, message: String },

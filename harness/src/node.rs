@@ -13,21 +13,31 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Finds `redis-server`: `$LOCKSTORM_REDIS_SERVER`, else the PATH.
 pub fn find_redis_server() -> Result<PathBuf> {
-    find_program("redis-server", "LOCKSTORM_REDIS_SERVER").ok_or(Error::MissingProgram {
-        program: "redis-server",
-        package: "redis-server",
-        env: "LOCKSTORM_REDIS_SERVER",
-    })
+    find_program("redis-server", "redis-server", "LOCKSTORM_REDIS_SERVER")
 }
 
-fn find_program(name: &str, env: &str) -> Option<PathBuf> {
+fn find_program(
+    program: &'static str,
+    package: &'static str,
+    env: &'static str,
+) -> Result<PathBuf> {
+    let missing = |looked: String| Error::MissingProgram {
+        program,
+        package,
+        env,
+        looked,
+    };
     if let Some(path) = std::env::var_os(env) {
         let path = PathBuf::from(path);
-        return path.is_file().then_some(path);
+        if path.is_file() {
+            return Ok(path);
+        }
+        return Err(missing(format!("{env}={} is not a file", path.display())));
     }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(name))
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|dir| dir.join(program))
         .find(|p| p.is_file())
+        .ok_or_else(|| missing("not on PATH".into()))
 }
 
 /// `redis-server --version`, for `run.json`.

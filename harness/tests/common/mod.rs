@@ -64,10 +64,10 @@ fn results_root(group: &Path) -> &Path {
     group.parent().unwrap()
 }
 
-/// No process of the run survives it: nodes and workers all work inside the
-/// run folder, so any process whose cwd is under it is a leftover (running or
-/// stopped).
-pub fn assert_no_process_left(root: &Path) {
+/// Processes still running (or stopped) inside `root`: nodes and workers all
+/// work inside their run folder, so any process whose cwd is under it is a
+/// leftover.
+pub fn leftover_processes(root: &Path) -> Vec<String> {
     let root = root.canonicalize().unwrap();
     let mut left = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -81,6 +81,11 @@ pub fn assert_no_process_left(root: &Path) {
             }
         }
     }
+    left
+}
+
+pub fn assert_no_process_left(root: &Path) {
+    let left = leftover_processes(root);
     assert!(
         left.is_empty(),
         "processes left behind:\n{}",
