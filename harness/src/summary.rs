@@ -50,6 +50,14 @@ pub fn render(title: &str, results: &Results, path: &str) -> String {
         .filter_map(|(_, a)| a.first_time)
         .min();
     match (s.first_fault_time, first_anomaly) {
+        (Some(fault), Some(anomaly)) if anomaly < fault => {
+            let _ = writeln!(
+                out,
+                "  first anomaly at {:.2} s, before the first fault at {:.2} s",
+                secs(anomaly),
+                secs(fault)
+            );
+        }
         (Some(fault), Some(anomaly)) => {
             let _ = writeln!(
                 out,
