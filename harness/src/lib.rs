@@ -11,6 +11,7 @@ pub mod options;
 pub mod run;
 pub mod store;
 pub mod summary;
+pub mod topology;
 mod workers;
 
 pub use error::{Error, Result};

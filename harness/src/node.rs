@@ -1,9 +1,12 @@
-//! The local backend: each Redis node is a real `redis-server` child process
-//! on 127.0.0.1, in its own folder under the run, with its own log.
+//! The local backend: each Redis node is a real `redis-server` (or
+//! `redis-sentinel`) child process on its own loopback address, in its own
+//! folder under the run, with its own log.
 
 use crate::error::{Context, Error, Result};
+use crate::options::Persistence;
 use nemesis::process;
-use std::net::TcpListener;
+use serde::{Deserialize, Serialize};
+use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -14,6 +17,15 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Finds `redis-server`: `$LOCKSTORM_REDIS_SERVER`, else the PATH.
 pub fn find_redis_server() -> Result<PathBuf> {
     find_program("redis-server", "redis-server", "LOCKSTORM_REDIS_SERVER")
+}
+
+/// Finds `redis-sentinel`: `$LOCKSTORM_REDIS_SENTINEL`, else the PATH.
+pub fn find_redis_sentinel() -> Result<PathBuf> {
+    find_program(
+        "redis-sentinel",
+        "redis-sentinel",
+        "LOCKSTORM_REDIS_SENTINEL",
+    )
 }
 
 fn find_program(
@@ -49,29 +61,64 @@ pub fn redis_version(server: &Path) -> String {
         .unwrap_or_else(|e| format!("unknown ({e})"))
 }
 
+/// What a node is for, and what it needs to know to play that part.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "role")]
+pub enum Role {
+    /// Holds the lock (the primary, for `replicated`).
+    Lock,
+    /// Replicates from the primary at this address.
+    Replica { primary: String },
+    /// Watches the primary at this address.
+    Sentinel {
+        primary: String,
+        quorum: u32,
+        down_after_ms: u64,
+        failover_timeout_ms: u64,
+    },
+    /// Holds the shared counter; no fault ever touches it.
+    Storage,
+}
+
+/// Everything needed to start — and restart — a node.
+#[derive(Clone, Debug)]
+pub struct NodeSpec {
+    pub name: String,
+    pub role: Role,
+    pub ip: Ipv4Addr,
+    pub program: PathBuf,
+    pub persistence: Persistence,
+}
+
 /// A running node. Dropping it kills the process.
 #[derive(Debug)]
 pub struct RedisNode {
-    pub name: String,
+    pub spec: NodeSpec,
     pub port: u16,
     pub dir: PathBuf,
-    child: Child,
+    child: Option<Child>,
 }
 
 impl RedisNode {
-    /// Starts a node with persistence off and waits until it answers PING.
-    pub async fn start(server: &Path, name: &str, nodes_dir: &Path) -> Result<Self> {
-        let dir = nodes_dir.join(name);
+    /// Starts a node on a free port of its address and waits until it answers PING.
+    pub async fn start(spec: NodeSpec, nodes_dir: &Path) -> Result<Self> {
+        let dir = nodes_dir.join(&spec.name);
         std::fs::create_dir_all(&dir).context(|| format!("creating {}", dir.display()))?;
         // A free port can be taken by someone else before redis binds it: retry.
         let mut last = None;
         for _ in 0..5 {
-            let port = free_port().context(|| "finding a free port on 127.0.0.1".into())?;
-            let mut node = Self::spawn(server, name, &dir, port)?;
-            match node.wait_ready().await {
+            let port =
+                free_port(spec.ip).context(|| format!("finding a free port on {}", spec.ip))?;
+            let mut node = RedisNode {
+                spec: spec.clone(),
+                port,
+                dir: dir.clone(),
+                child: None,
+            };
+            match node.launch().await {
                 Ok(()) => return Ok(node),
                 Err(e) => {
-                    node.stop();
+                    node.kill();
                     let in_use = std::fs::read_to_string(node.log())
                         .is_ok_and(|log| log.contains("Address already in use"));
                     if !in_use {
@@ -84,34 +131,109 @@ impl RedisNode {
         Err(last.expect("the loop ran"))
     }
 
-    fn spawn(server: &Path, name: &str, dir: &Path, port: u16) -> Result<Self> {
-        let mut cmd = Command::new(server);
-        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--protected-mode", "yes", "--daemonize", "no"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(["--logfile", "redis.log"])
-            .current_dir(dir)
+    /// Starts the node again after a kill, on the same address and port.
+    /// Without persistence it comes back empty: even a replica's synced
+    /// dump is removed, since a real node without persistence keeps nothing.
+    pub async fn restart(&mut self) -> Result<()> {
+        self.kill();
+        if self.spec.persistence == Persistence::None {
+            let _ = std::fs::remove_file(self.dir.join("dump.rdb"));
+            let _ = std::fs::remove_dir_all(self.dir.join("appendonlydir"));
+        }
+        self.launch().await
+    }
+
+    async fn launch(&mut self) -> Result<()> {
+        let args = self.args()?;
+        let mut cmd = Command::new(&self.spec.program);
+        cmd.args(&args)
+            .current_dir(&self.dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         process::isolate(&mut cmd);
-        let child = cmd
-            .spawn()
-            .context(|| format!("starting {} for node {name}", server.display()))?;
-        Ok(RedisNode {
-            name: name.to_string(),
-            port,
-            dir: dir.to_path_buf(),
-            child,
-        })
+        let child = cmd.spawn().context(|| {
+            format!(
+                "starting {} for node {}",
+                self.spec.program.display(),
+                self.spec.name
+            )
+        })?;
+        self.child = Some(child);
+        self.wait_ready().await
+    }
+
+    /// Command-line settings (a config file for Sentinel, which insists on one).
+    fn args(&self) -> Result<Vec<String>> {
+        let ip = self.spec.ip.to_string();
+        let mut args: Vec<String> = Vec::new();
+        let mut set = |k: &str, v: &str| {
+            args.push(format!("--{k}"));
+            args.push(v.to_string());
+        };
+        set("port", &self.port.to_string());
+        set("bind", &ip);
+        // Other 127.0.0.x addresses are not "local" to protected mode.
+        set("protected-mode", "no");
+        set("daemonize", "no");
+        set("logfile", "redis.log");
+        if let Role::Sentinel {
+            primary,
+            quorum,
+            down_after_ms,
+            failover_timeout_ms,
+        } = &self.spec.role
+        {
+            let (pip, pport) = primary.split_once(':').expect("an ip:port address");
+            let conf = format!(
+                "sentinel announce-ip {ip}\n\
+                 sentinel resolve-hostnames no\n\
+                 sentinel monitor lockstorm {pip} {pport} {quorum}\n\
+                 sentinel down-after-milliseconds lockstorm {down_after_ms}\n\
+                 sentinel failover-timeout lockstorm {failover_timeout_ms}\n\
+                 sentinel parallel-syncs lockstorm 1\n"
+            );
+            let path = self.dir.join("sentinel.conf");
+            std::fs::write(&path, conf).context(|| format!("writing {}", path.display()))?;
+            args.insert(0, path.display().to_string());
+            return Ok(args);
+        }
+        // Replication links leave from the node's own address, so a
+        // partition between two addresses cuts them.
+        set("bind-source-addr", &ip);
+        set("replica-announce-ip", &ip);
+        set("repl-diskless-sync", "yes");
+        set("repl-diskless-sync-delay", "0");
+        set("save", "");
+        match self.spec.persistence {
+            Persistence::None => set("appendonly", "no"),
+            Persistence::AofEverysec => {
+                set("appendonly", "yes");
+                set("appendfsync", "everysec");
+            }
+            Persistence::AofAlways => {
+                set("appendonly", "yes");
+                set("appendfsync", "always");
+            }
+        }
+        if let Role::Replica { primary } = &self.spec.role {
+            let (pip, pport) = primary.split_once(':').expect("an ip:port address");
+            set("replicaof", &format!("{pip} {pport}"));
+        }
+        Ok(args)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.spec.name
     }
 
     pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("{}:{}", self.spec.ip, self.port)
     }
 
+    /// The live process's PID (0 while the node is down).
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.child.as_ref().map_or(0, Child::id)
     }
 
     pub fn log(&self) -> PathBuf {
@@ -120,7 +242,7 @@ impl RedisNode {
 
     fn error(&self, message: impl Into<String>) -> Error {
         Error::Node {
-            name: self.name.clone(),
+            name: self.spec.name.clone(),
             message: message.into(),
             log: self.log(),
         }
@@ -130,12 +252,9 @@ impl RedisNode {
     async fn wait_ready(&mut self) -> Result<()> {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
-            if let Some(status) = self
-                .child
-                .try_wait()
-                .context(|| "waiting for redis".into())?
-            {
-                return Err(self.error(format!("redis-server exited at start ({status})")));
+            let child = self.child.as_mut().expect("launched");
+            if let Some(status) = child.try_wait().context(|| "waiting for redis".into())? {
+                return Err(self.error(format!("exited at start ({status})")));
             }
             if ping(&self.addr()).await {
                 return Ok(());
@@ -147,23 +266,27 @@ impl RedisNode {
         }
     }
 
-    /// Kills and reaps the node (SIGKILL also ends a stopped process).
-    pub fn stop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = process::kill_now(self.child.id());
-            let _ = self.child.wait();
+    /// SIGKILLs and reaps the node (SIGKILL also ends a stopped process).
+    /// Returns the PID it had, if it was running.
+    pub fn kill(&mut self) -> Option<u32> {
+        let mut child = self.child.take()?;
+        let pid = child.id();
+        if let Ok(None) = child.try_wait() {
+            let _ = process::kill_now(pid);
         }
+        let _ = child.wait();
+        Some(pid)
     }
 }
 
 impl Drop for RedisNode {
     fn drop(&mut self) {
-        self.stop();
+        self.kill();
     }
 }
 
-fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+fn free_port(ip: Ipv4Addr) -> std::io::Result<u16> {
+    Ok(TcpListener::bind((ip, 0))?.local_addr()?.port())
 }
 
 async fn ping(addr: &str) -> bool {

@@ -11,16 +11,28 @@ use workloads::Config;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Backend {
-    /// Each node is a `redis-server` child process on 127.0.0.1.
+    /// Each node is a `redis-server` child process on a loopback address.
     Local,
+}
+
+/// What a lock node keeps across a kill and restart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Persistence {
+    /// Nothing: a restarted node is empty.
+    None,
+    /// AOF, fsync once a second: the last second may be lost.
+    AofEverysec,
+    /// AOF, fsync on every write.
+    AofAlways,
 }
 
 #[derive(Clone, Debug, PartialEq, Args, Serialize, Deserialize)]
 pub struct RunOptions {
-    /// Lock setup to test: single, fenced, unsafe-del, unsafe-setnx, no-lock.
+    /// Lock setup to test: single, replicated, fenced, unsafe-del, unsafe-setnx, no-lock.
     #[arg(long, default_value = "single", value_parser = parse_config)]
     pub config: Config,
-    /// Faults, comma-separated: none, pause, pause-node, all.
+    /// Faults, comma-separated: none, pause, pause-node, kill, failover, all.
     #[arg(long, default_value = "none", value_parser = parse_nemesis)]
     pub nemesis: Nemesis,
     /// Seconds the workers run.
@@ -29,12 +41,14 @@ pub struct RunOptions {
     /// Worker processes contending for the lock.
     #[arg(long, default_value_t = 5)]
     pub workers: u64,
-    /// Lock lease (TTL) in milliseconds.
-    #[arg(long, default_value_t = 2000)]
-    pub ttl_ms: u64,
-    /// Time a holder spends between reading and writing the counter.
-    #[arg(long, default_value_t = 200)]
-    pub work_ms: u64,
+    /// Lock lease (TTL) in milliseconds [default: 2000; 6000 with kill or failover].
+    #[arg(long)]
+    pub ttl_ms: Option<u64>,
+    /// Time a holder spends between reading and writing the counter [default:
+    /// 200; 4000 with kill or failover, so the holder is still working when
+    /// the lock is granted again].
+    #[arg(long)]
+    pub work_ms: Option<u64>,
     /// Seed for the fault schedule and the workers' jitter [default: random, printed].
     #[arg(long)]
     pub seed: Option<u64>,
@@ -43,9 +57,28 @@ pub struct RunOptions {
     /// Folder that receives `<config>-<nemesis>/<timestamp>/`.
     #[arg(long, default_value = "results")]
     pub results: PathBuf,
-    /// How long `pause`/`pause-node` freeze their target [default: 1.5 × TTL].
+    /// How long `pause` freezes the holder [default: 1.5 × TTL].
     #[arg(long)]
     pub pause_ms: Option<u64>,
+    /// How long `pause-node` freezes the node [default: 1.5 × TTL; for
+    /// replicated at least down-after + 3 s, so Sentinel fails over].
+    #[arg(long)]
+    pub node_pause_ms: Option<u64>,
+    /// How long a killed node stays down before it restarts.
+    #[arg(long, default_value_t = 300)]
+    pub restart_ms: u64,
+    /// What lock nodes keep across a restart.
+    #[arg(long, value_enum, default_value = "none")]
+    pub persistence: Persistence,
+    /// replicated: after acquiring, WAIT for this many replicas, else give the lock back.
+    #[arg(long, default_value_t = 0)]
+    pub wait_replicas: u32,
+    /// replicated: Sentinel's down-after-milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub down_after_ms: u64,
+    /// replicated: Sentinel's failover-timeout.
+    #[arg(long, default_value_t = 5000)]
+    pub failover_timeout_ms: u64,
     /// Mean quiet time between faults.
     #[arg(long, default_value_t = 5000)]
     pub nemesis_interval_ms: u64,
@@ -76,12 +109,18 @@ impl RunOptions {
             nemesis,
             time_limit: 30,
             workers: 5,
-            ttl_ms: 2000,
-            work_ms: 200,
+            ttl_ms: None,
+            work_ms: None,
             seed: None,
             backend: Backend::Local,
             results: PathBuf::from("results"),
             pause_ms: None,
+            node_pause_ms: None,
+            restart_ms: 300,
+            persistence: Persistence::None,
+            wait_replicas: 0,
+            down_after_ms: 1000,
+            failover_timeout_ms: 5000,
             nemesis_interval_ms: 5000,
             no_validity_check: false,
             acquire_timeout_ms: None,
@@ -93,16 +132,12 @@ impl RunOptions {
     /// combination, so `run.json` records exactly what ran.
     pub fn resolve(mut self) -> Result<Self> {
         let usage = |m: String| Err(Error::Usage(m));
+        let has = |f: Fault| self.nemesis.faults.contains(&f);
+        let replicated = self.config == Config::Replicated;
         if !(1..=64).contains(&self.workers) {
             return usage(format!(
                 "--workers {} is out of range: use 1 to 64",
                 self.workers
-            ));
-        }
-        if self.ttl_ms < 10 {
-            return usage(format!(
-                "--ttl-ms {} is too short: use at least 10",
-                self.ttl_ms
             ));
         }
         if self.time_limit == 0 {
@@ -111,20 +146,60 @@ impl RunOptions {
         if self.op_timeout_ms == 0 {
             return usage("--op-timeout-ms 0 would fail every request: use at least 1".into());
         }
-        if self.nemesis.faults.contains(&Fault::PauseNode) && !self.config.has_lock_node() {
+        let node_faults = [Fault::PauseNode, Fault::Kill];
+        if let Some(f) = node_faults.into_iter().find(|f| has(*f)) {
+            if !self.config.has_lock_node() {
+                return usage(format!(
+                    "--nemesis {f} needs a lock node, and config {} has none: choose another config or nemesis",
+                    self.config
+                ));
+            }
+        }
+        if has(Fault::Failover) && !replicated {
             return usage(format!(
-                "--nemesis pause-node needs a lock node, and config {} has none: choose another config or nemesis",
+                "--nemesis failover needs replicas, and config {} has none: use --config replicated",
                 self.config
             ));
         }
+        if self.wait_replicas > 0 && !replicated {
+            return usage("--wait-replicas needs replicas: use it with --config replicated".into());
+        }
+        if self.wait_replicas > 2 {
+            return usage(format!(
+                "--wait-replicas {} is more than the 2 replicas there are: use 0, 1 or 2",
+                self.wait_replicas
+            ));
+        }
+        // Kills and failovers only lose a lock whose holder is still in its
+        // critical section when the lock is granted again.
+        let slow = has(Fault::Kill) || has(Fault::Failover);
+        let ttl = *self.ttl_ms.get_or_insert(if slow { 6_000 } else { 2_000 });
+        self.work_ms.get_or_insert(if slow { 4_000 } else { 200 });
+        if ttl < 10 {
+            return usage(format!("--ttl-ms {ttl} is too short: use at least 10"));
+        }
         self.seed.get_or_insert_with(rand_seed);
-        self.pause_ms.get_or_insert(self.ttl_ms * 3 / 2);
-        self.acquire_timeout_ms.get_or_insert(self.ttl_ms * 2);
+        self.pause_ms.get_or_insert(ttl * 3 / 2);
+        let node_pause = if replicated {
+            (ttl * 3 / 2).max(self.down_after_ms + 3000)
+        } else {
+            ttl * 3 / 2
+        };
+        self.node_pause_ms.get_or_insert(node_pause);
+        self.acquire_timeout_ms.get_or_insert(ttl * 2);
         Ok(self)
     }
 
     pub fn seed(&self) -> u64 {
         self.seed.expect("resolved")
+    }
+
+    pub fn ttl_ms(&self) -> u64 {
+        self.ttl_ms.expect("resolved")
+    }
+
+    pub fn work_ms(&self) -> u64 {
+        self.work_ms.expect("resolved")
     }
 
     /// `<config>-<nemesis>`, the folder name of this kind of run.
@@ -158,14 +233,38 @@ mod tests {
             (o.seed(), o.pause_ms, o.acquire_timeout_ms),
             (7, Some(3000), Some(4000))
         );
+        assert_eq!((o.ttl_ms(), o.work_ms()), (2000, 200));
         assert_eq!(o.name(), "single-pause");
     }
 
     #[test]
-    fn pause_node_without_a_lock_node_is_a_usage_error() {
-        let o = RunOptions::new(Config::NoLock, "pause-node".parse().unwrap());
+    fn a_node_fault_without_a_lock_node_is_a_usage_error() {
+        for nemesis in ["pause-node", "kill"] {
+            let o = RunOptions::new(Config::NoLock, nemesis.parse().unwrap());
+            let err = o.resolve().unwrap_err();
+            assert_eq!(err.exit_code(), 254);
+            assert!(err.to_string().contains("config no-lock has none"), "{err}");
+        }
+    }
+
+    #[test]
+    fn kill_and_failover_get_a_critical_section_longer_than_a_failover() {
+        let o = RunOptions::new(Config::Replicated, "failover".parse().unwrap());
+        let o = o.resolve().unwrap();
+        assert_eq!((o.ttl_ms(), o.work_ms()), (6_000, 4_000));
+        assert!(o.node_pause_ms.unwrap() >= o.down_after_ms + 3000);
+        let mut given = RunOptions::new(Config::Single, "kill".parse().unwrap());
+        given.work_ms = Some(50);
+        assert_eq!(given.resolve().unwrap().work_ms(), 50);
+    }
+
+    #[test]
+    fn failover_and_wait_replicas_need_the_replicated_config() {
+        let o = RunOptions::new(Config::Single, "failover".parse().unwrap());
         let err = o.resolve().unwrap_err();
-        assert_eq!(err.exit_code(), 254);
-        assert!(err.to_string().contains("config no-lock has none"), "{err}");
+        assert!(err.to_string().contains("--config replicated"), "{err}");
+        let mut o = RunOptions::new(Config::Single, Nemesis::none());
+        o.wait_replicas = 1;
+        assert_eq!(o.resolve().unwrap_err().exit_code(), 254);
     }
 }

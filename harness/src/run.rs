@@ -6,19 +6,21 @@ use crate::journal::HistoryWriter;
 use crate::node::{self, RedisNode};
 use crate::options::RunOptions;
 use crate::store::{write_json, RunDir};
+use crate::topology::{NodeRecord, Topology};
 use crate::{logging, workers};
 use checker::history::{f, OpType, Process};
 use checker::verdict::{Promise, Results, Validity};
 use checker::History;
-use nemesis::{ScheduleSpec, Step};
+use nemesis::{Durations, Fault, ScheduleSpec, Step};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use workloads::clock::RunClock;
 use workloads::storage::Storage;
-use workloads::{Outcome, WorkerSpec};
+use workloads::{Config, Outcome, WorkerSpec};
 
 /// `run.json`: everything needed to understand or repeat the run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -33,14 +35,6 @@ pub struct RunRecord {
     pub schedule: Vec<Step>,
     #[serde(default)]
     pub interrupted: bool,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct NodeRecord {
-    pub name: String,
-    pub role: String,
-    pub addr: String,
-    pub pid: u32,
 }
 
 pub struct RunOutcome {
@@ -77,21 +71,23 @@ async fn run_in(
         options.seed(),
         dir.path.display()
     );
-    let mut lock_nodes = Vec::new();
-    if options.config.has_lock_node() {
-        lock_nodes.push(RedisNode::start(server, "n1", &dir.nodes()).await?);
-    }
-    let storage = RedisNode::start(server, "storage", &dir.nodes()).await?;
+    let sentinel = match options.config {
+        Config::Replicated => Some(node::find_redis_sentinel()?),
+        _ => None,
+    };
+    let topology = Arc::new(Topology::start(options, server, sentinel, &dir.nodes()).await?);
+    let outcome = run_workload(options, server, dir, &topology).await;
+    topology.shutdown().await;
+    outcome
+}
 
-    let steps = nemesis::schedule(&ScheduleSpec {
-        seed: options.seed(),
-        faults: options.nemesis.faults.clone(),
-        interval_ms: options.nemesis_interval_ms,
-        fault_ms: options.pause_ms.expect("resolved"),
-        time_limit_ms: options.time_limit * 1000,
-        settle_ms: options.ttl_ms.max(1000),
-    });
-
+async fn run_workload(
+    options: &RunOptions,
+    server: &std::path::Path,
+    dir: &RunDir,
+    topology: &Arc<Topology>,
+) -> Result<RunOutcome> {
+    let steps = nemesis::schedule(&schedule_spec(options));
     let clock = RunClock::starting_now();
     let (history, holders) =
         HistoryWriter::create(&dir.history(), clock).context(|| "creating history.jsonl".into())?;
@@ -99,7 +95,7 @@ async fn run_in(
     let exe = std::env::current_exe().context(|| "finding the lockstorm binary".into())?;
     let mut running = Vec::new();
     for index in 0..options.workers {
-        let spec = worker_spec(options, index, &lock_nodes, &storage, clock);
+        let spec = worker_spec(options, index, topology, clock);
         running.push(workers::spawn(&spec, &exe, &dir.path, history.clone())?);
     }
 
@@ -109,32 +105,35 @@ async fn run_in(
         started: chrono::Utc::now().to_rfc3339(),
         promise: options.config.promise(),
         options: options.clone(),
-        nodes: lock_nodes
-            .iter()
-            .map(|n| node_record(n, "lock"))
-            .chain([node_record(&storage, "storage")])
-            .collect(),
+        nodes: topology.records().await,
         worker_pids: running.iter().map(|w| w.pid).collect(),
         schedule: steps.clone(),
         interrupted: false,
     };
     write_json(&dir.run_json(), &record)?;
 
+    let watching = Arc::new(AtomicBool::new(false));
+    let watcher = topology.watch_failovers(history.clone(), watching.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     let env = nemesis::Env {
         workers: running.iter().map(|w| w.pid).collect(),
-        lock_nodes: lock_nodes
-            .iter()
-            .map(|n| (n.name.clone(), n.pid()))
-            .collect(),
+        cluster: topology.clone(),
         holders,
         journal: history.clone(),
-        arm_timeout: Duration::from_millis(options.nemesis_interval_ms.max(2 * options.ttl_ms)),
+        arm_timeout: Duration::from_millis(options.nemesis_interval_ms.max(options.ttl_ms())),
         stop: stop_rx,
+    };
+    let durations = Durations {
+        pause: Duration::from_millis(options.pause_ms.expect("resolved")),
+        node_pause: Duration::from_millis(options.node_pause_ms.expect("resolved")),
+        kill_down: Duration::from_millis(options.restart_ms),
+        lock_ttl: Duration::from_millis(options.ttl_ms()),
+        quiet: Duration::from_millis(options.nemesis_interval_ms / 2),
     };
     let nemesis = tokio::spawn(nemesis::runner::run(
         steps,
         env,
+        durations,
         tokio::time::Instant::now(),
     ));
 
@@ -148,18 +147,21 @@ async fn run_in(
         );
     }
 
-    // Heal first, so no worker is left stopped, then let workers finish.
+    // Heal first, so no worker is left stopped and no node down, then let
+    // workers finish their cycles.
     let _ = stop_tx.send(true);
     nemesis
         .await
         .map_err(|e| Error::Harness(format!("nemesis task failed: {e}")))?;
     workers::stop_all(running, stop_grace(options)).await;
-    final_read(&history, &storage).await;
+    watching.store(true, Ordering::SeqCst);
+    if let Some(w) = watcher {
+        let _ = w.join();
+    }
+    final_read(&history, &topology.storage).await;
     history
         .finish()
         .context(|| "writing history.jsonl".into())?;
-    drop(lock_nodes);
-    drop(storage);
 
     let results = check_history(dir, record.promise, record.interrupted)?;
     write_json(&dir.results_json(), &results)?;
@@ -173,21 +175,50 @@ async fn run_in(
     })
 }
 
+/// Each fault the run asked for, with how long it is expected to last.
+fn schedule_spec(options: &RunOptions) -> ScheduleSpec {
+    let restart = options.restart_ms + 500;
+    let faults = options
+        .nemesis
+        .faults
+        .iter()
+        .map(|&f| {
+            let ms = match f {
+                Fault::Pause => options.pause_ms.expect("resolved"),
+                Fault::PauseNode => options.node_pause_ms.expect("resolved"),
+                Fault::Kill => restart,
+                Fault::Failover => {
+                    options.ttl_ms() + options.down_after_ms + options.failover_timeout_ms + restart
+                }
+            };
+            (f, ms)
+        })
+        .collect();
+    ScheduleSpec {
+        seed: options.seed(),
+        faults,
+        interval_ms: options.nemesis_interval_ms,
+        time_limit_ms: options.time_limit * 1000,
+        settle_ms: options.ttl_ms().max(1000),
+    }
+}
+
 fn worker_spec(
     options: &RunOptions,
     index: u64,
-    lock_nodes: &[RedisNode],
-    storage: &RedisNode,
+    topology: &Topology,
     clock: RunClock,
 ) -> WorkerSpec {
     WorkerSpec {
         config: options.config,
         index,
         workers: options.workers,
-        lock_nodes: lock_nodes.iter().map(RedisNode::addr).collect(),
-        storage_node: storage.addr(),
-        ttl_ms: options.ttl_ms,
-        work_ms: options.work_ms,
+        lock_nodes: topology.lock_addrs(),
+        sentinels: topology.sentinel_addrs(),
+        wait_replicas: options.wait_replicas,
+        storage_node: topology.storage.addr(),
+        ttl_ms: options.ttl_ms(),
+        work_ms: options.work_ms(),
         acquire_timeout_ms: options.acquire_timeout_ms.expect("resolved"),
         op_timeout_ms: options.op_timeout_ms,
         validity_check: !options.no_validity_check,
@@ -196,20 +227,11 @@ fn worker_spec(
     }
 }
 
-fn node_record(node: &RedisNode, role: &str) -> NodeRecord {
-    NodeRecord {
-        name: node.name.clone(),
-        role: role.into(),
-        addr: node.addr(),
-        pid: node.pid(),
-    }
-}
-
 /// Long enough for a worker to finish the cycle it is in: an acquire that
 /// retries to its deadline, the work, and a few requests that time out.
 fn stop_grace(options: &RunOptions) -> Duration {
     let ms = options.acquire_timeout_ms.expect("resolved")
-        + options.work_ms
+        + options.work_ms()
         + 4 * options.op_timeout_ms
         + 2000;
     Duration::from_millis(ms)

@@ -12,23 +12,21 @@ use std::time::{Duration, Instant};
 
 /// A long run with long pauses, so one is active when we interrupt it.
 fn start(results: &Path) -> Child {
+    let pause = [
+        "--config",
+        "single",
+        "--nemesis",
+        "pause",
+        "--ttl-ms",
+        "500",
+    ];
+    start_with(results, &[&pause[..], &["--pause-ms", "60000"]].concat())
+}
+
+fn start_with(results: &Path, args: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_lockstorm"))
-        .args([
-            "--config",
-            "single",
-            "--nemesis",
-            "pause",
-            "--time-limit",
-            "120",
-        ])
-        .args([
-            "--ttl-ms",
-            "500",
-            "--pause-ms",
-            "60000",
-            "--nemesis-interval-ms",
-            "200",
-        ])
+        .args(args)
+        .args(["--time-limit", "120", "--nemesis-interval-ms", "200"])
         .args(["--seed", "9", "--results", results.to_str().unwrap()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -50,15 +48,17 @@ fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
 
 /// The run folder, once the history shows a worker frozen by the nemesis.
 fn wait_for_active_pause(results: &Path) -> PathBuf {
-    wait_for("a pause to start", || {
-        let group = results.join("single-pause");
-        let run = std::fs::read_dir(&group)
-            .ok()?
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| p.is_dir())?;
+    wait_for_event(results, "single-pause", "start-pause")
+}
+
+/// The run folder, once its history has an event named `event`.
+fn wait_for_event(results: &Path, group: &str, event: &str) -> PathBuf {
+    wait_for(event, || {
+        let group = results.join(group);
+        let mut runs = std::fs::read_dir(&group).ok()?.flatten().map(|e| e.path());
+        let run = runs.find(|p| p.is_dir())?;
         let history = std::fs::read_to_string(run.join("history.jsonl")).ok()?;
-        history.contains("start-pause").then_some(run)
+        history.contains(event).then_some(run)
     })
 }
 
@@ -100,4 +100,29 @@ fn a_killed_harness_leaves_no_process_and_a_readable_history() {
         check.stdout,
         check.stderr
     );
+}
+
+#[test]
+fn ctrl_c_during_a_failover_removes_the_partition_and_every_node() {
+    let tmp = tempfile::tempdir().unwrap();
+    let child = start_with(
+        tmp.path(),
+        &["--config", "replicated", "--nemesis", "failover"],
+    );
+    let run = wait_for_event(tmp.path(), "replicated-failover", "start-failover");
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        [0, 1, 2].contains(&out.status.code().unwrap()),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let history = std::fs::read_to_string(run.join("history.jsonl")).unwrap();
+    assert!(
+        history.contains("stop-failover"),
+        "the failover was not healed"
+    );
+    common::assert_no_process_left(tmp.path());
+    let orphans = common::orphaned_chains();
+    assert!(orphans.is_empty(), "iptables rules left: {orphans:?}");
 }

@@ -9,18 +9,30 @@ use std::str::FromStr;
 pub enum Fault {
     /// SIGSTOP the lock holder in its critical section, for longer than the TTL.
     Pause,
-    /// SIGSTOP the lock node.
+    /// SIGSTOP the node the lock lives on (the primary, for `replicated`).
     PauseNode,
+    /// SIGKILL that node right after an acquisition; restart it later.
+    Kill,
+    /// Partition the primary from its replicas, kill it after an
+    /// acquisition, heal once Sentinel has promoted a replica.
+    Failover,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 2] = [Fault::Pause, Fault::PauseNode];
+    pub const ALL: [Fault; 4] = [Fault::Pause, Fault::PauseNode, Fault::Kill, Fault::Failover];
 
     pub fn name(self) -> &'static str {
         match self {
             Fault::Pause => "pause",
             Fault::PauseNode => "pause-node",
+            Fault::Kill => "kill",
+            Fault::Failover => "failover",
         }
+    }
+
+    /// Faults that cut links need iptables and root.
+    pub fn needs_firewall(self) -> bool {
+        self == Fault::Failover
     }
 }
 
@@ -125,7 +137,7 @@ mod tests {
         let err = "pause,gc".parse::<Nemesis>().unwrap_err();
         assert_eq!(
             err,
-            "unknown nemesis 'gc': choose from none, pause, pause-node, all"
+            "unknown nemesis 'gc': choose from none, pause, pause-node, kill, failover, all"
         );
     }
 }

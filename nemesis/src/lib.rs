@@ -2,12 +2,17 @@
 //! the faults act on real processes through [`process`], the one module that
 //! sends signals.
 
+pub mod cluster;
+mod failover;
 pub mod fault;
+mod kill;
+pub mod net;
 mod pause;
 pub mod process;
 pub mod runner;
 pub mod schedule;
 
+pub use cluster::{Cluster, NodeRef};
 pub use fault::{Fault, Nemesis};
-pub use runner::{Env, Holder, Journal};
+pub use runner::{Durations, Env, Holder, Journal};
 pub use schedule::{schedule, ScheduleSpec, Step};

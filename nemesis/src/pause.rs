@@ -12,17 +12,9 @@ use std::time::Duration;
 
 /// Waits for the next holder to enter its critical section, then freezes it.
 pub async fn holder(env: &mut Env, duration: Duration) {
-    env.holders.borrow_and_update();
-    let next = tokio::select! {
-        next = tokio::time::timeout(env.arm_timeout, env.holders.changed()) => next,
-        _ = env.stop.wait_for(|s| *s) => return,
-    };
-    if !matches!(next, Ok(Ok(()))) {
-        let reason = json!({"reason": "no worker held the lock in time"});
-        env.journal.record("skip-pause", reason, None);
+    let Some(holder) = env.await_holder("pause").await else {
         return;
-    }
-    let holder = *env.holders.borrow_and_update();
+    };
     let Some(&pid) = env.workers.get(holder.worker) else {
         return;
     };
@@ -30,13 +22,26 @@ pub async fn holder(env: &mut Env, duration: Duration) {
     suspend_for(env, "pause", pid, duration, target, None).await;
 }
 
-/// Freezes the first lock node for `duration`.
+/// Freezes the node the lock lives on (the primary, for `replicated`).
 pub async fn node(env: &mut Env, duration: Duration) {
-    let Some((name, pid)) = env.lock_nodes.first().cloned() else {
+    let Some(node) = env.cluster.primary().await else {
+        env.journal.record(
+            "skip-pause-node",
+            json!({"reason": "no primary known"}),
+            None,
+        );
         return;
     };
-    let target = json!({"target": name, "pid": pid});
-    suspend_for(env, "pause-node", pid, duration, target, Some(&name)).await;
+    let target = json!({"target": node.name, "pid": node.pid});
+    suspend_for(
+        env,
+        "pause-node",
+        node.pid,
+        duration,
+        target,
+        Some(&node.name),
+    )
+    .await;
 }
 
 async fn suspend_for(

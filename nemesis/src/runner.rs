@@ -1,7 +1,8 @@
 //! Runs a schedule against a live run and heals every fault before returning.
 
-use crate::{pause, Fault, Step};
-use serde_json::Value;
+use crate::cluster::Cluster;
+use crate::{failover, kill, pause, Fault, Step};
+use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -26,14 +27,27 @@ pub trait Journal: Send + Sync {
 pub struct Env {
     /// Worker index → PID.
     pub workers: Vec<u32>,
-    /// The lock's nodes by name → PID. The storage node is never here.
-    pub lock_nodes: Vec<(String, u32)>,
+    /// The lock's nodes. The storage node is never part of it.
+    pub cluster: Arc<dyn Cluster>,
     pub holders: watch::Receiver<Holder>,
     pub journal: Arc<dyn Journal>,
-    /// How long to wait for a holder before skipping a holder fault.
+    /// How long to wait for a holder before a holder fault goes ahead without one.
     pub arm_timeout: Duration,
     /// Turns true when the run ends: every fault heals at once.
     pub stop: watch::Receiver<bool>,
+}
+
+/// How long each fault lasts, from the run's options.
+#[derive(Clone, Copy, Debug)]
+pub struct Durations {
+    pub pause: Duration,
+    pub node_pause: Duration,
+    pub kill_down: Duration,
+    /// The lock's TTL: how long a key can outlive the partition that hid its deletion.
+    pub lock_ttl: Duration,
+    /// Least quiet time after a fault. A fault that waited for a holder ends
+    /// later than the schedule planned; the next one still waits this long.
+    pub quiet: Duration,
 }
 
 impl Env {
@@ -48,23 +62,45 @@ impl Env {
     pub(crate) fn stopping(&self) -> bool {
         *self.stop.borrow()
     }
+
+    /// Waits for the next worker to enter its critical section. `None` (and
+    /// a `skip-<fault>` note) if none does within the arm timeout or the run ends.
+    pub(crate) async fn await_holder(&mut self, fault: &str) -> Option<Holder> {
+        self.holders.borrow_and_update();
+        let next = tokio::select! {
+            next = tokio::time::timeout(self.arm_timeout, self.holders.changed()) => next,
+            _ = self.stop.wait_for(|s| *s) => return None,
+        };
+        if !matches!(next, Ok(Ok(()))) {
+            let reason = json!({"reason": "no worker held the lock in time"});
+            self.journal
+                .record(&format!("no-holder-{fault}"), reason, None);
+            return None;
+        }
+        Some(*self.holders.borrow_and_update())
+    }
 }
 
 /// Runs `steps` relative to `start` until they are done or the run ends.
-pub async fn run(steps: Vec<Step>, mut env: Env, start: Instant) {
+pub async fn run(steps: Vec<Step>, mut env: Env, durations: Durations, start: Instant) {
+    let mut earliest = start;
     for step in steps {
-        let wait =
-            (start + Duration::from_millis(step.at_ms)).saturating_duration_since(Instant::now());
-        if !env.sleep(wait).await {
+        let at = (start + Duration::from_millis(step.at_ms)).max(earliest);
+        if !env
+            .sleep(at.saturating_duration_since(Instant::now()))
+            .await
+        {
             return;
         }
-        let duration = Duration::from_millis(step.duration_ms);
         match step.fault {
-            Fault::Pause => pause::holder(&mut env, duration).await,
-            Fault::PauseNode => pause::node(&mut env, duration).await,
+            Fault::Pause => pause::holder(&mut env, durations.pause).await,
+            Fault::PauseNode => pause::node(&mut env, durations.node_pause).await,
+            Fault::Kill => kill::primary(&mut env, durations.kill_down).await,
+            Fault::Failover => failover::run(&mut env, durations.lock_ttl).await,
         }
         if env.stopping() {
             return;
         }
+        earliest = Instant::now() + durations.quiet;
     }
 }

@@ -9,11 +9,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScheduleSpec {
     pub seed: u64,
-    pub faults: Vec<Fault>,
+    /// Each fault to draw from, with how long it lasts once it starts.
+    pub faults: Vec<(Fault, u64)>,
     /// Mean quiet time between faults.
     pub interval_ms: u64,
-    /// How long each fault lasts once it starts.
-    pub fault_ms: u64,
     pub time_limit_ms: u64,
     /// Quiet time kept at the end so the system settles before the final read.
     pub settle_ms: u64,
@@ -37,14 +36,17 @@ pub fn schedule(spec: &ScheduleSpec) -> Vec<Step> {
     let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
     let end = spec.time_limit_ms.saturating_sub(spec.settle_ms);
     let mut at = rng.random_range(spec.interval_ms / 2..=spec.interval_ms);
-    while at + spec.fault_ms <= end {
-        let fault = spec.faults[rng.random_range(0..spec.faults.len())];
+    loop {
+        let (fault, duration_ms) = spec.faults[rng.random_range(0..spec.faults.len())];
+        if at + duration_ms > end {
+            break;
+        }
         steps.push(Step {
             at_ms: at,
             fault,
-            duration_ms: spec.fault_ms,
+            duration_ms,
         });
-        at += spec.fault_ms + rng.random_range(spec.interval_ms / 2..=spec.interval_ms * 3 / 2);
+        at += duration_ms + rng.random_range(spec.interval_ms / 2..=spec.interval_ms * 3 / 2);
     }
     steps
 }
@@ -56,9 +58,8 @@ mod tests {
     fn spec(seed: u64) -> ScheduleSpec {
         ScheduleSpec {
             seed,
-            faults: vec![Fault::Pause, Fault::PauseNode],
+            faults: vec![(Fault::Pause, 1_500), (Fault::PauseNode, 1_000)],
             interval_ms: 2_000,
-            fault_ms: 1_500,
             time_limit_ms: 30_000,
             settle_ms: 2_000,
         }

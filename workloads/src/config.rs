@@ -10,6 +10,9 @@ use std::str::FromStr;
 pub enum Config {
     /// One node; `SET NX PX`, compare-and-delete release.
     Single,
+    /// A primary, two replicas and three Sentinels; the client finds the
+    /// primary through Sentinel.
+    Replicated,
     /// `single` plus a fencing token checked by the storage.
     Fenced,
     /// Negative control: release with a plain `DEL`.
@@ -21,8 +24,9 @@ pub enum Config {
 }
 
 impl Config {
-    pub const ALL: [Config; 5] = [
+    pub const ALL: [Config; 6] = [
         Config::Single,
+        Config::Replicated,
         Config::Fenced,
         Config::UnsafeDel,
         Config::UnsafeSetnx,
@@ -32,6 +36,7 @@ impl Config {
     pub fn name(self) -> &'static str {
         match self {
             Config::Single => "single",
+            Config::Replicated => "replicated",
             Config::Fenced => "fenced",
             Config::UnsafeDel => "unsafe-del",
             Config::UnsafeSetnx => "unsafe-setnx",
@@ -93,7 +98,7 @@ mod tests {
         }
         let err = "redlok".parse::<Config>().unwrap_err();
         assert!(
-            err.contains("single, fenced, unsafe-del, unsafe-setnx, no-lock"),
+            err.contains("single, replicated, fenced, unsafe-del, unsafe-setnx, no-lock"),
             "{err}"
         );
     }

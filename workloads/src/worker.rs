@@ -25,6 +25,11 @@ pub struct WorkerSpec {
     /// process `id + workers`, so ids never collide.
     pub workers: u64,
     pub lock_nodes: Vec<String>,
+    #[serde(default)]
+    pub sentinels: Vec<String>,
+    /// `WAIT` for this many replicas after acquiring (0: don't).
+    #[serde(default)]
+    pub wait_replicas: u32,
     pub storage_node: String,
     pub ttl_ms: u64,
     pub work_ms: u64,
@@ -104,8 +109,10 @@ pub fn run(spec: WorkerSpec, out: impl Write, stop: Arc<AtomicBool>) {
     let op_timeout = Duration::from_millis(spec.op_timeout_ms);
     let params = LockParams {
         nodes: spec.lock_nodes.clone(),
+        sentinels: spec.sentinels.clone(),
         ttl: Duration::from_millis(spec.ttl_ms),
         op_timeout,
+        wait_replicas: spec.wait_replicas,
     };
     let storage = if spec.config.fenced() {
         Storage::fenced(&spec.storage_node, op_timeout)

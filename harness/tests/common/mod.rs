@@ -100,3 +100,26 @@ pub fn count(results: &Results, anomaly: &str) -> u64 {
         .unwrap_or_else(|| panic!("results.json lacks anomaly {anomaly}"))
         .count
 }
+
+/// lockstorm iptables chains whose harness has exited: each run must remove its own.
+pub fn orphaned_chains() -> Vec<String> {
+    let out = Command::new("iptables")
+        .arg("-S")
+        .output()
+        .expect("iptables runs (CI installs it)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("-N LOCKSTORM-"))
+        .filter(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+        .map(|pid| format!("LOCKSTORM-{pid}"))
+        .collect()
+}
+
+/// How many events of the history have `f` equal to `op`.
+pub fn events(dir: &Path, op: &str) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(dir.join("history.jsonl")).unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["f"] == op)
+        .collect()
+}

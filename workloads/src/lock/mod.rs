@@ -3,6 +3,7 @@
 
 mod fenced;
 mod no_lock;
+mod replicated;
 mod single;
 mod unsafe_del;
 mod unsafe_setnx;
@@ -30,15 +31,24 @@ pub trait LockClient: Send {
 /// Where a lock client finds its nodes and how long its leases are.
 #[derive(Clone, Debug)]
 pub struct LockParams {
+    /// The lock's nodes, for configs that address them directly.
     pub nodes: Vec<String>,
+    /// Sentinels that name the current primary (`replicated`).
+    pub sentinels: Vec<String>,
     pub ttl: Duration,
     pub op_timeout: Duration,
+    /// After acquiring, `WAIT` for this many replicas (0: don't wait).
+    pub wait_replicas: u32,
 }
+
+/// The name Sentinel monitors the primary under.
+pub const PRIMARY_NAME: &str = "lockstorm";
 
 pub fn client(config: Config, params: &LockParams) -> Box<dyn LockClient> {
     match config {
         Config::Single => Box::new(single::Single::new(params)),
         Config::Fenced => Box::new(fenced::Fenced::new(params)),
+        Config::Replicated => Box::new(replicated::Replicated::new(params)),
         Config::UnsafeDel => Box::new(unsafe_del::UnsafeDel::new(params)),
         Config::UnsafeSetnx => Box::new(unsafe_setnx::UnsafeSetnx::new(params)),
         Config::NoLock => Box::new(no_lock::NoLock),

@@ -1,0 +1,449 @@
+//! The nodes of one run, per config: a lock node, or a primary with two
+//! replicas and three Sentinels; plus the storage node. Every node has its
+//! own loopback address so a partition can cut the link between two of them.
+//! Implements [`nemesis::Cluster`], the faults' handle on the nodes.
+
+use crate::error::{Error, Result};
+use crate::node::{NodeSpec, RedisNode, Role};
+use crate::options::RunOptions;
+use nemesis::cluster::BoxFuture;
+use nemesis::net::{Firewall, Link};
+use nemesis::{Cluster, Journal, NodeRef};
+use serde::{Deserialize, Serialize};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Mutex;
+use workloads::lock::PRIMARY_NAME;
+use workloads::Config;
+
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A node as `run.json` records it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NodeRecord {
+    pub name: String,
+    pub role: String,
+    pub addr: String,
+    pub pid: u32,
+}
+
+pub struct Topology {
+    /// Lock nodes first (n1 is the first primary), then Sentinels.
+    nodes: Mutex<Vec<RedisNode>>,
+    /// Name → address, fixed for the run (a restart keeps both).
+    addrs: Vec<(String, Ipv4Addr, u16)>,
+    sentinels: Vec<String>,
+    pub storage: RedisNode,
+    firewall: Option<Firewall>,
+}
+
+fn data_ip(n: u8) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 0, 10 + n)
+}
+
+fn sentinel_ip(n: u8) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 0, 20 + n)
+}
+
+impl Topology {
+    pub async fn start(
+        options: &RunOptions,
+        server: &Path,
+        sentinel: Option<PathBuf>,
+        nodes_dir: &Path,
+    ) -> Result<Self> {
+        let firewall = if options.nemesis.faults.iter().any(|f| f.needs_firewall()) {
+            let faults = options.nemesis.to_string();
+            nemesis::net::available().map_err(|why| {
+                Error::Usage(format!("--nemesis {faults} cuts links with iptables, and {why}: run as root, or choose another nemesis"))
+            })?;
+            Some(
+                Firewall::create()
+                    .map_err(|e| Error::Harness(format!("cannot set up iptables: {e}")))?,
+            )
+        } else {
+            // A crashed run may have left its rules; remove them whenever we can.
+            if nemesis::net::available().is_ok() {
+                let _ = nemesis::net::clean_stale();
+            }
+            None
+        };
+        let spec = |name: &str, role: Role, ip: Ipv4Addr, program: &Path| NodeSpec {
+            name: name.into(),
+            role,
+            ip,
+            program: program.to_path_buf(),
+            persistence: options.persistence,
+        };
+        let mut nodes = Vec::new();
+        if options.config.has_lock_node() {
+            nodes.push(
+                RedisNode::start(spec("n1", Role::Lock, data_ip(1), server), nodes_dir).await?,
+            );
+        }
+        if options.config == Config::Replicated {
+            let primary = nodes[0].addr();
+            for n in 2..=3 {
+                let role = Role::Replica {
+                    primary: primary.clone(),
+                };
+                nodes.push(
+                    RedisNode::start(spec(&format!("n{n}"), role, data_ip(n), server), nodes_dir)
+                        .await?,
+                );
+            }
+            await_replication(&nodes[0], 2).await?;
+            let sentinel = sentinel.expect("the caller finds redis-sentinel for replicated");
+            for n in 1..=3 {
+                let role = Role::Sentinel {
+                    primary: primary.clone(),
+                    quorum: 2,
+                    down_after_ms: options.down_after_ms,
+                    failover_timeout_ms: options.failover_timeout_ms,
+                };
+                nodes.push(
+                    RedisNode::start(
+                        spec(&format!("s{n}"), role, sentinel_ip(n), &sentinel),
+                        nodes_dir,
+                    )
+                    .await?,
+                );
+            }
+        }
+        let storage = RedisNode::start(
+            spec("storage", Role::Storage, Ipv4Addr::LOCALHOST, server),
+            nodes_dir,
+        )
+        .await?;
+        let mut sentinels = Vec::new();
+        for node in nodes
+            .iter()
+            .filter(|n| matches!(n.spec.role, Role::Sentinel { .. }))
+        {
+            await_sentinel(node).await?;
+            sentinels.push(node.addr());
+        }
+        Ok(Topology {
+            addrs: nodes
+                .iter()
+                .map(|n| (n.name().to_string(), n.spec.ip, n.port))
+                .collect(),
+            nodes: Mutex::new(nodes),
+            sentinels,
+            storage,
+            firewall,
+        })
+    }
+
+    /// Addresses the lock clients talk to directly (none for `replicated`,
+    /// whose clients ask the Sentinels).
+    pub fn lock_addrs(&self) -> Vec<String> {
+        if !self.sentinels.is_empty() {
+            return Vec::new();
+        }
+        self.data_nodes()
+            .map(|(_, ip, port)| format!("{ip}:{port}"))
+            .collect()
+    }
+
+    pub fn sentinel_addrs(&self) -> Vec<String> {
+        self.sentinels.clone()
+    }
+
+    fn data_nodes(&self) -> impl Iterator<Item = &(String, Ipv4Addr, u16)> {
+        self.addrs
+            .iter()
+            .filter(|(name, _, _)| name.starts_with('n'))
+    }
+
+    fn name_of(&self, addr: &str) -> Option<String> {
+        self.addrs
+            .iter()
+            .find(|(_, ip, port)| format!("{ip}:{port}") == addr)
+            .map(|(name, _, _)| name.clone())
+    }
+
+    pub async fn records(&self) -> Vec<NodeRecord> {
+        let nodes = self.nodes.lock().await;
+        let record = |n: &RedisNode| NodeRecord {
+            name: n.name().to_string(),
+            role: match n.spec.role {
+                Role::Lock => "lock",
+                Role::Replica { .. } => "replica",
+                Role::Sentinel { .. } => "sentinel",
+                Role::Storage => "storage",
+            }
+            .into(),
+            addr: n.addr(),
+            pid: n.pid(),
+        };
+        nodes.iter().chain([&self.storage]).map(record).collect()
+    }
+
+    /// Kills every node and removes the run's iptables chain.
+    pub async fn shutdown(&self) {
+        for node in self.nodes.lock().await.iter_mut() {
+            node.kill();
+        }
+        if let Some(fw) = &self.firewall {
+            let _ = fw.heal();
+        }
+    }
+
+    /// The current primary as Sentinel names it.
+    async fn sentinel_primary(&self) -> Option<String> {
+        let sentinels = self.sentinels.clone();
+        let addr = tokio::task::spawn_blocking(move || {
+            sentinels.iter().find_map(|s| {
+                let mut con = connect(s).ok()?;
+                redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(PRIMARY_NAME)
+                    .query::<Option<(String, u16)>>(&mut con)
+                    .ok()
+                    .flatten()
+                    .map(|(ip, port)| format!("{ip}:{port}"))
+            })
+        })
+        .await
+        .ok()??;
+        self.name_of(&addr)
+    }
+
+    /// Records every `+switch-master` a Sentinel announces, until `stop`.
+    pub fn watch_failovers(
+        &self,
+        journal: Arc<dyn Journal>,
+        stop: Arc<AtomicBool>,
+    ) -> Option<std::thread::JoinHandle<()>> {
+        let sentinel = self.sentinels.first()?.clone();
+        let names: Vec<(String, String)> = self
+            .addrs
+            .iter()
+            .map(|(n, ip, port)| (format!("{ip} {port}"), n.clone()))
+            .collect();
+        Some(std::thread::spawn(move || {
+            let Ok(mut con) = connect(&sentinel) else {
+                return;
+            };
+            let mut pubsub = con.as_pubsub();
+            if pubsub.subscribe("+switch-master").is_err() {
+                return;
+            }
+            let _ = pubsub.set_read_timeout(Some(Duration::from_millis(200)));
+            while !stop.load(Ordering::SeqCst) {
+                let Ok(msg) = pubsub.get_message() else {
+                    continue;
+                };
+                // "<name> <old-ip> <old-port> <new-ip> <new-port>"
+                let payload: String = msg.get_payload().unwrap_or_default();
+                let name_of = |addr: &str| {
+                    names
+                        .iter()
+                        .find(|(a, _)| a == addr)
+                        .map(|(_, n)| n.clone())
+                };
+                let parts: Vec<&str> = payload.split_whitespace().collect();
+                if let [_, oip, oport, nip, nport] = parts[..] {
+                    let (from, to) = (
+                        name_of(&format!("{oip} {oport}")),
+                        name_of(&format!("{nip} {nport}")),
+                    );
+                    let value = serde_json::json!({"from": from, "to": to, "sentinel": payload});
+                    journal.record("switch-master", value, to.as_deref());
+                }
+            }
+        }))
+    }
+}
+
+impl Cluster for Topology {
+    fn primary(&self) -> BoxFuture<'_, Option<NodeRef>> {
+        Box::pin(async move {
+            let name = if self.sentinels.is_empty() {
+                self.data_nodes().next()?.0.clone()
+            } else {
+                self.sentinel_primary().await?
+            };
+            let nodes = self.nodes.lock().await;
+            let node = nodes.iter().find(|n| n.name() == name)?;
+            (node.pid() != 0).then(|| NodeRef {
+                name,
+                pid: node.pid(),
+            })
+        })
+    }
+
+    fn replicas_of(&self, primary: &str) -> Vec<String> {
+        self.data_nodes()
+            .map(|(n, _, _)| n.clone())
+            .filter(|n| n != primary)
+            .collect()
+    }
+
+    fn kill(&self, name: &str) -> BoxFuture<'_, std::io::Result<u32>> {
+        let name = name.to_string();
+        Box::pin(async move {
+            let mut nodes = self.nodes.lock().await;
+            let node = nodes.iter_mut().find(|n| n.name() == name);
+            node.and_then(RedisNode::kill)
+                .ok_or_else(|| std::io::Error::other(format!("node {name} is not running")))
+        })
+    }
+
+    fn restart(&self, name: &str) -> BoxFuture<'_, Result<NodeRef, String>> {
+        let name = name.to_string();
+        Box::pin(async move {
+            let mut nodes = self.nodes.lock().await;
+            let node = nodes
+                .iter_mut()
+                .find(|n| n.name() == name)
+                .ok_or_else(|| format!("no node {name}"))?;
+            node.restart().await.map_err(|e| e.to_string())?;
+            Ok(NodeRef {
+                name,
+                pid: node.pid(),
+            })
+        })
+    }
+
+    fn partition(&self, a: &str, others: &[String]) -> std::io::Result<()> {
+        let fw = self
+            .firewall
+            .as_ref()
+            .ok_or_else(|| std::io::Error::other("this run has no firewall"))?;
+        let find = |n: &str| {
+            self.addrs
+                .iter()
+                .find(|(name, _, _)| name == n)
+                .map(|(_, ip, port)| (*ip, *port))
+                .ok_or_else(|| std::io::Error::other(format!("no node {n}")))
+        };
+        let (aip, aport) = find(a)?;
+        let mut links = Vec::new();
+        for o in others {
+            let (oip, oport) = find(o)?;
+            links.push(Link {
+                client: oip,
+                server: aip,
+                port: aport,
+            });
+            links.push(Link {
+                client: aip,
+                server: oip,
+                port: oport,
+            });
+        }
+        fw.cut(&links)
+    }
+
+    fn heal(&self) -> std::io::Result<()> {
+        match &self.firewall {
+            Some(fw) => fw.heal(),
+            None => Ok(()),
+        }
+    }
+
+    fn await_promotion(&self, old: &str, timeout: Duration) -> BoxFuture<'_, Option<String>> {
+        let old = old.to_string();
+        Box::pin(async move {
+            let deadline = Instant::now() + timeout;
+            while Instant::now() < deadline {
+                match self.sentinel_primary().await {
+                    Some(name) if name != old => return Some(name),
+                    _ => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+            None
+        })
+    }
+}
+
+fn connect(addr: &str) -> redis::RedisResult<redis::Connection> {
+    let client = redis::Client::open(format!("redis://{addr}/"))?;
+    let con = client.get_connection_with_timeout(Duration::from_millis(500))?;
+    con.set_read_timeout(Some(Duration::from_millis(1000)))?;
+    Ok(con)
+}
+
+/// Polls a blocking probe until it says yes, or fails with `what`.
+async fn await_probe(
+    what: String,
+    log: PathBuf,
+    name: &str,
+    probe: impl Fn() -> bool + Send + Sync + 'static,
+) -> Result<()> {
+    let probe = Arc::new(probe);
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        let p = probe.clone();
+        if tokio::task::spawn_blocking(move || p())
+            .await
+            .unwrap_or(false)
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Node {
+                name: name.to_string(),
+                message: format!("{what} not within {READY_TIMEOUT:?}"),
+                log,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until the primary reports `replicas` replicas online and in sync.
+async fn await_replication(primary: &RedisNode, replicas: usize) -> Result<()> {
+    let addr = primary.addr();
+    await_probe(
+        format!("{replicas} replicas in sync"),
+        primary.log(),
+        primary.name(),
+        move || {
+            let Ok(mut con) = connect(&addr) else {
+                return false;
+            };
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut con)
+                .unwrap_or_default();
+            info.lines()
+                .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+                .count()
+                >= replicas
+        },
+    )
+    .await
+}
+
+/// Waits until a Sentinel knows the primary, both replicas and the other two
+/// Sentinels (without them it could not win a failover vote).
+async fn await_sentinel(sentinel: &RedisNode) -> Result<()> {
+    let addr = sentinel.addr();
+    let what = "knowing 2 replicas and 2 other sentinels".to_string();
+    await_probe(what, sentinel.log(), sentinel.name(), move || {
+        let Ok(mut con) = connect(&addr) else {
+            return false;
+        };
+        let fields: Vec<String> = redis::cmd("SENTINEL")
+            .arg("master")
+            .arg(PRIMARY_NAME)
+            .query(&mut con)
+            .unwrap_or_default();
+        let get = |k: &str| {
+            fields
+                .iter()
+                .position(|f| f == k)
+                .and_then(|i| fields.get(i + 1))
+                .cloned()
+        };
+        get("num-slaves").as_deref() == Some("2")
+            && get("num-other-sentinels").as_deref() == Some("2")
+    })
+    .await
+}

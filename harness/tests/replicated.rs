@@ -1,0 +1,133 @@
+//! The two ways a replicated Redis loses a lock, against real primaries,
+//! replicas and Sentinels: a primary that restarts empty before Sentinel
+//! notices, and a failover to a replica that never received the key.
+
+mod common;
+
+use checker::verdict::Validity;
+use common::{count, events, run};
+
+#[test]
+fn a_primary_restarted_empty_before_sentinel_notices_loses_the_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    // --restart-ms 300 is well under Sentinel's down-after (1000 ms).
+    let args = [
+        "--config",
+        "replicated",
+        "--nemesis",
+        "kill",
+        "--time-limit",
+        "15",
+        "--nemesis-interval-ms",
+        "2000",
+        "--seed",
+        "1",
+    ];
+    let (out, results, dir) = run(tmp.path(), &args);
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
+    assert!(!events(&dir, "start-kill").is_empty());
+    assert_eq!(
+        events(&dir, "start-kill").len(),
+        events(&dir, "stop-kill").len()
+    );
+    // Lost before Sentinel did anything: the restarted, empty primary granted it.
+    let overlap_at = results.anomalies["lock-overlap"].first_time.unwrap();
+    if let Some(switch) = events(&dir, "switch-master").first() {
+        assert!(
+            overlap_at < switch["time"].as_u64().unwrap(),
+            "{}",
+            out.stdout
+        );
+    }
+}
+
+fn failover(
+    results: &std::path::Path,
+    extra: &[&'static str],
+) -> (common::Run, checker::verdict::Results, std::path::PathBuf) {
+    let mut args = vec![
+        "--config",
+        "replicated",
+        "--nemesis",
+        "failover",
+        "--time-limit",
+        "22",
+        "--nemesis-interval-ms",
+        "2000",
+        "--seed",
+        "4",
+    ];
+    args.extend_from_slice(extra);
+    let outcome = run(results, &args);
+    let orphans = common::orphaned_chains();
+    assert!(orphans.is_empty(), "iptables rules left: {orphans:?}");
+    outcome
+}
+
+#[test]
+fn a_failover_to_a_replica_without_the_key_loses_the_lock_unless_acquires_wait_for_a_replica() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, results, dir) = failover(tmp.path(), &[]);
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
+    let promoted = events(&dir, "promoted");
+    assert_eq!(promoted.len(), 1, "{}", out.stdout);
+    assert!(
+        promoted[0]["value"]["promoted"].is_string(),
+        "Sentinel promoted nobody: {promoted:?}"
+    );
+    assert!(!events(&dir, "switch-master").is_empty());
+
+    // The same failover, but an acquisition counts only once a replica has it:
+    // during the partition none does, so every acquire there fails instead.
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, results, dir) = failover(tmp.path(), &["--wait-replicas", "1"]);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert_eq!(results.valid, Validity::True);
+    let refused: u64 = results
+        .stats
+        .errors
+        .iter()
+        .filter(|(e, _)| e.starts_with("not-replicated"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        refused > 0,
+        "no acquire was refused for want of a replica: {}",
+        out.stdout
+    );
+    let promoted = events(&dir, "promoted");
+    assert!(
+        promoted[0]["value"]["promoted"].is_string(),
+        "the failover did not happen: {promoted:?}"
+    );
+}
+
+#[test]
+fn a_stale_chain_from_a_crashed_run_is_removed_at_the_next_start() {
+    let stale = "LOCKSTORM-4194303"; // above any real pid on this machine
+    let ipt = |args: &[&str]| {
+        std::process::Command::new("iptables")
+            .args(args)
+            .status()
+            .unwrap()
+    };
+    ipt(&["-N", stale]);
+    ipt(&["-I", "INPUT", "-j", stale]);
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, _, _) = run(
+        tmp.path(),
+        &["--config", "single", "--time-limit", "1", "--seed", "2"],
+    );
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    let left = String::from_utf8(
+        std::process::Command::new("iptables")
+            .arg("-S")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(!left.contains(stale), "stale chain survived:\n{left}");
+}

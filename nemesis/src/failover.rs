@@ -1,0 +1,71 @@
+//! `failover`: the classic race, made reliable. Partition the primary from
+//! its replicas, let a worker acquire on it (the key never reaches a
+//! replica), SIGKILL it, keep the partition until Sentinel has promoted a
+//! replica — which lacks the key — then heal and restart the old primary,
+//! which Sentinel turns into a replica.
+//!
+//! Healing right after the kill would not lose the key: the dead primary's
+//! kernel still retransmits its send buffer to the replicas. And a release
+//! made during the partition never reaches the replicas either, so the
+//! fault first keeps the partition for one TTL: every lock key the replicas
+//! still have from before it has then expired, and cannot hide the race.
+
+use crate::kill::restart;
+use crate::runner::Env;
+use serde_json::json;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How long Sentinel gets to promote a replica before the fault gives up.
+const PROMOTION_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub async fn run(env: &mut Env, lock_ttl: Duration) {
+    let Some(primary) = env.cluster.primary().await else {
+        env.journal
+            .record("skip-failover", json!({"reason": "no primary known"}), None);
+        return;
+    };
+    let name = primary.name.clone();
+    let replicas = env.cluster.replicas_of(&name);
+    if let Err(e) = env.cluster.partition(&name, &replicas) {
+        let reason = json!({"reason": e.to_string()});
+        env.journal.record("skip-failover", reason, Some(&name));
+        return;
+    }
+    let value = json!({"target": name, "pid": primary.pid, "cut-from": replicas});
+    env.journal.record("start-failover", value, Some(&name));
+    env.sleep(lock_ttl).await;
+
+    // A lock taken now lives on the primary alone. With `--wait-replicas`
+    // no acquisition succeeds here; the failover goes ahead regardless.
+    let holder = env.await_holder("failover").await;
+    if env.stopping() {
+        let _ = env.cluster.heal();
+        env.journal.record(
+            "stop-failover",
+            json!({"target": name, "healed": "run ending"}),
+            Some(&name),
+        );
+        return;
+    }
+    let killed = env.cluster.kill(&name).await;
+    let killed_at = Instant::now();
+    let value = json!({"target": name, "holder": holder.map(|h| h.process), "error": killed.as_ref().err().map(|e| e.to_string())});
+    env.journal.record("kill", value, Some(&name));
+
+    let promoted = tokio::select! {
+        p = env.cluster.await_promotion(&name, PROMOTION_TIMEOUT) => p,
+        _ = env.stop.wait_for(|s| *s) => None,
+    };
+    let value = match &promoted {
+        Some(new) => json!({"promoted": new, "after_ms": killed_at.elapsed().as_millis() as u64}),
+        None => json!({"promoted": null, "after_ms": killed_at.elapsed().as_millis() as u64}),
+    };
+    env.journal.record("promoted", value, promoted.as_deref());
+
+    if let Err(e) = env.cluster.heal() {
+        env.journal
+            .record("heal-failed", json!({"error": e.to_string()}), None);
+    }
+    restart(env, &name, "stop-failover").await;
+}
