@@ -152,7 +152,7 @@ fn worker(spec: &str) -> ExitCode {
             return ExitCode::from(254);
         }
     };
-    let stop = workloads::worker::watch_control(std::io::BufReader::new(std::io::stdin()));
-    workloads::worker::run(spec, std::io::stdout().lock(), stop);
+    let control = workloads::worker::watch_control(std::io::BufReader::new(std::io::stdin()));
+    workloads::worker::run(spec, std::io::stdout().lock(), control);
     ExitCode::SUCCESS
 }

@@ -216,6 +216,7 @@ fn worker_spec(
         lock_nodes: topology.lock_addrs(),
         sentinels: topology.sentinel_addrs(),
         wait_replicas: options.wait_replicas,
+        source: Some(crate::topology::worker_ip(index)),
         storage_node: topology.storage.addr(),
         ttl_ms: options.ttl_ms(),
         work_ms: options.work_ms(),

@@ -48,6 +48,12 @@ fn sentinel_ip(n: u8) -> Ipv4Addr {
     Ipv4Addr::new(127, 0, 0, 20 + n)
 }
 
+/// Each worker connects from its own address, so a partition can cut one
+/// worker off from one node.
+pub fn worker_ip(worker: u64) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 0, 100 + worker as u8)
+}
+
 impl Topology {
     pub async fn start(
         options: &RunOptions,
@@ -79,10 +85,10 @@ impl Topology {
             persistence: options.persistence,
         };
         let mut nodes = Vec::new();
-        if options.config.has_lock_node() {
-            nodes.push(
-                RedisNode::start(spec("n1", Role::Lock, data_ip(1), server), nodes_dir).await?,
-            );
+        for n in 1..=options.config.lock_nodes() as u8 {
+            let name = format!("n{n}");
+            let node = RedisNode::start(spec(&name, Role::Lock, data_ip(n), server), nodes_dir);
+            nodes.push(node.await?);
         }
         if options.config == Config::Replicated {
             let primary = nodes[0].addr();

@@ -2,6 +2,7 @@
 //! the faults act on real processes through [`process`], the one module that
 //! sends signals.
 
+pub mod clock;
 pub mod cluster;
 mod failover;
 pub mod fault;

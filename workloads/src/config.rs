@@ -13,6 +13,10 @@ pub enum Config {
     /// A primary, two replicas and three Sentinels; the client finds the
     /// primary through Sentinel.
     Replicated,
+    /// Redlock on five independent nodes (our own client).
+    Redlock,
+    /// The same five nodes, driven by the published `rslock` crate.
+    RedlockRslock,
     /// `single` plus a fencing token checked by the storage.
     Fenced,
     /// Negative control: release with a plain `DEL`.
@@ -24,9 +28,11 @@ pub enum Config {
 }
 
 impl Config {
-    pub const ALL: [Config; 6] = [
+    pub const ALL: [Config; 8] = [
         Config::Single,
         Config::Replicated,
+        Config::Redlock,
+        Config::RedlockRslock,
         Config::Fenced,
         Config::UnsafeDel,
         Config::UnsafeSetnx,
@@ -37,6 +43,8 @@ impl Config {
         match self {
             Config::Single => "single",
             Config::Replicated => "replicated",
+            Config::Redlock => "redlock",
+            Config::RedlockRslock => "redlock-rslock",
             Config::Fenced => "fenced",
             Config::UnsafeDel => "unsafe-del",
             Config::UnsafeSetnx => "unsafe-setnx",
@@ -60,6 +68,15 @@ impl Config {
 
     pub fn has_lock_node(self) -> bool {
         self != Config::NoLock
+    }
+
+    /// How many independent lock nodes the config runs (replicas aside).
+    pub fn lock_nodes(self) -> usize {
+        match self {
+            Config::NoLock => 0,
+            Config::Redlock | Config::RedlockRslock => 5,
+            _ => 1,
+        }
     }
 
     pub fn names() -> String {
@@ -98,7 +115,7 @@ mod tests {
         }
         let err = "redlok".parse::<Config>().unwrap_err();
         assert!(
-            err.contains("single, replicated, fenced, unsafe-del, unsafe-setnx, no-lock"),
+            err.contains("single, replicated, redlock, redlock-rslock, fenced, unsafe-del, unsafe-setnx, no-lock"),
             "{err}"
         );
     }

@@ -1,36 +1,42 @@
 //! A Redis connection that classifies failures the way the history needs them:
 //! a command that never reached the server is `fail`, one whose reply was lost
-//! is `info`.
+//! is `info`. It leaves from the worker's own loopback address when it has
+//! one, so a partition can cut one worker off from one node.
 
 use crate::Outcome;
-use redis::{Connection, RedisError, RedisResult};
+use redis::{ConnectionLike, Parser, RedisError, RedisResult, Value};
+use socket2::{Domain, Socket, Type};
+use std::io::{BufReader, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::Duration;
 
 pub struct Conn {
-    client: redis::Client,
+    addr: String,
+    source: Option<Ipv4Addr>,
     timeout: Duration,
-    con: Option<Connection>,
+    link: Option<Link>,
 }
 
 impl Conn {
     pub fn new(addr: &str, timeout: Duration) -> Self {
-        let client = redis::Client::open(format!("redis://{addr}/"))
-            .expect("a host:port address always forms a valid redis URL");
+        Self::from(addr, None, timeout)
+    }
+
+    /// A connection whose packets leave from `source` (any 127.0.0.x).
+    pub fn from(addr: &str, source: Option<Ipv4Addr>, timeout: Duration) -> Self {
         Conn {
-            client,
+            addr: addr.to_string(),
+            source,
             timeout,
-            con: None,
+            link: None,
         }
     }
 
-    fn connect(&mut self) -> RedisResult<&mut Connection> {
-        if self.con.is_none() {
-            let con = self.client.get_connection_with_timeout(self.timeout)?;
-            con.set_read_timeout(Some(self.timeout))?;
-            con.set_write_timeout(Some(self.timeout))?;
-            self.con = Some(con);
+    fn connect(&mut self) -> std::io::Result<&mut Link> {
+        if self.link.is_none() {
+            self.link = Some(Link::open(&self.addr, self.source, self.timeout)?);
         }
-        Ok(self.con.as_mut().expect("just connected"))
+        Ok(self.link.as_mut().expect("just connected"))
     }
 
     /// Runs one request. A failure to connect means nothing was sent (`fail`);
@@ -39,25 +45,25 @@ impl Conn {
     /// would otherwise be read as the answer to the next request.
     pub fn run<T>(
         &mut self,
-        request: impl FnOnce(&mut Connection) -> RedisResult<T>,
+        request: impl FnOnce(&mut dyn ConnectionLike) -> RedisResult<T>,
     ) -> Outcome<T> {
-        let con = match self.connect() {
-            Ok(con) => con,
+        let link = match self.connect() {
+            Ok(link) => link,
             Err(e) => {
-                self.con = None;
-                return Outcome::Fail(format!("unreachable: {}", short(&e)));
+                self.link = None;
+                return Outcome::Fail(format!("unreachable: {e}"));
             }
         };
-        match request(con) {
+        match request(link) {
             Ok(v) => Outcome::Ok(v),
             Err(e) if e.is_timeout() => {
-                self.con = None;
+                self.link = None;
                 Outcome::Info("timeout".into())
             }
             Err(e)
                 if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() =>
             {
-                self.con = None;
+                self.link = None;
                 Outcome::Info(format!("connection-lost: {}", short(&e)))
             }
             // The server answered with an error: the command did not take effect.
@@ -68,4 +74,79 @@ impl Conn {
 
 fn short(e: &RedisError) -> String {
     e.to_string().lines().next().unwrap_or_default().to_string()
+}
+
+/// One TCP connection speaking RESP through redis-rs' own command encoding
+/// and reply parser; only the socket is ours, because redis-rs cannot bind a
+/// source address.
+struct Link {
+    stream: BufReader<TcpStream>,
+    parser: Parser,
+    open: bool,
+}
+
+impl Link {
+    fn open(addr: &str, source: Option<Ipv4Addr>, timeout: Duration) -> std::io::Result<Self> {
+        let target: SocketAddr = addr
+            .parse()
+            .map_err(|e| std::io::Error::other(format!("bad address {addr}: {e}")))?;
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+        if let Some(ip) = source {
+            socket.bind(&SocketAddr::from((ip, 0)).into())?;
+        }
+        socket.connect_timeout(&target.into(), timeout)?;
+        socket.set_tcp_nodelay(true)?;
+        let stream: TcpStream = socket.into();
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        Ok(Link {
+            stream: BufReader::new(stream),
+            parser: Parser::new(),
+            open: true,
+        })
+    }
+
+    fn read(&mut self) -> RedisResult<Value> {
+        let value = self.parser.parse_value(&mut self.stream);
+        if value.is_err() {
+            self.open = false;
+        }
+        value
+    }
+}
+
+impl ConnectionLike for Link {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
+        self.stream.get_mut().write_all(cmd)?;
+        self.read()
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        self.stream.get_mut().write_all(cmd)?;
+        let mut replies = Vec::with_capacity(count);
+        for i in 0..offset + count {
+            let value = self.read()?;
+            if i >= offset {
+                replies.push(value);
+            }
+        }
+        Ok(replies)
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+
+    fn check_connection(&mut self) -> bool {
+        redis::cmd("PING").query::<String>(self).is_ok()
+    }
+
+    fn is_open(&self) -> bool {
+        self.open
+    }
 }

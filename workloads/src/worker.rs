@@ -2,7 +2,7 @@
 //! write counter+1 → release, emitting every step as a history event on
 //! stdout. A separate process per worker so SIGSTOP freezes it like a GC pause.
 
-use crate::clock::{monotonic_ns, RunClock};
+use crate::clock::{monotonic_ns, LockClock, RunClock};
 use crate::lock::{self, Grant, LockClient, LockParams};
 use crate::storage::Storage;
 use crate::{Config, Outcome};
@@ -30,6 +30,9 @@ pub struct WorkerSpec {
     /// `WAIT` for this many replicas after acquiring (0: don't).
     #[serde(default)]
     pub wait_replicas: u32,
+    /// The worker's own loopback address, which partitions single out.
+    #[serde(default)]
+    pub source: Option<std::net::Ipv4Addr>,
     pub storage_node: String,
     pub ttl_ms: u64,
     pub work_ms: u64,
@@ -44,7 +47,7 @@ pub struct WorkerSpec {
 impl WorkerSpec {
     /// Clock drift allowance for a lease, as in Redlock: TTL·1% + 2 ms.
     pub fn drift(&self) -> Duration {
-        Duration::from_micros(self.ttl_ms * 10 + 2_000)
+        lock::redlock::drift(Duration::from_millis(self.ttl_ms))
     }
 }
 
@@ -76,21 +79,39 @@ impl<W: Write> Emitter<W> {
     }
 }
 
-/// Turns a stop request on stdin ("stop", or the harness closing the pipe)
-/// into a flag the loop checks between steps.
-pub fn watch_control(input: impl BufRead + Send + 'static) -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
+/// What the harness can tell a running worker on its stdin.
+pub struct Control {
+    /// Set by "stop", or when the harness closes the pipe.
+    pub stop: Arc<AtomicBool>,
+    /// Skewed by "skew <offset-ns> <rate>" (the clock nemesis, client side).
+    pub clock: Arc<LockClock>,
+}
+
+/// Reads control lines on a thread of its own, so a worker in the middle of
+/// a step still hears them.
+pub fn watch_control(input: impl BufRead + Send + 'static) -> Control {
+    let control = Control {
+        stop: Arc::new(AtomicBool::new(false)),
+        clock: Arc::new(LockClock::default()),
+    };
+    let (stop, clock) = (control.stop.clone(), control.clock.clone());
     std::thread::spawn(move || {
         for line in input.lines() {
-            match line.as_deref().map(str::trim) {
-                Ok("stop") | Err(_) => break,
-                Ok(_) => {}
+            let Ok(line) = line else { break };
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words[..] {
+                ["stop"] => break,
+                ["skew", offset, rate] => {
+                    if let (Ok(offset), Ok(rate)) = (offset.parse(), rate.parse()) {
+                        clock.set(offset, rate);
+                    }
+                }
+                _ => {}
             }
         }
-        flag.store(true, Ordering::SeqCst);
+        stop.store(true, Ordering::SeqCst);
     });
-    stop
+    control
 }
 
 struct Worker<W: Write> {
@@ -101,11 +122,13 @@ struct Worker<W: Write> {
     rng: ChaCha8Rng,
     process: u64,
     cycle: u64,
+    clock: Arc<LockClock>,
 }
 
 /// Runs cycles until `stop` is set, then finishes the cycle in progress (so
 /// no lock is left held) and returns.
-pub fn run(spec: WorkerSpec, out: impl Write, stop: Arc<AtomicBool>) {
+pub fn run(spec: WorkerSpec, out: impl Write, control: Control) {
+    let Control { stop, clock } = control;
     let op_timeout = Duration::from_millis(spec.op_timeout_ms);
     let params = LockParams {
         nodes: spec.lock_nodes.clone(),
@@ -113,6 +136,8 @@ pub fn run(spec: WorkerSpec, out: impl Write, stop: Arc<AtomicBool>) {
         ttl: Duration::from_millis(spec.ttl_ms),
         op_timeout,
         wait_replicas: spec.wait_replicas,
+        clock: clock.clone(),
+        source: spec.source,
     };
     let storage = if spec.config.fenced() {
         Storage::fenced(&spec.storage_node, op_timeout)
@@ -125,6 +150,7 @@ pub fn run(spec: WorkerSpec, out: impl Write, stop: Arc<AtomicBool>) {
         rng: ChaCha8Rng::seed_from_u64(spec.seed ^ spec.index.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
         process: spec.index,
         cycle: 0,
+        clock,
         emitter: Emitter {
             out,
             clock: RunClock::from_start(spec.run_start_ns),
@@ -182,11 +208,11 @@ impl<W: Write> Worker<W> {
     /// One acquire op, retrying with jitter until the lock is granted or the
     /// deadline passes. Returns the grant and the lock-clock time at which the
     /// successful attempt was sent (the lease cannot have started earlier).
-    fn acquire(&mut self, token: &str, stop: &AtomicBool) -> Option<(Grant, u64)> {
+    fn acquire(&mut self, token: &str, stop: &AtomicBool) -> Option<(Grant, i64)> {
         self.emit(OpType::Invoke, f::ACQUIRE, |e| e.with_token(token));
         let deadline = monotonic_ns() + self.spec.acquire_timeout_ms * 1_000_000;
         loop {
-            let sent = monotonic_ns();
+            let sent = self.clock.now_ns();
             let outcome: Outcome<()> = match self.lock.try_acquire(token) {
                 Outcome::Ok(Some(grant)) => {
                     let done = Outcome::Ok(());
@@ -211,7 +237,7 @@ impl<W: Write> Worker<W> {
         }
     }
 
-    fn critical_section(&mut self, grant: Grant, lease_start: u64) {
+    fn critical_section(&mut self, grant: Grant, lease_start: i64) {
         let fence = grant.fence;
         self.emit(OpType::Invoke, f::READ, |e| e.with_fence(fence));
         let read = self.storage.read(fence);
@@ -237,9 +263,10 @@ impl<W: Write> Worker<W> {
         });
     }
 
-    /// A careful holder's own check: is the lease still within TTL − drift?
-    fn lease_valid(&self, lease_start: u64) -> bool {
-        let elapsed = Duration::from_nanos(monotonic_ns().saturating_sub(lease_start));
+    /// A careful holder's own check, on its own (skewable) lock clock: is the
+    /// lease still within TTL − drift?
+    fn lease_valid(&self, lease_start: i64) -> bool {
+        let elapsed = Duration::from_nanos((self.clock.now_ns() - lease_start).max(0) as u64);
         let ttl = Duration::from_millis(self.spec.ttl_ms);
         elapsed + self.spec.drift() < ttl
     }

@@ -25,7 +25,7 @@ pub struct Fenced {
 impl Fenced {
     pub fn new(params: &LockParams) -> Self {
         Fenced {
-            conn: Conn::new(first_node(params), params.op_timeout),
+            conn: params.connect(first_node(params), params.op_timeout),
             ttl_ms: params.ttl.as_millis() as u64,
             acquire: Script::new(ACQUIRE),
             release: Script::new(COMPARE_AND_DELETE),

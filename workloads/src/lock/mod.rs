@@ -3,12 +3,18 @@
 
 mod fenced;
 mod no_lock;
+pub mod redlock;
+mod redlock_rslock;
 mod replicated;
 mod single;
 mod unsafe_del;
 mod unsafe_setnx;
 
+use crate::clock::LockClock;
+use crate::conn::Conn;
 use crate::{Config, Outcome};
+use std::net::Ipv4Addr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The name of the lock key on every lock node.
@@ -39,6 +45,17 @@ pub struct LockParams {
     pub op_timeout: Duration,
     /// After acquiring, `WAIT` for this many replicas (0: don't wait).
     pub wait_replicas: u32,
+    /// The worker's lease clock, which the clock nemesis may skew.
+    pub clock: Arc<LockClock>,
+    /// The worker's own loopback address, so partitions can single it out.
+    pub source: Option<Ipv4Addr>,
+}
+
+impl LockParams {
+    /// A connection to one of the lock's nodes, from the worker's address.
+    pub fn connect(&self, addr: &str, timeout: Duration) -> Conn {
+        Conn::from(addr, self.source, timeout)
+    }
 }
 
 /// The name Sentinel monitors the primary under.
@@ -49,6 +66,8 @@ pub fn client(config: Config, params: &LockParams) -> Box<dyn LockClient> {
         Config::Single => Box::new(single::Single::new(params)),
         Config::Fenced => Box::new(fenced::Fenced::new(params)),
         Config::Replicated => Box::new(replicated::Replicated::new(params)),
+        Config::Redlock => Box::new(redlock::Redlock::new(params)),
+        Config::RedlockRslock => Box::new(redlock_rslock::RedlockRslock::new(params)),
         Config::UnsafeDel => Box::new(unsafe_del::UnsafeDel::new(params)),
         Config::UnsafeSetnx => Box::new(unsafe_setnx::UnsafeSetnx::new(params)),
         Config::NoLock => Box::new(no_lock::NoLock),

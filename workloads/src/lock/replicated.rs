@@ -12,6 +12,7 @@ use std::time::Duration;
 pub struct Replicated {
     sentinels: Vec<Conn>,
     primary: Option<Conn>,
+    source: Option<std::net::Ipv4Addr>,
     op_timeout: Duration,
     ttl_ms: u64,
     wait_replicas: u32,
@@ -24,9 +25,10 @@ impl Replicated {
             sentinels: params
                 .sentinels
                 .iter()
-                .map(|s| Conn::new(s, params.op_timeout))
+                .map(|s| params.connect(s, params.op_timeout))
                 .collect(),
             primary: None,
+            source: params.source,
             op_timeout: params.op_timeout,
             ttl_ms: params.ttl.as_millis() as u64,
             wait_replicas: params.wait_replicas,
@@ -47,7 +49,11 @@ impl Replicated {
                 });
                 match asked {
                     Outcome::Ok(Some((ip, port))) => {
-                        self.primary = Some(Conn::new(&format!("{ip}:{port}"), self.op_timeout));
+                        self.primary = Some(Conn::from(
+                            &format!("{ip}:{port}"),
+                            self.source,
+                            self.op_timeout,
+                        ));
                         break;
                     }
                     Outcome::Ok(None) => last = "sentinel knows no primary".into(),

@@ -14,7 +14,7 @@ pub struct UnsafeDel {
 impl UnsafeDel {
     pub fn new(params: &LockParams) -> Self {
         UnsafeDel {
-            conn: Conn::new(first_node(params), params.op_timeout),
+            conn: params.connect(first_node(params), params.op_timeout),
             ttl_ms: params.ttl.as_millis() as u64,
         }
     }

@@ -15,7 +15,7 @@ pub struct UnsafeSetnx {
 impl UnsafeSetnx {
     pub fn new(params: &LockParams) -> Self {
         UnsafeSetnx {
-            conn: Conn::new(first_node(params), params.op_timeout),
+            conn: params.connect(first_node(params), params.op_timeout),
             ttl_ms: params.ttl.as_millis() as u64,
             release: Script::new(COMPARE_AND_DELETE),
         }

@@ -1,0 +1,299 @@
+//! `redlock-rslock`: Redlock as implemented by the published `rslock` crate
+//! (0.10, async, on redis 1.8), driven through its public API only. Whatever
+//! rslock does is the behaviour under test; this module only translates its
+//! answers into history outcomes.
+//!
+//! **What rslock does** (0.10.0 source): one acquisition round sends
+//! `SET key <20 random bytes> NX PX ttl` to every node concurrently, counts a
+//! node only if it answered `OK`, and measures the round on `Instant` (the
+//! host's monotonic clock; our in-process validity-clock skew does not reach
+//! it). Validity = TTL − elapsed − drift with drift = ⌊TTL_ms·0.01⌋ + 2 ms. If
+//! TTL ≤ elapsed + drift it returns `TtlExceeded` at once, *without* unlocking
+//! the nodes it set. With a quorum (N/2+1) it returns a `Lock` carrying its
+//! validity; otherwise it sends compare-and-delete to every node and, if it
+//! has retries left, sleeps a random 0..delay and tries again, finally
+//! `Unavailable`. Per-node errors (refused, timed out, dropped) are swallowed
+//! and count as "not locked": rslock cannot tell contention from dead nodes.
+//! Its connections use redis-rs' defaults (1 s connect, 500 ms response
+//! timeout), which rslock offers no way to change.
+//!
+//! **Retries**: rslock retries 3 times by default; we call
+//! `set_retry(1, 1 ms)`, i.e. exactly one round per `try_acquire` and no sleep
+//! (the worker loop owns retries). We never use `acquire`, which loops forever.
+//!
+//! **Acquire mapping**: `Ok(Lock)` → `Ok(Some(Grant::default()))`;
+//! `Unavailable` (no quorum, keys cleaned up best effort) → `Ok(None)`, which
+//! the worker records as `lock-busy` even when the cause was unreachable
+//! nodes, since rslock does not say. A key left behind by such a round (a
+//! lost reply, a failed cleanup) only keeps others out until its TTL, and
+//! this client never acts as its holder, so `fail` is true for the mutex.
+//! `TtlExceeded` → `Info` (keys may remain set: rslock does not clean them
+//! up); `TtlTooLarge`/`Io` → `Fail` (raised before anything is sent); a round
+//! cut off by our safety bound (TTL + op timeout) → `Info("timeout")`, as a
+//! cancelled round may have set keys.
+//!
+//! **Release mapping**: rslock's unlock returns `()`, best effort: it sends
+//! compare-and-delete to every node and reports nothing. So:
+//! - a token we hold no rslock `Lock` for → `Fail("not-held")`: nothing is sent;
+//! - released while rslock's own validity has not run out → `Ok(())`. rslock
+//!   does not report failures; within validity our value is on a majority, and
+//!   a node the delete missed only keeps the key until its TTL, which can delay
+//!   other clients but never lets two hold it;
+//! - released after that validity ran out (e.g. the holder was paused) →
+//!   `Info`: the key may have expired and been taken by another client, which
+//!   compare-and-delete would leave alone, or may still be ours and deleted,
+//!   and rslock does not tell which. `Ok` would claim we freed the lock and
+//!   could be read as a foreign release; `Fail("not-held")` would claim
+//!   nothing was deleted. The hold still ends at the release `invoke`;
+//! - unlock cut off by the safety bound → `Info("timeout")`.
+
+use super::{Grant, LockClient, LockParams, LOCK_KEY};
+use crate::Outcome;
+use checker::history::error::{NOT_HELD, TIMEOUT};
+use rslock::{Lock, LockError, LockManager};
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// A lock rslock granted, and until when rslock says it is valid.
+struct Held {
+    lock: Lock,
+    valid_until: Instant,
+}
+
+pub struct RedlockRslock {
+    rt: tokio::runtime::Runtime,
+    manager: LockManager,
+    ttl: Duration,
+    /// Upper bound on one rslock call, beyond rslock's own per-node timeouts.
+    bound: Duration,
+    /// Our token → the rslock lock (with its own random value) it stands for.
+    held: HashMap<String, Held>,
+}
+
+impl RedlockRslock {
+    pub fn new(params: &LockParams) -> Self {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .expect("a current-thread tokio runtime can always be built");
+        let uris: Vec<String> = params
+            .nodes
+            .iter()
+            .map(|addr| format!("redis://{addr}/"))
+            .collect();
+        let mut manager = LockManager::new(uris);
+        // One round per attempt; the delay is never slept with count 1, but
+        // rslock draws from 0..delay when it does, so keep it non-empty.
+        manager.set_retry(1, Duration::from_millis(1));
+        RedlockRslock {
+            rt,
+            manager,
+            ttl: params.ttl,
+            // A round longer than the TTL can never yield a valid lock, and
+            // rslock's own timeouts (1 s connect, 500 ms response) end a
+            // round well before this on any realistic TTL.
+            bound: params.ttl + params.op_timeout,
+            held: HashMap::new(),
+        }
+    }
+
+    /// Runs one rslock call to completion, or `None` if it hit the bound (the
+    /// call is then dropped mid-flight, so its effect is unknown).
+    fn run<T>(&self, call: impl Future<Output = T>) -> Option<T> {
+        self.rt
+            .block_on(async { tokio::time::timeout(self.bound, call).await.ok() })
+    }
+}
+
+impl LockClient for RedlockRslock {
+    fn try_acquire(&mut self, token: &str) -> Outcome<Option<Grant>> {
+        let attempt = self.run(self.manager.lock(LOCK_KEY, self.ttl));
+        let returned = Instant::now();
+        match attempt {
+            None => Outcome::Info(TIMEOUT.into()),
+            Some(Ok(lock)) => {
+                let valid_until = returned + Duration::from_millis(lock.validity_time as u64);
+                self.held
+                    .insert(token.to_string(), Held { lock, valid_until });
+                Outcome::Ok(Some(Grant::default()))
+            }
+            Some(Err(LockError::Unavailable)) => Outcome::Ok(None),
+            Some(Err(LockError::TtlExceeded)) => {
+                Outcome::Info("rslock: TTL exceeded during acquisition; keys may remain set".into())
+            }
+            Some(Err(e @ (LockError::TtlTooLarge | LockError::Io(_)))) => {
+                Outcome::Fail(format!("rslock: {e}"))
+            }
+            // Not produced by rslock 0.10's `lock`; unknown, to be safe.
+            Some(Err(e)) => Outcome::Info(format!("rslock: {e}")),
+        }
+    }
+
+    fn release(&mut self, token: &str) -> Outcome<()> {
+        let Some(Held { lock, valid_until }) = self.held.remove(token) else {
+            return Outcome::Fail(NOT_HELD.into());
+        };
+        let expired = Instant::now() >= valid_until;
+        match self.run(lock.release()) {
+            None => Outcome::Info(TIMEOUT.into()),
+            Some(()) if expired => Outcome::Info(
+                "unknown: released after rslock's validity ran out; rslock's unlock does not report"
+                    .into(),
+            ),
+            Some(()) => Outcome::Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    use std::net::TcpListener;
+    use std::process::{Child, Command, Stdio};
+    use std::thread::sleep;
+
+    /// Real redis-server processes, SIGKILLed and reaped on drop, even when
+    /// a test fails.
+    struct Nodes {
+        children: Vec<Option<Child>>,
+        addrs: Vec<String>,
+        dir: tempfile::TempDir,
+    }
+
+    impl Nodes {
+        fn start(n: usize) -> Nodes {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let mut nodes = Nodes {
+                children: Vec::new(),
+                addrs: Vec::new(),
+                dir,
+            };
+            for i in 0..n {
+                let port = free_port();
+                let wd = nodes.dir.path().join(format!("n{i}"));
+                std::fs::create_dir_all(&wd).expect("node dir");
+                let child = Command::new("redis-server")
+                    .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+                    .args(["--save", "", "--appendonly", "no"])
+                    .arg("--dir")
+                    .arg(&wd)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("redis-server must be installed");
+                nodes.children.push(Some(child));
+                nodes.addrs.push(format!("127.0.0.1:{port}"));
+            }
+            for addr in &nodes.addrs {
+                wait_for_ping(addr);
+            }
+            nodes
+        }
+
+        fn kill(&mut self, i: usize) {
+            if let Some(mut child) = self.children[i].take() {
+                let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+                let _ = child.wait();
+            }
+        }
+    }
+
+    impl Drop for Nodes {
+        fn drop(&mut self) {
+            for i in 0..self.children.len() {
+                self.kill(i);
+            }
+        }
+    }
+
+    fn free_port() -> u16 {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+        l.local_addr().expect("local addr").port()
+    }
+
+    fn wait_for_ping(addr: &str) {
+        let client = redis::Client::open(format!("redis://{addr}/")).expect("url");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let pong = client
+                .get_connection_with_timeout(Duration::from_millis(200))
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+            if matches!(pong.as_deref(), Ok("PONG")) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{addr} never answered PING");
+            sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn params(nodes: &Nodes, ttl: Duration) -> LockParams {
+        LockParams {
+            nodes: nodes.addrs.clone(),
+            sentinels: Vec::new(),
+            ttl,
+            op_timeout: Duration::from_millis(500),
+            wait_replicas: 0,
+            clock: Default::default(),
+            source: None,
+        }
+    }
+
+    #[test]
+    fn mutual_exclusion_then_handover() {
+        let nodes = Nodes::start(5);
+        let p = params(&nodes, Duration::from_secs(10));
+        let mut a = RedlockRslock::new(&p);
+        let mut b = RedlockRslock::new(&p);
+
+        assert_eq!(a.try_acquire("A"), Outcome::Ok(Some(Grant::default())));
+        assert_eq!(b.try_acquire("B"), Outcome::Ok(None));
+        // B never held: nothing to release.
+        assert_eq!(b.release("B"), Outcome::Fail(NOT_HELD.into()));
+        assert_eq!(a.release("A"), Outcome::Ok(()));
+        // Released twice: the second is not held.
+        assert_eq!(a.release("A"), Outcome::Fail(NOT_HELD.into()));
+        assert_eq!(b.try_acquire("B"), Outcome::Ok(Some(Grant::default())));
+        assert_eq!(b.release("B"), Outcome::Ok(()));
+    }
+
+    #[test]
+    fn a_release_after_validity_ran_out_is_unknown() {
+        let nodes = Nodes::start(5);
+        let p = params(&nodes, Duration::from_millis(300));
+        let mut a = RedlockRslock::new(&p);
+        let mut b = RedlockRslock::new(&p);
+        assert_eq!(a.try_acquire("A"), Outcome::Ok(Some(Grant::default())));
+        sleep(Duration::from_millis(400));
+        assert_eq!(b.try_acquire("B"), Outcome::Ok(Some(Grant::default())));
+        assert!(matches!(a.release("A"), Outcome::Info(_)));
+        // A's compare-and-delete left B's lock alone.
+        let mut c = RedlockRslock::new(&p);
+        assert_eq!(c.try_acquire("C"), Outcome::Ok(None));
+        assert_eq!(b.release("B"), Outcome::Ok(()));
+    }
+
+    #[test]
+    fn no_grant_without_a_majority() {
+        let mut nodes = Nodes::start(5);
+        let p = params(&nodes, Duration::from_secs(10));
+        let mut a = RedlockRslock::new(&p);
+        // Connect to every node first, so the kill also breaks live connections.
+        assert_eq!(a.try_acquire("warm"), Outcome::Ok(Some(Grant::default())));
+        assert_eq!(a.release("warm"), Outcome::Ok(()));
+        for i in [0, 2, 4] {
+            nodes.kill(i);
+        }
+        // rslock counts the dead nodes as refusals: `Unavailable`, no grant.
+        for token in ["A1", "A2"] {
+            assert_eq!(a.try_acquire(token), Outcome::Ok(None), "{token} on 2 of 5");
+        }
+        let mut fresh = RedlockRslock::new(&p);
+        assert_eq!(fresh.try_acquire("B"), Outcome::Ok(None), "B on 2 of 5");
+        assert_eq!(fresh.release("B"), Outcome::Fail(NOT_HELD.into()));
+    }
+}
