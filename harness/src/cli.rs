@@ -29,7 +29,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run one test (the default command).
-    Run(RunOptions),
+    Run(Box<RunOptions>),
     /// Re-check a stored run folder, or a history file.
     Check(CheckArgs),
     #[command(hide = true)]
@@ -79,7 +79,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Some(Command::Worker { spec }) => worker(&spec),
         Some(Command::Check(args)) => finish(check_command(args)),
-        Some(Command::Run(options)) => finish(run_command(options)),
+        Some(Command::Run(options)) => finish(run_command(*options)),
         None => finish(run_command(cli.run)),
     }
 }

@@ -88,6 +88,15 @@ pub struct NodeSpec {
     pub ip: Ipv4Addr,
     pub program: PathBuf,
     pub persistence: Persistence,
+    /// The time shim and this node's control file, when the clock nemesis
+    /// may shift its wall clock.
+    pub clock: Option<NodeClock>,
+}
+
+#[derive(Clone, Debug)]
+pub struct NodeClock {
+    pub shim: PathBuf,
+    pub control: PathBuf,
 }
 
 /// A running node. Dropping it kills the process.
@@ -151,6 +160,9 @@ impl RedisNode {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        if let Some(clock) = &self.spec.clock {
+            cmd.envs(nemesis::clock::env_for(&clock.control, &clock.shim));
+        }
         process::isolate(&mut cmd);
         let child = cmd.spawn().context(|| {
             format!(
@@ -215,6 +227,12 @@ impl RedisNode {
                 set("appendonly", "yes");
                 set("appendfsync", "always");
             }
+        }
+        if self.spec.clock.is_some() {
+            // jemalloc's background thread sleeps until a wall-clock deadline
+            // and spins when the shim moves that clock back.
+            let [k, v] = nemesis::clock::REDIS_NODE_ARGS;
+            set(k.trim_start_matches("--"), v);
         }
         if let Role::Replica { primary } = &self.spec.role {
             let (pip, pport) = primary.split_once(':').expect("an ip:port address");

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use clap::{Args, ValueEnum};
-use nemesis::{Fault, Nemesis};
+use nemesis::{Fault, Nemesis, Targets};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use workloads::Config;
@@ -29,10 +29,12 @@ pub enum Persistence {
 
 #[derive(Clone, Debug, PartialEq, Args, Serialize, Deserialize)]
 pub struct RunOptions {
-    /// Lock setup to test: single, replicated, fenced, unsafe-del, unsafe-setnx, no-lock.
+    /// Lock setup to test: single, replicated, redlock, redlock-rslock, fenced,
+    /// unsafe-del, unsafe-setnx, no-lock.
     #[arg(long, default_value = "single", value_parser = parse_config)]
     pub config: Config,
-    /// Faults, comma-separated: none, pause, pause-node, kill, failover, all.
+    /// Faults, comma-separated: none, pause, pause-node, kill, failover, clock,
+    /// partition, all. `partition,clock` and `kill,clock` run as scenarios.
     #[arg(long, default_value = "none", value_parser = parse_nemesis)]
     pub nemesis: Nemesis,
     /// Seconds the workers run.
@@ -41,12 +43,13 @@ pub struct RunOptions {
     /// Worker processes contending for the lock.
     #[arg(long, default_value_t = 5)]
     pub workers: u64,
-    /// Lock lease (TTL) in milliseconds [default: 2000; 6000 with kill or failover].
+    /// Lock lease (TTL) in milliseconds [default: 2000; 6000 with kill,
+    /// failover or partition].
     #[arg(long)]
     pub ttl_ms: Option<u64>,
     /// Time a holder spends between reading and writing the counter [default:
-    /// 200; 4000 with kill or failover, so the holder is still working when
-    /// the lock is granted again].
+    /// 200; 4000 with kill, failover or partition, so the holder is still
+    /// working when the lock is granted again].
     #[arg(long)]
     pub work_ms: Option<u64>,
     /// Seed for the fault schedule and the workers' jitter [default: random, printed].
@@ -73,6 +76,20 @@ pub struct RunOptions {
     /// replicated: after acquiring, WAIT for this many replicas, else give the lock back.
     #[arg(long, default_value_t = 0)]
     pub wait_replicas: u32,
+    /// Redlock: which lock nodes kill, clock and partition hit: one, minority,
+    /// majority, all, ring (partition only: every worker keeps a different majority).
+    #[arg(long, default_value = "majority", value_parser = parse_targets)]
+    pub targets: Targets,
+    /// How far `clock` jumps node wall clocks (negative: back) [default: 2 × TTL].
+    #[arg(long, allow_negative_numbers = true)]
+    pub clock_jump_ms: Option<i64>,
+    /// How far `clock` also sets the holder's own lease clock (negative: it
+    /// believes its lease is younger than it is).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub holder_skew_ms: i64,
+    /// How long `clock` and `partition` last [default: TTL].
+    #[arg(long)]
+    pub fault_ms: Option<u64>,
     /// replicated: Sentinel's down-after-milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub down_after_ms: u64,
@@ -101,6 +118,10 @@ fn parse_nemesis(s: &str) -> Result<Nemesis, String> {
     s.parse()
 }
 
+fn parse_targets(s: &str) -> Result<Targets, String> {
+    s.parse()
+}
+
 impl RunOptions {
     /// Defaults for a config and nemesis, as the command line would give them.
     pub fn new(config: Config, nemesis: Nemesis) -> Self {
@@ -119,6 +140,10 @@ impl RunOptions {
             restart_ms: 300,
             persistence: Persistence::None,
             wait_replicas: 0,
+            targets: Targets::Majority,
+            clock_jump_ms: None,
+            holder_skew_ms: 0,
+            fault_ms: None,
             down_after_ms: 1000,
             failover_timeout_ms: 5000,
             nemesis_interval_ms: 5000,
@@ -146,16 +171,29 @@ impl RunOptions {
         if self.op_timeout_ms == 0 {
             return usage("--op-timeout-ms 0 would fail every request: use at least 1".into());
         }
-        let node_faults = [Fault::PauseNode, Fault::Kill];
+        let node_faults = [
+            Fault::PauseNode,
+            Fault::Kill,
+            Fault::Clock,
+            Fault::Partition,
+        ];
         if let Some(f) = node_faults.into_iter().find(|f| has(*f)) {
-            if !self.config.has_lock_node() {
+            if !self.config.has_lock_node() && !self.nemesis.all {
                 return usage(format!(
                     "--nemesis {f} needs a lock node, and config {} has none: choose another config or nemesis",
                     self.config
                 ));
             }
         }
-        if has(Fault::Failover) && !replicated {
+        let scenario =
+            (has(Fault::Clock) && (has(Fault::Partition) || has(Fault::Kill))) && !self.nemesis.all;
+        if scenario && self.config.lock_nodes() < 5 {
+            return usage(format!(
+                "--nemesis {} is a Redlock scenario that needs five lock nodes, and config {} has {}: use --config redlock",
+                self.nemesis, self.config, self.config.lock_nodes()
+            ));
+        }
+        if has(Fault::Failover) && !replicated && !self.nemesis.all {
             return usage(format!(
                 "--nemesis failover needs replicas, and config {} has none: use --config replicated",
                 self.config
@@ -172,7 +210,7 @@ impl RunOptions {
         }
         // Kills and failovers only lose a lock whose holder is still in its
         // critical section when the lock is granted again.
-        let slow = has(Fault::Kill) || has(Fault::Failover);
+        let slow = has(Fault::Kill) || has(Fault::Failover) || has(Fault::Partition);
         let ttl = *self.ttl_ms.get_or_insert(if slow { 6_000 } else { 2_000 });
         self.work_ms.get_or_insert(if slow { 4_000 } else { 200 });
         if ttl < 10 {
@@ -187,6 +225,8 @@ impl RunOptions {
         };
         self.node_pause_ms.get_or_insert(node_pause);
         self.acquire_timeout_ms.get_or_insert(ttl * 2);
+        self.clock_jump_ms.get_or_insert(2 * ttl as i64);
+        self.fault_ms.get_or_insert(ttl);
         Ok(self)
     }
 

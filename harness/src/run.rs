@@ -11,7 +11,7 @@ use crate::{logging, workers};
 use checker::history::{f, OpType, Process};
 use checker::verdict::{Promise, Results, Validity};
 use checker::History;
-use nemesis::{Durations, Fault, ScheduleSpec, Step};
+use nemesis::{Action, Fault, FaultParams, ScheduleSpec, Step};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -87,7 +87,16 @@ async fn run_workload(
     dir: &RunDir,
     topology: &Arc<Topology>,
 ) -> Result<RunOutcome> {
-    let steps = nemesis::schedule(&schedule_spec(options));
+    let spec = schedule_spec(options);
+    let steps = nemesis::schedule(&spec);
+    if steps.is_empty() && !spec.actions.is_empty() {
+        tracing::warn!(
+            "no fault fits in --time-limit {} s (the shortest needs {} ms, plus {} ms to settle): raise --time-limit",
+            options.time_limit,
+            spec.actions.iter().map(|(_, ms)| ms).min().unwrap_or(&0),
+            spec.settle_ms
+        );
+    }
     let clock = RunClock::starting_now();
     let (history, holders) =
         HistoryWriter::create(&dir.history(), clock).context(|| "creating history.jsonl".into())?;
@@ -117,23 +126,28 @@ async fn run_workload(
     let (stop_tx, stop_rx) = watch::channel(false);
     let env = nemesis::Env {
         workers: running.iter().map(|w| w.pid).collect(),
+        controls: running.iter().map(|w| w.control.clone()).collect(),
         cluster: topology.clone(),
         holders,
         journal: history.clone(),
         arm_timeout: Duration::from_millis(options.nemesis_interval_ms.max(options.ttl_ms())),
         stop: stop_rx,
     };
-    let durations = Durations {
+    let params = FaultParams {
         pause: Duration::from_millis(options.pause_ms.expect("resolved")),
         node_pause: Duration::from_millis(options.node_pause_ms.expect("resolved")),
         kill_down: Duration::from_millis(options.restart_ms),
+        targets: options.targets,
+        clock_jump_ns: options.clock_jump_ms.expect("resolved") * 1_000_000,
+        holder_skew_ns: options.holder_skew_ms * 1_000_000,
+        hold: Duration::from_millis(options.fault_ms.expect("resolved")),
         lock_ttl: Duration::from_millis(options.ttl_ms()),
         quiet: Duration::from_millis(options.nemesis_interval_ms / 2),
     };
     let nemesis = tokio::spawn(nemesis::runner::run(
         steps,
         env,
-        durations,
+        params,
         tokio::time::Instant::now(),
     ));
 
@@ -178,28 +192,45 @@ async fn run_workload(
 /// Each fault the run asked for, with how long it is expected to last.
 fn schedule_spec(options: &RunOptions) -> ScheduleSpec {
     let restart = options.restart_ms + 500;
-    let faults = options
+    let hold = options.fault_ms.expect("resolved");
+    let ttl = options.ttl_ms();
+    let actions = options
         .nemesis
-        .faults
-        .iter()
-        .map(|&f| {
-            let ms = match f {
-                Fault::Pause => options.pause_ms.expect("resolved"),
-                Fault::PauseNode => options.node_pause_ms.expect("resolved"),
-                Fault::Kill => restart,
-                Fault::Failover => {
-                    options.ttl_ms() + options.down_after_ms + options.failover_timeout_ms + restart
+        .actions()
+        .into_iter()
+        .filter(|a| supported(options.config, *a))
+        .map(|a| {
+            let ms = match a {
+                Action::Fault(Fault::Pause) => options.pause_ms.expect("resolved"),
+                Action::Fault(Fault::PauseNode) => options.node_pause_ms.expect("resolved"),
+                Action::Fault(Fault::Kill) => restart,
+                Action::Fault(Fault::Failover) => {
+                    ttl + options.down_after_ms + options.failover_timeout_ms + restart
                 }
+                Action::Fault(Fault::Clock | Fault::Partition) => hold,
+                Action::SplitClock => ttl + hold,
+                Action::KillClock => restart + hold,
             };
-            (f, ms)
+            (a, ms)
         })
         .collect();
     ScheduleSpec {
         seed: options.seed(),
-        faults,
+        actions,
         interval_ms: options.nemesis_interval_ms,
         time_limit_ms: options.time_limit * 1000,
-        settle_ms: options.ttl_ms().max(1000),
+        settle_ms: ttl.max(1000),
+    }
+}
+
+/// Whether `action` makes sense on `config` (`all` offers every action;
+/// explicit choices were checked when the options were resolved).
+fn supported(config: Config, action: Action) -> bool {
+    match action {
+        Action::Fault(Fault::Pause) => true,
+        Action::Fault(Fault::Failover) => config == Config::Replicated,
+        Action::Fault(_) => config.has_lock_node(),
+        Action::SplitClock | Action::KillClock => config.lock_nodes() >= 5,
     }
 }
 

@@ -3,12 +3,15 @@
 //! own loopback address so a partition can cut the link between two of them.
 //! Implements [`nemesis::Cluster`], the faults' handle on the nodes.
 
+use crate::error::Context;
 use crate::error::{Error, Result};
-use crate::node::{NodeSpec, RedisNode, Role};
+use crate::node::{NodeClock, NodeSpec, RedisNode, Role};
 use crate::options::RunOptions;
+use nemesis::clock::TimeControl;
 use nemesis::cluster::BoxFuture;
 use nemesis::net::{Firewall, Link};
 use nemesis::{Cluster, Journal, NodeRef};
+use nemesis::{Fault, Targets};
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -38,6 +41,8 @@ pub struct Topology {
     sentinels: Vec<String>,
     pub storage: RedisNode,
     firewall: Option<Firewall>,
+    /// Node name → its time shim's control file (clock nemesis only).
+    clocks: Vec<(String, TimeControl)>,
 }
 
 fn data_ip(n: u8) -> Ipv4Addr {
@@ -77,17 +82,51 @@ impl Topology {
             }
             None
         };
-        let spec = |name: &str, role: Role, ip: Ipv4Addr, program: &Path| NodeSpec {
-            name: name.into(),
-            role,
-            ip,
-            program: program.to_path_buf(),
-            persistence: options.persistence,
+        // Data nodes run under the time shim when the clock nemesis may
+        // shift their wall clocks; each gets its own control file.
+        let shim = match options.nemesis.has(Fault::Clock) {
+            true => {
+                let run_dir = nodes_dir.parent().unwrap_or(nodes_dir);
+                Some(
+                    nemesis::clock::install_shim(run_dir)
+                        .context(|| "installing the time shim".into())?,
+                )
+            }
+            false => None,
         };
+        let mut clocks = Vec::new();
+        let mut clock_for = |name: &str| -> Result<Option<NodeClock>> {
+            let Some(shim) = &shim else { return Ok(None) };
+            let dir = nodes_dir.join(name);
+            std::fs::create_dir_all(&dir).context(|| format!("creating {}", dir.display()))?;
+            let control = dir.join("time.ctl");
+            let handle = TimeControl::create(&control)
+                .context(|| format!("creating {}", control.display()))?;
+            clocks.push((name.to_string(), handle));
+            Ok(Some(NodeClock {
+                shim: shim.clone(),
+                control,
+            }))
+        };
+        let spec =
+            |name: &str, role: Role, ip: Ipv4Addr, program: &Path, clock: Option<NodeClock>| {
+                NodeSpec {
+                    name: name.into(),
+                    role,
+                    ip,
+                    program: program.to_path_buf(),
+                    persistence: options.persistence,
+                    clock,
+                }
+            };
         let mut nodes = Vec::new();
         for n in 1..=options.config.lock_nodes() as u8 {
             let name = format!("n{n}");
-            let node = RedisNode::start(spec(&name, Role::Lock, data_ip(n), server), nodes_dir);
+            let clock = clock_for(&name)?;
+            let node = RedisNode::start(
+                spec(&name, Role::Lock, data_ip(n), server, clock),
+                nodes_dir,
+            );
             nodes.push(node.await?);
         }
         if options.config == Config::Replicated {
@@ -96,10 +135,11 @@ impl Topology {
                 let role = Role::Replica {
                     primary: primary.clone(),
                 };
-                nodes.push(
-                    RedisNode::start(spec(&format!("n{n}"), role, data_ip(n), server), nodes_dir)
-                        .await?,
-                );
+                let name = format!("n{n}");
+                let clock = clock_for(&name)?;
+                let node =
+                    RedisNode::start(spec(&name, role, data_ip(n), server, clock), nodes_dir);
+                nodes.push(node.await?);
             }
             await_replication(&nodes[0], 2).await?;
             let sentinel = sentinel.expect("the caller finds redis-sentinel for replicated");
@@ -112,7 +152,7 @@ impl Topology {
                 };
                 nodes.push(
                     RedisNode::start(
-                        spec(&format!("s{n}"), role, sentinel_ip(n), &sentinel),
+                        spec(&format!("s{n}"), role, sentinel_ip(n), &sentinel, None),
                         nodes_dir,
                     )
                     .await?,
@@ -120,7 +160,7 @@ impl Topology {
             }
         }
         let storage = RedisNode::start(
-            spec("storage", Role::Storage, Ipv4Addr::LOCALHOST, server),
+            spec("storage", Role::Storage, Ipv4Addr::LOCALHOST, server, None),
             nodes_dir,
         )
         .await?;
@@ -141,6 +181,7 @@ impl Topology {
             sentinels,
             storage,
             firewall,
+            clocks,
         })
     }
 
@@ -351,6 +392,55 @@ impl Cluster for Topology {
             Some(fw) => fw.heal(),
             None => Ok(()),
         }
+    }
+
+    fn lock_nodes(&self) -> Vec<String> {
+        self.data_nodes().map(|(n, _, _)| n.clone()).collect()
+    }
+
+    fn targets(&self, targets: Targets) -> BoxFuture<'_, Vec<NodeRef>> {
+        Box::pin(async move {
+            if !self.sentinels.is_empty() {
+                return self.primary().await.into_iter().collect();
+            }
+            let names = targets.pick(&self.lock_nodes());
+            let nodes = self.nodes.lock().await;
+            names
+                .into_iter()
+                .filter_map(|name| {
+                    let pid = nodes.iter().find(|n| n.name() == name)?.pid();
+                    Some(NodeRef { name, pid })
+                })
+                .collect()
+        })
+    }
+
+    fn set_clock(&self, node: &str, offset_ns: i64, rate: f64) -> std::io::Result<()> {
+        let (_, control) = self.clocks.iter().find(|(n, _)| n == node).ok_or_else(|| {
+            std::io::Error::other(format!("node {node} runs without the time shim"))
+        })?;
+        control.set(offset_ns, rate)
+    }
+
+    fn cut_workers(&self, links: &[(usize, String)]) -> std::io::Result<()> {
+        let fw = self
+            .firewall
+            .as_ref()
+            .ok_or_else(|| std::io::Error::other("this run has no firewall"))?;
+        let mut cut = Vec::new();
+        for (worker, node) in links {
+            let (_, ip, port) = self
+                .addrs
+                .iter()
+                .find(|(n, _, _)| n == node)
+                .ok_or_else(|| std::io::Error::other(format!("no node {node}")))?;
+            cut.push(Link {
+                client: worker_ip(*worker as u64),
+                server: *ip,
+                port: *port,
+            });
+        }
+        fw.cut(&cut)
     }
 
     fn await_promotion(&self, old: &str, timeout: Duration) -> BoxFuture<'_, Option<String>> {

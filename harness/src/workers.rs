@@ -10,7 +10,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin};
+use tokio::process::Child;
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use workloads::WorkerSpec;
 
@@ -18,7 +19,8 @@ pub struct Worker {
     pub index: usize,
     pub pid: u32,
     child: Child,
-    control: Option<ChildStdin>,
+    /// Lines for the worker's stdin ("stop", "skew …"); closing it is a stop too.
+    pub control: mpsc::UnboundedSender<String>,
     reader: JoinHandle<()>,
 }
 
@@ -58,10 +60,23 @@ pub fn spawn(
             }
         }
     });
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    let (control, mut lines) = mpsc::unbounded_channel::<String>();
+    tokio::spawn(async move {
+        while let Some(line) = lines.recv().await {
+            if stdin
+                .write_all(format!("{line}\n").as_bytes())
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
     Ok(Worker {
         index,
         pid,
-        control: child.stdin.take(),
+        control,
         child,
         reader,
     })
@@ -71,11 +86,8 @@ pub fn spawn(
 /// within `grace` is resumed (it may be stopped) and killed. Returns once
 /// every worker is reaped and its last event recorded.
 pub async fn stop_all(workers: Vec<Worker>, grace: Duration) {
-    let mut workers = workers;
-    for w in &mut workers {
-        if let Some(mut control) = w.control.take() {
-            let _ = control.write_all(b"stop\n").await;
-        }
+    for w in &workers {
+        let _ = w.control.send("stop".into());
     }
     for mut w in workers {
         match tokio::time::timeout(grace, w.child.wait()).await {

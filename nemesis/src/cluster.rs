@@ -1,6 +1,7 @@
 //! What a nemesis may do to the nodes. The harness owns the processes and
 //! implements this; faults only decide *when* and *which*.
 
+use crate::fault::Targets;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -31,4 +32,15 @@ pub trait Cluster: Send + Sync {
     fn heal(&self) -> std::io::Result<()>;
     /// Waits until Sentinel names a primary other than `old`.
     fn await_promotion(&self, old: &str, timeout: Duration) -> BoxFuture<'_, Option<String>>;
+    /// The independent lock nodes, in order (n1, n2, …); the primary's
+    /// replicas and Sentinels are not among them.
+    fn lock_nodes(&self) -> Vec<String>;
+    /// The nodes a node fault hits: the primary for `replicated`, the lock
+    /// node for single-node configs, else `targets` of the lock nodes.
+    fn targets(&self, targets: Targets) -> BoxFuture<'_, Vec<NodeRef>>;
+    /// Shifts a node's wall clock (through its time shim) by `offset_ns`,
+    /// running at `rate` from now on.
+    fn set_clock(&self, node: &str, offset_ns: i64, rate: f64) -> std::io::Result<()>;
+    /// Drops every packet between each worker and node in `links`.
+    fn cut_workers(&self, links: &[(usize, String)]) -> std::io::Result<()>;
 }

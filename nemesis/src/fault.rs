@@ -1,4 +1,5 @@
-//! The faults lockstorm can inject, and `--nemesis` parsing.
+//! The faults lockstorm can inject, `--nemesis` parsing, node targets, and
+//! the scheduled actions (single faults, and scenarios that combine them).
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -11,15 +12,26 @@ pub enum Fault {
     Pause,
     /// SIGSTOP the node the lock lives on (the primary, for `replicated`).
     PauseNode,
-    /// SIGKILL that node right after an acquisition; restart it later.
+    /// SIGKILL lock nodes right after an acquisition; restart them later.
     Kill,
     /// Partition the primary from its replicas, kill it after an
     /// acquisition, heal once Sentinel has promoted a replica.
     Failover,
+    /// Jump lock nodes' wall clocks (and optionally skew the holder's lease clock).
+    Clock,
+    /// Cut links between workers and lock nodes.
+    Partition,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 4] = [Fault::Pause, Fault::PauseNode, Fault::Kill, Fault::Failover];
+    pub const ALL: [Fault; 6] = [
+        Fault::Pause,
+        Fault::PauseNode,
+        Fault::Kill,
+        Fault::Failover,
+        Fault::Clock,
+        Fault::Partition,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -27,12 +39,14 @@ impl Fault {
             Fault::PauseNode => "pause-node",
             Fault::Kill => "kill",
             Fault::Failover => "failover",
+            Fault::Clock => "clock",
+            Fault::Partition => "partition",
         }
     }
 
     /// Faults that cut links need iptables and root.
     pub fn needs_firewall(self) -> bool {
-        self == Fault::Failover
+        matches!(self, Fault::Failover | Fault::Partition)
     }
 }
 
@@ -42,11 +56,106 @@ impl fmt::Display for Fault {
     }
 }
 
+/// Which lock nodes a node fault hits, on configs with several (Redlock);
+/// configs with one lock node, or a primary, always hit that one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Targets {
+    One,
+    Minority,
+    #[default]
+    Majority,
+    All,
+    /// `partition` only: Jepsen's majorities ring, every worker sees a
+    /// different majority of the nodes. Other faults treat it as `majority`.
+    Ring,
+}
+
+impl Targets {
+    pub const NAMES: &'static str = "one, minority, majority, all, ring";
+
+    /// The first nodes of `nodes`, as many as the choice asks for (pure).
+    pub fn pick(self, nodes: &[String]) -> Vec<String> {
+        let n = nodes.len();
+        let k = match self {
+            Targets::One => 1,
+            Targets::Minority => ((n.saturating_sub(1)) / 2).max(1),
+            Targets::Majority | Targets::Ring => n / 2 + 1,
+            Targets::All => n,
+        };
+        nodes[..k.min(n)].to_vec()
+    }
+}
+
+impl FromStr for Targets {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "one" => Ok(Targets::One),
+            "minority" => Ok(Targets::Minority),
+            "majority" => Ok(Targets::Majority),
+            "all" => Ok(Targets::All),
+            "ring" => Ok(Targets::Ring),
+            _ => Err(format!(
+                "unknown targets '{s}': choose one of {}",
+                Targets::NAMES
+            )),
+        }
+    }
+}
+
+/// One scheduled action: a single fault, or a scenario that needs two faults
+/// acting together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum Action {
+    Fault(Fault),
+    /// Kleppmann's: the holder reaches n1–n3 only, n3's clock jumps past the
+    /// TTL, a second client reaching n3–n5 only takes the lock.
+    SplitClock,
+    /// Two nodes killed and restarted empty leave the holder a bare
+    /// majority; a clock jump on one of them takes it away.
+    KillClock,
+}
+
+impl Action {
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Fault(f) => f.name(),
+            Action::SplitClock => "partition+clock",
+            Action::KillClock => "kill+clock",
+        }
+    }
+}
+
+impl From<Action> for String {
+    fn from(a: Action) -> String {
+        a.name().to_string()
+    }
+}
+
+impl TryFrom<String> for Action {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        match s.as_str() {
+            "partition+clock" => Ok(Action::SplitClock),
+            "kill+clock" => Ok(Action::KillClock),
+            _ => Fault::ALL
+                .into_iter()
+                .find(|f| f.name() == s)
+                .map(Action::Fault)
+                .ok_or_else(|| format!("unknown action '{s}'")),
+        }
+    }
+}
+
 /// What `--nemesis` asked for: a set of faults (empty for `none`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(into = "String", try_from = "String")]
 pub struct Nemesis {
     pub faults: Vec<Fault>,
+    /// `all`: every fault alone and every scenario, in a seeded mix.
+    pub all: bool,
 }
 
 impl Nemesis {
@@ -61,10 +170,40 @@ impl Nemesis {
         names.push("all");
         names.join(", ")
     }
+
+    pub fn has(&self, fault: Fault) -> bool {
+        self.faults.contains(&fault)
+    }
+
+    /// The actions to schedule. Faults that form a scenario act together
+    /// (`partition,clock` is Kleppmann's scenario, not two separate faults);
+    /// `all` schedules every fault alone and every scenario.
+    pub fn actions(&self) -> Vec<Action> {
+        let split = self.has(Fault::Partition) && self.has(Fault::Clock);
+        let kill_clock = self.has(Fault::Kill) && self.has(Fault::Clock);
+        let mut actions = Vec::new();
+        if split {
+            actions.push(Action::SplitClock);
+        }
+        if kill_clock {
+            actions.push(Action::KillClock);
+        }
+        for &f in &self.faults {
+            let in_scenario = (split && matches!(f, Fault::Partition | Fault::Clock))
+                || (kill_clock && matches!(f, Fault::Kill | Fault::Clock));
+            if self.all || !in_scenario {
+                actions.push(Action::Fault(f));
+            }
+        }
+        actions
+    }
 }
 
 impl fmt::Display for Nemesis {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.all {
+            return f.write_str("all");
+        }
         if self.faults.is_empty() {
             return f.write_str("none");
         }
@@ -77,12 +216,15 @@ impl FromStr for Nemesis {
     type Err = String;
     /// A comma-separated list; `none` alone, or `all` for every fault.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let mut faults = Vec::new();
+        let mut nemesis = Nemesis::default();
         for name in s.split(',').map(str::trim) {
             match name {
                 "none" => {}
-                "all" => faults.extend(Fault::ALL),
-                _ => faults.push(
+                "all" => {
+                    nemesis.all = true;
+                    nemesis.faults.extend(Fault::ALL);
+                }
+                _ => nemesis.faults.push(
                     Fault::ALL
                         .into_iter()
                         .find(|f| f.name() == name)
@@ -92,9 +234,9 @@ impl FromStr for Nemesis {
                 ),
             }
         }
-        faults.sort();
-        faults.dedup();
-        Ok(Nemesis { faults })
+        nemesis.faults.sort();
+        nemesis.faults.dedup();
+        Ok(nemesis)
     }
 }
 
@@ -115,21 +257,22 @@ impl TryFrom<String> for Nemesis {
 mod tests {
     use super::*;
 
+    fn nemesis(s: &str) -> Nemesis {
+        s.parse().unwrap()
+    }
+
     #[test]
     fn parses_lists_none_and_all() {
-        assert_eq!("none".parse::<Nemesis>().unwrap().faults, vec![]);
+        assert_eq!(nemesis("none").faults, vec![]);
         assert_eq!(
-            "pause-node,pause".parse::<Nemesis>().unwrap().faults,
+            nemesis("pause-node,pause").faults,
             vec![Fault::Pause, Fault::PauseNode]
         );
-        assert_eq!(
-            "all".parse::<Nemesis>().unwrap().faults,
-            Fault::ALL.to_vec()
-        );
-        assert_eq!(
-            "pause,pause-node".parse::<Nemesis>().unwrap().to_string(),
-            "pause,pause-node"
-        );
+        assert_eq!(nemesis("kill").faults, vec![Fault::Kill]);
+        let all = nemesis("all");
+        assert_eq!(all.faults, Fault::ALL.to_vec());
+        assert_eq!(all.to_string(), "all");
+        assert_eq!(nemesis("pause,pause-node").to_string(), "pause,pause-node");
     }
 
     #[test]
@@ -137,7 +280,51 @@ mod tests {
         let err = "pause,gc".parse::<Nemesis>().unwrap_err();
         assert_eq!(
             err,
-            "unknown nemesis 'gc': choose from none, pause, pause-node, kill, failover, all"
+            "unknown nemesis 'gc': choose from none, pause, pause-node, kill, failover, clock, partition, all"
         );
+    }
+
+    #[test]
+    fn faults_that_form_a_scenario_act_together() {
+        assert_eq!(
+            nemesis("partition,clock").actions(),
+            vec![Action::SplitClock]
+        );
+        assert_eq!(nemesis("kill,clock").actions(), vec![Action::KillClock]);
+        assert_eq!(
+            nemesis("clock,pause").actions(),
+            vec![Action::Fault(Fault::Pause), Action::Fault(Fault::Clock)]
+        );
+        let all = nemesis("all").actions();
+        assert!(all.contains(&Action::SplitClock) && all.contains(&Action::Fault(Fault::Clock)));
+        assert_eq!(all.len(), 8);
+        for a in all {
+            assert_eq!(Action::try_from(String::from(a)).unwrap(), a);
+        }
+    }
+
+    #[test]
+    fn targets_pick_the_first_nodes() {
+        let nodes: Vec<String> = (1..=5).map(|n| format!("n{n}")).collect();
+        let count = |t: Targets| t.pick(&nodes).len();
+        assert_eq!(
+            [
+                Targets::One,
+                Targets::Minority,
+                Targets::Majority,
+                Targets::All
+            ]
+            .map(count),
+            [1, 2, 3, 5]
+        );
+        let one = vec!["n1".to_string()];
+        for t in [
+            Targets::One,
+            Targets::Minority,
+            Targets::Majority,
+            Targets::All,
+        ] {
+            assert_eq!(t.pick(&one), one);
+        }
     }
 }

@@ -8,12 +8,15 @@ mod failover;
 pub mod fault;
 mod kill;
 pub mod net;
+pub mod partition;
 mod pause;
 pub mod process;
 pub mod runner;
+mod scenario;
 pub mod schedule;
+mod skew;
 
 pub use cluster::{Cluster, NodeRef};
-pub use fault::{Fault, Nemesis};
-pub use runner::{Durations, Env, Holder, Journal};
+pub use fault::{Action, Fault, Nemesis, Targets};
+pub use runner::{Env, FaultParams, Holder, Journal};
 pub use schedule::{schedule, ScheduleSpec, Step};

@@ -1,11 +1,12 @@
 //! Runs a schedule against a live run and heals every fault before returning.
 
 use crate::cluster::Cluster;
-use crate::{failover, kill, pause, Fault, Step};
+use crate::fault::{Action, Targets};
+use crate::{failover, kill, partition, pause, scenario, skew, Fault, Step};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 /// The latest worker seen inside its critical section: it holds the lock and
@@ -27,6 +28,8 @@ pub trait Journal: Send + Sync {
 pub struct Env {
     /// Worker index → PID.
     pub workers: Vec<u32>,
+    /// Worker index → its control channel (lines for its stdin).
+    pub controls: Vec<mpsc::UnboundedSender<String>>,
     /// The lock's nodes. The storage node is never part of it.
     pub cluster: Arc<dyn Cluster>,
     pub holders: watch::Receiver<Holder>,
@@ -37,12 +40,20 @@ pub struct Env {
     pub stop: watch::Receiver<bool>,
 }
 
-/// How long each fault lasts, from the run's options.
+/// How each fault behaves, from the run's options.
 #[derive(Clone, Copy, Debug)]
-pub struct Durations {
+pub struct FaultParams {
     pub pause: Duration,
     pub node_pause: Duration,
     pub kill_down: Duration,
+    /// Which lock nodes node faults hit (Redlock).
+    pub targets: Targets,
+    /// How far `clock` jumps node clocks, and for how long.
+    pub clock_jump_ns: i64,
+    /// How far `clock` sets the holder's lease clock (0: leave it).
+    pub holder_skew_ns: i64,
+    /// How long `clock` and `partition` last.
+    pub hold: Duration,
     /// The lock's TTL: how long a key can outlive the partition that hid its deletion.
     pub lock_ttl: Duration,
     /// Least quiet time after a fault. A fault that waited for a holder ends
@@ -61,6 +72,15 @@ impl Env {
 
     pub(crate) fn stopping(&self) -> bool {
         *self.stop.borrow()
+    }
+
+    /// Skews worker `worker`'s lease clock (the worker may already be gone).
+    pub(crate) fn skew(&self, worker: usize, offset_ns: i64, rate: f64) {
+        if let Some(control) = self.controls.get(worker) {
+            let _ = control.send(format!("skew {offset_ns} {rate}"));
+        }
+        let value = json!({"worker": worker, "offset_ms": offset_ns / 1_000_000, "rate": rate});
+        self.journal.record("skew", value, None);
     }
 
     /// Waits for the next worker to enter its critical section. `None` (and
@@ -82,7 +102,7 @@ impl Env {
 }
 
 /// Runs `steps` relative to `start` until they are done or the run ends.
-pub async fn run(steps: Vec<Step>, mut env: Env, durations: Durations, start: Instant) {
+pub async fn run(steps: Vec<Step>, mut env: Env, p: FaultParams, start: Instant) {
     let mut earliest = start;
     for step in steps {
         let at = (start + Duration::from_millis(step.at_ms)).max(earliest);
@@ -92,15 +112,32 @@ pub async fn run(steps: Vec<Step>, mut env: Env, durations: Durations, start: In
         {
             return;
         }
-        match step.fault {
-            Fault::Pause => pause::holder(&mut env, durations.pause).await,
-            Fault::PauseNode => pause::node(&mut env, durations.node_pause).await,
-            Fault::Kill => kill::primary(&mut env, durations.kill_down).await,
-            Fault::Failover => failover::run(&mut env, durations.lock_ttl).await,
+        match step.action {
+            Action::Fault(Fault::Pause) => pause::holder(&mut env, p.pause).await,
+            Action::Fault(Fault::PauseNode) => pause::node(&mut env, p.node_pause).await,
+            Action::Fault(Fault::Kill) => kill::nodes(&mut env, p.targets, p.kill_down).await,
+            Action::Fault(Fault::Failover) => failover::run(&mut env, p.lock_ttl).await,
+            Action::Fault(Fault::Clock) => {
+                skew::jump(
+                    &mut env,
+                    p.targets,
+                    p.clock_jump_ns,
+                    p.holder_skew_ns,
+                    p.hold,
+                )
+                .await
+            }
+            Action::Fault(Fault::Partition) => partition::run(&mut env, p.targets, p.hold).await,
+            Action::SplitClock => {
+                scenario::split_clock(&mut env, p.lock_ttl, p.clock_jump_ns, p.hold).await
+            }
+            Action::KillClock => {
+                scenario::kill_clock(&mut env, p.kill_down, p.clock_jump_ns, p.hold).await
+            }
         }
         if env.stopping() {
             return;
         }
-        earliest = Instant::now() + durations.quiet;
+        earliest = Instant::now() + p.quiet;
     }
 }

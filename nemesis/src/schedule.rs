@@ -1,6 +1,8 @@
 //! The fault schedule: a pure function of the seed, so the same seed gives the
 //! same faults at the same offsets.
 
+use crate::fault::Action;
+#[cfg(test)]
 use crate::Fault;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -9,8 +11,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScheduleSpec {
     pub seed: u64,
-    /// Each fault to draw from, with how long it lasts once it starts.
-    pub faults: Vec<(Fault, u64)>,
+    /// Each action to draw from, with how long it lasts once it starts.
+    pub actions: Vec<(Action, u64)>,
     /// Mean quiet time between faults.
     pub interval_ms: u64,
     pub time_limit_ms: u64,
@@ -22,7 +24,7 @@ pub struct ScheduleSpec {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Step {
     pub at_ms: u64,
-    pub fault: Fault,
+    pub action: Action,
     pub duration_ms: u64,
 }
 
@@ -30,20 +32,20 @@ pub struct Step {
 /// each healed before `time_limit − settle`.
 pub fn schedule(spec: &ScheduleSpec) -> Vec<Step> {
     let mut steps = Vec::new();
-    if spec.faults.is_empty() || spec.interval_ms == 0 {
+    if spec.actions.is_empty() || spec.interval_ms == 0 {
         return steps;
     }
     let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
     let end = spec.time_limit_ms.saturating_sub(spec.settle_ms);
     let mut at = rng.random_range(spec.interval_ms / 2..=spec.interval_ms);
     loop {
-        let (fault, duration_ms) = spec.faults[rng.random_range(0..spec.faults.len())];
+        let (action, duration_ms) = spec.actions[rng.random_range(0..spec.actions.len())];
         if at + duration_ms > end {
             break;
         }
         steps.push(Step {
             at_ms: at,
-            fault,
+            action,
             duration_ms,
         });
         at += duration_ms + rng.random_range(spec.interval_ms / 2..=spec.interval_ms * 3 / 2);
@@ -58,7 +60,10 @@ mod tests {
     fn spec(seed: u64) -> ScheduleSpec {
         ScheduleSpec {
             seed,
-            faults: vec![(Fault::Pause, 1_500), (Fault::PauseNode, 1_000)],
+            actions: vec![
+                (Action::Fault(Fault::Pause), 1_500),
+                (Action::Fault(Fault::PauseNode), 1_000),
+            ],
             interval_ms: 2_000,
             time_limit_ms: 30_000,
             settle_ms: 2_000,
@@ -86,11 +91,11 @@ mod tests {
 
     #[test]
     fn a_mix_uses_every_fault_and_none_gives_nothing() {
-        let faults: std::collections::BTreeSet<_> =
-            schedule(&spec(7)).iter().map(|s| s.fault).collect();
+        let faults: std::collections::HashSet<_> =
+            schedule(&spec(7)).iter().map(|s| s.action).collect();
         assert_eq!(faults.len(), 2);
         let quiet = ScheduleSpec {
-            faults: vec![],
+            actions: vec![],
             ..spec(7)
         };
         assert!(schedule(&quiet).is_empty());

@@ -123,11 +123,16 @@ impl LockClient for Redlock {
         }
     }
 
+    /// Released only if our key went from a majority: deleting a leftover
+    /// minority frees nothing (the lock was no longer ours).
     fn release(&mut self, token: &str) -> Outcome<()> {
+        let needed = quorum(self.nodes.len());
         match self.unlock_all(token) {
-            (0, 0) => Outcome::Fail(NOT_HELD.into()),
-            (0, _) => Outcome::Info("no node answered the release".into()),
-            _ => Outcome::Ok(()),
+            (deleted, _) if deleted >= needed => Outcome::Ok(()),
+            (deleted, unanswered) if deleted + unanswered >= needed => Outcome::Info(format!(
+                "released on {deleted}, {unanswered} did not answer"
+            )),
+            _ => Outcome::Fail(NOT_HELD.into()),
         }
     }
 }

@@ -1,0 +1,79 @@
+//! `partition`: cut workers off from lock nodes, then heal. `--targets`
+//! chooses which nodes every worker loses (one, a minority, a majority, all),
+//! or `ring`: Jepsen's majorities ring, where every worker still reaches a
+//! majority, but each a different one.
+
+use crate::fault::Targets;
+use crate::runner::Env;
+use serde_json::json;
+use std::time::Duration;
+
+pub async fn run(env: &mut Env, targets: Targets, hold: Duration) {
+    let nodes = env.cluster.lock_nodes();
+    let links = shape(targets, env.workers.len(), &nodes);
+    if let Err(e) = env.cluster.cut_workers(&links) {
+        env.journal
+            .record("skip-partition", json!({"reason": e.to_string()}), None);
+        return;
+    }
+    let value = json!({"targets": format!("{targets:?}").to_lowercase(), "cut": links});
+    env.journal.record("start-partition", value.clone(), None);
+    env.sleep(hold).await;
+    if let Err(e) = env.cluster.heal() {
+        env.journal
+            .record("heal-failed", json!({"error": e.to_string()}), None);
+    }
+    env.journal.record("stop-partition", value, None);
+}
+
+/// The (worker, node) links to cut (pure).
+pub fn shape(targets: Targets, workers: usize, nodes: &[String]) -> Vec<(usize, String)> {
+    match targets {
+        Targets::Ring => {
+            let n = nodes.len();
+            let keep = n / 2 + 1;
+            (0..workers)
+                .flat_map(|w| {
+                    // Worker w keeps nodes w, w+1, … (a majority) and loses the rest.
+                    (keep..n).map(move |k| (w, nodes[(w + k) % n].clone()))
+                })
+                .collect()
+        }
+        _ => {
+            let lost = targets.pick(nodes);
+            (0..workers)
+                .flat_map(|w| lost.iter().map(move |n| (w, n.clone())))
+                .collect()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_majorities_ring_leaves_every_worker_a_different_majority() {
+        let nodes: Vec<String> = (1..=5).map(|n| format!("n{n}")).collect();
+        let cut = shape(Targets::Ring, 5, &nodes);
+        let mut seen = std::collections::HashSet::new();
+        for w in 0..5 {
+            let lost: Vec<&String> = cut
+                .iter()
+                .filter(|(x, _)| *x == w)
+                .map(|(_, n)| n)
+                .collect();
+            assert_eq!(lost.len(), 2, "worker {w} keeps a majority of 3");
+            let kept: Vec<&String> = nodes.iter().filter(|n| !lost.contains(n)).collect();
+            assert!(seen.insert(kept), "two workers keep the same majority");
+        }
+    }
+
+    #[test]
+    fn a_minority_partition_cuts_every_worker_from_the_same_nodes() {
+        let nodes: Vec<String> = (1..=5).map(|n| format!("n{n}")).collect();
+        let cut = shape(Targets::Minority, 2, &nodes);
+        assert_eq!(cut.len(), 4);
+        assert!(cut.iter().all(|(_, n)| n == "n1" || n == "n2"));
+    }
+}
