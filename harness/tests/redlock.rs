@@ -179,6 +179,8 @@ fn a_lagging_lease_clock_defeats_the_holders_own_check() {
         "1000",
         "--work-ms",
         "1500",
+        "--fault-ms",
+        "3000",
         "--time-limit",
         "10",
         "--nemesis-interval-ms",

@@ -225,15 +225,18 @@ impl<W: Write> Worker<W> {
                 Outcome::Ok(None) => Outcome::Fail(error::LOCK_BUSY.to_string()),
                 Outcome::Fail(e) => Outcome::Fail(e),
             };
-            let give_up = matches!(outcome, Outcome::Info(_))
-                || monotonic_ns() >= deadline
-                || stop.load(Ordering::SeqCst);
+            // Only a busy lock is retried within the op: any other refusal
+            // (a node down, too few replicas) is this op's answer, recorded
+            // as such; the next cycle tries again.
+            let busy = matches!(&outcome, Outcome::Fail(e) if e == error::LOCK_BUSY);
+            let give_up = !busy || monotonic_ns() >= deadline || stop.load(Ordering::SeqCst);
+            let jitter = Duration::from_millis(self.rng.random_range(5..=25));
             if give_up {
                 self.complete(f::ACQUIRE, &outcome, |e| e.with_token(token));
+                std::thread::sleep(jitter);
                 return None;
             }
-            let jitter = self.rng.random_range(5..=25);
-            std::thread::sleep(Duration::from_millis(jitter));
+            std::thread::sleep(jitter);
         }
     }
 

@@ -107,10 +107,12 @@ impl LockClient for Redlock {
     fn try_acquire(&mut self, token: &str) -> Outcome<Option<Grant>> {
         let start = self.clock.now_ns();
         let ttl_ms = self.ttl.as_millis() as u64;
-        let mut votes = 0;
+        let (mut votes, mut unanswered) = (0, 0);
         for conn in &mut self.nodes {
-            if let Outcome::Ok(Some(_)) = Single::set_nx_px(conn, token, ttl_ms) {
-                votes += 1;
+            match Single::set_nx_px(conn, token, ttl_ms) {
+                Outcome::Ok(Some(_)) => votes += 1,
+                Outcome::Ok(None) => {}
+                Outcome::Fail(_) | Outcome::Info(_) => unanswered += 1,
             }
         }
         let elapsed = Duration::from_nanos(self.clock.now_ns().saturating_sub(start).max(0) as u64);
@@ -118,7 +120,11 @@ impl LockClient for Redlock {
             Ok(_validity) => Outcome::Ok(Some(Grant::default())),
             Err(refusal) => {
                 self.unlock_all(token);
-                Outcome::Fail(refusal.to_string())
+                match refusal {
+                    // Every node answered and others hold the key: contention.
+                    Refusal::NoQuorum { .. } if unanswered == 0 => Outcome::Ok(None),
+                    _ => Outcome::Fail(format!("{refusal}, {unanswered} unanswered")),
+                }
             }
         }
     }
