@@ -28,7 +28,7 @@ pub fn stats(history: &History) -> Stats {
         }
         if matches!(e.kind, OpType::Fail | OpType::Info) {
             if let Some(error) = &e.error {
-                *s.errors.entry(error.clone()).or_default() += 1;
+                *s.errors.entry(error_kind(error).to_string()).or_default() += 1;
             }
         }
     }
@@ -39,6 +39,12 @@ pub fn stats(history: &History) -> Stats {
         s.cycles_per_s = s.acquired as f64 / s.duration_s;
     }
     s
+}
+
+/// The kind of an error: what comes before its first `:` (the rest is
+/// detail, such as which nodes answered), so the stats group like with like.
+pub fn error_kind(error: &str) -> &str {
+    error.split(':').next().unwrap_or(error).trim()
 }
 
 #[cfg(test)]
@@ -68,6 +74,22 @@ mod tests {
         assert_eq!(s.errors["timeout"], 1);
         assert_eq!(s.errors["not-held"], 1);
         assert_eq!(s.errors.len(), 2);
+    }
+
+    #[test]
+    fn errors_are_counted_by_kind_not_by_their_details() {
+        let mut h = Hist::new();
+        for detail in [
+            "connection-lost: reset",
+            "connection-lost: eof",
+            "no-quorum: 1/3",
+        ] {
+            h.invoke(1, "acquire").token("a");
+            h.info(1, "acquire").error(detail);
+        }
+        let s = stats(&h.build());
+        assert_eq!(s.errors["connection-lost"], 2);
+        assert_eq!(s.errors["no-quorum"], 1);
     }
 
     #[test]

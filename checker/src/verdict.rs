@@ -276,7 +276,8 @@ pub struct Stats {
     /// Time of the first `start-*` nemesis event.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_fault_time: Option<u64>,
-    /// How often each `error` appeared on a client `fail`/`info`.
+    /// How often each kind of `error` (the part before any `:`) appeared on
+    /// a client `fail`/`info`.
     pub errors: BTreeMap<String, u64>,
 }
 

@@ -2,7 +2,7 @@
 //! Redlock: each leaves the holder with a bare majority and then takes one
 //! node of it away with a clock jump.
 
-use crate::runner::Env;
+use crate::runner::{Env, Holder};
 use crate::skew::jump_nodes;
 use serde_json::json;
 use std::time::Duration;
@@ -12,15 +12,9 @@ use std::time::Duration;
 /// its side; n3's clock then jumps past the TTL, and the other side can take
 /// n3 with its own two nodes.
 pub async fn split_clock(env: &mut Env, ttl: Duration, jump_ns: i64, hold: Duration) {
-    let nodes = env.cluster.lock_nodes();
-    if nodes.len() < 5 {
-        env.journal.record(
-            "skip-partition+clock",
-            json!({"reason": "needs five lock nodes"}),
-            None,
-        );
+    let Some(nodes) = five_nodes(env, "partition+clock") else {
         return;
-    }
+    };
     // Even workers keep n1–n3, odd workers keep n3–n5; n3 is shared.
     let links: Vec<(usize, String)> = (0..env.workers.len())
         .flat_map(|w| {
@@ -33,25 +27,15 @@ pub async fn split_clock(env: &mut Env, ttl: Duration, jump_ns: i64, hold: Durat
         })
         .collect();
     if let Err(e) = env.cluster.cut_workers(&links) {
-        env.journal.record(
-            "skip-partition+clock",
-            json!({"reason": e.to_string()}),
-            None,
-        );
+        let reason = json!({"reason": e.to_string()});
+        env.journal.record("skip-partition+clock", reason, None);
         return;
     }
     env.journal
         .record("start-partition", json!({"cut": links}), None);
     env.sleep(ttl).await;
     if let Some(holder) = env.await_holder("partition+clock").await {
-        let shared = vec![nodes[2].clone()];
-        jump_nodes(env, &shared, jump_ns);
-        let value =
-            json!({"targets": shared, "jump_ms": jump_ns / 1_000_000, "holder": holder.process});
-        env.journal.record("start-clock", value.clone(), None);
-        env.sleep(hold).await;
-        jump_nodes(env, &shared, 0);
-        env.journal.record("stop-clock", value, None);
+        jump_one_node(env, &nodes[2], jump_ns, holder, hold).await;
     }
     if let Err(e) = env.cluster.heal() {
         env.journal
@@ -65,38 +49,43 @@ pub async fn split_clock(env: &mut Env, ttl: Duration, jump_ns: i64, hold: Durat
 /// restarted empty at once (no persistence), leaving it n3–n5; n3's clock
 /// then jumps past the TTL, and another worker takes n1–n3.
 pub async fn kill_clock(env: &mut Env, down: Duration, jump_ns: i64, hold: Duration) {
-    let nodes = env.cluster.lock_nodes();
-    if nodes.len() < 5 {
-        env.journal.record(
-            "skip-kill+clock",
-            json!({"reason": "needs five lock nodes"}),
-            None,
-        );
+    let Some(nodes) = five_nodes(env, "kill+clock") else {
         return;
-    }
+    };
     let Some(holder) = env.await_holder("kill+clock").await else {
         return;
     };
     let killed = &nodes[..2];
     for n in killed {
         if let Err(e) = env.cluster.kill(n).await {
-            env.journal.record(
-                "kill-failed",
-                json!({"target": n, "error": e.to_string()}),
-                Some(n),
-            );
+            let value = json!({"target": n, "error": e.to_string()});
+            env.journal.record("kill-failed", value, Some(n));
         }
     }
-    env.journal.record(
-        "start-kill",
-        json!({"targets": killed, "holder": holder.process}),
-        None,
-    );
+    let value = json!({"targets": killed, "holder": holder.process});
+    env.journal.record("start-kill", value, None);
     tokio::time::sleep(down).await;
     for n in killed {
         crate::kill::restart(env, n, "stop-kill").await;
     }
-    let shared = vec![nodes[2].clone()];
+    jump_one_node(env, &nodes[2], jump_ns, holder, hold).await;
+}
+
+/// The lock nodes, if there are the five these scenarios need.
+fn five_nodes(env: &Env, scenario: &str) -> Option<Vec<String>> {
+    let nodes = env.cluster.lock_nodes();
+    if nodes.len() < 5 {
+        let reason = json!({"reason": "needs five lock nodes"});
+        env.journal
+            .record(&format!("skip-{scenario}"), reason, None);
+        return None;
+    }
+    Some(nodes)
+}
+
+/// Jumps `node`'s clock for `hold`, then sets it right.
+async fn jump_one_node(env: &mut Env, node: &str, jump_ns: i64, holder: Holder, hold: Duration) {
+    let shared = vec![node.to_string()];
     jump_nodes(env, &shared, jump_ns);
     let value =
         json!({"targets": shared, "jump_ms": jump_ns / 1_000_000, "holder": holder.process});

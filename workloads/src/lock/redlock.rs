@@ -39,7 +39,7 @@ impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Refusal::NoQuorum { votes, needed } => write!(f, "no-quorum: {votes}/{needed}"),
-            Refusal::Expired { elapsed } => write!(f, "validity-expired after {elapsed:?}"),
+            Refusal::Expired { elapsed } => write!(f, "validity-expired: after {elapsed:?}"),
         }
     }
 }
@@ -136,7 +136,7 @@ impl LockClient for Redlock {
         match self.unlock_all(token) {
             (deleted, _) if deleted >= needed => Outcome::Ok(()),
             (deleted, unanswered) if deleted + unanswered >= needed => Outcome::Info(format!(
-                "released on {deleted}, {unanswered} did not answer"
+                "partial-release: deleted on {deleted}, {unanswered} did not answer"
             )),
             _ => Outcome::Fail(NOT_HELD.into()),
         }
