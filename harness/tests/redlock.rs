@@ -49,21 +49,53 @@ fn clock_jumps_on_a_majority_break_redlock_and_on_one_node_do_not() {
     );
 }
 
-#[test]
-fn kleppmann_a_bare_majority_and_one_clock_jump_break_redlock() {
-    // partition,clock: the holder reaches n1-n3, n3 jumps, the others take n3-n5.
-    let (out, results, dir, _t) = redlock(&["--nemesis", "partition,clock"], "25");
-    assert_eq!(out.code, 1, "{}", out.stdout);
-    assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
-    assert!(!events(&dir, "start-partition").is_empty());
-    let orphans = common::orphaned_chains();
-    assert!(orphans.is_empty(), "iptables rules left: {orphans:?}");
+/// Up to three seeds: the scenarios depend on which side wins the race for
+/// the lock first (the issue allows three short runs for such faults).
+fn caught_within_three_runs(nemesis: &str, first_event: &str) {
+    let mut outcomes = Vec::new();
+    for seed in ["1", "2", "3"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let args = [
+            "--config",
+            "redlock",
+            "--nemesis",
+            nemesis,
+            "--time-limit",
+            "25",
+            "--nemesis-interval-ms",
+            "2000",
+            "--seed",
+            seed,
+        ];
+        let (out, results, dir) = run(tmp.path(), &args);
+        assert!(
+            !events(&dir, first_event).is_empty(),
+            "no {first_event}: {}",
+            out.stdout
+        );
+        let orphans = common::orphaned_chains();
+        assert!(orphans.is_empty(), "iptables rules left: {orphans:?}");
+        if out.code == 1 && count(&results, "lock-overlap") > 0 {
+            return;
+        }
+        outcomes.push(out.stdout);
+    }
+    panic!(
+        "{nemesis} never broke Redlock in three runs:\n{}",
+        outcomes.join("\n")
+    );
+}
 
-    // kill,clock: n1 and n2 restart empty, n3 jumps, the others take n1-n3.
-    let (out, results, dir, _t) = redlock(&["--nemesis", "kill,clock"], "25");
-    assert_eq!(out.code, 1, "{}", out.stdout);
-    assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
-    assert!(!events(&dir, "start-kill").is_empty());
+#[test]
+fn kleppmann_a_partition_leaves_a_bare_majority_and_one_clock_jump_breaks_redlock() {
+    // The holder reaches n1-n3, n3 jumps, the other side takes n3-n5.
+    caught_within_three_runs("partition,clock", "start-partition");
+}
+
+#[test]
+fn two_nodes_restarted_empty_leave_a_bare_majority_and_one_clock_jump_breaks_redlock() {
+    // n1 and n2 restart empty, n3 jumps, another worker takes n1-n3.
+    caught_within_three_runs("kill,clock", "start-kill");
 }
 
 #[test]

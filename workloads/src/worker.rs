@@ -230,13 +230,15 @@ impl<W: Write> Worker<W> {
             // as such; the next cycle tries again.
             let busy = matches!(&outcome, Outcome::Fail(e) if e == error::LOCK_BUSY);
             let give_up = !busy || monotonic_ns() >= deadline || stop.load(Ordering::SeqCst);
-            let jitter = Duration::from_millis(self.rng.random_range(5..=25));
             if give_up {
                 self.complete(f::ACQUIRE, &outcome, |e| e.with_token(token));
-                std::thread::sleep(jitter);
+                // A longer random back-off after a refused round, as Redlock
+                // advises: clients that retry in step split the votes forever.
+                let backoff = self.rng.random_range(10..=300);
+                std::thread::sleep(Duration::from_millis(backoff));
                 return None;
             }
-            std::thread::sleep(jitter);
+            std::thread::sleep(Duration::from_millis(self.rng.random_range(5..=25)));
         }
     }
 

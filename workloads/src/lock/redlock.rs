@@ -72,10 +72,7 @@ impl Redlock {
     pub fn new(params: &LockParams) -> Self {
         // Per-node timeout: small against the TTL, so one dead node cannot
         // eat the validity of the whole round.
-        let per_node = params
-            .op_timeout
-            .min(params.ttl / 10)
-            .max(Duration::from_millis(5));
+        let per_node = (params.ttl / 50).clamp(Duration::from_millis(5), params.op_timeout);
         Redlock {
             nodes: params
                 .nodes
