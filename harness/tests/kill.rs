@@ -4,25 +4,12 @@
 mod common;
 
 use checker::verdict::Validity;
-use common::{count, run};
+use common::{count, run_short};
 
 fn kill_run(config: &str, persistence: &str) -> (common::Run, checker::verdict::Results) {
     let tmp = tempfile::tempdir().unwrap();
-    let args = [
-        "--config",
-        config,
-        "--nemesis",
-        "kill",
-        "--persistence",
-        persistence,
-        "--time-limit",
-        "15",
-        "--nemesis-interval-ms",
-        "2000",
-        "--seed",
-        "1",
-    ];
-    let (out, results, _) = run(tmp.path(), &args);
+    let extra = ["--persistence", persistence];
+    let (out, results, _) = run_short(tmp.path(), config, "kill", "15", "1", &extra);
     (out, results)
 }
 

@@ -5,7 +5,7 @@
 mod common;
 
 use checker::verdict::Validity;
-use common::{count, events, run};
+use common::{count, events, run_short};
 
 fn redlock(
     args: &[&str],
@@ -17,18 +17,8 @@ fn redlock(
     tempfile::TempDir,
 ) {
     let tmp = tempfile::tempdir().unwrap();
-    let mut all = vec![
-        "--config",
-        "redlock",
-        "--time-limit",
-        time_limit,
-        "--nemesis-interval-ms",
-        "2000",
-        "--seed",
-        "1",
-    ];
-    all.extend_from_slice(args);
-    let (out, results, dir) = run(tmp.path(), &all);
+    let (nemesis, extra) = (args[1], &args[2..]);
+    let (out, results, dir) = run_short(tmp.path(), "redlock", nemesis, time_limit, "1", extra);
     (out, results, dir, tmp)
 }
 
@@ -55,19 +45,7 @@ fn caught_within_three_runs(nemesis: &str, first_event: &str) {
     let mut outcomes = Vec::new();
     for seed in ["1", "2", "3"] {
         let tmp = tempfile::tempdir().unwrap();
-        let args = [
-            "--config",
-            "redlock",
-            "--nemesis",
-            nemesis,
-            "--time-limit",
-            "25",
-            "--nemesis-interval-ms",
-            "2000",
-            "--seed",
-            seed,
-        ];
-        let (out, results, dir) = run(tmp.path(), &args);
+        let (out, results, dir) = run_short(tmp.path(), "redlock", nemesis, "25", seed, &[]);
         assert!(
             !events(&dir, first_event).is_empty(),
             "no {first_event}: {}",
@@ -158,19 +136,7 @@ fn a_partition_of_a_minority_or_a_majorities_ring_keeps_redlock_safe() {
 #[test]
 fn a_clock_jump_on_a_single_node_breaks_single() {
     let tmp = tempfile::tempdir().unwrap();
-    let args = [
-        "--config",
-        "single",
-        "--nemesis",
-        "clock",
-        "--time-limit",
-        "12",
-        "--nemesis-interval-ms",
-        "2000",
-        "--seed",
-        "1",
-    ];
-    let (out, results, _) = run(tmp.path(), &args);
+    let (out, results, _) = run_short(tmp.path(), "single", "clock", "12", "1", &[]);
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
 }
@@ -178,19 +144,7 @@ fn a_clock_jump_on_a_single_node_breaks_single() {
 #[test]
 fn the_rslock_crate_is_broken_by_a_majority_clock_jump_like_any_redlock() {
     let tmp = tempfile::tempdir().unwrap();
-    let args = [
-        "--config",
-        "redlock-rslock",
-        "--nemesis",
-        "clock",
-        "--time-limit",
-        "15",
-        "--nemesis-interval-ms",
-        "2000",
-        "--seed",
-        "1",
-    ];
-    let (out, results, _) = run(tmp.path(), &args);
+    let (out, results, _) = run_short(tmp.path(), "redlock-rslock", "clock", "15", "1", &[]);
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
 }
@@ -200,11 +154,8 @@ fn the_rslock_crate_is_broken_by_a_majority_clock_jump_like_any_redlock() {
 /// stale write through. Same run without the skew: the check refuses it.
 #[test]
 fn a_lagging_lease_clock_defeats_the_holders_own_check() {
-    let base = [
-        "--config",
-        "single",
-        "--nemesis",
-        "clock",
+    // The skew must outlast the holder's check, 1.5 s after it acquired.
+    let honest = [
         "--clock-jump-ms",
         "0",
         "--ttl-ms",
@@ -213,25 +164,15 @@ fn a_lagging_lease_clock_defeats_the_holders_own_check() {
         "1500",
         "--fault-ms",
         "3000",
-        "--time-limit",
-        "10",
-        "--nemesis-interval-ms",
-        "2000",
-        "--seed",
-        "3",
     ];
     let tmp = tempfile::tempdir().unwrap();
-    let (out, honest, _) = run(tmp.path(), &base);
+    let (out, results, _) = run_short(tmp.path(), "single", "clock", "10", "3", &honest);
     assert_eq!(out.code, 1, "{}", out.stdout);
-    assert_eq!(count(&honest, "unsafe-action"), 0, "{}", out.stdout);
+    assert_eq!(count(&results, "unsafe-action"), 0, "{}", out.stdout);
 
     let tmp = tempfile::tempdir().unwrap();
-    let skewed: Vec<&str> = base
-        .iter()
-        .copied()
-        .chain(["--holder-skew-ms", "-5000"])
-        .collect();
-    let (out, fooled, dir) = run(tmp.path(), &skewed);
+    let skewed = [&honest[..], &["--holder-skew-ms", "-5000"]].concat();
+    let (out, fooled, dir) = run_short(tmp.path(), "single", "clock", "10", "3", &skewed);
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(!events(&dir, "skew").is_empty(), "no skew was sent");
     assert!(count(&fooled, "unsafe-action") > 0, "{}", out.stdout);

@@ -5,25 +5,13 @@
 mod common;
 
 use checker::verdict::Validity;
-use common::{count, events, run};
+use common::{count, events, run, run_short};
 
 #[test]
 fn a_primary_restarted_empty_before_sentinel_notices_loses_the_lock() {
     let tmp = tempfile::tempdir().unwrap();
     // --restart-ms 300 is well under Sentinel's down-after (1000 ms).
-    let args = [
-        "--config",
-        "replicated",
-        "--nemesis",
-        "kill",
-        "--time-limit",
-        "15",
-        "--nemesis-interval-ms",
-        "2000",
-        "--seed",
-        "1",
-    ];
-    let (out, results, dir) = run(tmp.path(), &args);
+    let (out, results, dir) = run_short(tmp.path(), "replicated", "kill", "15", "1", &[]);
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
     assert!(!events(&dir, "start-kill").is_empty());
@@ -46,20 +34,7 @@ fn failover(
     results: &std::path::Path,
     extra: &[&'static str],
 ) -> (common::Run, checker::verdict::Results, std::path::PathBuf) {
-    let mut args = vec![
-        "--config",
-        "replicated",
-        "--nemesis",
-        "failover",
-        "--time-limit",
-        "22",
-        "--nemesis-interval-ms",
-        "2000",
-        "--seed",
-        "4",
-    ];
-    args.extend_from_slice(extra);
-    let outcome = run(results, &args);
+    let outcome = run_short(results, "replicated", "failover", "22", "4", extra);
     let orphans = common::orphaned_chains();
     assert!(orphans.is_empty(), "iptables rules left: {orphans:?}");
     outcome

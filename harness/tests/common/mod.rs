@@ -123,3 +123,26 @@ pub fn events(dir: &Path, op: &str) -> Vec<serde_json::Value> {
         .filter(|e| e["f"] == op)
         .collect()
 }
+
+/// `lockstorm run --config C --nemesis N --time-limit T --seed S`, faults
+/// every ~2 s, plus `extra`: the shape of most end-to-end runs.
+pub fn run_short(
+    results: &Path,
+    config: &str,
+    nemesis: &str,
+    time_limit: &str,
+    seed: &str,
+    extra: &[&str],
+) -> (Run, Results, PathBuf) {
+    let mut args = vec![
+        "--config",
+        config,
+        "--nemesis",
+        nemesis,
+        "--time-limit",
+        time_limit,
+    ];
+    args.extend(["--nemesis-interval-ms", "2000", "--seed", seed]);
+    args.extend_from_slice(extra);
+    run(results, &args)
+}
