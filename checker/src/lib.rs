@@ -5,9 +5,11 @@
 //! `results.json` verdict (DESIGN.md, "Checkers and verdict").
 
 pub mod counter;
+pub mod edn;
 pub mod fence;
 pub mod history;
 pub mod holds;
+pub mod linear;
 pub mod mutex;
 pub mod ops;
 pub mod stats;
@@ -26,6 +28,41 @@ use verdict::{anomaly, checker};
 
 /// Checks `history` against `promise`. Every anomaly looked for is reported,
 /// with count 0 when absent.
+/// The lock operations as an owner-aware mutex (Wing–Gong/Lowe search),
+/// within the default budget: the anomaly, the checker's report, and why it
+/// gave up if it did.
+fn linearizability(history: &History) -> (Anomaly, CheckerReport, Option<String>) {
+    let outcome = linear::check(history, linear::Budget::default());
+    let mut anomaly = Anomaly::default();
+    if outcome.valid == Validity::False {
+        let time = outcome
+            .witness
+            .iter()
+            .filter_map(|i| history.events.iter().find(|e| e.index == *i))
+            .map(|e| e.time)
+            .max()
+            .unwrap_or_default();
+        anomaly.record(Witness {
+            indices: outcome.witness.clone(),
+            time,
+        });
+    }
+    let mut report = CheckerReport::new(outcome.valid);
+    report
+        .details
+        .insert("states".into(), serde_json::json!(outcome.states));
+    if let Some(reason) = &outcome.reason {
+        report
+            .details
+            .insert("reason".into(), serde_json::json!(reason));
+    }
+    let note = match (outcome.valid, outcome.reason) {
+        (Validity::Unknown, Some(r)) => Some(format!("nonlinearizable: could not decide: {r}")),
+        _ => None,
+    };
+    (anomaly, report, note)
+}
+
 pub fn check(history: &History, promise: Promise) -> Results {
     let pairs = ops::Pairs::new(history);
     let holds = holds::holds(history);
@@ -35,6 +72,7 @@ pub fn check(history: &History, promise: Promise) -> Results {
     let foreign = Anomaly::from_witnesses(mutex::foreign_releases(history, &pairs, &holds));
     let counter = counter::check(history, &pairs);
     let stale_fence = Anomaly::from_witnesses(fence::stale_fences_accepted(history, &pairs));
+    let (nonlinear, linear_report, linear_note) = linearizability(history);
 
     let mut checkers = BTreeMap::new();
     checkers.insert(
@@ -46,6 +84,7 @@ pub fn check(history: &History, promise: Promise) -> Results {
         checker::FENCE.to_string(),
         CheckerReport::from_anomalies([&stale_fence]),
     );
+    checkers.insert(checker::NONLINEARIZABLE.to_string(), linear_report);
 
     let anomalies: BTreeMap<String, Anomaly> = [
         (anomaly::LOCK_OVERLAP, overlap),
@@ -53,12 +92,14 @@ pub fn check(history: &History, promise: Promise) -> Results {
         (anomaly::FOREIGN_RELEASE, foreign),
         (anomaly::LOST_UPDATE, counter.lost_update),
         (anomaly::STALE_FENCE_ACCEPTED, stale_fence),
+        (anomaly::NONLINEARIZABLE, nonlinear),
     ]
     .into_iter()
     .map(|(name, a)| (name.to_string(), a))
     .collect();
 
     let mut notes = counter.notes;
+    notes.extend(linear_note);
     if pairs.unmatched_completions() > 0 {
         notes.push(format!(
             "{} client completion(s) had no invocation before them and were skipped",
@@ -88,12 +129,13 @@ mod tests {
     use crate::testing::Hist;
     use serde_json::json;
 
-    const ALL: [&str; 5] = [
+    const ALL: [&str; 6] = [
         anomaly::LOCK_OVERLAP,
         anomaly::UNSAFE_ACTION,
         anomaly::LOST_UPDATE,
         anomaly::STALE_FENCE_ACCEPTED,
         anomaly::FOREIGN_RELEASE,
+        anomaly::NONLINEARIZABLE,
     ];
 
     /// Two workers taking turns, with fences; one acquire times out and the

@@ -1,14 +1,22 @@
 //! `lockstorm check`: re-check a stored run or a bare history file.
 
 use crate::error::{Error, Result};
-use crate::run::RunRecord;
 use checker::verdict::{Promise, Results};
 use checker::History;
 use std::path::{Path, PathBuf};
 
 /// Where the history is, and which promise applies: the `run.json` beside a
 /// history decides; `explicit` (from `--promise`) decides for a bare file.
-pub fn check_path(path: &Path, explicit: Option<Promise>) -> Result<Results> {
+/// How a history file is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// lockstorm's `history.jsonl`.
+    Jsonl,
+    /// A Jepsen history: one op map per line, or all of them in one vector.
+    Edn,
+}
+
+pub fn check_path(path: &Path, explicit: Option<Promise>, format: Format) -> Result<Results> {
     let (history_path, run_json) = if path.is_dir() {
         (path.join("history.jsonl"), Some(path.join("run.json")))
     } else {
@@ -25,9 +33,17 @@ pub fn check_path(path: &Path, explicit: Option<Promise>) -> Result<Results> {
         .filter(|p| p.is_file())
         .map(|p| {
             let text = std::fs::read_to_string(&p).map_err(|e| bad(&p, e.to_string()))?;
-            serde_json::from_str::<RunRecord>(&text)
-                .map(|r| r.promise)
-                .map_err(|e| bad(&p, format!("{e}; is this a lockstorm run folder?")))
+            // Only the promise matters here, so runs stored by older versions
+            // (with other options) still re-check.
+            serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| serde_json::from_value::<Promise>(v["promise"].clone()).ok())
+                .ok_or_else(|| {
+                    bad(
+                        &p,
+                        "no promise in it; is this a lockstorm run folder?".into(),
+                    )
+                })
         })
         .transpose()?;
     let promise = explicit.or(stored).unwrap_or(Promise::MutualExclusion);
@@ -37,7 +53,11 @@ pub fn check_path(path: &Path, explicit: Option<Promise>) -> Result<Results> {
             format!("{e}; give a run folder (with history.jsonl) or a history file"),
         )
     })?;
-    let history = History::from_jsonl(std::io::BufReader::new(file))
-        .map_err(|e| bad(&history_path, e.to_string()))?;
+    let reader = std::io::BufReader::new(file);
+    let history = match format {
+        Format::Jsonl => History::from_jsonl(reader),
+        Format::Edn => checker::edn::from_edn(reader),
+    }
+    .map_err(|e| bad(&history_path, e.to_string()))?;
     Ok(checker::check(&history, promise))
 }

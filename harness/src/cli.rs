@@ -2,11 +2,12 @@
 //! Exit codes follow Jepsen: 0 valid, 1 invalid, 2 unknown, 254 bad
 //! arguments or configuration, 255 the harness itself failed.
 
+use crate::check::Format;
 use crate::error::{Error, Result};
 use crate::options::RunOptions;
 use crate::{check, logging, run, summary};
 use checker::verdict::{Promise, Validity};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -52,11 +53,6 @@ struct CheckArgs {
     /// Print results.json to stdout instead of the summary.
     #[arg(long)]
     json: bool,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum Format {
-    Jsonl,
 }
 
 fn parse_promise(s: &str) -> Result<Promise, String> {
@@ -128,8 +124,7 @@ fn run_command(options: RunOptions) -> Result<Validity> {
 }
 
 fn check_command(args: CheckArgs) -> Result<Validity> {
-    let Format::Jsonl = args.format;
-    let results = check::check_path(&args.path, args.promise)?;
+    let results = check::check_path(&args.path, args.promise, args.format)?;
     if args.json {
         let mut out = std::io::stdout().lock();
         let _ = serde_json::to_writer_pretty(&mut out, &results);

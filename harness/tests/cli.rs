@@ -92,3 +92,33 @@ fn check_reads_a_bare_history_with_a_promise() {
     let ds = lockstorm(&["check", "--promise", "data-safety", path]);
     assert_eq!(ds.code, 0, "{}", ds.stdout);
 }
+
+#[test]
+fn check_reads_a_jepsen_edn_history_and_names_a_bad_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let history = tmp.path().join("h.edn");
+    // Jepsen's layout: one vector of op maps; two processes hold the lock at once.
+    let edn = r#"[{:type :invoke, :f :acquire, :process 0, :time 10, :index 0}
+ {:type :ok, :f :acquire, :process 0, :time 20, :index 1}
+ {:type :invoke, :f :acquire, :process 1, :time 30, :index 2}
+ {:type :ok, :f :acquire, :process 1, :time 40, :index 3}
+ {:type :info, :f :start-pause, :process :nemesis, :time 45, :value {:target "worker-0"}}]"#;
+    std::fs::write(&history, edn).unwrap();
+    let path = history.to_str().unwrap();
+    let out = lockstorm(&[
+        "check",
+        "--format",
+        "edn",
+        "--promise",
+        "mutual-exclusion",
+        path,
+    ]);
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("lock-overlap 1"), "{}", out.stdout);
+
+    std::fs::write(&history, edn.replace(":time 30", ":time :soon")).unwrap();
+    let out = lockstorm(&["check", "--format", "edn", path]);
+    assert_eq!(out.code, 254, "{}", out.stderr);
+    assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("line 3"), "{}", out.stderr);
+}
