@@ -7,6 +7,7 @@
 pub mod counter;
 pub mod edn;
 pub mod fence;
+pub mod generate;
 pub mod history;
 pub mod holds;
 pub mod linear;
