@@ -245,6 +245,7 @@ fn worker_spec(
         index,
         workers: options.workers,
         lock_nodes: topology.lock_addrs(),
+        lock_node_names: topology.lock_names(),
         sentinels: topology.sentinel_addrs(),
         wait_replicas: options.wait_replicas,
         source: Some(crate::topology::worker_ip(index)),

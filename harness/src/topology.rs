@@ -200,6 +200,14 @@ impl Topology {
         self.sentinels.clone()
     }
 
+    /// The names of [`Self::lock_addrs`], same order.
+    pub fn lock_names(&self) -> Vec<String> {
+        if !self.sentinels.is_empty() {
+            return Vec::new();
+        }
+        self.data_nodes().map(|(name, _, _)| name.clone()).collect()
+    }
+
     fn data_nodes(&self) -> impl Iterator<Item = &(String, Ipv4Addr, u16)> {
         self.addrs
             .iter()

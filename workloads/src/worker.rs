@@ -25,6 +25,9 @@ pub struct WorkerSpec {
     /// process `id + workers`, so ids never collide.
     pub workers: u64,
     pub lock_nodes: Vec<String>,
+    /// The names of `lock_nodes`, same order, for the history.
+    #[serde(default)]
+    pub lock_node_names: Vec<String>,
     #[serde(default)]
     pub sentinels: Vec<String>,
     /// `WAIT` for this many replicas after acquiring (0: don't).
@@ -216,8 +219,11 @@ impl<W: Write> Worker<W> {
             let outcome: Outcome<()> = match self.lock.try_acquire(token) {
                 Outcome::Ok(Some(grant)) => {
                     let done = Outcome::Ok(());
+                    let value = self.granted_by(&grant);
                     self.complete(f::ACQUIRE, &done, |e| {
-                        e.with_token(token).with_fence(grant.fence)
+                        e.with_token(token)
+                            .with_fence(grant.fence)
+                            .with_value(value)
                     });
                     return Some((grant, sent));
                 }
@@ -240,6 +246,19 @@ impl<W: Write> Worker<W> {
             }
             std::thread::sleep(Duration::from_millis(self.rng.random_range(5..=25)));
         }
+    }
+
+    /// `{"nodes": [...]}` for a lock granted by several nodes, else null.
+    fn granted_by(&self, grant: &Grant) -> serde_json::Value {
+        if grant.nodes.is_empty() {
+            return serde_json::Value::Null;
+        }
+        let name = |&i: &usize| {
+            let names = &self.spec.lock_node_names;
+            names.get(i).or(self.spec.lock_nodes.get(i)).cloned()
+        };
+        let nodes: Vec<String> = grant.nodes.iter().filter_map(name).collect();
+        serde_json::json!({ "nodes": nodes })
     }
 
     fn critical_section(&mut self, grant: Grant, lease_start: i64) {

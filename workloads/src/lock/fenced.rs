@@ -45,7 +45,12 @@ impl LockClient for Fenced {
                     .arg(ttl_ms)
                     .invoke::<Option<u64>>(c)
             })
-            .map(|fence| fence.map(|f| Grant { fence: Some(f) }))
+            .map(|fence| {
+                fence.map(|f| Grant {
+                    fence: Some(f),
+                    ..Grant::default()
+                })
+            })
     }
 
     fn release(&mut self, token: &str) -> Outcome<()> {

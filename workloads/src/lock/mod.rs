@@ -21,10 +21,14 @@ use std::time::Duration;
 pub const LOCK_KEY: &str = "lockstorm:lock";
 
 /// What a successful acquisition hands back.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Grant {
     /// The fencing token, for fenced configs.
     pub fence: Option<u64>,
+    /// Which lock nodes granted it, by position in the node list (Redlock):
+    /// recorded so a broken run shows whether two holders' majorities met
+    /// only on faulty nodes.
+    pub nodes: Vec<usize>,
 }
 
 pub trait LockClient: Send {

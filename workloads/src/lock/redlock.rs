@@ -104,17 +104,20 @@ impl LockClient for Redlock {
     fn try_acquire(&mut self, token: &str) -> Outcome<Option<Grant>> {
         let start = self.clock.now_ns();
         let ttl_ms = self.ttl.as_millis() as u64;
-        let (mut votes, mut unanswered) = (0, 0);
-        for conn in &mut self.nodes {
+        let (mut granted, mut unanswered) = (Vec::new(), 0);
+        for (i, conn) in self.nodes.iter_mut().enumerate() {
             match Single::set_nx_px(conn, token, ttl_ms) {
-                Outcome::Ok(Some(_)) => votes += 1,
+                Outcome::Ok(Some(_)) => granted.push(i),
                 Outcome::Ok(None) => {}
                 Outcome::Fail(_) | Outcome::Info(_) => unanswered += 1,
             }
         }
         let elapsed = Duration::from_nanos(self.clock.now_ns().saturating_sub(start).max(0) as u64);
-        match decide(votes, self.nodes.len(), self.ttl, elapsed) {
-            Ok(_validity) => Outcome::Ok(Some(Grant::default())),
+        match decide(granted.len(), self.nodes.len(), self.ttl, elapsed) {
+            Ok(_validity) => Outcome::Ok(Some(Grant {
+                nodes: granted,
+                ..Grant::default()
+            })),
             Err(refusal) => {
                 self.unlock_all(token);
                 match refusal {
