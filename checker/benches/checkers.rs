@@ -1,24 +1,124 @@
 //! Checker throughput on generated histories of a correct lock (so every
 //! checker has to look at everything): `cargo bench -p checker`.
+//!
+//! Besides criterion's timings, each case prints its peak heap once, from a
+//! counting allocator: the figure memory targets are about.
 
+use checker::feed::{Linear, Pairing};
 use checker::generate::valid_history;
 use checker::linear::{self, Budget};
 use checker::verdict::Promise;
+use checker::History;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+struct Counting;
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let live = LIVE.fetch_add(layout.size(), Relaxed) + layout.size();
+        PEAK.fetch_max(live, Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size(), Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Runs `f` once and prints how much heap it needed beyond what was live.
+fn report_peak<T>(label: &str, f: impl FnOnce() -> T) -> T {
+    let base = LIVE.load(Relaxed);
+    PEAK.store(base, Relaxed);
+    let start = std::time::Instant::now();
+    let out = f();
+    let elapsed = start.elapsed();
+    let peak = PEAK.load(Relaxed) - base;
+    eprintln!(
+        "{label}: {:.2} s once, peak heap {:.1} MB above the input",
+        elapsed.as_secs_f64(),
+        peak as f64 / 1e6
+    );
+    out
+}
+
+/// ~10 events a cycle with 5 workers.
+fn history_of(events: u64) -> History {
+    valid_history(42, 5, events / 10, 20)
+}
+
+fn linear_checkers(h: &History) -> usize {
+    let mut linear = Linear::default();
+    let mut pairing = Pairing::default();
+    for e in h.in_time_order() {
+        pairing.feed(e, &mut linear);
+    }
+    linear.finish().mutex.overlap.count as usize
+}
+
+fn to_jsonl(h: &History) -> Vec<u8> {
+    let mut text = Vec::new();
+    for e in &h.events {
+        serde_json::to_writer(&mut text, e).unwrap();
+        text.push(b'\n');
+    }
+    text
+}
+
+fn linear(c: &mut Criterion) {
+    let mut group = c.benchmark_group("linear-checkers");
+    group.sample_size(10);
+    for events in [1_000_000u64, 10_000_000] {
+        let history = history_of(events);
+        let n = history.events.len() as u64;
+        report_peak(&format!("linear-checkers/{n}"), || {
+            linear_checkers(&history)
+        });
+        group.throughput(Throughput::Elements(n));
+        group.bench_with_input(BenchmarkId::from_parameter(n), &history, |b, h| {
+            b.iter(|| linear_checkers(h))
+        });
+    }
+    group.finish();
+
+    // Streamed from JSONL: parsing included, linearizability left out.
+    let mut group = c.benchmark_group("linear-checkers-streamed");
+    group.sample_size(10);
+    let history = history_of(1_000_000);
+    let text = to_jsonl(&history);
+    drop(history);
+    let n = text.iter().filter(|&&b| b == b'\n').count() as u64;
+    // Generated events are ~500 ns apart: a 1 ms window holds ~2000.
+    let window = 1_000_000;
+    let stream = |t: &[u8]| checker::check_jsonl(t, Promise::MutualExclusion, window, false);
+    let (results, _) =
+        report_peak(&format!("linear-checkers-streamed/{n}"), || stream(&text)).unwrap();
+    assert!(results.anomalies.values().all(|a| a.count == 0));
+    group.throughput(Throughput::Elements(n));
+    group.bench_with_input(BenchmarkId::from_parameter(n), &text, |b, t| {
+        b.iter(|| stream(t))
+    });
+    group.finish();
+}
 
 fn all_checkers(c: &mut Criterion) {
     let mut group = c.benchmark_group("all-checkers");
     group.sample_size(10);
-    // ~10 events a cycle: 100k cycles ≈ 1M events.
-    for cycles in [10_000u64, 100_000] {
-        let history = valid_history(42, 5, cycles, 20);
-        group.throughput(Throughput::Elements(history.events.len() as u64));
-        group.bench_with_input(
-            BenchmarkId::from_parameter(history.events.len()),
-            &history,
-            |b, h| b.iter(|| checker::check(h, Promise::MutualExclusion)),
-        );
-    }
+    let history = history_of(1_000_000);
+    let n = history.events.len() as u64;
+    report_peak(&format!("all-checkers/{n}"), || {
+        checker::check(&history, Promise::MutualExclusion)
+    });
+    group.throughput(Throughput::Elements(n));
+    group.bench_with_input(BenchmarkId::from_parameter(n), &history, |b, h| {
+        b.iter(|| checker::check(h, Promise::MutualExclusion))
+    });
     group.finish();
 }
 
@@ -26,9 +126,13 @@ fn linearizability(c: &mut Criterion) {
     let mut group = c.benchmark_group("linearizability");
     group.sample_size(10);
     for processes in [5u64, 20] {
-        for ops in [10_000u64, 100_000] {
-            // Four lock ops (two acquire attempts, one release) a cycle.
+        for ops in [10_000u64, 100_000, 1_000_000] {
+            // Three lock ops a cycle (two acquire attempts, one release);
+            // 2% of releases end `info`.
             let history = valid_history(7, processes, ops / 3, 20);
+            let id = format!("linearizability/{processes}-processes/{ops}");
+            let outcome = report_peak(&id, || linear::check(&history, Budget::default()));
+            assert_eq!(outcome.valid, checker::Validity::True, "{id}: {outcome:?}");
             group.throughput(Throughput::Elements(ops));
             let id = BenchmarkId::new(format!("{processes}-processes"), ops);
             group.bench_with_input(id, &history, |b, h| {
@@ -39,5 +143,5 @@ fn linearizability(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, all_checkers, linearizability);
+criterion_group!(benches, linear, all_checkers, linearizability);
 criterion_main!(benches);

@@ -5,11 +5,13 @@
 //! lock, so every acknowledged write should be a distinct value and the
 //! harness's final read should be at least the number of acknowledged writes.
 
-use crate::history::{error, f, History, OpType, Process};
-use crate::ops::Pairs;
+use crate::bounds::{Bounds, BoundsCheck};
+use crate::feed::{Invoked, OnEvent};
+use crate::history::{error, f, Event, OpType, Process};
 use crate::verdict::{Anomaly, CheckerReport, Validity, Witness, MAX_EXAMPLES};
+use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, VecDeque};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rejected {
@@ -34,6 +36,9 @@ pub struct CounterReport {
     pub stale_fence_rejected: Rejected,
     #[serde(default)]
     pub lease_expired: u64,
+    /// Every acknowledged read within the increments applied around it.
+    #[serde(default)]
+    pub bounds: Bounds,
 }
 
 impl From<CounterReport> for CheckerReport {
@@ -54,111 +59,182 @@ pub struct CounterOutcome {
     pub notes: Vec<String>,
 }
 
-pub fn check(history: &History, pairs: &Pairs) -> CounterOutcome {
-    let mut report = CounterReport {
-        valid: Validity::Unknown,
-        acknowledged: 0,
-        final_value: None,
-        possible: 0,
-        stale_fence_rejected: Rejected::default(),
-        lease_expired: 0,
-    };
-    let mut uncertain = 0;
-    let mut first_write_of: HashMap<i64, u64> = HashMap::new();
-    let mut duplicates: Vec<Witness> = Vec::new();
-    let mut final_read = None;
+/// Fed in time order. Memory: the writes in flight, one bit per counter
+/// value written (for duplicates), and the last few writes to name the
+/// earlier of two that wrote the same value.
+#[derive(Default)]
+pub struct Counter {
+    acknowledged: u64,
+    uncertain: u64,
+    in_flight: FxHashSet<Process>,
+    rejected: Rejected,
+    lease_expired: u64,
+    written: ValueSet,
+    recent: VecDeque<(i64, u64)>,
+    duplicates: Anomaly,
+    /// The harness's last read: (value, index, time).
+    final_read: Option<(Option<i64>, u64, u64)>,
+    bounds: BoundsCheck,
+}
 
-    for pos in history.time_order() {
-        let e = &history.events[pos];
+/// How many recent writes are kept to name a duplicate's first writer.
+const RECENT: usize = 1024;
+
+impl OnEvent for Counter {
+    fn on_event(&mut self, e: &Event, invoke: Option<&Invoked>) {
+        self.bounds.on_event(e, invoke);
         if e.process == Process::harness() && e.kind == OpType::Ok && e.f == f::READ {
-            final_read = Some(e);
+            self.final_read = Some((e.int_value(), e.index, e.time));
         }
         if !e.process.is_client() {
-            continue;
+            return;
         }
         let error = e.error.as_deref();
         match (e.kind, e.f.as_str()) {
-            (OpType::Ok, f::WRITE) => {
-                report.acknowledged += 1;
-                if let Some(v) = e.int_value() {
-                    match first_write_of.get(&v) {
-                        Some(&earlier) => duplicates.push(Witness {
-                            indices: vec![earlier, e.index],
-                            time: e.time,
-                        }),
-                        None => {
-                            first_write_of.insert(v, e.index);
-                        }
-                    }
-                }
+            (OpType::Invoke, f::WRITE) => {
+                self.in_flight.insert(e.process.clone());
             }
-            (OpType::Info, f::WRITE) => uncertain += 1,
-            // The run ended before it completed: as uncertain as an `info`.
-            (OpType::Invoke, f::WRITE) if pairs.completion_of(pos).is_none() => uncertain += 1,
+            (OpType::Ok, f::WRITE) => self.acknowledge(e),
+            (OpType::Info, f::WRITE) => self.uncertain += 1,
             (OpType::Fail, f::READ) if error == Some(error::STALE_FENCE) => {
-                report.stale_fence_rejected.reads += 1
+                self.rejected.reads += 1
             }
             (OpType::Fail, f::WRITE) if error == Some(error::STALE_FENCE) => {
-                report.stale_fence_rejected.writes += 1
+                self.rejected.writes += 1
             }
             (OpType::Fail, f::WRITE) if error == Some(error::LEASE_EXPIRED) => {
-                report.lease_expired += 1
+                self.lease_expired += 1
             }
             _ => {}
         }
+        if e.f == f::WRITE && e.kind != OpType::Invoke {
+            self.in_flight.remove(&e.process);
+        }
     }
-    report.possible = report.acknowledged + uncertain;
+}
 
-    let mut notes = Vec::new();
-    let final_read = match final_read {
-        Some(e) => match e.int_value() {
-            Some(v) => Some((v, e)),
-            None => {
+impl Counter {
+    fn acknowledge(&mut self, e: &Event) {
+        self.acknowledged += 1;
+        let Some(v) = e.int_value() else { return };
+        if self.written.insert(v) {
+            if self.recent.len() == RECENT {
+                self.recent.pop_front();
+            }
+            self.recent.push_back((v, e.index));
+            return;
+        }
+        let earlier = self.recent.iter().find(|(w, _)| *w == v).map(|&(_, i)| i);
+        self.duplicates.record(Witness {
+            indices: earlier.into_iter().chain([e.index]).collect(),
+            time: e.time,
+        });
+    }
+
+    pub fn finish(self) -> CounterOutcome {
+        let mut report = CounterReport {
+            valid: Validity::Unknown,
+            acknowledged: self.acknowledged,
+            final_value: None,
+            // The run ended before these writes completed: as uncertain as an `info`.
+            possible: self.acknowledged + self.uncertain + self.in_flight.len() as u64,
+            stale_fence_rejected: self.rejected,
+            lease_expired: self.lease_expired,
+            bounds: self.bounds.bounds,
+        };
+        let mut notes = Vec::new();
+        let final_read = match self.final_read {
+            Some((Some(v), index, time)) => Some((v, index, time)),
+            Some((None, index, _)) => {
                 notes.push(format!(
-                    "the harness's final read (index {}) has no integer value: lost updates cannot be ruled out",
-                    e.index
+                    "the harness's final read (index {index}) has no integer value: lost updates cannot be ruled out"
                 ));
                 None
             }
-        },
-        None => {
-            notes
-                .push("no final read by the harness: lost updates cannot be ruled out".to_string());
-            None
-        }
-    };
-    report.final_value = final_read.map(|(v, _)| v);
+            None => {
+                notes.push(
+                    "no final read by the harness: lost updates cannot be ruled out".to_string(),
+                );
+                None
+            }
+        };
+        report.final_value = final_read.map(|(v, _, _)| v);
 
-    let mut lost_update = Anomaly::default();
-    let missing = final_read
-        .map(|(v, e)| (i128::from(report.acknowledged) - i128::from(v), e))
-        .filter(|&(missing, _)| missing > 0);
-    // The final-read witness goes first so the example cap never hides it.
-    if let Some((missing, e)) = missing {
-        lost_update.count = u64::try_from(missing).unwrap_or(u64::MAX);
-        lost_update.examples.push(vec![e.index]);
-        lost_update.first_time = Some(e.time);
-    }
-    let duplicate_count = duplicates.len() as u64;
-    for w in duplicates {
-        if lost_update.examples.len() < MAX_EXAMPLES {
-            lost_update.examples.push(w.indices);
+        let mut lost_update = Anomaly::default();
+        let missing = final_read
+            .map(|(v, index, time)| (i128::from(report.acknowledged) - i128::from(v), index, time))
+            .filter(|&(missing, _, _)| missing > 0);
+        // The final-read witness goes first so the example cap never hides it.
+        if let Some((missing, index, time)) = missing {
+            lost_update.count = u64::try_from(missing).unwrap_or(u64::MAX);
+            lost_update.examples.push(vec![index]);
+            lost_update.first_time = Some(time);
         }
-        lost_update.first_time = Some(lost_update.first_time.map_or(w.time, |t| t.min(w.time)));
-    }
-    lost_update.count = lost_update.count.max(duplicate_count);
+        let dups = self.duplicates;
+        for example in dups.examples {
+            if lost_update.examples.len() < MAX_EXAMPLES {
+                lost_update.examples.push(example);
+            }
+        }
+        if let Some(t) = dups.first_time {
+            lost_update.first_time = Some(lost_update.first_time.map_or(t, |f| f.min(t)));
+        }
+        lost_update.count = lost_update.count.max(dups.count);
 
-    report.valid = if lost_update.found() {
-        Validity::False
-    } else if report.final_value.is_none() {
-        Validity::Unknown
-    } else {
-        Validity::True
-    };
-    CounterOutcome {
-        lost_update,
-        report,
-        notes,
+        report.valid = if lost_update.found() || report.bounds.valid == Validity::False {
+            Validity::False
+        } else if report.final_value.is_none() {
+            Validity::Unknown
+        } else {
+            Validity::True
+        };
+        CounterOutcome {
+            lost_update,
+            report,
+            notes,
+        }
+    }
+}
+
+/// Counter values seen: a bit each for values up to a few times the number
+/// written (a correct counter's values are dense from 1), a set beyond, so
+/// a wild value costs one entry, not gigabytes.
+#[derive(Default)]
+struct ValueSet {
+    bits: Vec<u64>,
+    sparse: FxHashSet<i64>,
+    count: u64,
+}
+
+impl ValueSet {
+    /// Whether `v` was new.
+    fn insert(&mut self, v: i64) -> bool {
+        if self.bits_contain(v) || self.sparse.contains(&v) {
+            return false;
+        }
+        self.count += 1;
+        let dense_limit = 4 * self.count + 4096;
+        match u64::try_from(v) {
+            Ok(v) if v < dense_limit => {
+                let word = (v / 64) as usize;
+                if word >= self.bits.len() {
+                    self.bits.resize(word + 1, 0);
+                }
+                self.bits[word] |= 1 << (v % 64);
+            }
+            _ => {
+                self.sparse.insert(v);
+            }
+        }
+        true
+    }
+
+    fn bits_contain(&self, v: i64) -> bool {
+        u64::try_from(v).is_ok_and(|v| {
+            self.bits
+                .get((v / 64) as usize)
+                .is_some_and(|w| w & (1 << (v % 64)) != 0)
+        })
     }
 }
 
@@ -168,8 +244,7 @@ mod tests {
     use crate::testing::Hist;
 
     fn run(h: &Hist) -> CounterOutcome {
-        let history = h.build();
-        check(&history, &Pairs::new(&history))
+        crate::feed::feed::<Counter>(&h.build()).finish()
     }
 
     #[test]
@@ -229,6 +304,18 @@ mod tests {
 
         h.write(3, 2);
         assert_eq!(run(&h).report.valid, Validity::False);
+    }
+
+    #[test]
+    fn a_read_out_of_bounds_decides_even_without_a_final_read() {
+        let mut h = Hist::new();
+        h.write(1, 1);
+        h.write(2, 2);
+        h.read(3, 1);
+        let out = run(&h);
+        assert_eq!(out.report.final_value, None);
+        assert_eq!(out.report.bounds.below, 1);
+        assert_eq!(out.report.valid, Validity::False);
     }
 
     #[test]

@@ -5,66 +5,64 @@
 //! before this op was invoked. Ops that overlap in time may have reached the
 //! storage in either order, so they prove nothing.
 
-use crate::history::{f, Event, History, OpType};
-use crate::ops::Pairs;
-use crate::verdict::Witness;
+use crate::feed::{Invoked, OnEvent};
+use crate::history::{f, Event, OpType, Process};
+use crate::verdict::{Anomaly, Witness};
+use rustc_hash::FxHashMap;
 
-/// Witness: `[the higher-fenced op's ok, this op's ok]`, visible at this op's ok.
-///
-/// One pass in time order keeps the highest fence accepted so far. Oks at
-/// the current instant are held back until time moves on, so an op invoked
-/// at the same nanosecond as another's ok is not counted as after it.
-pub fn stale_fences_accepted(history: &History, pairs: &Pairs) -> Vec<Witness> {
-    let events = &history.events;
-    let fence_of = |ok: usize| -> Option<u64> {
-        events[ok]
-            .fence
-            .or_else(|| pairs.invoke_of(ok).and_then(|i| events[i].fence))
-    };
-    let is_data_op = |e: &Event| e.f == f::READ || e.f == f::WRITE;
+/// Fed in time order: keeps the highest fence accepted so far, and for each
+/// op in flight the highest accepted before its invoke. Witness:
+/// `[the higher-fenced op's ok, this op's ok]`, visible at this op's ok.
+#[derive(Default)]
+pub struct Fences {
+    /// Highest (fence, ok index) accepted strictly before `now`, and at
+    /// `now`: oks at the current instant are held back until time moves on,
+    /// so an op invoked at the same nanosecond is not counted as after them.
+    settled: Option<(u64, u64)>,
+    at_now: Option<(u64, u64)>,
+    now: Option<u64>,
+    before_invoke: FxHashMap<Process, (u64, u64)>,
+    pub stale: Anomaly,
+}
 
-    let mut witnesses = Vec::new();
-    // Highest (fence, ok index) accepted strictly before `now`, and at `now`.
-    let mut settled: Option<(u64, u64)> = None;
-    let mut at_now: Option<(u64, u64)> = None;
-    let mut now = None;
-    for pos in history.time_order() {
-        let e = &events[pos];
-        if now != Some(e.time) {
-            settled = higher(settled, at_now.take());
-            now = Some(e.time);
+impl OnEvent for Fences {
+    fn on_event(&mut self, e: &Event, invoke: Option<&Invoked>) {
+        if self.now != Some(e.time) {
+            self.settled = higher(self.settled, self.at_now.take());
+            self.now = Some(e.time);
         }
-        if !is_data_op(e) {
-            continue;
+        if e.f != f::READ && e.f != f::WRITE {
+            return;
         }
         match e.kind {
             OpType::Invoke => {
-                let Some(ok) = pairs
-                    .completion_of(pos)
-                    .filter(|&c| events[c].kind == OpType::Ok)
-                else {
-                    continue;
+                match self.settled {
+                    Some(highest) => self.before_invoke.insert(e.process.clone(), highest),
+                    None => self.before_invoke.remove(&e.process),
                 };
-                let (Some(mine), Some((highest, by))) = (fence_of(ok), settled) else {
-                    continue;
-                };
-                if highest > mine {
-                    witnesses.push(Witness {
-                        indices: vec![by, events[ok].index],
-                        time: events[ok].time,
-                    });
-                }
             }
-            OpType::Ok => {
-                if let Some(fence) = fence_of(pos) {
-                    at_now = higher(at_now, Some((fence, e.index)));
-                }
+            OpType::Ok => self.accepted(e, invoke),
+            OpType::Fail | OpType::Info => {
+                self.before_invoke.remove(&e.process);
             }
-            _ => {}
         }
     }
-    witnesses.sort_by_key(|w| w.time);
-    witnesses
+}
+
+impl Fences {
+    fn accepted(&mut self, e: &Event, invoke: Option<&Invoked>) {
+        let highest = self.before_invoke.remove(&e.process);
+        let Some(fence) = e.fence.or_else(|| invoke.and_then(|i| i.fence)) else {
+            return;
+        };
+        if let Some((_, by)) = highest.filter(|&(g, _)| g > fence) {
+            self.stale.record(Witness {
+                indices: vec![by, e.index],
+                time: e.time,
+            });
+        }
+        self.at_now = higher(self.at_now, Some((fence, e.index)));
+    }
 }
 
 /// The higher fence; on a tie the one seen first, the earliest witness.
@@ -82,11 +80,7 @@ mod tests {
     use crate::testing::Hist;
 
     fn run(h: &Hist) -> Vec<Vec<u64>> {
-        let history = h.build();
-        stale_fences_accepted(&history, &Pairs::new(&history))
-            .into_iter()
-            .map(|w| w.indices)
-            .collect()
+        crate::feed::feed::<Fences>(&h.build()).stale.examples
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Histories of a correct lock, generated from a seed: workers take turns
-//! (acquire → read → write → release) with some outcomes unknown. For
+//! (acquire → read → write → release) with some outcomes unknown, fencing
+//! tokens rising with each grant. For
 //! benchmarks and property tests; every checker must find nothing in them.
 
 use crate::history::{f, Event, History, OpType, Process};
@@ -48,17 +49,22 @@ pub fn valid_history(seed: u64, processes: u64, cycles: u64, info_per_mille: u64
         events[i].token = Some(token.clone());
         let i = push(&mut events, &mut time, p, OpType::Ok, f::ACQUIRE);
         events[i].token = Some(token.clone());
+        let fence = Some(cycle + 1);
+        events[i].fence = fence;
         if processes > 1 {
             push(&mut events, &mut time, other, OpType::Invoke, f::ACQUIRE);
         }
-        push(&mut events, &mut time, p, OpType::Invoke, f::READ);
+        let i = push(&mut events, &mut time, p, OpType::Invoke, f::READ);
+        events[i].fence = fence;
         let i = push(&mut events, &mut time, p, OpType::Ok, f::READ);
         events[i].value = counter.into();
+        events[i].fence = fence;
         counter += 1;
-        let i = push(&mut events, &mut time, p, OpType::Invoke, f::WRITE);
-        events[i].value = counter.into();
-        let i = push(&mut events, &mut time, p, OpType::Ok, f::WRITE);
-        events[i].value = counter.into();
+        for kind in [OpType::Invoke, OpType::Ok] {
+            let i = push(&mut events, &mut time, p, kind, f::WRITE);
+            events[i].value = counter.into();
+            events[i].fence = fence;
+        }
         let i = push(&mut events, &mut time, p, OpType::Invoke, f::RELEASE);
         events[i].token = Some(token.clone());
         let outcome = if rng.chance(info_per_mille) {

@@ -175,25 +175,7 @@ impl History {
     /// line anywhere else is an error naming the line.
     pub fn from_jsonl(reader: impl BufRead) -> Result<Self, ParseError> {
         let mut history = History::default();
-        let mut pending: Option<(usize, String)> = None;
-        for (n, line) in reader.split(b'\n').enumerate() {
-            if let Some((line, message)) = pending.take() {
-                return Err(ParseError::Line { line, message });
-            }
-            let line = line?;
-            let text = String::from_utf8_lossy(&line);
-            let text = text.trim();
-            if text.is_empty() {
-                continue;
-            }
-            match serde_json::from_str::<Event>(text) {
-                Ok(event) => history.events.push(event),
-                Err(e) => pending = Some((n + 1, e.to_string())),
-            }
-        }
-        if pending.is_some() {
-            history.truncated = true;
-        }
+        crate::feed::read_jsonl(reader, &mut history.truncated, |e| history.events.push(e))?;
         Ok(history)
     }
 
@@ -202,6 +184,16 @@ impl History {
         let mut events: Vec<&Event> = self.events.iter().collect();
         events.sort_by_key(|e| (e.time, e.index));
         events
+    }
+
+    /// Events in time order (ties by `index`), without sorting or allocating
+    /// when the file is already in that order, as it mostly is.
+    pub fn in_time_order(&self) -> Box<dyn Iterator<Item = &Event> + '_> {
+        let key = |e: &Event| (e.time, e.index);
+        if self.events.windows(2).all(|w| key(&w[0]) <= key(&w[1])) {
+            return Box::new(self.events.iter());
+        }
+        Box::new(self.time_order().into_iter().map(|i| &self.events[i]))
     }
 
     /// Positions in `events` in the order of [`History::by_time`]; checkers

@@ -4,8 +4,10 @@
 //! [`check`] runs every checker and combines their findings into the
 //! `results.json` verdict (DESIGN.md, "Checkers and verdict").
 
+pub mod bounds;
 pub mod counter;
 pub mod edn;
+pub mod feed;
 pub mod fence;
 pub mod generate;
 pub mod history;
@@ -65,34 +67,136 @@ fn linearizability(history: &History) -> (Anomaly, CheckerReport, Option<String>
 }
 
 pub fn check(history: &History, promise: Promise) -> Results {
-    let pairs = ops::Pairs::new(history);
-    let holds = holds::holds(history);
+    let mut linear = feed::Linear::default();
+    let mut pairing = feed::Pairing::default();
+    for e in history.in_time_order() {
+        pairing.feed(e, &mut linear);
+    }
+    let nonlinear = linearizability(history);
+    let mut notes = Vec::new();
+    if pairing.unmatched() > 0 {
+        notes.push(format!(
+            "{} client completion(s) had no invocation before them and were skipped",
+            pairing.unmatched()
+        ));
+    }
+    assemble(
+        linear.finish(),
+        nonlinear,
+        history.truncated,
+        promise,
+        notes,
+    )
+}
 
-    let overlap = Anomaly::from_witnesses(mutex::overlaps(&holds));
-    let unsafe_action = Anomaly::from_witnesses(mutex::unsafe_actions(history, &pairs, &holds));
-    let foreign = Anomaly::from_witnesses(mutex::foreign_releases(history, &pairs, &holds));
-    let counter = counter::check(history, &pairs);
-    let stale_fence = Anomaly::from_witnesses(fence::stale_fences_accepted(history, &pairs));
-    let (nonlinear, linear_report, linear_note) = linearizability(history);
+/// How a streamed check went: what it needed to hold at most.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StreamStats {
+    pub events: u64,
+    /// Most events waiting at once in the reorder window.
+    pub peak_waiting: usize,
+    /// Events that arrived later than the window and were checked out of order.
+    pub late: u64,
+}
 
+/// Checks a JSONL history as it is read, without holding it: the linear
+/// checkers see each event once, put back into time order within
+/// `window_ns`. Only the lock operations are kept, for `nonlinearizable`,
+/// and only when `linearizability` is asked for.
+pub fn check_jsonl(
+    reader: impl std::io::BufRead,
+    promise: Promise,
+    window_ns: u64,
+    linearizability_too: bool,
+) -> Result<(Results, StreamStats), history::ParseError> {
+    let mut linear = feed::Linear::default();
+    let mut pairing = feed::Pairing::default();
+    let mut reorder = feed::Reorder::new(window_ns);
+    let mut lock_ops = History::default();
+    let mut stream = StreamStats::default();
+    let mut truncated = false;
+    {
+        let mut sink = |e: Event| {
+            pairing.feed(&e, &mut linear);
+            let lock_op = e.f == history::f::ACQUIRE || e.f == history::f::RELEASE;
+            if linearizability_too && lock_op && e.process.is_client() {
+                lock_ops.events.push(e);
+            }
+        };
+        feed::read_jsonl(reader, &mut truncated, |e| {
+            stream.events += 1;
+            reorder.push(e, &mut sink);
+        })?;
+        reorder.drain(&mut sink);
+    }
+    stream.peak_waiting = reorder.peak;
+    stream.late = reorder.late;
+    let nonlinear = match linearizability_too {
+        true => linearizability(&lock_ops),
+        false => not_checked(),
+    };
+    let mut notes = Vec::new();
+    if pairing.unmatched() > 0 {
+        notes.push(format!(
+            "{} client completion(s) had no invocation before them and were skipped",
+            pairing.unmatched()
+        ));
+    }
+    let mut results = assemble(linear.finish(), nonlinear, truncated, promise, notes);
+    if stream.late > 0 {
+        results.notes.push(format!(
+            "{} event(s) arrived more than {} ms out of time order and were checked out of order",
+            stream.late,
+            window_ns / 1_000_000
+        ));
+        results.valid = results.valid.and(Validity::Unknown);
+    }
+    Ok((results, stream))
+}
+
+fn not_checked() -> (Anomaly, CheckerReport, Option<String>) {
+    let mut report = CheckerReport::new(Validity::Unknown);
+    report
+        .details
+        .insert("reason".into(), serde_json::json!("not checked"));
+    (Anomaly::default(), report, None)
+}
+
+fn assemble(
+    found: feed::LinearFindings,
+    (nonlinear, linear_report, linear_note): (Anomaly, CheckerReport, Option<String>),
+    truncated: bool,
+    promise: Promise,
+    extra_notes: Vec<String>,
+) -> Results {
+    let feed::LinearFindings {
+        mutex,
+        counter,
+        fences,
+        stats,
+    } = found;
     let mut checkers = BTreeMap::new();
     checkers.insert(
         checker::MUTEX.to_string(),
-        CheckerReport::from_anomalies([&overlap, &unsafe_action, &foreign]),
+        CheckerReport::from_anomalies([
+            &mutex.overlap,
+            &mutex.unsafe_action,
+            &mutex.foreign_release,
+        ]),
     );
     checkers.insert(checker::COUNTER.to_string(), counter.report.into());
     checkers.insert(
         checker::FENCE.to_string(),
-        CheckerReport::from_anomalies([&stale_fence]),
+        CheckerReport::from_anomalies([&fences.stale]),
     );
     checkers.insert(checker::NONLINEARIZABLE.to_string(), linear_report);
 
     let anomalies: BTreeMap<String, Anomaly> = [
-        (anomaly::LOCK_OVERLAP, overlap),
-        (anomaly::UNSAFE_ACTION, unsafe_action),
-        (anomaly::FOREIGN_RELEASE, foreign),
+        (anomaly::LOCK_OVERLAP, mutex.overlap),
+        (anomaly::UNSAFE_ACTION, mutex.unsafe_action),
+        (anomaly::FOREIGN_RELEASE, mutex.foreign_release),
         (anomaly::LOST_UPDATE, counter.lost_update),
-        (anomaly::STALE_FENCE_ACCEPTED, stale_fence),
+        (anomaly::STALE_FENCE_ACCEPTED, fences.stale),
         (anomaly::NONLINEARIZABLE, nonlinear),
     ]
     .into_iter()
@@ -101,25 +205,14 @@ pub fn check(history: &History, promise: Promise) -> Results {
 
     let mut notes = counter.notes;
     notes.extend(linear_note);
-    if pairs.unmatched_completions() > 0 {
-        notes.push(format!(
-            "{} client completion(s) had no invocation before them and were skipped",
-            pairs.unmatched_completions()
-        ));
-    }
-    let valid = verdict::decide(
-        promise,
-        &anomalies,
-        &checkers,
-        history.truncated,
-        &mut notes,
-    );
+    notes.extend(extra_notes);
+    let valid = verdict::decide(promise, &anomalies, &checkers, truncated, &mut notes);
     Results {
         valid,
         promise,
         anomalies,
         checkers,
-        stats: stats::stats(history),
+        stats,
         notes,
     }
 }

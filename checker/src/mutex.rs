@@ -1,191 +1,163 @@
 //! Mutual-exclusion anomalies found from lock holds: `lock-overlap`,
 //! `unsafe-action` and `foreign-release`.
 //!
-//! All three take holds sorted by start, as [`crate::holds::holds`] returns
-//! them, so "who acquired in between" is a binary search over start times.
+//! Fed events in time order (see [`crate::feed`]). Only the holds still open
+//! are kept, each with the first other lock granted after it started, so
+//! memory follows the concurrency (plus holds that never end), not the
+//! history's length.
 
-use crate::history::{f, History, OpType, Process};
-use crate::holds::Hold;
-use crate::ops::Pairs;
-use crate::verdict::Witness;
-use std::collections::HashMap;
+use crate::feed::{Invoked, OnEvent};
+use crate::history::{f, Event, OpType, Process};
+use crate::verdict::{Anomaly, Witness};
+use rustc_hash::FxHashMap;
 
-/// Pairs of holds of different locks that intersect; each witness is
-/// `[earlier acquire-ok, later acquire-ok]`, visible when the later one starts.
-///
-/// A sweep keeps only holds still open at the current start, so the work is
-/// proportional to the concurrency (bounded by the worker count, plus holds
-/// that never end), not to the number of holds squared.
-pub fn overlaps(holds: &[Hold]) -> Vec<Witness> {
-    debug_assert!(holds.windows(2).all(|w| w[0].start <= w[1].start));
-    let mut witnesses = Vec::new();
-    let mut active: Vec<&Hold> = Vec::new();
-    for b in holds {
-        // Ended by b's start: cannot intersect b nor anything starting later.
-        active.retain(|a| a.end > b.start);
-        for a in &active {
-            if !a.same_lock(b) && a.intersects(b) {
-                witnesses.push(Witness {
-                    indices: vec![a.start_index, b.start_index],
-                    time: b.start,
-                });
-            }
-        }
-        active.push(b);
-    }
-    witnesses
+/// A hold (acquire `ok` → first `release` invoke with its token) still open.
+struct Open {
+    process: Process,
+    token: Option<String>,
+    start: u64,
+    start_index: u64,
+    /// `(time, index)` of the first acquire `ok` of another lock after this
+    /// hold started: from then on its holder's reads and writes are unsafe.
+    intruder: Option<(u64, u64)>,
 }
 
-/// Reads and writes the storage accepted from a process after someone else
-/// acquired the lock since that process's own acquisition. Witness:
-/// `[the op's ok, the other acquire-ok]`.
-///
-/// The other acquisition must complete before the op's *invoke*: only then
-/// did it certainly happen before the storage handled the op.
-pub fn unsafe_actions(history: &History, pairs: &Pairs, holds: &[Hold]) -> Vec<Witness> {
-    let index = HoldIndex::new(holds);
-    let mut witnesses = Vec::new();
-    for pos in history.time_order() {
-        let e = &history.events[pos];
-        let is_data_op = e.f == f::READ || e.f == f::WRITE;
-        if e.kind != OpType::Ok || !is_data_op || !e.process.is_client() {
-            continue;
+impl Open {
+    /// The same acquisition seen twice (same token); tokenless holds never are.
+    fn same_lock(&self, token: &Option<String>) -> bool {
+        self.token.is_some() && self.token == *token
+    }
+}
+
+#[derive(Default)]
+pub struct Mutex {
+    open: Vec<Open>,
+    /// Each process's latest hold, by start index: a process acts under it
+    /// while it is open.
+    latest: FxHashMap<Process, u64>,
+    /// Per process, the intruding acquire-ok that makes its op in flight
+    /// unsafe (a read or write) or foreign (a release), if it succeeds.
+    pending: FxHashMap<Process, u64>,
+    /// Two holds at once; witness `[earlier acquire-ok, later acquire-ok]`.
+    pub overlap: Anomaly,
+    /// A read or write the storage accepted from a process after someone else
+    /// acquired since its own acquisition, certainly before the op's invoke.
+    /// Witness `[the op's ok, the other acquire-ok]`.
+    pub unsafe_action: Anomaly,
+    /// A successful release while another lock, granted after the releaser's,
+    /// was held: a compare-and-delete release fails then (`not-held`), a plain
+    /// `DEL` does not. Witness `[release ok, the other acquire-ok]`.
+    pub foreign_release: Anomaly,
+}
+
+impl OnEvent for Mutex {
+    fn on_event(&mut self, e: &Event, _invoke: Option<&Invoked>) {
+        if e.is_nemesis() {
+            return;
         }
-        let Some(invoked) = pairs.invoke_of(pos).map(|i| history.events[i].time) else {
-            continue;
-        };
-        let Some(mine) = index.current_hold(&e.process, invoked) else {
-            continue;
-        };
-        if let Some(other) = index
-            .started_between(mine.start, invoked)
-            .find(|h| !h.same_lock(mine))
-        {
-            witnesses.push(Witness {
-                indices: vec![e.index, other.start_index],
+        let data_op = e.f == f::READ || e.f == f::WRITE;
+        match (e.kind, e.f.as_str()) {
+            (OpType::Ok, f::ACQUIRE) => self.acquired(e),
+            (OpType::Invoke, f::RELEASE) => self.releasing(e),
+            (OpType::Invoke, _) if data_op && e.process.is_client() => {
+                // Certainly after: the intruder's ok came before this invoke.
+                let intruder = self
+                    .current(&e.process)
+                    .and_then(|h| h.intruder)
+                    .filter(|&(time, _)| time < e.time);
+                match intruder {
+                    Some((_, index)) => self.pending.insert(e.process.clone(), index),
+                    None => self.pending.remove(&e.process),
+                };
+            }
+            (OpType::Ok, _) if data_op || e.f == f::RELEASE => {
+                if let Some(other) = self.pending.remove(&e.process) {
+                    let witness = Witness {
+                        indices: vec![e.index, other],
+                        time: e.time,
+                    };
+                    match data_op {
+                        true => self.unsafe_action.record(witness),
+                        false => self.foreign_release.record(witness),
+                    }
+                }
+            }
+            (OpType::Fail | OpType::Info, _) => {
+                self.pending.remove(&e.process);
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Mutex {
+    fn acquired(&mut self, e: &Event) {
+        for a in &mut self.open {
+            if a.same_lock(&e.token) {
+                continue;
+            }
+            self.overlap.record(Witness {
+                indices: vec![a.start_index, e.index],
                 time: e.time,
             });
-        }
-    }
-    witnesses
-}
-
-/// Successful releases that must have deleted someone else's lock: another
-/// hold started after the releaser's own acquisition and was still held when
-/// the release was invoked. A compare-and-delete release cannot succeed then
-/// (it fails `not-held`); a plain `DEL` can. Witness:
-/// `[release ok, the other acquire-ok]`.
-pub fn foreign_releases(history: &History, pairs: &Pairs, holds: &[Hold]) -> Vec<Witness> {
-    let index = HoldIndex::new(holds);
-    let mut witnesses = Vec::new();
-    for pos in history.time_order() {
-        let e = &history.events[pos];
-        if e.kind != OpType::Ok || e.f != f::RELEASE || e.is_nemesis() {
-            continue;
-        }
-        let Some(invoke) = pairs.invoke_of(pos).map(|i| &history.events[i]) else {
-            continue;
-        };
-        let token = e.token.as_deref().or(invoke.token.as_deref());
-        let Some(mine) = index.hold_being_released(token, &e.process, invoke.time) else {
-            continue;
-        };
-        if let Some(other) = index
-            .started_between(mine.start, invoke.time)
-            .find(|h| !h.same_lock(mine) && h.end > invoke.time)
-        {
-            witnesses.push(Witness {
-                indices: vec![e.index, other.start_index],
-                time: e.time,
-            });
-        }
-    }
-    witnesses
-}
-
-/// Lookups over holds sorted by start.
-struct HoldIndex<'a> {
-    holds: &'a [Hold],
-    starts: Vec<u64>,
-    by_process: HashMap<&'a Process, Vec<&'a Hold>>,
-    by_token: HashMap<&'a str, Vec<&'a Hold>>,
-}
-
-impl<'a> HoldIndex<'a> {
-    fn new(holds: &'a [Hold]) -> Self {
-        let mut by_process: HashMap<&Process, Vec<&Hold>> = HashMap::new();
-        let mut by_token: HashMap<&str, Vec<&Hold>> = HashMap::new();
-        for h in holds {
-            by_process.entry(&h.process).or_default().push(h);
-            if let Some(t) = &h.token {
-                by_token.entry(t).or_default().push(h);
+            if a.intruder.is_none() && e.time > a.start {
+                a.intruder = Some((e.time, e.index));
             }
         }
-        HoldIndex {
-            holds,
-            starts: holds.iter().map(|h| h.start).collect(),
-            by_process,
-            by_token,
-        }
+        self.latest.insert(e.process.clone(), e.index);
+        self.open.push(Open {
+            process: e.process.clone(),
+            token: e.token.clone(),
+            start: e.time,
+            start_index: e.index,
+            intruder: None,
+        });
     }
 
-    /// The latest of `candidates` started at or before `t`.
-    fn latest_started_by(candidates: &[&'a Hold], t: u64) -> Option<&'a Hold> {
-        let n = candidates.partition_point(|h| h.start <= t);
-        n.checked_sub(1).map(|i| candidates[i])
+    /// Ends the holds this release is for: those with its token or, for a
+    /// tokenless release, the process's own tokenless holds. First notes
+    /// whether another lock granted after the released one is held now.
+    fn releasing(&mut self, e: &Event) {
+        let ends = |h: &Open| match &e.token {
+            Some(_) => h.same_lock(&e.token),
+            None => h.token.is_none() && h.process == e.process,
+        };
+        let Some(mine) = self.open.iter().rev().find(|h| ends(h)) else {
+            self.pending.remove(&e.process);
+            return;
+        };
+        let other = self
+            .open
+            .iter()
+            .find(|h| h.start > mine.start && !h.same_lock(&mine.token) && !ends(h))
+            .map(|h| h.start_index);
+        match other {
+            Some(index) => self.pending.insert(e.process.clone(), index),
+            None => self.pending.remove(&e.process),
+        };
+        self.open.retain(|h| !ends(h));
     }
 
-    /// The hold `p` most recently started by `t`, if it has not ended by then.
-    fn current_hold(&self, p: &Process, t: u64) -> Option<&'a Hold> {
-        let hold = Self::latest_started_by(self.by_process.get(p)?, t)?;
-        (hold.end > t).then_some(hold)
-    }
-
-    /// The hold a release at `t` ends: the latest with its token or, for a
-    /// tokenless release, the releasing process's latest tokenless hold.
-    fn hold_being_released(&self, token: Option<&str>, p: &Process, t: u64) -> Option<&'a Hold> {
-        match token {
-            Some(token) => Self::latest_started_by(self.by_token.get(token)?, t),
-            None => {
-                let tokenless: Vec<&Hold> = self
-                    .by_process
-                    .get(p)?
-                    .iter()
-                    .copied()
-                    .filter(|h| h.token.is_none())
-                    .collect();
-                Self::latest_started_by(&tokenless, t)
-            }
-        }
-    }
-
-    /// Holds started strictly after `after` and strictly before `before`.
-    fn started_between(&self, after: u64, before: u64) -> impl Iterator<Item = &'a Hold> {
-        let lo = self.starts.partition_point(|&s| s <= after);
-        let hi = self.starts.partition_point(|&s| s < before).max(lo);
-        self.holds[lo..hi].iter()
+    /// The hold `p` acts under: its latest, if still open.
+    fn current(&self, p: &Process) -> Option<&Open> {
+        let latest = *self.latest.get(p)?;
+        self.open.iter().find(|h| h.start_index == latest)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::holds::holds;
+    use crate::feed::feed;
     use crate::testing::Hist;
 
-    fn run(h: &Hist) -> (Vec<Witness>, Vec<Witness>, Vec<Witness>) {
-        let history = h.build();
-        let pairs = Pairs::new(&history);
-        let holds = holds(&history);
-        (
-            overlaps(&holds),
-            unsafe_actions(&history, &pairs, &holds),
-            foreign_releases(&history, &pairs, &holds),
-        )
+    fn run(h: &Hist) -> (Anomaly, Anomaly, Anomaly) {
+        let m: Mutex = feed(&h.build());
+        (m.overlap, m.unsafe_action, m.foreign_release)
     }
 
-    fn indices(ws: &[Witness]) -> Vec<Vec<u64>> {
-        ws.iter().map(|w| w.indices.clone()).collect()
+    fn indices(a: &Anomaly) -> Vec<Vec<u64>> {
+        a.examples.clone()
     }
 
     #[test]
@@ -198,10 +170,7 @@ mod tests {
             h.release(p, token);
         }
         let (o, u, f) = run(&h);
-        assert!(
-            o.is_empty() && u.is_empty() && f.is_empty(),
-            "{o:?} {u:?} {f:?}"
-        );
+        assert!(!o.found() && !u.found() && !f.found(), "{o:?} {u:?} {f:?}");
     }
 
     #[test]
@@ -213,7 +182,7 @@ mod tests {
         h.release(1, "a"); // 6
         let (o, _, _) = run(&h);
         assert_eq!(indices(&o), vec![vec![1, 3]]);
-        assert_eq!(o[0].time, h.build().events[3].time);
+        assert_eq!(o.first_time, Some(h.build().events[3].time));
     }
 
     #[test]
@@ -225,7 +194,7 @@ mod tests {
         h.invoke(2, "acquire").time(90);
         h.ok(2, "acquire").token("b").time(100);
         let (o, _, _) = run(&h);
-        assert!(o.is_empty(), "{o:?}");
+        assert!(!o.found(), "{o:?}");
     }
 
     #[test]
@@ -238,8 +207,8 @@ mod tests {
             h.release(1, &token);
         }
         let (o, _, _) = run(&h);
-        assert_eq!(o.len(), 50);
-        assert!(o.iter().all(|w| w.indices[0] == 1));
+        assert_eq!(o.count, 50);
+        assert!(o.examples.iter().all(|w| w[0] == 1));
     }
 
     #[test]
@@ -248,7 +217,7 @@ mod tests {
         h.acquire(1, "a");
         h.acquire(1, "a"); // e.g. a retried acquire reporting the same lock
         h.release(1, "a");
-        assert!(run(&h).0.is_empty());
+        assert!(!run(&h).0.found());
     }
 
     #[test]
@@ -261,7 +230,7 @@ mod tests {
         h.read(3, 1); // 8, 9: no lock held: not an unsafe action
         let (_, u, _) = run(&h);
         assert_eq!(indices(&u), vec![vec![7, 3]]);
-        assert_eq!(u[0].time, h.build().events[7].time);
+        assert_eq!(u.first_time, Some(h.build().events[7].time));
     }
 
     #[test]
@@ -273,8 +242,8 @@ mod tests {
         h.ok(1, "write").value(1); // 5
         h.release(1, "a"); // so 1 still holds "a" when the write completes
         let (o, u, _) = run(&h);
-        assert!(u.is_empty(), "{u:?}");
-        assert_eq!(o.len(), 1, "the holds still overlap");
+        assert!(!u.found(), "{u:?}");
+        assert_eq!(o.count, 1, "the holds still overlap");
     }
 
     #[test]
@@ -284,7 +253,7 @@ mod tests {
         h.release(1, "a");
         h.acquire(2, "b");
         h.write(1, 1);
-        assert!(run(&h).1.is_empty());
+        assert!(!run(&h).1.found());
     }
 
     #[test]
@@ -306,7 +275,7 @@ mod tests {
         h.invoke(1, "release").token("a");
         h.fail(1, "release").token("a").error("not-held");
         h.release(2, "b");
-        assert!(run(&h).2.is_empty());
+        assert!(!run(&h).2.found());
     }
 
     #[test]
@@ -316,7 +285,7 @@ mod tests {
         h.acquire(2, "b");
         h.release(2, "b");
         h.release(1, "a");
-        assert!(run(&h).2.is_empty());
+        assert!(!run(&h).2.found());
     }
 
     #[test]

@@ -1,19 +1,30 @@
 //! Throughput and outcome counts for the report.
 
-use crate::history::{f, History, OpType};
+use crate::feed::{Invoked, OnEvent};
+use crate::history::{f, Event, OpType};
 use crate::verdict::Stats;
 
-pub fn stats(history: &History) -> Stats {
-    let mut s = Stats::default();
-    for e in &history.events {
+/// Order does not matter here; fed like the others so one pass does all.
+#[derive(Default)]
+pub struct StatsCheck {
+    stats: Stats,
+    span: Option<(u64, u64)>,
+}
+
+impl OnEvent for StatsCheck {
+    fn on_event(&mut self, e: &Event, _invoke: Option<&Invoked>) {
+        let s = &mut self.stats;
+        self.span = Some(self.span.map_or((e.time, e.time), |(lo, hi)| {
+            (lo.min(e.time), hi.max(e.time))
+        }));
         if e.is_nemesis() {
             if e.f.starts_with("start-") {
                 s.first_fault_time = Some(s.first_fault_time.map_or(e.time, |t| t.min(e.time)));
             }
-            continue;
+            return;
         }
         if !e.process.is_client() {
-            continue;
+            return;
         }
         match e.kind {
             OpType::Invoke => s.ops += 1,
@@ -32,13 +43,19 @@ pub fn stats(history: &History) -> Stats {
             }
         }
     }
-    let (min, max) = history.time_span().unwrap_or_default();
-    s.duration_s = (max - min) as f64 / 1e9;
-    if s.duration_s > 0.0 {
-        s.ops_per_s = s.ops as f64 / s.duration_s;
-        s.cycles_per_s = s.acquired as f64 / s.duration_s;
+}
+
+impl StatsCheck {
+    pub fn finish(self) -> Stats {
+        let mut s = self.stats;
+        let (min, max) = self.span.unwrap_or_default();
+        s.duration_s = (max - min) as f64 / 1e9;
+        if s.duration_s > 0.0 {
+            s.ops_per_s = s.ops as f64 / s.duration_s;
+            s.cycles_per_s = s.acquired as f64 / s.duration_s;
+        }
+        s
     }
-    s
 }
 
 /// The kind of an error: what comes before its first `:` (the rest is
@@ -50,7 +67,12 @@ pub fn error_kind(error: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::History;
     use crate::testing::Hist;
+
+    fn stats(h: &History) -> Stats {
+        crate::feed::feed::<StatsCheck>(h).finish()
+    }
 
     #[test]
     fn counts_client_ops_and_rates_over_the_whole_span() {

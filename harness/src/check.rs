@@ -2,7 +2,6 @@
 
 use crate::error::{Error, Result};
 use checker::verdict::{Promise, Results};
-use checker::History;
 use std::path::{Path, PathBuf};
 
 /// Where the history is, and which promise applies: the `run.json` beside a
@@ -54,10 +53,16 @@ pub fn check_path(path: &Path, explicit: Option<Promise>, format: Format) -> Res
         )
     })?;
     let reader = std::io::BufReader::new(file);
-    let history = match format {
-        Format::Jsonl => History::from_jsonl(reader),
-        Format::Edn => checker::edn::from_edn(reader),
-    }
-    .map_err(|e| bad(&history_path, e.to_string()))?;
-    Ok(checker::check(&history, promise))
+    let results = match format {
+        // Streamed: the linear checkers hold only open ops, so a long
+        // history re-checks in little memory.
+        Format::Jsonl => checker::check_jsonl(reader, promise, REORDER_WINDOW_NS, true)
+            .map(|(results, _)| results),
+        Format::Edn => checker::edn::from_edn(reader).map(|h| checker::check(&h, promise)),
+    };
+    results.map_err(|e| bad(&history_path, e.to_string()))
 }
+
+/// How late an event may reach the history file and still be checked in
+/// time order: far beyond any pause the nemesis injects (1.5 × TTL).
+const REORDER_WINDOW_NS: u64 = 120_000_000_000;

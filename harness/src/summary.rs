@@ -39,6 +39,9 @@ pub fn render(title: &str, results: &Results, path: &str) -> String {
         "  ops: {} ({} ok, {} fail, {} info) in {:.1} s, {:.1} ops/s, {:.1} lock cycles/s",
         s.ops, s.ok, s.fail, s.info, s.duration_s, s.ops_per_s, s.cycles_per_s
     );
+    if let Some(line) = counter_line(results) {
+        let _ = writeln!(out, "  {line}");
+    }
     if !s.errors.is_empty() {
         let errors: Vec<String> = s.errors.iter().map(|(e, n)| format!("{e} {n}")).collect();
         let _ = writeln!(out, "  errors: {}", errors.join(", "));
@@ -84,6 +87,23 @@ pub fn render(title: &str, results: &Results, path: &str) -> String {
     }
     let _ = writeln!(out, "  results: {path}");
     out
+}
+
+/// Acknowledged increments against the final value, and how many reads
+/// fell outside the increments applied around them.
+fn counter_line(results: &Results) -> Option<String> {
+    let counter = results.checkers.get("counter")?;
+    let d = &counter.details;
+    let number = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_i64());
+    let final_value = number(d.get("final")).map_or("none".to_string(), |v| v.to_string());
+    let bounds = d.get("bounds");
+    let field = |name: &str| number(bounds.and_then(|b| b.get(name))).unwrap_or(0);
+    let (reads, below, above) = (field("reads"), field("below"), field("above"));
+    Some(format!(
+        "counter: {} writes acknowledged, final {final_value}; reads out of bounds: {} of {reads} ({below} below, {above} above)",
+        number(d.get("acknowledged")).unwrap_or(0),
+        below + above,
+    ))
 }
 
 fn secs(ns: u64) -> f64 {

@@ -1,0 +1,303 @@
+//! Feeding checkers one event at a time, in time order (stateright's
+//! `on_invoke`/`on_return`), from a history in memory or streamed from a
+//! JSONL file whose lines arrive in file order.
+//!
+//! The linear checkers keep only what is open: ops in flight, holds not yet
+//! released. So a streamed check needs memory for the open ops plus the
+//! reorder window, not for the history.
+
+use crate::counter::{Counter, CounterOutcome};
+use crate::fence::Fences;
+use crate::history::{Event, History, OpType, ParseError, Process};
+use crate::mutex::Mutex;
+use crate::stats::StatsCheck;
+use crate::verdict::Stats;
+use rustc_hash::FxHashMap;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io::BufRead;
+
+/// A checker fed events in time order. `invoke` is the matching invocation
+/// when `e` completes an op.
+pub trait OnEvent {
+    fn on_event(&mut self, e: &Event, invoke: Option<&Invoked>);
+}
+
+/// What a completion's checkers need of its invocation: kept per op in
+/// flight without copying the event's strings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Invoked {
+    pub time: u64,
+    pub index: u64,
+    pub fence: Option<u64>,
+    /// Which `f`, to match the completion by.
+    f: u64,
+}
+
+/// A cheap stand-in for `f`: the common names by number, others by hash.
+fn f_key(f: &str) -> u64 {
+    use crate::history::f;
+    match f {
+        f::ACQUIRE => 0,
+        f::RELEASE => 1,
+        f::READ => 2,
+        f::WRITE => 3,
+        other => {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            other.hash(&mut h);
+            h.finish() | 1 << 63
+        }
+    }
+}
+
+/// Pairs each completion with its process's op in flight. A process has at
+/// most one op in flight and its own events are in time order, so the
+/// latest invoke is the one a completion belongs to.
+#[derive(Default)]
+pub struct Pairing {
+    in_flight: FxHashMap<Process, Invoked>,
+    unmatched: usize,
+}
+
+impl Pairing {
+    /// Feeds `e` to `checker` with its invocation, then records it.
+    pub fn feed(&mut self, e: &Event, checker: &mut impl OnEvent) {
+        if e.kind == OpType::Invoke {
+            checker.on_event(e, None);
+            // A second invoke without a completion abandons the first: the
+            // history is malformed there, and the newer op is the one a
+            // following completion can belong to.
+            let invoked = Invoked {
+                time: e.time,
+                index: e.index,
+                fence: e.fence,
+                f: f_key(&e.f),
+            };
+            self.in_flight.insert(e.process.clone(), invoked);
+            return;
+        }
+        let invoke = match self.in_flight.get(&e.process) {
+            Some(i) if i.f == f_key(&e.f) => self.in_flight.remove(&e.process),
+            _ => None,
+        };
+        // Nemesis and harness events may legitimately stand alone.
+        if invoke.is_none() && e.process.is_client() {
+            self.unmatched += 1;
+        }
+        checker.on_event(e, invoke.as_ref());
+    }
+
+    pub fn unmatched(&self) -> usize {
+        self.unmatched
+    }
+}
+
+/// Feeds a whole history in time order to a fresh `T`.
+pub fn feed<T: OnEvent + Default>(history: &History) -> T {
+    let mut checker = T::default();
+    let mut pairing = Pairing::default();
+    for e in history.in_time_order() {
+        pairing.feed(e, &mut checker);
+    }
+    checker
+}
+
+/// Every linear checker at once: one pass over the events.
+#[derive(Default)]
+pub struct Linear {
+    pub mutex: Mutex,
+    pub counter: Counter,
+    pub fences: Fences,
+    pub stats: StatsCheck,
+}
+
+impl OnEvent for Linear {
+    fn on_event(&mut self, e: &Event, invoke: Option<&Invoked>) {
+        self.mutex.on_event(e, invoke);
+        self.counter.on_event(e, invoke);
+        self.fences.on_event(e, invoke);
+        self.stats.on_event(e, invoke);
+    }
+}
+
+pub struct LinearFindings {
+    pub mutex: Mutex,
+    pub counter: CounterOutcome,
+    pub fences: Fences,
+    pub stats: Stats,
+}
+
+impl Linear {
+    pub fn finish(self) -> LinearFindings {
+        LinearFindings {
+            mutex: self.mutex,
+            counter: self.counter.finish(),
+            fences: self.fences,
+            stats: self.stats.finish(),
+        }
+    }
+}
+
+/// Puts events that arrive in file order back into time order. A worker
+/// paused between taking a timestamp and writing its event delivers it late,
+/// so events wait until the newest time seen is `window_ns` past them.
+/// One arriving later than that is fed out of order and counted in `late`.
+pub struct Reorder {
+    window_ns: u64,
+    heap: BinaryHeap<Reverse<(u64, u64, usize)>>,
+    slots: Vec<Option<Event>>,
+    free: Vec<usize>,
+    newest: u64,
+    released: u64,
+    pub late: u64,
+    pub peak: usize,
+}
+
+impl Reorder {
+    pub fn new(window_ns: u64) -> Self {
+        Reorder {
+            window_ns,
+            heap: BinaryHeap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            newest: 0,
+            released: 0,
+            late: 0,
+            peak: 0,
+        }
+    }
+
+    /// Takes `e`; hands every event now safe to release to `out`.
+    pub fn push(&mut self, e: Event, mut out: impl FnMut(Event)) {
+        if e.time < self.released {
+            self.late += 1;
+            out(e);
+            return;
+        }
+        self.newest = self.newest.max(e.time);
+        let key = (e.time, e.index);
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot] = Some(e);
+                slot
+            }
+            None => {
+                self.slots.push(Some(e));
+                self.slots.len() - 1
+            }
+        };
+        self.heap.push(Reverse((key.0, key.1, slot)));
+        self.peak = self.peak.max(self.heap.len());
+        let horizon = self.newest.saturating_sub(self.window_ns);
+        while let Some(&Reverse((time, _, _))) = self.heap.peek() {
+            if time >= horizon {
+                break;
+            }
+            out(self.pop());
+        }
+    }
+
+    /// Releases everything still waiting, in time order.
+    pub fn drain(&mut self, mut out: impl FnMut(Event)) {
+        while !self.heap.is_empty() {
+            out(self.pop());
+        }
+    }
+
+    fn pop(&mut self) -> Event {
+        let Reverse((time, _, slot)) = self.heap.pop().expect("peeked");
+        self.released = time;
+        self.free.push(slot);
+        self.slots[slot].take().expect("each slot is filled once")
+    }
+}
+
+/// Reads JSON Lines one event at a time. A malformed *last* line is what a
+/// crash mid-write leaves: it is dropped and `truncated` set. A malformed
+/// line anywhere else is an error naming the line.
+pub fn read_jsonl(
+    reader: impl BufRead,
+    truncated: &mut bool,
+    mut each: impl FnMut(Event),
+) -> Result<(), ParseError> {
+    let mut pending: Option<(usize, String)> = None;
+    for (n, line) in reader.split(b'\n').enumerate() {
+        if let Some((line, message)) = pending.take() {
+            return Err(ParseError::Line { line, message });
+        }
+        let line = line?;
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim();
+        if text.is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Event>(text) {
+            Ok(event) => each(event),
+            Err(e) => pending = Some((n + 1, e.to_string())),
+        }
+    }
+    *truncated = pending.is_some();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::Process;
+
+    fn at(time: u64, index: u64) -> Event {
+        let mut e = Event::new(time, Process::Client(1), OpType::Invoke, "read");
+        e.index = index;
+        e
+    }
+
+    #[test]
+    fn reorder_releases_in_time_order_within_the_window() {
+        let mut r = Reorder::new(100);
+        let mut out = Vec::new();
+        for (t, i) in [(10, 0), (50, 1), (30, 2), (200, 3), (120, 4), (400, 5)] {
+            r.push(at(t, i), |e| out.push(e.time));
+        }
+        r.drain(|e| out.push(e.time));
+        assert_eq!(out, vec![10, 30, 50, 120, 200, 400]);
+        assert_eq!(r.late, 0);
+        assert_eq!(r.peak, 4);
+    }
+
+    #[test]
+    fn an_event_later_than_the_window_is_counted_late() {
+        let mut r = Reorder::new(100);
+        let mut out = Vec::new();
+        for (t, i) in [(10, 0), (500, 1), (700, 2), (20, 3)] {
+            r.push(at(t, i), |e| out.push(e.time));
+        }
+        r.drain(|e| out.push(e.time));
+        assert_eq!(out, vec![10, 500, 20, 700]);
+        assert_eq!(r.late, 1);
+    }
+
+    #[test]
+    fn pairing_hands_a_completion_its_invocation() {
+        #[derive(Default)]
+        struct Seen(Vec<Option<u64>>);
+        impl OnEvent for Seen {
+            fn on_event(&mut self, _e: &Event, invoke: Option<&Invoked>) {
+                self.0.push(invoke.map(|i| i.index));
+            }
+        }
+        let mut h = crate::testing::Hist::new();
+        h.invoke(1, "read");
+        h.invoke(2, "write").value(1);
+        h.ok(1, "read").value(0);
+        h.ok(2, "read"); // wrong f: unmatched
+        let history = h.build();
+        let mut seen = Seen::default();
+        let mut pairing = Pairing::default();
+        for e in &history.events {
+            pairing.feed(e, &mut seen);
+        }
+        assert_eq!(seen.0, vec![None, None, Some(0), None]);
+        assert_eq!(pairing.unmatched(), 1);
+    }
+}
