@@ -8,6 +8,7 @@ mod journal;
 mod logging;
 pub mod node;
 pub mod options;
+pub mod plot;
 pub mod run;
 pub mod store;
 pub mod summary;

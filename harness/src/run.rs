@@ -177,8 +177,12 @@ async fn run_workload(
         .finish()
         .context(|| "writing history.jsonl".into())?;
 
-    let results = check_history(dir, record.promise, record.interrupted)?;
+    let (results, history) = check_history(dir, record.promise, record.interrupted)?;
     write_json(&dir.results_json(), &results)?;
+    // Pictures are evidence, not the verdict: a failure to draw is logged.
+    if let Err(e) = crate::plot::render(&dir.path, &history, &results, options.workers) {
+        tracing::warn!("drawing the run's pictures failed: {e:#}");
+    }
     write_json(&dir.run_json(), &record)?;
     dir.link_latest()?;
     tracing::info!("verdict {:?}", results.valid);
@@ -294,7 +298,7 @@ async fn final_read(history: &HistoryWriter, storage: &RedisNode) {
 }
 
 /// Checks the history as stored on disk, the same way `lockstorm check` does.
-fn check_history(dir: &RunDir, promise: Promise, interrupted: bool) -> Result<Results> {
+fn check_history(dir: &RunDir, promise: Promise, interrupted: bool) -> Result<(Results, History)> {
     let path = dir.history();
     let file = std::fs::File::open(&path).context(|| format!("opening {}", path.display()))?;
     let history =
@@ -311,5 +315,5 @@ fn check_history(dir: &RunDir, promise: Promise, interrupted: bool) -> Result<Re
             results.valid = Validity::Unknown;
         }
     }
-    Ok(results)
+    Ok((results, history))
 }

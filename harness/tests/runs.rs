@@ -51,6 +51,15 @@ fn single_under_pause_loses_mutual_exclusion() {
     ] {
         assert!(dir.join(file).is_file(), "missing {file}");
     }
+    // The pictures show what the checker found: a ✗ per unsafe action (up to
+    // the examples kept) and the pause as a band.
+    let timeline = std::fs::read_to_string(dir.join("timeline.svg")).unwrap();
+    assert!(timeline.contains("✗"), "no unsafe action drawn");
+    assert!(timeline.contains("pause"), "no fault band drawn");
+    for png in ["latency.png", "rate.png"] {
+        let bytes = std::fs::read(dir.join(png)).unwrap();
+        assert!(bytes.starts_with(b"\x89PNG"), "{png} is not a PNG");
+    }
 }
 
 #[test]

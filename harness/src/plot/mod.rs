@@ -1,0 +1,168 @@
+//! Per-run pictures (DESIGN.md, "Results layout"): `timeline.svg`,
+//! `latency.png` and `rate.png`, drawn from a stored history and its verdict.
+//!
+//! Everything here reads only the history and `results.json`, so
+//! `lockstorm report` can redraw any stored run.
+
+mod font;
+mod latency;
+mod scene;
+mod timeline;
+
+pub use latency::{latency, rate};
+pub use timeline::{timeline, timeline_svg};
+
+use checker::ops::Pairs;
+use checker::{History, OpType, Results};
+use plotters::style::RGBColor;
+use std::collections::HashMap;
+use std::path::Path;
+
+pub const TIMELINE: &str = "timeline.svg";
+pub const LATENCY: &str = "latency.png";
+pub const RATE: &str = "rate.png";
+
+/// Writes `timeline.svg`, `latency.png` and `rate.png` into `dir`.
+///
+/// `workers` is the run's worker count (`options.workers` in `run.json`).
+/// The history does not record it, and it is needed to put a worker's ops
+/// back on one row after an `info` moved it to process id `p + workers`.
+/// Pass 0 when unknown: each process id then gets its own row.
+pub fn render(
+    dir: &Path,
+    history: &History,
+    results: &Results,
+    workers: u64,
+) -> anyhow::Result<()> {
+    timeline(&dir.join(TIMELINE), history, results, workers)?;
+    latency(&dir.join(LATENCY), history)?;
+    rate(&dir.join(RATE), history)?;
+    Ok(())
+}
+
+const OK_COLOR: RGBColor = RGBColor(46, 160, 67);
+const FAIL_COLOR: RGBColor = RGBColor(232, 106, 26);
+const INFO_COLOR: RGBColor = RGBColor(70, 90, 200);
+const FAULT_COLOR: RGBColor = RGBColor(160, 120, 200);
+const FAULT_ALPHA: f64 = 0.18;
+const FAULT_TEXT: RGBColor = RGBColor(100, 60, 150);
+
+/// A nemesis fault, from its `start-<name>` to its `stop-<name>` event.
+#[derive(Clone, Debug, PartialEq)]
+struct Fault {
+    name: String,
+    start: u64,
+    /// The end of the history when the run stopped before the fault did.
+    end: u64,
+}
+
+fn faults(history: &History) -> Vec<Fault> {
+    let end_of_history = end_time(history);
+    let mut open: HashMap<&str, u64> = HashMap::new();
+    let mut faults = Vec::new();
+    for e in history.by_time().into_iter().filter(|e| e.is_nemesis()) {
+        if let Some(name) = e.f.strip_prefix("start-") {
+            open.entry(name).or_insert(e.time);
+        } else if let Some(name) = e.f.strip_prefix("stop-") {
+            if let Some(start) = open.remove(name) {
+                faults.push(Fault {
+                    name: name.to_owned(),
+                    start,
+                    end: e.time,
+                });
+            }
+        }
+    }
+    faults.extend(open.into_iter().map(|(name, start)| Fault {
+        name: name.to_owned(),
+        start,
+        end: end_of_history,
+    }));
+    faults.sort_by_key(|f| f.start);
+    faults
+}
+
+/// A completed client operation.
+#[derive(Clone, Copy, Debug)]
+struct Op {
+    invoked: u64,
+    completed: u64,
+    outcome: OpType,
+}
+
+/// Client ops with both an invocation and a completion, in completion order.
+fn ops(history: &History) -> Vec<Op> {
+    let pairs = Pairs::new(history);
+    let mut ops: Vec<Op> = history
+        .events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.process.is_client() && e.kind != OpType::Invoke)
+        .filter_map(|(pos, e)| {
+            let invoke = &history.events[pairs.invoke_of(pos)?];
+            Some(Op {
+                invoked: invoke.time,
+                completed: e.time.max(invoke.time),
+                outcome: e.kind,
+            })
+        })
+        .collect();
+    ops.sort_by_key(|op| op.completed);
+    ops
+}
+
+/// The right edge of every time axis: the last event, and at least 1 ms so
+/// an empty or instantaneous history still has a drawable range.
+fn end_time(history: &History) -> u64 {
+    history.time_span().map_or(0, |(_, max)| max).max(1_000_000)
+}
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+fn outcome_style(outcome: OpType) -> (&'static str, RGBColor) {
+    match outcome {
+        OpType::Ok => ("ok", OK_COLOR),
+        OpType::Fail => ("fail", FAIL_COLOR),
+        _ => ("info", INFO_COLOR),
+    }
+}
+
+/// At most `cap` items spread evenly over `items`: one from each of `cap`
+/// equal windows, at a pseudo-random place in it, so a periodic workload
+/// (acquire, read, write, release, ...) cannot alias into one kind of op.
+fn sample<T>(items: Vec<T>, cap: usize) -> Vec<T> {
+    let (n, k) = (items.len(), cap.min(items.len()));
+    if k == n {
+        return items;
+    }
+    if k == 0 {
+        return Vec::new();
+    }
+    let pick = |w: usize| {
+        let (lo, hi) = (w * n / k, (w + 1) * n / k);
+        lo + (mix(w as u64) % (hi - lo) as u64) as usize
+    };
+    let mut next = (0, pick(0));
+    let mut kept = Vec::with_capacity(k);
+    for (i, item) in items.into_iter().enumerate() {
+        if next.0 < k && i == next.1 {
+            kept.push(item);
+            next.0 += 1;
+            next.1 = if next.0 < k { pick(next.0) } else { n };
+        }
+    }
+    kept
+}
+
+/// SplitMix64's finaliser: a cheap, deterministic scramble.
+fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests;

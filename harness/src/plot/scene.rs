@@ -1,0 +1,232 @@
+//! What the timeline shows, decided apart from how it is drawn: which rows,
+//! which holds (a large run merges neighbours), where the ✗ marks go.
+
+use super::end_time;
+use checker::verdict::anomaly::{LOCK_OVERLAP, UNSAFE_ACTION};
+use checker::{History, Hold, Process, Results};
+use std::collections::{HashMap, HashSet};
+
+/// Past this many bars the SVG gets slow to open and the bars blur into one.
+pub const MAX_HOLDS: usize = 2_000;
+
+pub struct Scene {
+    pub rows: Rows,
+    /// The holds to draw one by one: all of them, or in a large run only
+    /// those in anomalies.
+    pub holds: Vec<Hold>,
+    /// In a large run, the other holds, merged where they nearly touch.
+    pub spans: Vec<Span>,
+    /// How many holds the history has, drawn or not.
+    pub total: usize,
+    /// `start_index` of every hold in a lock-overlap example.
+    pub overlapping: HashSet<u64>,
+    /// Time and row of every unsafe action in the examples.
+    pub unsafe_actions: Vec<(u64, usize)>,
+    /// What the reader must know that the picture does not show.
+    pub notes: Vec<String>,
+}
+
+impl Scene {
+    /// `width_px`: how wide the time axis is drawn, which decides which
+    /// holds of a large run would blur into one bar anyway.
+    pub fn new(history: &History, results: &Results, workers: u64, width_px: u32) -> Self {
+        let rows = Rows::new(history, workers);
+        let examples = |name: &str| {
+            results
+                .anomalies
+                .get(name)
+                .map_or(&[][..], |a| &a.examples[..])
+        };
+        let by_index: HashMap<u64, &checker::Event> =
+            history.events.iter().map(|e| (e.index, e)).collect();
+        // The first witness of an unsafe action is the op's own ok event.
+        let unsafe_actions: Vec<(u64, usize)> = examples(UNSAFE_ACTION)
+            .iter()
+            .filter_map(|ex| by_index.get(ex.first()?))
+            .filter_map(|e| Some((e.time, rows.of(&e.process)?)))
+            .collect();
+        let overlapping: HashSet<u64> = examples(LOCK_OVERLAP).iter().flatten().copied().collect();
+        let witnesses: HashSet<u64> = results
+            .anomalies
+            .values()
+            .flat_map(|a| a.examples.iter().flatten().copied())
+            .collect();
+        // However large the run, every hold an anomaly names is drawn
+        // alone, as is the hold each ✗ was made under.
+        let in_anomaly = |h: &Hold| {
+            witnesses.contains(&h.start_index)
+                || h.end_index.is_some_and(|i| witnesses.contains(&i))
+                || unsafe_actions
+                    .iter()
+                    .any(|&(t, row)| rows.of(&h.process) == Some(row) && h.start <= t && t <= h.end)
+        };
+        let mut holds = checker::holds(history);
+        let total = holds.len();
+        let mut notes = Vec::new();
+        let mut spans = Vec::new();
+        if total > MAX_HOLDS {
+            let (must, rest): (Vec<Hold>, Vec<Hold>) = holds.into_iter().partition(in_anomaly);
+            let ns_per_px = end_time(history) as f64 / f64::from(width_px.max(1));
+            let gap_px;
+            (spans, gap_px) = merge(
+                &rest,
+                &rows,
+                ns_per_px,
+                MAX_HOLDS.saturating_sub(must.len()),
+            );
+            notes.push(format!(
+                "{} holds in anomalies drawn one by one; the other {} merged into {} bars where less than {gap_px} px apart",
+                must.len(),
+                rest.len(),
+                spans.len()
+            ));
+            holds = must;
+        }
+        if history.truncated {
+            notes.push("the history is truncated: its last line was cut off".into());
+        }
+        Scene {
+            rows,
+            holds,
+            total,
+            spans,
+            overlapping,
+            unsafe_actions,
+            notes,
+        }
+    }
+}
+
+/// Holds of one row drawn as one bar.
+pub struct Span {
+    pub row: usize,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// Merges each row's holds that are less than a gap apart, doubling the gap
+/// (from one pixel) until at most `cap` bars remain. Unlike sampling, this
+/// loses nothing visible at one pixel, and nothing periodic can alias.
+pub(super) fn merge(holds: &[Hold], rows: &Rows, ns_per_px: f64, cap: usize) -> (Vec<Span>, u64) {
+    let mut by_row: Vec<Vec<(u64, u64)>> = vec![Vec::new(); rows.len()];
+    for h in holds {
+        if let Some(row) = rows.of(&h.process) {
+            by_row[row].push((h.start, h.end));
+        }
+    }
+    by_row.iter_mut().for_each(|r| r.sort_unstable());
+    let mut gap_px = 1;
+    loop {
+        let gap = (gap_px as f64 * ns_per_px) as u64;
+        let mut spans: Vec<Span> = Vec::new();
+        for (row, intervals) in by_row.iter().enumerate() {
+            for &(start, end) in intervals {
+                match spans.last_mut() {
+                    Some(last) if last.row == row && start <= last.end.saturating_add(gap) => {
+                        last.end = last.end.max(end)
+                    }
+                    _ => spans.push(Span { row, start, end }),
+                }
+            }
+        }
+        if spans.len() <= cap.max(rows.len()) {
+            return (spans, gap_px);
+        }
+        gap_px *= 2;
+    }
+}
+
+/// Maps process ids to picture rows: one per worker, since a worker that
+/// saw an `info` carries on as process `p + workers`.
+pub struct Rows {
+    workers: u64,
+    /// When the worker count is unknown: every client process id, sorted.
+    ids: Vec<u64>,
+}
+
+impl Rows {
+    pub(super) fn new(history: &History, workers: u64) -> Self {
+        let mut ids = Vec::new();
+        if workers == 0 {
+            ids = history
+                .events
+                .iter()
+                .filter_map(|e| match e.process {
+                    Process::Client(p) => Some(p),
+                    Process::Named(_) => None,
+                })
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+        }
+        Rows { workers, ids }
+    }
+
+    pub fn len(&self) -> usize {
+        if self.workers > 0 {
+            self.workers as usize
+        } else {
+            self.ids.len()
+        }
+    }
+
+    pub fn of(&self, process: &Process) -> Option<usize> {
+        let Process::Client(p) = *process else {
+            return None;
+        };
+        if self.workers > 0 {
+            Some((p % self.workers) as usize)
+        } else {
+            self.ids.binary_search(&p).ok()
+        }
+    }
+
+    pub fn label(&self, row: usize) -> String {
+        if self.workers > 0 {
+            format!("worker {row}")
+        } else {
+            format!("process {}", self.ids[row])
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hold of worker 0 every `every` ns, each `len` ns long.
+    fn periodic(n: u64, every: u64, len: u64) -> Vec<Hold> {
+        (0..n)
+            .map(|i| Hold {
+                process: Process::Client(0),
+                token: Some(i.to_string()),
+                fence: None,
+                start: i * every,
+                start_index: i,
+                end: i * every + len,
+                end_index: None,
+                released: true,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn merging_widens_the_gap_only_as_far_as_the_cap_needs() {
+        let rows = Rows::new(&History::default(), 1);
+        // 90 ns gaps: 1 px (30 ns) and 2 px leave 5000 bars, 4 px merges all.
+        let (spans, gap_px) = merge(&periodic(5_000, 100, 10), &rows, 30.0, 2_000);
+        assert_eq!((spans.len(), gap_px), (1, 4));
+        assert_eq!((spans[0].start, spans[0].end), (0, 4_999 * 100 + 10));
+        // Already under the cap: nothing merges that does not touch.
+        let (spans, gap_px) = merge(&periodic(50, 100, 10), &rows, 30.0, 2_000);
+        assert_eq!((spans.len(), gap_px), (50, 1));
+    }
+
+    #[test]
+    fn rows_fold_a_worker_s_later_process_ids_into_its_row() {
+        let rows = Rows::new(&History::default(), 3);
+        assert_eq!(rows.of(&Process::Client(7)), Some(1));
+        assert_eq!(rows.of(&Process::nemesis()), None);
+        assert_eq!(rows.label(1), "worker 1");
+    }
+}

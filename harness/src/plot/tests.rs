@@ -1,0 +1,267 @@
+use super::timeline::{HOLD_COLOR, OPEN_HOLD_COLOR, OVERLAP_COLOR};
+use super::*;
+use checker::verdict::anomaly::LOCK_OVERLAP;
+use checker::{Anomaly, Promise, Validity};
+use std::collections::BTreeMap;
+
+const MS: u64 = 1_000_000;
+
+/// Two workers. Worker 0 is paused past its lease while worker 1 takes the
+/// lock; on waking, worker 0's write is accepted (an unsafe action). Worker
+/// 1 later times out on an acquire and carries on as process 3.
+fn paused_holder() -> History {
+    let lines = [
+        (0, 1, "0", "invoke", "acquire", r#","token":"a""#),
+        (1, 2, "0", "ok", "acquire", r#","token":"a","fence":1"#),
+        (2, 3, "0", "invoke", "read", r#","fence":1"#),
+        (3, 4, "0", "ok", "read", r#","value":0,"fence":1"#),
+        (4, 5, r#""nemesis""#, "info", "start-pause", ""),
+        (5, 1000, "1", "invoke", "acquire", r#","token":"b""#),
+        (6, 1001, "1", "ok", "acquire", r#","token":"b","fence":2"#),
+        (7, 1002, "1", "invoke", "write", r#","value":1,"fence":2"#),
+        (8, 1003, "1", "ok", "write", r#","value":1,"fence":2"#),
+        (9, 1100, "1", "invoke", "release", r#","token":"b""#),
+        (10, 1101, "1", "ok", "release", r#","token":"b""#),
+        (11, 1500, r#""nemesis""#, "info", "stop-pause", ""),
+        (12, 1600, "0", "invoke", "write", r#","value":1,"fence":1"#),
+        (13, 1601, "0", "ok", "write", r#","value":1,"fence":1"#),
+        (14, 1700, "0", "invoke", "release", r#","token":"a""#),
+        (
+            15,
+            1701,
+            "0",
+            "fail",
+            "release",
+            r#","token":"a","error":"not-held""#,
+        ),
+        (16, 1800, "1", "invoke", "acquire", r#","token":"c""#),
+        (
+            17,
+            2300,
+            "1",
+            "info",
+            "acquire",
+            r#","token":"c","error":"timeout""#,
+        ),
+        (18, 2400, "3", "invoke", "acquire", r#","token":"d""#),
+        (19, 2401, "3", "ok", "acquire", r#","token":"d","fence":3"#),
+        (20, 2900, "3", "invoke", "release", r#","token":"d""#),
+        (21, 2901, "3", "ok", "release", r#","token":"d""#),
+    ];
+    let text: String = lines
+        .iter()
+        .map(|(i, t, p, kind, f, rest)| {
+            let time = t * MS;
+            format!(
+                r#"{{"index":{i},"time":{time},"process":{p},"type":"{kind}","f":"{f}"{rest}}}"#
+            ) + "\n"
+        })
+        .collect();
+    History::from_jsonl(text.as_bytes()).unwrap()
+}
+
+fn no_anomalies() -> Results {
+    Results {
+        valid: Validity::True,
+        promise: Promise::MutualExclusion,
+        anomalies: BTreeMap::new(),
+        checkers: BTreeMap::new(),
+        stats: Default::default(),
+        notes: Vec::new(),
+    }
+}
+
+/// `(attributes, content)` of every element named `tag`.
+fn elements<'a>(svg: &'a str, tag: &str) -> Vec<(&'a str, &'a str)> {
+    let open = format!("<{tag} ");
+    svg.split(&open)
+        .skip(1)
+        .map(|rest| {
+            let attrs_end = rest.find('>').unwrap();
+            let attrs = &rest[..attrs_end];
+            let content = match attrs.ends_with('/') {
+                true => "",
+                false => &rest[attrs_end + 1..rest.find('<').unwrap()],
+            };
+            (attrs, content.trim())
+        })
+        .collect()
+}
+
+fn attr<'a>(attrs: &'a str, name: &str) -> &'a str {
+    let start = attrs.find(&format!(" {name}=\"")).unwrap() + name.len() + 3;
+    &attrs[start..start + attrs[start..].find('"').unwrap()]
+}
+
+fn fill(c: RGBColor) -> String {
+    format!("fill=\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2)
+}
+
+/// Rectangles filled with any of `colors`, less the legend's one swatch per colour.
+fn bars(svg: &str, colors: &[RGBColor]) -> usize {
+    let fills: Vec<String> = colors.iter().map(|&c| fill(c)).collect();
+    elements(svg, "rect")
+        .iter()
+        .filter(|(a, _)| fills.iter().any(|f| a.contains(f.as_str())))
+        .count()
+        - colors.len()
+}
+
+fn png_size(path: &Path) -> (u32, u32) {
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(
+        &bytes[..8],
+        b"\x89PNG\r\n\x1a\n",
+        "{} is not a PNG",
+        path.display()
+    );
+    let be = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
+    (be(16), be(20))
+}
+
+#[test]
+fn the_timeline_shows_holds_fences_the_unsafe_write_and_the_fault() {
+    let history = paused_holder();
+    let results = checker::check(&history, Promise::MutualExclusion);
+    assert_eq!(
+        results.anomalies["unsafe-action"].examples,
+        vec![vec![13, 6]]
+    );
+    let svg = timeline_svg(&history, &results, 2).unwrap();
+
+    // Holds a and b overlap; d (worker 1 as process 3) is an ordinary hold.
+    assert_eq!(bars(&svg, &[OVERLAP_COLOR]), 2);
+    assert_eq!(bars(&svg, &[HOLD_COLOR, OPEN_HOLD_COLOR]), 1);
+    let texts = elements(&svg, "text");
+    let mut fences: Vec<&str> = texts
+        .iter()
+        .filter(|(a, _)| a.contains(&fill(WHITE_TEXT)))
+        .map(|(_, c)| *c)
+        .collect();
+    fences.sort_unstable();
+    assert_eq!(fences, ["1", "2", "3"]);
+
+    // Process 3 is worker 1: there is no row of its own.
+    let row_y = |label: &str| {
+        let (a, _) = texts.iter().find(|(_, c)| *c == label).unwrap();
+        attr(a, "y").parse::<i32>().unwrap()
+    };
+    assert!(!svg.contains("worker 3"));
+    let crosses: Vec<_> = texts.iter().filter(|(_, c)| *c == "✗").collect();
+    assert_eq!(crosses.len(), 1);
+    assert_eq!(
+        attr(crosses[0].0, "y").parse::<i32>().unwrap(),
+        row_y("worker 0")
+    );
+
+    let band = fill(FAULT_COLOR);
+    assert!(elements(&svg, "rect")
+        .iter()
+        .any(|(a, _)| a.contains(&band)));
+    assert!(texts.iter().any(|(_, c)| *c == "pause"));
+    assert!(!svg.contains("merged"), "a small run draws every hold");
+}
+
+const WHITE_TEXT: RGBColor = RGBColor(255, 255, 255);
+
+#[test]
+fn without_a_worker_count_each_process_gets_a_row() {
+    let history = paused_holder();
+    let svg = timeline_svg(&history, &no_anomalies(), 0).unwrap();
+    let texts = elements(&svg, "text");
+    for row in ["process 0", "process 1", "process 3"] {
+        assert!(texts.iter().any(|(_, c)| *c == row), "{row}");
+    }
+}
+
+#[test]
+fn render_writes_the_three_pictures() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = paused_holder();
+    let results = checker::check(&history, Promise::MutualExclusion);
+    render(dir.path(), &history, &results, 2).unwrap();
+    let svg = std::fs::read_to_string(dir.path().join(TIMELINE)).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert_eq!(png_size(&dir.path().join(LATENCY)), (1200, 600));
+    assert_eq!(png_size(&dir.path().join(RATE)), (1200, 600));
+}
+
+#[test]
+fn faults_pair_starts_with_stops_and_open_ones_last_to_the_end() {
+    let mut history = paused_holder();
+    let mut e = history.events[4].clone();
+    e.f = "start-kill".into();
+    e.time = 2500 * MS;
+    history.events.push(e);
+    let found = faults(&history);
+    assert_eq!(found.len(), 2);
+    assert_eq!(
+        (found[0].name.as_str(), found[0].start, found[0].end),
+        ("pause", 5 * MS, 1500 * MS)
+    );
+    assert_eq!((found[1].name.as_str(), found[1].end), ("kill", 2901 * MS));
+}
+
+#[test]
+fn sampling_keeps_exactly_the_cap_spread_evenly() {
+    let (n, k) = (19_998, 1_998);
+    let kept = sample((0..n).collect::<Vec<usize>>(), k);
+    assert_eq!(kept.len(), k);
+    for (w, &i) in kept.iter().enumerate() {
+        assert!((w * n / k..(w + 1) * n / k).contains(&i), "window {w}: {i}");
+    }
+    // A stride of 10 must not always land on the same op of a 5-op cycle.
+    let phases: std::collections::HashSet<usize> = kept.iter().map(|i| i % 5).collect();
+    assert_eq!(phases.len(), 5);
+    assert_eq!(sample(vec![1, 2], 5), [1, 2]);
+    assert!(sample(vec![1, 2], 0).is_empty());
+}
+
+#[test]
+fn latency_counts_each_completed_op_once() {
+    let ops = ops(&paused_holder());
+    assert_eq!(ops.len(), 10);
+    let timed_out = ops.iter().find(|o| o.outcome == OpType::Info).unwrap();
+    assert_eq!(timed_out.completed - timed_out.invoked, 500 * MS);
+}
+
+#[test]
+fn an_empty_history_still_renders() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = History::default();
+    let results = checker::check(&history, Promise::MutualExclusion);
+    render(dir.path(), &history, &results, 3).unwrap();
+    let svg = std::fs::read_to_string(dir.path().join(TIMELINE)).unwrap();
+    assert!(elements(&svg, "text").iter().any(|(_, c)| *c == "worker 2"));
+    assert_eq!(png_size(&dir.path().join(LATENCY)), (1200, 600));
+    assert_eq!(png_size(&dir.path().join(RATE)), (1200, 600));
+}
+
+#[test]
+fn a_large_run_is_capped_but_keeps_the_holds_in_anomalies() {
+    let history = checker::generate::valid_history(7, 5, 20_000, 5);
+    let holds = checker::holds(&history);
+    assert!(holds.len() > 10_000);
+    // Pretend one hold deep in the run overlapped another.
+    let (a, b) = (&holds[12_345], &holds[12_346]);
+    let mut results = no_anomalies();
+    results.anomalies.insert(
+        LOCK_OVERLAP.into(),
+        Anomaly {
+            count: 1,
+            examples: vec![vec![a.start_index, b.start_index]],
+            first_time: Some(b.start),
+        },
+    );
+    let svg = timeline_svg(&history, &results, 5).unwrap();
+    assert_eq!(bars(&svg, &[OVERLAP_COLOR]), 2);
+    let drawn = bars(&svg, &[HOLD_COLOR, OPEN_HOLD_COLOR, OVERLAP_COLOR]);
+    assert!((5..=2_000).contains(&drawn), "{drawn} bars");
+    assert!(svg.contains(&format!("the other {} merged into", holds.len() - 2)));
+    assert!(svg.len() < 600_000, "{} bytes", svg.len());
+
+    let dir = tempfile::tempdir().unwrap();
+    latency(&dir.path().join(LATENCY), &history).unwrap();
+    rate(&dir.path().join(RATE), &history).unwrap();
+    assert_eq!(png_size(&dir.path().join(RATE)), (1200, 600));
+}

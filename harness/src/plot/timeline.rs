@@ -1,0 +1,216 @@
+//! `timeline.svg`: when each worker believed it held the lock, with its
+//! fence, a red ✗ where the storage accepted an unsafe action, and the
+//! nemesis faults as shaded bands: the picture of the source material.
+
+use super::font::{self, FAMILY};
+use super::scene::Scene;
+use super::{end_time, faults, secs, FAULT_ALPHA, FAULT_COLOR, FAULT_TEXT};
+use checker::verdict::anomaly::{LOCK_OVERLAP, UNSAFE_ACTION};
+use checker::{History, Results};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use std::path::Path;
+
+pub const WIDTH: u32 = 1400;
+/// About how wide the time axis is, less margins and row labels.
+pub(super) const PLOT_PX: u32 = WIDTH - 130;
+const ROW_PX: u32 = 30;
+const FOOTER_PX: u32 = 60;
+pub(super) const HOLD_COLOR: RGBColor = RGBColor(62, 118, 180);
+/// Holds the run ended during: their right edge is the end of the history,
+/// not a release, so they are drawn paler.
+pub(super) const OPEN_HOLD_COLOR: RGBColor = RGBColor(150, 180, 215);
+pub(super) const OVERLAP_COLOR: RGBColor = RGBColor(200, 40, 120);
+const UNSAFE_COLOR: RGBColor = RGBColor(220, 20, 20);
+
+/// Writes [`timeline_svg`] to `path`; `workers` as in [`super::render`].
+pub fn timeline(
+    path: &Path,
+    history: &History,
+    results: &Results,
+    workers: u64,
+) -> anyhow::Result<()> {
+    std::fs::write(path, timeline_svg(history, results, workers)?)?;
+    Ok(())
+}
+
+/// The timeline as SVG text, one row per worker.
+pub fn timeline_svg(history: &History, results: &Results, workers: u64) -> anyhow::Result<String> {
+    font::ensure()?;
+    let scene = Scene::new(history, results, workers, PLOT_PX);
+    let mut svg = String::new();
+    {
+        let size = (WIDTH, height(&scene));
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+        draw(&root, history, results, &scene)?;
+    }
+    Ok(svg)
+}
+
+/// Grows with the worker count so rows keep a readable height.
+pub(super) fn height(scene: &Scene) -> u32 {
+    130 + FOOTER_PX + ROW_PX * (scene.rows.len() as u32 + 1)
+}
+
+/// Draws on any backend, so a test can look at the same picture as a PNG.
+pub(super) fn draw<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    history: &History,
+    results: &Results,
+    scene: &Scene,
+) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let (main, footer) = root.split_vertically(root.dim_in_pixel().1 - FOOTER_PX);
+    let count = |name: &str| results.anomalies.get(name).map_or(0, |a| a.count);
+    let title = format!(
+        "lock holds per worker: {} holds, {} lock-overlap, {} unsafe-action",
+        scene.total,
+        count(LOCK_OVERLAP),
+        count(UNSAFE_ACTION)
+    );
+    let n = scene.rows.len() + 1; // the top row names the faults
+    let end_s = secs(end_time(history));
+    let mut chart = ChartBuilder::on(&main)
+        .caption(title, (FAMILY, 24))
+        .margin(14)
+        .x_label_area_size(50)
+        .y_label_area_size(100)
+        .build_cartesian_2d(0.0..end_s, 0.0..n as f64)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(0)
+        .light_line_style(RGBColor(245, 245, 245))
+        .label_style((FAMILY, 15))
+        .x_desc("time since run start (s)")
+        .draw()?;
+    // Row `r` (0 = faults) spans y in [top(r) - 1, top(r)], top row first.
+    let top = |r: usize| (n - r) as f64;
+    let center = |r: usize| top(r) - 0.5;
+    let grid = RGBColor(220, 220, 220);
+    chart.draw_series((1..n).map(|r| PathElement::new([(0.0, top(r)), (end_s, top(r))], grid)))?;
+
+    let band = FAULT_COLOR.mix(FAULT_ALPHA).filled();
+    let fault_font = (FAMILY, 16)
+        .into_font()
+        .color(&FAULT_TEXT)
+        .pos(Pos::new(HPos::Left, VPos::Center));
+    for f in faults(history) {
+        let (s, e) = (secs(f.start), secs(f.end));
+        chart.draw_series([Rectangle::new([(s, 0.0), (e, n as f64)], band)])?;
+        chart.draw_series([
+            EmptyElement::at((s, center(0))) + Text::new(f.name, (3, 0), fault_font.clone())
+        ])?;
+    }
+
+    let (x0, x1) = (
+        chart.backend_coord(&(0.0, 0.0)).0,
+        chart.backend_coord(&(end_s, 0.0)).0,
+    );
+    let px_per_s = f64::from((x1 - x0).max(1)) / end_s;
+    // A bar narrower than a pixel would vanish from the picture.
+    let min_width_s = 1.5 / px_per_s;
+    let fence_font = (FAMILY, 14)
+        .into_font()
+        .color(&WHITE)
+        .pos(Pos::new(HPos::Center, VPos::Center));
+    for span in &scene.spans {
+        let (s, e) = (
+            secs(span.start),
+            secs(span.end).max(secs(span.start) + min_width_s),
+        );
+        let (y0, y1) = (top(span.row + 1) - 0.85, top(span.row + 1) - 0.15);
+        chart.draw_series([Rectangle::new([(s, y0), (e, y1)], HOLD_COLOR.filled())])?;
+    }
+    for h in &scene.holds {
+        let Some(row) = scene.rows.of(&h.process) else {
+            continue;
+        };
+        let color = if scene.overlapping.contains(&h.start_index) {
+            OVERLAP_COLOR
+        } else if h.released {
+            HOLD_COLOR
+        } else {
+            OPEN_HOLD_COLOR
+        };
+        let (s, e) = (secs(h.start), secs(h.end).max(secs(h.start) + min_width_s));
+        // A worker's next hold often starts within a pixel of the last one
+        // ending; a sliver of white keeps them two bars.
+        let e = if (e - s) * px_per_s > 4.0 {
+            e - 1.0 / px_per_s
+        } else {
+            e
+        };
+        let (y0, y1) = (top(row + 1) - 0.85, top(row + 1) - 0.15);
+        chart.draw_series([Rectangle::new([(s, y0), (e, y1)], color.filled())])?;
+        let Some(fence) = h.fence else { continue };
+        let label = fence.to_string();
+        // Only where the number fits inside its bar; elsewhere it is clutter.
+        if (e - s) * px_per_s >= 8.0 * label.len() as f64 + 6.0 {
+            let at = ((s + e) / 2.0, center(row + 1));
+            chart.draw_series([Text::new(label, at, fence_font.clone())])?;
+        }
+    }
+
+    let cross = (FAMILY, 26)
+        .into_font()
+        .style(FontStyle::Bold)
+        .color(&UNSAFE_COLOR)
+        .pos(Pos::new(HPos::Center, VPos::Center));
+    chart.draw_series(
+        scene
+            .unsafe_actions
+            .iter()
+            .map(|&(t, row)| Text::new("✗", (secs(t), center(row + 1)), cross.clone())),
+    )?;
+
+    let row_font = (FAMILY, 16)
+        .into_font()
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Right, VPos::Center));
+    for r in 0..n {
+        let (x, y) = chart.backend_coord(&(0.0, center(r)));
+        let label = match r {
+            0 => "faults".to_string(),
+            _ => scene.rows.label(r - 1),
+        };
+        root.draw(&Text::new(label, (x - 8, y), row_font.clone()))?;
+    }
+    draw_footer(&footer, &scene.notes)?;
+    root.present()?;
+    Ok(())
+}
+
+/// The legend, and the notes.
+fn draw_footer<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    notes: &[String],
+) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let font = (FAMILY, 15)
+        .into_font()
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Left, VPos::Center));
+    let items: [(&str, ShapeStyle); 5] = [
+        ("hold (acquire ok → release)", HOLD_COLOR.filled()),
+        ("held at run end", OPEN_HOLD_COLOR.filled()),
+        ("in a lock-overlap", OVERLAP_COLOR.filled()),
+        ("fault", FAULT_COLOR.mix(FAULT_ALPHA * 2.0).filled()),
+        ("✗ unsafe action; numbers are fences", UNSAFE_COLOR.filled()),
+    ];
+    let mut x = 114;
+    for (label, style) in items {
+        area.draw(&Rectangle::new([(x, 10), (x + 14, 24)], style))?;
+        area.draw(&Text::new(label, (x + 20, 17), font.clone()))?;
+        x += 40 + 8 * label.chars().count() as i32;
+    }
+    let note_font = font.color(&RGBColor(90, 90, 90));
+    area.draw(&Text::new(notes.join("; "), (114, 44), note_font))?;
+    Ok(())
+}
