@@ -1,11 +1,13 @@
-//! The command line: `run` (the default), `check`, and the hidden `worker`.
+//! The command line: `run` (the default), `check`, `matrix`, and the hidden
+//! `worker`.
 //! Exit codes follow Jepsen: 0 valid, 1 invalid, 2 unknown, 254 bad
 //! arguments or configuration, 255 the harness itself failed.
 
 use crate::check::Format;
 use crate::error::{Error, Result};
+use crate::matrix::MatrixArgs;
 use crate::options::RunOptions;
-use crate::{check, logging, run, summary};
+use crate::{check, logging, matrix, run, summary};
 use checker::verdict::{Promise, Validity};
 use clap::{Parser, Subcommand};
 use std::io::Write;
@@ -33,6 +35,9 @@ enum Command {
     Run(Box<RunOptions>),
     /// Re-check a stored run folder, or a history file.
     Check(CheckArgs),
+    /// Run every chosen config × nemesis and compare them; with --expect,
+    /// exit 0 only if every verdict is the expected one.
+    Matrix(MatrixArgs),
     #[command(hide = true)]
     Worker {
         /// The worker's spec as JSON (written by the harness).
@@ -75,6 +80,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Some(Command::Worker { spec }) => worker(&spec),
         Some(Command::Check(args)) => finish(check_command(args)),
+        Some(Command::Matrix(args)) => finish(matrix_command(args)),
         Some(Command::Run(options)) => finish(run_command(*options)),
         None => finish(run_command(cli.run)),
     }
@@ -121,6 +127,35 @@ fn run_command(options: RunOptions) -> Result<Validity> {
     let path = outcome.dir.display().to_string();
     print!("{}", summary::render(&title, &outcome.results, &path));
     Ok(outcome.results.valid)
+}
+
+/// Exit: 1 if an expectation was not met, 255 if a run could not complete,
+/// 2 if interrupted, else 0 (without --expect the verdicts are the output).
+fn matrix_command(args: MatrixArgs) -> Result<Validity> {
+    logging::init();
+    let outcome = runtime()?.block_on(matrix::matrix(args))?;
+    let s = &outcome.summary;
+    print!("\n{}", s.markdown());
+    println!("\nmatrix: {}", outcome.dir.display());
+    let failed: Vec<String> = s
+        .rows
+        .iter()
+        .filter(|r| !r.errors.is_empty())
+        .map(|r| format!("{} × {}", r.config, r.nemesis))
+        .collect();
+    if s.ok == Some(false) {
+        return Ok(Validity::False);
+    }
+    if !failed.is_empty() {
+        return Err(Error::Harness(format!(
+            "runs of {} could not complete; see their harness.log",
+            failed.join(", ")
+        )));
+    }
+    Ok(match outcome.interrupted {
+        true => Validity::Unknown,
+        false => Validity::True,
+    })
 }
 
 fn check_command(args: CheckArgs) -> Result<Validity> {

@@ -1,6 +1,7 @@
 //! Writes `history.jsonl` as events arrive: each event gets the next `index`
 //! and is flushed at once, so a crash leaves a readable prefix.
 
+use crate::progress::{Snapshot, Tally};
 use checker::history::{f, Event, OpType, Process};
 use nemesis::Holder;
 use serde_json::Value;
@@ -21,12 +22,16 @@ struct Inner {
     out: BufWriter<File>,
     next_index: u64,
     failed: Option<std::io::Error>,
+    tally: Tally,
 }
 
 impl HistoryWriter {
+    /// `late` is how late an event may arrive (the longest pause), for the
+    /// live tally's reordering.
     pub fn create(
         path: &Path,
         clock: RunClock,
+        late: std::time::Duration,
     ) -> std::io::Result<(Self, watch::Receiver<Holder>)> {
         let out = BufWriter::new(File::create(path)?);
         let (holders, rx) = watch::channel(Holder::default());
@@ -35,6 +40,7 @@ impl HistoryWriter {
                 out,
                 next_index: 0,
                 failed: None,
+                tally: Tally::new(late),
             }),
             clock,
             holders,
@@ -56,6 +62,7 @@ impl HistoryWriter {
             if let Err(e) = written {
                 inner.failed.get_or_insert(e);
             }
+            inner.tally.on_event(&event);
         }
         if let (true, Some(worker), Process::Client(process)) = (holding, worker, &event.process) {
             let process = *process;
@@ -72,6 +79,12 @@ impl HistoryWriter {
     /// An event stamped now by the harness's own clock.
     pub fn now(&self, process: Process, kind: OpType, op: &str) -> Event {
         Event::new(self.clock.now(), process, kind, op)
+    }
+
+    /// Ops and anomalies so far, for the progress display.
+    pub fn snapshot(&self) -> Snapshot {
+        let inner = self.inner.lock().expect("history writer poisoned");
+        inner.tally.snapshot()
     }
 
     /// The first write error, if any: the history on disk is then incomplete.

@@ -98,8 +98,8 @@ async fn run_workload(
         );
     }
     let clock = RunClock::starting_now();
-    let (history, holders) =
-        HistoryWriter::create(&dir.history(), clock).context(|| "creating history.jsonl".into())?;
+    let (history, holders) = HistoryWriter::create(&dir.history(), clock, late_events(options))
+        .context(|| "creating history.jsonl".into())?;
     let history = Arc::new(history);
     let exe = std::env::current_exe().context(|| "finding the lockstorm binary".into())?;
     let mut running = Vec::new();
@@ -151,8 +151,10 @@ async fn run_workload(
         tokio::time::Instant::now(),
     ));
 
+    let limit = Duration::from_secs(options.time_limit);
+    let title = options.name();
     record.interrupted = tokio::select! {
-        _ = tokio::time::sleep(Duration::from_secs(options.time_limit)) => false,
+        _ = crate::progress::wait(&title, limit, || history.snapshot()) => false,
         _ = tokio::signal::ctrl_c() => true,
     };
     if record.interrupted {
@@ -295,6 +297,15 @@ async fn final_read(history: &HistoryWriter, storage: &RedisNode) {
             .with_error(e),
     };
     history.append(event, None);
+}
+
+/// How late a worker's event can reach the journal: a pause holds it back.
+fn late_events(options: &RunOptions) -> Duration {
+    let pause = options
+        .pause_ms
+        .expect("resolved")
+        .max(options.node_pause_ms.expect("resolved"));
+    Duration::from_millis(pause + 1000)
 }
 
 /// Checks the history as stored on disk, the same way `lockstorm check` does.

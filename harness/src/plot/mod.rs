@@ -4,11 +4,13 @@
 //! Everything here reads only the history and `results.json`, so
 //! `lockstorm report` can redraw any stored run.
 
+mod comparison;
 mod font;
 mod latency;
 mod scene;
 mod timeline;
 
+pub use comparison::comparison;
 pub use latency::{latency, rate};
 pub use timeline::{timeline, timeline_svg};
 

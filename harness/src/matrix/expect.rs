@@ -1,0 +1,147 @@
+//! `expectations.toml`: the verdict each config must give under each
+//! nemesis, so a nightly matrix fails when a safe setup breaks or when the
+//! harness stops catching a broken one.
+//!
+//! ```toml
+//! [fenced]
+//! pause = "valid"
+//! [redlock]
+//! "partition,clock" = "invalid"
+//! ```
+
+use super::summary::Row;
+use nemesis::Nemesis;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use workloads::Config;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Expected {
+    /// Every run valid: an unknown verdict does not prove the promise.
+    Valid,
+    /// At least one run invalid: the harness caught the broken setup. Faults
+    /// that need a race to go one way may take more than one run.
+    Invalid,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Expectations {
+    /// (config, nemesis as `Nemesis` prints it) → verdict.
+    by_pair: BTreeMap<(String, String), Expected>,
+}
+
+impl Expectations {
+    /// Parses and checks every name, so a typo fails before any run starts.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let table: BTreeMap<String, BTreeMap<String, Expected>> =
+            toml::from_str(text).map_err(|e| one_line(&e.to_string()))?;
+        let mut by_pair = BTreeMap::new();
+        for (config, nemeses) in table {
+            let c: Config = config.parse().map_err(|e| format!("[{config}]: {e}"))?;
+            for (nemesis, expected) in nemeses {
+                let n =
+                    parse_nemesis(&nemesis).map_err(|e| format!("[{config}] {nemesis}: {e}"))?;
+                by_pair.insert((c.to_string(), n.to_string()), expected);
+            }
+        }
+        Ok(Expectations { by_pair })
+    }
+
+    /// The expectation for a pair, whichever way its nemesis is spelled.
+    pub fn get(&self, config: &str, nemesis: &str) -> Option<Expected> {
+        let nemesis = parse_nemesis(nemesis).map_or(nemesis.to_string(), |n| n.to_string());
+        self.by_pair.get(&(config.to_string(), nemesis)).copied()
+    }
+
+    pub fn pairs(&self) -> impl Iterator<Item = (&str, &str, Expected)> {
+        self.by_pair
+            .iter()
+            .map(|((c, n), e)| (c.as_str(), n.as_str(), *e))
+    }
+}
+
+/// A nemesis as the matrix and expectations name it: `+` may join the faults
+/// of one nemesis (`partition+clock`, as in folder names) instead of `,`.
+pub fn parse_nemesis(name: &str) -> Result<Nemesis, String> {
+    name.replace('+', ",").parse()
+}
+
+/// Whether a row's verdicts meet its expectation.
+pub fn matches(expected: Expected, row: &Row) -> bool {
+    match expected {
+        Expected::Valid => row.runs > 0 && row.valid == row.runs,
+        Expected::Invalid => row.invalid > 0,
+    }
+}
+
+/// toml's errors span several lines with a source excerpt; one line is the rule.
+fn one_line(message: &str) -> String {
+    message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('|') && !l.starts_with("-->"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(valid: u32, invalid: u32, unknown: u32) -> Row {
+        Row {
+            runs: valid + invalid + unknown,
+            valid,
+            invalid,
+            unknown,
+            ..Row::new("single", "pause")
+        }
+    }
+
+    #[test]
+    fn names_are_normalised_and_checked() {
+        let e = Expectations::parse(
+            "[fenced]\npause = \"valid\"\n[redlock]\n\"clock+partition\" = \"invalid\"\n",
+        )
+        .unwrap();
+        assert_eq!(e.get("fenced", "pause"), Some(Expected::Valid));
+        // Either spelling, any order: the nemesis is what it parses to.
+        assert_eq!(e.get("redlock", "clock,partition"), Some(Expected::Invalid));
+        assert_eq!(e.get("fenced", "kill"), None);
+        assert_eq!(e.pairs().count(), 2);
+    }
+
+    #[test]
+    fn the_shipped_expectations_parse_and_keep_the_fenced_promise() {
+        let e = Expectations::parse(include_str!("../../../expectations.toml")).unwrap();
+        assert_eq!(e.get("fenced", "pause"), Some(Expected::Valid));
+        assert_eq!(e.get("redlock", "partition,clock"), Some(Expected::Invalid));
+        for control in ["unsafe-del", "unsafe-setnx", "no-lock"] {
+            assert_eq!(
+                e.get(control, "pause"),
+                Some(Expected::Invalid),
+                "{control}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_typo_is_one_line_naming_it() {
+        let err = Expectations::parse("[fencd]\npause = \"valid\"\n").unwrap_err();
+        assert!(err.contains("fencd"), "{err}");
+        let err = Expectations::parse("[fenced]\npase = \"valid\"\n").unwrap_err();
+        assert!(err.contains("pase"), "{err}");
+        let err = Expectations::parse("[fenced]\npause = \"safe\"\n").unwrap_err();
+        assert!(!err.contains('\n') && err.contains("safe"), "{err}");
+    }
+
+    #[test]
+    fn valid_needs_every_run_valid_and_invalid_one_caught() {
+        assert!(matches(Expected::Valid, &row(2, 0, 0)));
+        assert!(!matches(Expected::Valid, &row(1, 0, 1)));
+        assert!(!matches(Expected::Valid, &row(0, 0, 0)));
+        assert!(matches(Expected::Invalid, &row(2, 1, 0)));
+        assert!(!matches(Expected::Invalid, &row(3, 0, 0)));
+    }
+}

@@ -1,0 +1,243 @@
+//! `lockstorm matrix`: every chosen config × nemesis, `--runs` runs each,
+//! into `results/matrix-<timestamp>/` (summary.json, summary.md,
+//! comparison.svg/png). With `--expect`, the verdicts are held to
+//! `expectations.toml`.
+
+pub mod expect;
+pub mod summary;
+
+use crate::error::{Context, Error, Result};
+use crate::options::RunOptions;
+use crate::{node, plot, run};
+use expect::{parse_nemesis, Expectations};
+use nemesis::Nemesis;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use summary::{Row, Skipped, Summary};
+use workloads::Config;
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct MatrixArgs {
+    /// Configs, comma-separated, or `all`.
+    #[arg(long, default_value = "all")]
+    pub configs: String,
+    /// Nemeses, comma-separated, or `all` (each fault alone, plus the
+    /// `partition+clock` and `kill+clock` scenarios). Join the faults of one
+    /// nemesis with `+`. Pairs that do not apply (failover without replicas)
+    /// are skipped and listed.
+    #[arg(long, default_value = "all")]
+    pub nemeses: String,
+    /// Runs per config × nemesis; run k uses seed `--seed` + k.
+    #[arg(long, default_value_t = 1)]
+    pub runs: u32,
+    /// Seconds each run's workers run.
+    #[arg(long, default_value_t = 30)]
+    pub time_limit: u64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Milliseconds between faults [default: 5000].
+    #[arg(long)]
+    pub nemesis_interval_ms: Option<u64>,
+    /// TOML of expected verdicts; the matrix exits 0 only if all are met.
+    #[arg(long)]
+    pub expect: Option<PathBuf>,
+    /// Folder that receives the runs and `matrix-<timestamp>/`.
+    #[arg(long, default_value = "results")]
+    pub results: PathBuf,
+}
+
+pub struct MatrixOutcome {
+    pub dir: PathBuf,
+    pub summary: Summary,
+    pub interrupted: bool,
+}
+
+/// Every nemesis `all` stands for in a matrix: one fault at a time, and the
+/// two Redlock scenarios.
+const ALL_NEMESES: [&str; 9] = [
+    "none",
+    "pause",
+    "pause-node",
+    "kill",
+    "failover",
+    "clock",
+    "partition",
+    "partition,clock",
+    "kill,clock",
+];
+
+pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
+    let configs = parse_list(&args.configs, &Config::ALL.map(|c| c.to_string()), |s| {
+        s.parse::<Config>()
+    })?;
+    let nemeses = parse_list(&args.nemeses, &ALL_NEMESES.map(String::from), parse_nemesis)?;
+    if args.runs == 0 {
+        return Err(Error::Usage("--runs 0 runs nothing: use at least 1".into()));
+    }
+    let expectations = args.expect.as_deref().map(load).transpose()?;
+    node::find_redis_server()?;
+
+    let mut plan = Vec::new();
+    let mut skipped = Vec::new();
+    for &config in &configs {
+        for nemesis in &nemeses {
+            let options = options_for(&args, config, nemesis.clone());
+            match options.clone().resolve() {
+                Ok(_) => plan.push(options),
+                Err(Error::Usage(reason)) => skipped.push(Skipped {
+                    config: config.to_string(),
+                    nemesis: nemesis.to_string(),
+                    reason,
+                }),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    let started = chrono::Utc::now().format("%Y%m%dT%H%M%S").to_string();
+    let dir = fresh_dir(&args.results, &format!("matrix-{started}"))?;
+    let wall = Instant::now();
+    let mut summary = Summary {
+        started,
+        time_limit_s: args.time_limit,
+        runs_per_pair: args.runs,
+        seed: args.seed,
+        expect: args.expect.as_ref().map(|p| p.display().to_string()),
+        skipped,
+        ..Summary::default()
+    };
+    let total = plan.len() * args.runs as usize;
+    let mut interrupted = false;
+    'pairs: for (i, options) in plan.into_iter().enumerate() {
+        let mut row = Row::new(&options.config.to_string(), &options.nemesis.to_string());
+        for k in 0..args.runs {
+            let mut options = options.clone();
+            options.seed = Some(args.seed + u64::from(k));
+            let n = i * args.runs as usize + k as usize + 1;
+            let title = format!(
+                "[{n}/{total}] {} × {} (seed {})",
+                row.config,
+                row.nemesis,
+                args.seed + u64::from(k)
+            );
+            let start = Instant::now();
+            match run::run(options).await {
+                Ok(outcome) => {
+                    println!(
+                        "{title}: {} in {:.0} s",
+                        brief(&outcome.results),
+                        start.elapsed().as_secs_f64()
+                    );
+                    let rel = outcome
+                        .dir
+                        .strip_prefix(&args.results)
+                        .unwrap_or(&outcome.dir);
+                    row.add(&outcome.results, rel.display().to_string());
+                    if outcome.record.interrupted {
+                        interrupted = true;
+                        summary.rows.push(row);
+                        break 'pairs;
+                    }
+                }
+                // The setup itself is wrong: every other run would fail too.
+                Err(e @ (Error::Usage(_) | Error::MissingProgram { .. })) => return Err(e),
+                Err(e) => {
+                    println!("{title}: the harness failed: {e}");
+                    row.add_error(e.to_string());
+                }
+            }
+        }
+        summary.rows.push(row);
+    }
+    summary.wall_s = wall.elapsed().as_secs_f64();
+    if let Some(expectations) = &expectations {
+        summary.judge(expectations);
+    }
+    write(&dir, &summary)?;
+    Ok(MatrixOutcome {
+        dir,
+        summary,
+        interrupted,
+    })
+}
+
+fn options_for(args: &MatrixArgs, config: Config, nemesis: Nemesis) -> RunOptions {
+    let mut options = RunOptions::new(config, nemesis);
+    options.time_limit = args.time_limit;
+    options.results = args.results.clone();
+    options.seed = Some(args.seed);
+    if let Some(ms) = args.nemesis_interval_ms {
+        options.nemesis_interval_ms = ms;
+    }
+    options
+}
+
+/// `all`, or names separated by commas (a nemesis's own faults joined by `+`).
+fn parse_list<T>(
+    text: &str,
+    all: &[String],
+    parse: impl Fn(&str) -> std::result::Result<T, String>,
+) -> Result<Vec<T>> {
+    let names: Vec<String> = match text.trim() {
+        "all" => all.to_vec(),
+        list => list.split(',').map(|s| s.trim().to_string()).collect(),
+    };
+    names
+        .iter()
+        .map(|n| parse(n).map_err(Error::Usage))
+        .collect()
+}
+
+fn load(path: &Path) -> Result<Expectations> {
+    let bad = |message: String| Error::BadInput {
+        path: path.to_path_buf(),
+        message,
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| bad(format!("{e}; give a TOML file like expectations.toml")))?;
+    Expectations::parse(&text).map_err(bad)
+}
+
+fn fresh_dir(results: &Path, name: &str) -> Result<PathBuf> {
+    std::fs::create_dir_all(results).context(|| format!("creating {}", results.display()))?;
+    for n in 0..1000 {
+        let path = match n {
+            0 => results.join(name),
+            _ => results.join(format!("{name}-{n}")),
+        };
+        match std::fs::create_dir(&path) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).context(|| format!("creating {}", path.display())),
+        }
+    }
+    Err(Error::Harness(format!("too many matrices named {name}")))
+}
+
+fn write(dir: &Path, summary: &Summary) -> Result<()> {
+    let json = serde_json::to_string_pretty(summary).expect("summary serialises");
+    let path = dir.join("summary.json");
+    std::fs::write(&path, json).context(|| format!("writing {}", path.display()))?;
+    let path = dir.join("summary.md");
+    std::fs::write(&path, summary.markdown()).context(|| format!("writing {}", path.display()))?;
+    // The picture is a view of the table: a failure to draw is logged.
+    if let Err(e) = plot::comparison(dir, summary) {
+        tracing::warn!("drawing comparison.svg failed: {e:#}");
+    }
+    Ok(())
+}
+
+/// `INVALID (lock-overlap 5, lost-update 2)`: the verdict and what was found.
+fn brief(results: &checker::Results) -> String {
+    let found: Vec<String> = results
+        .anomalies
+        .iter()
+        .filter(|(_, a)| a.count > 0)
+        .map(|(n, a)| format!("{n} {}", a.count))
+        .collect();
+    let word = crate::summary::verdict_word(results.valid);
+    match found.is_empty() {
+        true => word.to_string(),
+        false => format!("{word} ({})", found.join(", ")),
+    }
+}

@@ -1,0 +1,126 @@
+//! `lockstorm matrix` on real nodes: the expectations decide the exit code,
+//! pairs that do not apply are skipped and listed, bad input stops it before
+//! anything starts.
+
+mod common;
+
+use common::{assert_no_process_left, lockstorm};
+use std::path::{Path, PathBuf};
+
+fn matrix(results: &Path, expect: &str, extra: &[&str]) -> (common::Run, PathBuf) {
+    let file = results.join("expect.toml");
+    std::fs::write(&file, expect).unwrap();
+    let mut args = vec![
+        "matrix",
+        "--configs",
+        "single",
+        "--nemeses",
+        "none,failover",
+        "--time-limit",
+        "3",
+        "--results",
+        results.to_str().unwrap(),
+        "--expect",
+        file.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let run = lockstorm(&args);
+    assert_no_process_left(results);
+    let dir = std::fs::read_dir(results)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("matrix-")
+        })
+        .max()
+        .unwrap_or_else(|| panic!("no matrix folder:\n{}\n{}", run.stdout, run.stderr));
+    (run, dir)
+}
+
+#[test]
+fn the_expectations_decide_the_exit_code() {
+    let tmp = tempfile::tempdir().unwrap();
+    // single × none is valid: expecting it invalid must fail the matrix, as
+    // a negative control that stopped being caught would.
+    let (run, dir) = matrix(tmp.path(), "[single]\nnone = \"invalid\"\n", &[]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["ok"], false);
+    let rows = summary["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{summary}");
+    assert_eq!(
+        (rows[0]["valid"].as_u64(), rows[0]["matches"].as_bool()),
+        (Some(1), Some(false))
+    );
+    // The run folder it names exists, relative to the results folder.
+    let run_dir = tmp.path().join(rows[0]["run_dirs"][0].as_str().unwrap());
+    assert!(run_dir.join("results.json").is_file(), "{run_dir:?}");
+    let skipped = &summary["skipped"][0];
+    assert_eq!(skipped["nemesis"], "failover");
+    assert!(
+        skipped["reason"].as_str().unwrap().contains("replicas"),
+        "{skipped}"
+    );
+    let md = std::fs::read_to_string(dir.join("summary.md")).unwrap();
+    assert!(
+        md.contains("NOT met") && md.contains("| single | none | 1 | VALID | invalid | **✗** |"),
+        "{md}"
+    );
+    for picture in ["comparison.svg", "comparison.png"] {
+        assert!(dir.join(picture).is_file(), "no {picture}");
+    }
+
+    let (run, _) = matrix(tmp.path(), "[single]\nnone = \"valid\"\n", &["--runs", "2"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains("[2/2] single × none (seed 2)"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn bad_input_is_one_line_and_starts_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let results = tmp.path().to_str().unwrap();
+    for (args, needle) in [
+        (vec!["--configs", "single,fencd"], "fencd"),
+        (vec!["--nemeses", "pause,explode"], "explode"),
+        (vec!["--runs", "0"], "--runs 0"),
+        (vec!["--expect", "/nonexistent/expect.toml"], "expect.toml"),
+    ] {
+        let mut all = vec!["matrix", "--results", results];
+        all.extend(args);
+        let run = lockstorm(&all);
+        assert_eq!(run.code, 254, "{all:?}: {}", run.stderr);
+        let lines: Vec<&str> = run.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{all:?}: {}", run.stderr);
+        assert!(lines[0].contains(needle), "{all:?}: {}", run.stderr);
+    }
+    let bad = tmp.path().join("bad.toml");
+    std::fs::write(&bad, "[single]\npause = \"safe\"\n").unwrap();
+    let run = lockstorm(&[
+        "matrix",
+        "--results",
+        results,
+        "--expect",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 254, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("safe") && run.stderr.lines().count() == 1,
+        "{}",
+        run.stderr
+    );
+    // Nothing ran: no matrix folder, no run folder.
+    let made: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != "bad.toml")
+        .collect();
+    assert!(made.is_empty(), "{made:?}");
+}
