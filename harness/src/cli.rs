@@ -1,5 +1,5 @@
-//! The command line: `run` (the default), `check`, `matrix`, and the hidden
-//! `worker`.
+//! The command line: `run` (the default), `check`, `matrix`, `report`, and
+//! the hidden `worker`.
 //! Exit codes follow Jepsen: 0 valid, 1 invalid, 2 unknown, 254 bad
 //! arguments or configuration, 255 the harness itself failed.
 
@@ -38,6 +38,8 @@ enum Command {
     /// Run every chosen config × nemesis and compare them; with --expect,
     /// exit 0 only if every verdict is the expected one.
     Matrix(MatrixArgs),
+    /// Redraw every stored run's pictures and write `results/index.html`.
+    Report(ReportArgs),
     #[command(hide = true)]
     Worker {
         /// The worker's spec as JSON (written by the harness).
@@ -58,6 +60,13 @@ struct CheckArgs {
     /// Print results.json to stdout instead of the summary.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct ReportArgs {
+    /// The results folder.
+    #[arg(default_value = "results")]
+    path: PathBuf,
 }
 
 fn parse_promise(s: &str) -> Result<Promise, String> {
@@ -81,6 +90,7 @@ pub fn main() -> ExitCode {
         Some(Command::Worker { spec }) => worker(&spec),
         Some(Command::Check(args)) => finish(check_command(args)),
         Some(Command::Matrix(args)) => finish(matrix_command(args)),
+        Some(Command::Report(args)) => finish(report_command(args)),
         Some(Command::Run(options)) => finish(run_command(*options)),
         None => finish(run_command(cli.run)),
     }
@@ -156,6 +166,30 @@ fn matrix_command(args: MatrixArgs) -> Result<Validity> {
         true => Validity::Unknown,
         false => Validity::True,
     })
+}
+
+/// Problems with single runs are listed on the page and on stderr; only a
+/// missing folder or an unwritable page fails the command.
+fn report_command(args: ReportArgs) -> Result<Validity> {
+    if !args.path.is_dir() {
+        return Err(Error::BadInput {
+            path: args.path,
+            message: "no such folder; give the results folder runs were written to".into(),
+        });
+    }
+    let report = crate::report::build(&args.path).map_err(|e| Error::Harness(format!("{e:#}")))?;
+    for problem in &report.problems {
+        eprintln!("lockstorm report: {problem}");
+    }
+    println!(
+        "{} run(s) ({} redrawn), {} matri{}: {}",
+        report.runs,
+        report.redrawn,
+        report.matrices,
+        if report.matrices == 1 { "x" } else { "ces" },
+        report.index.display()
+    );
+    Ok(Validity::True)
 }
 
 fn check_command(args: CheckArgs) -> Result<Validity> {

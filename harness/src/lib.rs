@@ -11,6 +11,7 @@ pub mod node;
 pub mod options;
 pub mod plot;
 mod progress;
+pub mod report;
 pub mod run;
 pub mod store;
 pub mod summary;

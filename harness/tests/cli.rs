@@ -72,6 +72,18 @@ fn check_of_a_missing_path_exits_254() {
 }
 
 #[test]
+fn report_of_a_missing_folder_exits_254() {
+    let out = lockstorm(&["report", "/nonexistent/results"]);
+    assert_eq!(out.code, 254, "{}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("/nonexistent/results"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
 fn check_reads_a_bare_history_with_a_promise() {
     let tmp = tempfile::tempdir().unwrap();
     let history = tmp.path().join("h.jsonl");

@@ -156,4 +156,15 @@ fn single_without_faults_is_valid_and_rechecks_the_same() {
     assert_eq!(again.code, 0, "{}", again.stderr);
     let rechecked: checker::verdict::Results = serde_json::from_str(&again.stdout).unwrap();
     assert_eq!(rechecked, results);
+    // And `lockstorm report` lists it, with its redrawn pictures.
+    let report = common::lockstorm(&["report", tmp.path().to_str().unwrap()]);
+    assert_eq!(report.code, 0, "{}", report.stderr);
+    assert!(
+        report.stdout.starts_with("1 run(s) (1 redrawn)"),
+        "{}",
+        report.stdout
+    );
+    let page = std::fs::read_to_string(tmp.path().join("index.html")).unwrap();
+    let leaf = dir.file_name().unwrap().to_str().unwrap();
+    assert!(page.contains(leaf) && page.contains("VALID"), "{page}");
 }

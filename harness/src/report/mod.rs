@@ -1,0 +1,94 @@
+//! `lockstorm report`: redraws every stored run's pictures and writes one
+//! static `index.html` over a results folder (DESIGN.md, "Results layout").
+//!
+//! The page has no scripts and no external resources, and links only
+//! relatively, so a copied results folder still browses from `file://`.
+
+mod html;
+mod matrix;
+mod runs;
+mod scan;
+
+use std::path::{Path, PathBuf};
+
+pub const INDEX: &str = "index.html";
+
+/// What [`build`] did.
+#[derive(Debug)]
+pub struct Report {
+    pub index: PathBuf,
+    /// Run folders listed, readable or not.
+    pub runs: usize,
+    pub matrices: usize,
+    /// Runs whose pictures were drawn again.
+    pub redrawn: usize,
+    /// One line per thing that could not be read or drawn, prefixed by the
+    /// folder it concerns. These are on the page too.
+    pub problems: Vec<String>,
+}
+
+/// Rebuilds every run's pictures and writes `<root>/index.html`.
+pub fn build(root: &Path) -> anyhow::Result<Report> {
+    use anyhow::Context;
+    let (run_dirs, matrix_dirs) =
+        scan::find(root).with_context(|| format!("reading {}", root.display()))?;
+
+    let mut runs = Vec::with_capacity(run_dirs.len());
+    let mut redrawn = 0;
+    for rel in &run_dirs {
+        // The history is dropped after each run: a long one can be large.
+        let (mut run, history, workers) = scan::read_run(root, rel);
+        if let (Some(history), Some(results)) = (&history, &run.results) {
+            match crate::plot::render(&root.join(rel), history, results, workers) {
+                Ok(()) => redrawn += 1,
+                Err(e) => run.problems.push(format!("drawing pictures: {e:#}")),
+            }
+        }
+        let dir = root.join(rel);
+        run.pictures = [
+            crate::plot::TIMELINE,
+            crate::plot::LATENCY,
+            crate::plot::RATE,
+        ]
+        .into_iter()
+        .filter(|p| dir.join(p).is_file())
+        .collect();
+        runs.push(run);
+    }
+    // Newest first; the folder stamp sorts as time, the path breaks ties.
+    runs.sort_by(|a, b| (&b.stamp, &b.rel).cmp(&(&a.stamp, &a.rel)));
+
+    let mut matrices: Vec<scan::Matrix> = matrix_dirs
+        .iter()
+        .map(|rel| scan::read_matrix(root, rel))
+        .collect();
+    matrices.sort_by(|a, b| b.rel.cmp(&a.rel));
+
+    let problems: Vec<String> = runs
+        .iter()
+        .flat_map(|r| r.problems.iter().map(move |p| format!("{}: {p}", r.rel)))
+        .chain(
+            matrices
+                .iter()
+                .flat_map(|m| m.problems.iter().map(move |p| format!("{}: {p}", m.rel))),
+        )
+        .collect();
+
+    let page = html::page(&runs, &matrices, &problems);
+    let index = root.join(INDEX);
+    // Written aside and renamed so a browser never sees half a page.
+    let tmp = root.join(format!(".{INDEX}.{}", std::process::id()));
+    std::fs::write(&tmp, page).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &index).with_context(|| format!("writing {}", index.display()))?;
+
+    Ok(Report {
+        index,
+        runs: runs.len(),
+        matrices: matrices.len(),
+        redrawn,
+        problems,
+    })
+}
+
+#[cfg(test)]
+mod tests;

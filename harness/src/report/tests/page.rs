@@ -1,0 +1,94 @@
+//! The page as a whole: escaping, matrices, the empty case.
+
+use super::super::html::{esc, href};
+use super::*;
+
+#[test]
+fn text_from_disk_is_escaped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let evil = "<script>alert(\"x&y\")</script>";
+    write_run(
+        root,
+        "evil-none/20261129T114541",
+        evil,
+        "none",
+        Some(&valid()),
+    );
+    let m = root.join("matrix-20261129T120000");
+    fs::create_dir_all(&m).unwrap();
+    let summary = serde_json::json!({"ok": false, "rows": [{"config": evil, "nemesis": "<b>"}],
+        "skipped": [{"config": "x", "nemesis": "y", "reason": "<img src=x>"}]});
+    fs::write(m.join("summary.json"), summary.to_string()).unwrap();
+
+    build(root).unwrap();
+    let page = index(root);
+    assert!(!page.contains("<script>"), "raw markup from disk");
+    assert!(!page.contains("<img src=x>"));
+    assert!(page.contains("&lt;script&gt;alert(&quot;x&amp;y&quot;)&lt;/script&gt;"));
+    assert!(page.contains("&lt;b&gt;"));
+}
+
+#[test]
+fn matrices_are_tabled_and_missing_fields_tolerated() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    write_run(
+        root,
+        "single-pause/20261129T120001",
+        "single",
+        "pause",
+        Some(&invalid()),
+    );
+    let full = root.join("matrix-20261129T120000");
+    fs::create_dir_all(&full).unwrap();
+    let summary = serde_json::json!({"started":"20261129T120000","wall_s":312.4,"time_limit_s":15,
+        "runs_per_pair":1,"expect":"expectations.toml","ok":true,
+        "rows":[{"config":"single","nemesis":"pause","runs":1,"valid":0,"invalid":1,"unknown":0,
+            "expected":"invalid","matches":true,"anomalies":{"lock-overlap":5,"unsafe-action":0},
+            "ops_per_s":12.3,"errors":["run 2: redis-server died"],"run_dirs":["single-pause/20261129T120001"]}],
+        "skipped":[{"config":"single","nemesis":"failover","reason":"needs sentinel"}]});
+    fs::write(full.join("summary.json"), summary.to_string()).unwrap();
+    fs::write(full.join("comparison.png"), b"\x89PNG").unwrap();
+    let sparse = root.join("matrix-20261130T000000");
+    fs::create_dir_all(&sparse).unwrap();
+    fs::write(sparse.join("summary.json"), r#"{"rows":[{}]}"#).unwrap();
+    fs::create_dir_all(root.join("matrix-20261201T000000")).unwrap();
+
+    let report = build(root).unwrap();
+    assert_eq!((report.runs, report.matrices), (1, 3));
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert!(report.problems[0].starts_with("matrix-20261201T000000: summary.json"));
+    let page = index(root);
+    for needle in [
+        ">EXPECTED<",
+        "<td class=\"match yes\">✓</td>",
+        "<td class=\"num nz\">5</td>",
+        "12.3",
+        "needs sentinel",
+        "<span class=\"c-invalid\">run 2: redis-server died</span>",
+        "href=\"#run-single-pause-20261129T120001\"",
+        "src=\"matrix-20261129T120000/comparison.png\"",
+        "href=\"matrix-20261129T120000/summary.json\"",
+    ] {
+        assert!(page.contains(needle), "{needle} missing");
+    }
+    let newest = page.find("<h3>matrix-20261201T000000").unwrap();
+    assert!(newest < page.find("<h3>matrix-20261129T120000").unwrap());
+}
+
+#[test]
+fn an_empty_results_folder_still_gets_a_page() {
+    let tmp = tempfile::tempdir().unwrap();
+    let report = build(tmp.path()).unwrap();
+    assert_eq!((report.runs, report.matrices), (0, 0));
+    assert!(index(tmp.path()).contains("No runs stored here yet."));
+    assert!(build(&tmp.path().join("missing")).is_err());
+}
+
+#[test]
+fn escaping_and_link_encoding() {
+    assert_eq!(esc("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&#39;");
+    assert_eq!(href("a b/c#d.svg"), "a%20b/c%23d.svg");
+    assert_eq!(href("x/\"y"), "x/%22y");
+}
