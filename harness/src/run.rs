@@ -182,7 +182,11 @@ async fn run_workload(
     let (results, history) = check_history(dir, record.promise, record.interrupted)?;
     write_json(&dir.results_json(), &results)?;
     // Pictures are evidence, not the verdict: a failure to draw is logged.
-    if let Err(e) = crate::plot::render(&dir.path, &history, &results, options.workers) {
+    let setup = crate::plot::Setup {
+        workers: options.workers,
+        lease: (options.config != Config::NoLock).then(|| Duration::from_millis(options.ttl_ms())),
+    };
+    if let Err(e) = crate::plot::render(&dir.path, &history, &results, setup) {
         tracing::warn!("drawing the run's pictures failed: {e:#}");
     }
     write_json(&dir.run_json(), &record)?;

@@ -24,19 +24,36 @@ pub const TIMELINE: &str = "timeline.svg";
 pub const LATENCY: &str = "latency.png";
 pub const RATE: &str = "rate.png";
 
+/// What the pictures need to know of the run that the history does not say.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Setup {
+    /// The run's worker count (`options.workers` in `run.json`), to put a
+    /// worker's ops back on one row after an `info` moved it to process id
+    /// `p + workers`. 0 when unknown: each process id gets its own row.
+    pub workers: u64,
+    /// The lock's TTL, where the config has a lock key: a hold that lasts
+    /// longer than this after its acquire `ok` outlived the key for certain,
+    /// and the timeline shows that part washed out.
+    pub lease: Option<std::time::Duration>,
+}
+
+impl From<u64> for Setup {
+    fn from(workers: u64) -> Self {
+        Setup {
+            workers,
+            lease: None,
+        }
+    }
+}
+
 /// Writes `timeline.svg`, `latency.png` and `rate.png` into `dir`.
-///
-/// `workers` is the run's worker count (`options.workers` in `run.json`).
-/// The history does not record it, and it is needed to put a worker's ops
-/// back on one row after an `info` moved it to process id `p + workers`.
-/// Pass 0 when unknown: each process id then gets its own row.
 pub fn render(
     dir: &Path,
     history: &History,
     results: &Results,
-    workers: u64,
+    setup: impl Into<Setup>,
 ) -> anyhow::Result<()> {
-    timeline(&dir.join(TIMELINE), history, results, workers)?;
+    timeline(&dir.join(TIMELINE), history, results, setup)?;
     latency(&dir.join(LATENCY), history)?;
     rate(&dir.join(RATE), history)?;
     Ok(())

@@ -24,6 +24,8 @@ pub struct Scene {
     pub unsafe_actions: Vec<(u64, usize)>,
     /// What the reader must know that the picture does not show.
     pub notes: Vec<String>,
+    /// The lock's TTL in ns, where known (see [`super::Setup`]).
+    pub lease: Option<u64>,
 }
 
 impl Scene {
@@ -93,6 +95,7 @@ impl Scene {
             overlapping,
             unsafe_actions,
             notes,
+            lease: None,
         }
     }
 }

@@ -97,14 +97,15 @@ fn fill(c: RGBColor) -> String {
     format!("fill=\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2)
 }
 
-/// Rectangles filled with any of `colors`, less the legend's one swatch per colour.
+/// Rectangles filled with any of `colors`, but for the legend's swatches
+/// (the only ones 14 px wide).
 fn bars(svg: &str, colors: &[RGBColor]) -> usize {
     let fills: Vec<String> = colors.iter().map(|&c| fill(c)).collect();
     elements(svg, "rect")
         .iter()
         .filter(|(a, _)| fills.iter().any(|f| a.contains(f.as_str())))
+        .filter(|(a, _)| attr(a, "width") != "14")
         .count()
-        - colors.len()
 }
 
 fn png_size(path: &Path) -> (u32, u32) {
@@ -163,6 +164,33 @@ fn the_timeline_shows_holds_fences_the_unsafe_write_and_the_fault() {
 }
 
 const WHITE_TEXT: RGBColor = RGBColor(255, 255, 255);
+
+#[test]
+fn a_hold_past_its_lease_goes_thin_there() {
+    let history = paused_holder();
+    let results = checker::check(&history, Promise::MutualExclusion);
+    let thick_and_thin = |lease_ms: Option<u64>| {
+        let setup = Setup {
+            workers: 2,
+            lease: lease_ms.map(std::time::Duration::from_millis),
+        };
+        let svg = timeline_svg(&history, &results, setup).unwrap();
+        let heights: Vec<f64> = elements(&svg, "rect")
+            .iter()
+            .filter(|(a, _)| a.contains(&fill(OVERLAP_COLOR)) && attr(a, "width") != "14")
+            .map(|(a, _)| attr(a, "height").parse().unwrap())
+            .collect();
+        heights
+    };
+    // Without a lease: hold a (0.002–1.7 s) and b (1.001–1.1 s), full height.
+    let plain = thick_and_thin(None);
+    assert_eq!(plain.len(), 2);
+    // A 1 s lease: a outlived its key from 1.002 s on, b did not.
+    let leased = thick_and_thin(Some(1000));
+    assert_eq!(leased.len(), 3, "{leased:?}");
+    let thin = leased.iter().filter(|&&h| h < plain[0] / 2.0).count();
+    assert_eq!(thin, 1, "{leased:?}");
+}
 
 #[test]
 fn without_a_worker_count_each_process_gets_a_row() {

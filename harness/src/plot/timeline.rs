@@ -4,7 +4,7 @@
 
 use super::font::{self, FAMILY};
 use super::scene::Scene;
-use super::{end_time, faults, secs, FAULT_ALPHA, FAULT_COLOR, FAULT_TEXT};
+use super::{end_time, faults, secs, Setup, FAULT_ALPHA, FAULT_COLOR, FAULT_TEXT};
 use checker::verdict::anomaly::{LOCK_OVERLAP, UNSAFE_ACTION};
 use checker::{History, Results};
 use plotters::coord::Shift;
@@ -24,21 +24,27 @@ pub(super) const OPEN_HOLD_COLOR: RGBColor = RGBColor(150, 180, 215);
 pub(super) const OVERLAP_COLOR: RGBColor = RGBColor(200, 40, 120);
 const UNSAFE_COLOR: RGBColor = RGBColor(220, 20, 20);
 
-/// Writes [`timeline_svg`] to `path`; `workers` as in [`super::render`].
+/// Writes [`timeline_svg`] to `path`.
 pub fn timeline(
     path: &Path,
     history: &History,
     results: &Results,
-    workers: u64,
+    setup: impl Into<Setup>,
 ) -> anyhow::Result<()> {
-    std::fs::write(path, timeline_svg(history, results, workers)?)?;
+    std::fs::write(path, timeline_svg(history, results, setup)?)?;
     Ok(())
 }
 
 /// The timeline as SVG text, one row per worker.
-pub fn timeline_svg(history: &History, results: &Results, workers: u64) -> anyhow::Result<String> {
+pub fn timeline_svg(
+    history: &History,
+    results: &Results,
+    setup: impl Into<Setup>,
+) -> anyhow::Result<String> {
     font::ensure()?;
-    let scene = Scene::new(history, results, workers, PLOT_PX);
+    let setup = setup.into();
+    let mut scene = Scene::new(history, results, setup.workers, PLOT_PX);
+    scene.lease = setup.lease.map(|l| l.as_nanos() as u64);
     let mut svg = String::new();
     {
         let size = (WIDTH, height(&scene));
@@ -146,12 +152,24 @@ where
             e
         };
         let (y0, y1) = (top(row + 1) - 0.85, top(row + 1) - 0.15);
-        chart.draw_series([Rectangle::new([(s, y0), (e, y1)], color.filled())])?;
+        // Past the TTL after its grant the key had expired for certain:
+        // from there on the worker only believed it held the lock, so that
+        // part is drawn thin.
+        let past = scene
+            .lease
+            .filter(|&l| h.end > h.start + l)
+            .map(|l| secs(h.start + l));
+        let full_until = past.unwrap_or(e);
+        chart.draw_series([Rectangle::new([(s, y0), (full_until, y1)], color.filled())])?;
+        if let Some(past) = past {
+            let (t0, t1) = (center(row + 1) - 0.1, center(row + 1) + 0.1);
+            chart.draw_series([Rectangle::new([(past, t0), (e, t1)], color.filled())])?;
+        }
         let Some(fence) = h.fence else { continue };
         let label = fence.to_string();
         // Only where the number fits inside its bar; elsewhere it is clutter.
-        if (e - s) * px_per_s >= 8.0 * label.len() as f64 + 6.0 {
-            let at = ((s + e) / 2.0, center(row + 1));
+        if (full_until - s) * px_per_s >= 8.0 * label.len() as f64 + 6.0 {
+            let at = ((s + full_until) / 2.0, center(row + 1));
             chart.draw_series([Text::new(label, at, fence_font.clone())])?;
         }
     }
@@ -197,16 +215,21 @@ where
         .into_font()
         .color(&BLACK)
         .pos(Pos::new(HPos::Left, VPos::Center));
-    let items: [(&str, ShapeStyle); 5] = [
+    let items: [(&str, ShapeStyle); 6] = [
         ("hold (acquire ok → release)", HOLD_COLOR.filled()),
         ("held at run end", OPEN_HOLD_COLOR.filled()),
         ("in a lock-overlap", OVERLAP_COLOR.filled()),
+        ("thin: held past its lease (TTL)", HOLD_COLOR.filled()),
         ("fault", FAULT_COLOR.mix(FAULT_ALPHA * 2.0).filled()),
         ("✗ unsafe action; numbers are fences", UNSAFE_COLOR.filled()),
     ];
     let mut x = 114;
     for (label, style) in items {
-        area.draw(&Rectangle::new([(x, 10), (x + 14, 24)], style))?;
+        let (y0, y1) = match label.starts_with("thin") {
+            true => (15, 19),
+            false => (10, 24),
+        };
+        area.draw(&Rectangle::new([(x, y0), (x + 14, y1)], style))?;
         area.draw(&Text::new(label, (x + 20, 17), font.clone()))?;
         x += 40 + 8 * label.chars().count() as i32;
     }

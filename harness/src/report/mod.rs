@@ -37,9 +37,9 @@ pub fn build(root: &Path) -> anyhow::Result<Report> {
     let mut redrawn = 0;
     for rel in &run_dirs {
         // The history is dropped after each run: a long one can be large.
-        let (mut run, history, workers) = scan::read_run(root, rel);
+        let (mut run, history, setup) = scan::read_run(root, rel);
         if let (Some(history), Some(results)) = (&history, &run.results) {
-            match crate::plot::render(&root.join(rel), history, results, workers) {
+            match crate::plot::render(&root.join(rel), history, results, setup) {
                 Ok(()) => redrawn += 1,
                 Err(e) => run.problems.push(format!("drawing pictures: {e:#}")),
             }

@@ -7,6 +7,7 @@ use serde_json::Value;
 use std::fs;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 pub const RUN_JSON: &str = "run.json";
 pub const HISTORY: &str = "history.jsonl";
@@ -139,7 +140,7 @@ fn display_time(started: Option<&str>, stamp: &str) -> String {
 
 /// Reads one run folder. Returns the history too (when readable) so the
 /// caller can redraw the pictures, and the worker count they need.
-pub fn read_run(root: &Path, rel: &str) -> (Run, Option<History>, u64) {
+pub fn read_run(root: &Path, rel: &str) -> (Run, Option<History>, crate::plot::Setup) {
     let dir: PathBuf = root.join(rel);
     let (group, stamp) = rel.split_once('/').unwrap_or((rel, ""));
     let mut run = Run {
@@ -163,7 +164,14 @@ pub fn read_run(root: &Path, rel: &str) -> (Run, Option<History>, u64) {
         run.nemesis = n;
     }
     run.seed = options["seed"].as_u64();
-    let workers = options["workers"].as_u64().unwrap_or(0);
+    let lease = match options["config"].as_str() {
+        Some("no-lock") | None => None,
+        Some(_) => options["ttl_ms"].as_u64().map(Duration::from_millis),
+    };
+    let setup = crate::plot::Setup {
+        workers: options["workers"].as_u64().unwrap_or(0),
+        lease,
+    };
     run.started = display_time(run.meta["started"].as_str(), stamp);
     if run.meta["interrupted"].as_bool() == Some(true) {
         run.notes.push("interrupted".into());
@@ -214,7 +222,7 @@ pub fn read_run(root: &Path, rel: &str) -> (Run, Option<History>, u64) {
         }
     }
     run.files = existing(&dir, &[RESULTS, HISTORY, RUN_JSON, HARNESS_LOG]);
-    (run, history, workers)
+    (run, history, setup)
 }
 
 pub fn read_matrix(root: &Path, rel: &str) -> Matrix {
