@@ -33,6 +33,7 @@ pub struct MatrixArgs {
     /// Seconds each run's workers run.
     #[arg(long, default_value_t = 30)]
     pub time_limit: u64,
+    /// Seed of each pair's first run: a matrix is reproducible.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Milliseconds between faults [default: 5000].
