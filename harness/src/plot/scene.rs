@@ -26,6 +26,57 @@ pub struct Scene {
     pub notes: Vec<String>,
     /// The lock's TTL in ns, where known (see [`super::Setup`]).
     pub lease: Option<u64>,
+    /// Fenced configs: which token the storage held as the highest, from
+    /// when to when. The storage is the one place that knows who really
+    /// holds the right to write.
+    pub fences: Vec<FenceSpan>,
+}
+
+/// The storage's highest accepted fence over `[start, end)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FenceSpan {
+    pub start: u64,
+    pub end: u64,
+    pub fence: u64,
+}
+
+/// Spans of the highest fence the storage accepted (a read or write `ok`
+/// carrying it, or carried by its invoke), in time order.
+pub fn accepted_fences(history: &History) -> Vec<FenceSpan> {
+    let mut invoked: HashMap<&Process, Option<u64>> = HashMap::new();
+    let mut spans: Vec<FenceSpan> = Vec::new();
+    for e in history.in_time_order() {
+        let data_op = e.f == checker::history::f::READ || e.f == checker::history::f::WRITE;
+        if !data_op || !e.process.is_client() {
+            continue;
+        }
+        match e.kind {
+            checker::OpType::Invoke => {
+                invoked.insert(&e.process, e.fence);
+            }
+            checker::OpType::Ok => {
+                let fence = e.fence.or(invoked.remove(&e.process).flatten());
+                let highest = spans.last().map(|s| s.fence);
+                if let Some(fence) = fence.filter(|&f| highest.is_none_or(|h| f > h)) {
+                    if let Some(last) = spans.last_mut() {
+                        last.end = e.time;
+                    }
+                    spans.push(FenceSpan {
+                        start: e.time,
+                        end: e.time,
+                        fence,
+                    });
+                }
+            }
+            _ => {
+                invoked.remove(&e.process);
+            }
+        }
+    }
+    if let Some(last) = spans.last_mut() {
+        last.end = end_time(history);
+    }
+    spans
 }
 
 impl Scene {
@@ -87,6 +138,14 @@ impl Scene {
         if history.truncated {
             notes.push("the history is truncated: its last line was cut off".into());
         }
+        let mut fences = accepted_fences(history);
+        if fences.len() > MAX_HOLDS {
+            notes.push(format!(
+                "the storage's fence row is left out: {} changes would blur",
+                fences.len()
+            ));
+            fences.clear();
+        }
         Scene {
             rows,
             holds,
@@ -96,6 +155,7 @@ impl Scene {
             unsafe_actions,
             notes,
             lease: None,
+            fences,
         }
     }
 }

@@ -140,7 +140,10 @@ fn the_timeline_shows_holds_fences_the_unsafe_write_and_the_fault() {
         .map(|(_, c)| *c)
         .collect();
     fences.sort_unstable();
-    assert_eq!(fences, ["1", "2", "3"]);
+    // On the holds 1, 2 and 3; on the storage's row the 1 and 2 it accepted
+    // (worker 0's stale write with 1 came after 2, so 2 stays the highest).
+    assert_eq!(fences, ["1", "1", "2", "2", "3"]);
+    assert!(texts.iter().any(|(_, c)| *c == "storage fence"));
 
     // Process 3 is worker 1: there is no row of its own.
     let row_y = |label: &str| {
@@ -164,6 +167,28 @@ fn the_timeline_shows_holds_fences_the_unsafe_write_and_the_fault() {
 }
 
 const WHITE_TEXT: RGBColor = RGBColor(255, 255, 255);
+
+#[test]
+fn the_storage_row_follows_the_highest_accepted_fence() {
+    let spans = scene::accepted_fences(&paused_holder());
+    let got: Vec<(u64, u64, u64)> = spans
+        .iter()
+        .map(|s| (s.start / MS, s.end / MS, s.fence))
+        .collect();
+    assert_eq!(got, [(4, 1003, 1), (1003, 2901, 2)]);
+    // An unfenced run has no such row.
+    let svg = timeline_svg(&unfenced(), &no_anomalies(), 2).unwrap();
+    assert!(!svg.contains("storage fence"));
+}
+
+/// `paused_holder` without its fences.
+fn unfenced() -> History {
+    let mut h = paused_holder();
+    for e in &mut h.events {
+        e.fence = None;
+    }
+    h
+}
 
 #[test]
 fn a_hold_past_its_lease_goes_thin_there() {

@@ -23,6 +23,9 @@ pub(super) const HOLD_COLOR: RGBColor = RGBColor(62, 118, 180);
 pub(super) const OPEN_HOLD_COLOR: RGBColor = RGBColor(150, 180, 215);
 pub(super) const OVERLAP_COLOR: RGBColor = RGBColor(200, 40, 120);
 const UNSAFE_COLOR: RGBColor = RGBColor(220, 20, 20);
+/// The storage's fence row: two greys, so neighbouring tokens stay apart.
+const FENCE_A: RGBColor = RGBColor(110, 110, 110);
+const FENCE_B: RGBColor = RGBColor(150, 150, 150);
 
 /// Writes [`timeline_svg`] to `path`.
 pub fn timeline(
@@ -56,7 +59,7 @@ pub fn timeline_svg(
 
 /// Grows with the worker count so rows keep a readable height.
 pub(super) fn height(scene: &Scene) -> u32 {
-    130 + FOOTER_PX + ROW_PX * (scene.rows.len() as u32 + 1)
+    130 + FOOTER_PX + ROW_PX * (scene.rows.len() as u32 + 1 + u32::from(!scene.fences.is_empty()))
 }
 
 /// Draws on any backend, so a test can look at the same picture as a PNG.
@@ -78,7 +81,9 @@ where
         count(LOCK_OVERLAP),
         count(UNSAFE_ACTION)
     );
-    let n = scene.rows.len() + 1; // the top row names the faults
+    // The top row names the faults; a fenced run adds the storage's row last.
+    let fence_row = (!scene.fences.is_empty()).then_some(scene.rows.len() + 1);
+    let n = scene.rows.len() + 1 + usize::from(fence_row.is_some());
     let end_s = secs(end_time(history));
     let mut chart = ChartBuilder::on(&main)
         .caption(title, (FAMILY, 24))
@@ -174,6 +179,21 @@ where
         }
     }
 
+    if let Some(r) = fence_row {
+        for (k, f) in scene.fences.iter().enumerate() {
+            let (s, e) = (secs(f.start), secs(f.end).max(secs(f.start) + min_width_s));
+            // Alternating shades keep neighbouring tokens apart.
+            let shade = if k % 2 == 0 { FENCE_A } else { FENCE_B };
+            let (y0, y1) = (top(r) - 0.85, top(r) - 0.15);
+            chart.draw_series([Rectangle::new([(s, y0), (e, y1)], shade.filled())])?;
+            let label = f.fence.to_string();
+            if (e - s) * px_per_s >= 8.0 * label.len() as f64 + 6.0 {
+                let at = ((s + e) / 2.0, center(r));
+                chart.draw_series([Text::new(label, at, fence_font.clone())])?;
+            }
+        }
+    }
+
     let cross = (FAMILY, 26)
         .into_font()
         .style(FontStyle::Bold)
@@ -194,6 +214,7 @@ where
         let (x, y) = chart.backend_coord(&(0.0, center(r)));
         let label = match r {
             0 => "faults".to_string(),
+            r if Some(r) == fence_row => "storage fence".to_string(),
             _ => scene.rows.label(r - 1),
         };
         root.draw(&Text::new(label, (x - 8, y), row_font.clone()))?;
