@@ -223,14 +223,7 @@ mod tests {
     use crate::testing::Hist;
     use serde_json::json;
 
-    const ALL: [&str; 6] = [
-        anomaly::LOCK_OVERLAP,
-        anomaly::UNSAFE_ACTION,
-        anomaly::LOST_UPDATE,
-        anomaly::STALE_FENCE_ACCEPTED,
-        anomaly::FOREIGN_RELEASE,
-        anomaly::NONLINEARIZABLE,
-    ];
+    use verdict::anomaly::ALL;
 
     /// Two workers taking turns, with fences; one acquire times out and the
     /// worker continues as process 11.

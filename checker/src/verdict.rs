@@ -16,6 +16,16 @@ pub mod anomaly {
     pub const STALE_FENCE_ACCEPTED: &str = "stale-fence-accepted";
     pub const FOREIGN_RELEASE: &str = "foreign-release";
     pub const NONLINEARIZABLE: &str = "nonlinearizable";
+
+    /// Every anomaly, in the order a reader scans for them.
+    pub const ALL: [&str; 6] = [
+        LOCK_OVERLAP,
+        UNSAFE_ACTION,
+        LOST_UPDATE,
+        STALE_FENCE_ACCEPTED,
+        FOREIGN_RELEASE,
+        NONLINEARIZABLE,
+    ];
 }
 
 /// Checker names: the keys of `results.json`'s `checkers`.

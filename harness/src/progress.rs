@@ -8,6 +8,9 @@
 
 use checker::feed::{Linear, Pairing, Reorder};
 use checker::history::{Event, OpType};
+use checker::verdict::anomaly::{
+    FOREIGN_RELEASE, LOCK_OVERLAP, STALE_FENCE_ACCEPTED, UNSAFE_ACTION,
+};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -43,10 +46,10 @@ impl Tally {
         Snapshot {
             ops: self.ops,
             anomalies: [
-                ("lock-overlap", m.overlap.count),
-                ("unsafe-action", m.unsafe_action.count),
-                ("foreign-release", m.foreign_release.count),
-                ("stale-fence-accepted", self.linear.fences.stale.count),
+                (LOCK_OVERLAP, m.overlap.count),
+                (UNSAFE_ACTION, m.unsafe_action.count),
+                (FOREIGN_RELEASE, m.foreign_release.count),
+                (STALE_FENCE_ACCEPTED, self.linear.fences.stale.count),
             ]
             .into_iter()
             .filter(|(_, n)| *n > 0)

@@ -5,6 +5,12 @@ use crate::error::{Context, Result};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
+/// The files of a run folder (DESIGN.md, "Results layout").
+pub const RUN_JSON: &str = "run.json";
+pub const HISTORY: &str = "history.jsonl";
+pub const RESULTS: &str = "results.json";
+pub const HARNESS_LOG: &str = "harness.log";
+
 pub struct RunDir {
     pub path: PathBuf,
 }
@@ -40,16 +46,16 @@ impl RunDir {
     }
 
     pub fn history(&self) -> PathBuf {
-        self.path.join("history.jsonl")
+        self.path.join(HISTORY)
     }
     pub fn run_json(&self) -> PathBuf {
-        self.path.join("run.json")
+        self.path.join(RUN_JSON)
     }
     pub fn results_json(&self) -> PathBuf {
-        self.path.join("results.json")
+        self.path.join(RESULTS)
     }
     pub fn harness_log(&self) -> PathBuf {
-        self.path.join("harness.log")
+        self.path.join(HARNESS_LOG)
     }
     pub fn nodes(&self) -> PathBuf {
         self.path.join("nodes")

@@ -47,6 +47,10 @@ pub struct MatrixArgs {
     pub results: PathBuf,
 }
 
+/// The files of a matrix folder besides its pictures.
+pub const SUMMARY_JSON: &str = "summary.json";
+pub const SUMMARY_MD: &str = "summary.md";
+
 pub struct MatrixOutcome {
     pub dir: PathBuf,
     pub summary: Summary,
@@ -217,9 +221,9 @@ fn fresh_dir(results: &Path, name: &str) -> Result<PathBuf> {
 
 fn write(dir: &Path, summary: &Summary) -> Result<()> {
     let json = serde_json::to_string_pretty(summary).expect("summary serialises");
-    let path = dir.join("summary.json");
+    let path = dir.join(SUMMARY_JSON);
     std::fs::write(&path, json).context(|| format!("writing {}", path.display()))?;
-    let path = dir.join("summary.md");
+    let path = dir.join(SUMMARY_MD);
     std::fs::write(&path, summary.markdown()).context(|| format!("writing {}", path.display()))?;
     // The picture is a view of the table: a failure to draw is logged.
     if let Err(e) = plot::comparison(dir, summary) {

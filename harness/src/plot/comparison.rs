@@ -5,6 +5,7 @@
 
 use super::font::{self, FAMILY};
 use crate::matrix::summary::{Row, Summary};
+use checker::verdict::anomaly;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -27,11 +28,11 @@ const EMPTY: RGBColor = RGBColor(248, 248, 248);
 
 /// The anomalies a cell lists, with short names to fit.
 const SHOWN: [(&str, &str); 5] = [
-    ("lock-overlap", "overlap"),
-    ("unsafe-action", "unsafe"),
-    ("lost-update", "lost"),
-    ("stale-fence-accepted", "stale fence"),
-    ("foreign-release", "foreign"),
+    (anomaly::LOCK_OVERLAP, "overlap"),
+    (anomaly::UNSAFE_ACTION, "unsafe"),
+    (anomaly::LOST_UPDATE, "lost"),
+    (anomaly::STALE_FENCE_ACCEPTED, "stale fence"),
+    (anomaly::FOREIGN_RELEASE, "foreign"),
 ];
 
 /// Writes both pictures into `dir`.

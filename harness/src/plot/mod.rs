@@ -10,7 +10,7 @@ mod latency;
 mod scene;
 mod timeline;
 
-pub use comparison::comparison;
+pub use comparison::{comparison, PNG as COMPARISON_PNG, SVG as COMPARISON_SVG};
 pub use latency::{latency, rate};
 pub use timeline::{timeline, timeline_svg};
 

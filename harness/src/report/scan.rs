@@ -9,14 +9,9 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub const RUN_JSON: &str = "run.json";
-pub const HISTORY: &str = "history.jsonl";
-pub const RESULTS: &str = "results.json";
-pub const HARNESS_LOG: &str = "harness.log";
-pub const SUMMARY_JSON: &str = "summary.json";
-pub const SUMMARY_MD: &str = "summary.md";
-pub const COMPARISON_SVG: &str = "comparison.svg";
-pub const COMPARISON_PNG: &str = "comparison.png";
+pub use crate::matrix::{SUMMARY_JSON, SUMMARY_MD};
+pub use crate::plot::{COMPARISON_PNG, COMPARISON_SVG};
+pub use crate::store::{HARNESS_LOG, HISTORY, RESULTS, RUN_JSON};
 
 /// One stored run, as far as it could be read.
 #[derive(Debug, Default)]
