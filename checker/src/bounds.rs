@@ -89,10 +89,21 @@ impl OnEvent for BoundsCheck {
 }
 
 impl BoundsCheck {
+    /// Client writes acknowledged so far.
+    pub fn acknowledged(&self) -> u64 {
+        self.acknowledged
+    }
+
+    /// Client writes that may have been applied: every one invoked and not
+    /// failed (`info`, or no answer before the run ended, included).
+    pub fn possible(&self) -> u64 {
+        (self.invoked - self.failed.min(self.invoked)).max(self.acknowledged)
+    }
+
     fn read(&mut self, e: &Event, value: i64, lower: u64, write: Option<u64>) {
+        let upper = self.possible();
         let b = &mut self.bounds;
         b.reads += 1;
-        let upper = self.invoked - self.failed.min(self.invoked);
         let example = if value < lower as i64 {
             b.below += 1;
             vec![e.index, write.unwrap_or(e.index)]

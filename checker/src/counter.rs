@@ -59,14 +59,12 @@ pub struct CounterOutcome {
     pub notes: Vec<String>,
 }
 
-/// Fed in time order. Memory: the writes in flight, one bit per counter
-/// value written (for duplicates), and the last few writes to name the
-/// earlier of two that wrote the same value.
+/// Fed in time order. Memory: one bit per counter value written (for
+/// duplicates), the last few writes to name the earlier of two that wrote
+/// the same value, and the bounds check's reads in flight. The write counts
+/// are the bounds check's.
 #[derive(Default)]
 pub struct Counter {
-    acknowledged: u64,
-    uncertain: u64,
-    in_flight: FxHashSet<Process>,
     rejected: Rejected,
     lease_expired: u64,
     written: ValueSet,
@@ -91,11 +89,7 @@ impl OnEvent for Counter {
         }
         let error = e.error.as_deref();
         match (e.kind, e.f.as_str()) {
-            (OpType::Invoke, f::WRITE) => {
-                self.in_flight.insert(e.process.clone());
-            }
             (OpType::Ok, f::WRITE) => self.acknowledge(e),
-            (OpType::Info, f::WRITE) => self.uncertain += 1,
             (OpType::Fail, f::READ) if error == Some(error::STALE_FENCE) => {
                 self.rejected.reads += 1
             }
@@ -107,15 +101,11 @@ impl OnEvent for Counter {
             }
             _ => {}
         }
-        if e.f == f::WRITE && e.kind != OpType::Invoke {
-            self.in_flight.remove(&e.process);
-        }
     }
 }
 
 impl Counter {
     fn acknowledge(&mut self, e: &Event) {
-        self.acknowledged += 1;
         let Some(v) = e.int_value() else { return };
         if self.written.insert(v) {
             if self.recent.len() == RECENT {
@@ -134,10 +124,9 @@ impl Counter {
     pub fn finish(self) -> CounterOutcome {
         let mut report = CounterReport {
             valid: Validity::Unknown,
-            acknowledged: self.acknowledged,
+            acknowledged: self.bounds.acknowledged(),
             final_value: None,
-            // The run ended before these writes completed: as uncertain as an `info`.
-            possible: self.acknowledged + self.uncertain + self.in_flight.len() as u64,
+            possible: self.bounds.possible(),
             stale_fence_rejected: self.rejected,
             lease_expired: self.lease_expired,
             bounds: self.bounds.bounds,
