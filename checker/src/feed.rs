@@ -8,11 +8,11 @@
 
 use crate::counter::{Counter, CounterOutcome};
 use crate::fence::Fences;
-use crate::history::{Event, History, OpType, ParseError, Process};
+use crate::history::{Event, History, OpType, ParseError};
 use crate::mutex::Mutex;
+use crate::ops::InFlight;
 use crate::stats::StatsCheck;
 use crate::verdict::Stats;
-use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::BufRead;
@@ -30,34 +30,13 @@ pub struct Invoked {
     pub time: u64,
     pub index: u64,
     pub fence: Option<u64>,
-    /// Which `f`, to match the completion by.
-    f: u64,
 }
 
-/// A cheap stand-in for `f`: the common names by number, others by hash.
-fn f_key(f: &str) -> u64 {
-    use crate::history::f;
-    match f {
-        f::ACQUIRE => 0,
-        f::RELEASE => 1,
-        f::READ => 2,
-        f::WRITE => 3,
-        other => {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            other.hash(&mut h);
-            h.finish() | 1 << 63
-        }
-    }
-}
-
-/// Pairs each completion with its process's op in flight. A process has at
-/// most one op in flight and its own events are in time order, so the
-/// latest invoke is the one a completion belongs to.
+/// Pairs each completion with its process's op in flight, as
+/// [`crate::ops::Pairs`] does for a whole history.
 #[derive(Default)]
 pub struct Pairing {
-    in_flight: FxHashMap<Process, Invoked>,
-    unmatched: usize,
+    in_flight: InFlight<Invoked>,
 }
 
 impl Pairing {
@@ -65,31 +44,20 @@ impl Pairing {
     pub fn feed(&mut self, e: &Event, checker: &mut impl OnEvent) {
         if e.kind == OpType::Invoke {
             checker.on_event(e, None);
-            // A second invoke without a completion abandons the first: the
-            // history is malformed there, and the newer op is the one a
-            // following completion can belong to.
             let invoked = Invoked {
                 time: e.time,
                 index: e.index,
                 fence: e.fence,
-                f: f_key(&e.f),
             };
-            self.in_flight.insert(e.process.clone(), invoked);
+            self.in_flight.invoke(e, invoked);
             return;
         }
-        let invoke = match self.in_flight.get(&e.process) {
-            Some(i) if i.f == f_key(&e.f) => self.in_flight.remove(&e.process),
-            _ => None,
-        };
-        // Nemesis and harness events may legitimately stand alone.
-        if invoke.is_none() && e.process.is_client() {
-            self.unmatched += 1;
-        }
+        let invoke = self.in_flight.complete(e);
         checker.on_event(e, invoke.as_ref());
     }
 
     pub fn unmatched(&self) -> usize {
-        self.unmatched
+        self.in_flight.unmatched()
     }
 }
 
