@@ -11,6 +11,32 @@ pub const HISTORY: &str = "history.jsonl";
 pub const RESULTS: &str = "results.json";
 pub const HARNESS_LOG: &str = "harness.log";
 
+/// Now, as results folders are named: `YYYYMMDDTHHMMSS`, UTC.
+pub fn stamp() -> String {
+    chrono::Utc::now().format("%Y%m%dT%H%M%S").to_string()
+}
+
+/// Creates `parent/name`, or `parent/name-1`, `-2` … if it exists: two
+/// runs (or matrices) started in the same second each get their own.
+pub fn unique_dir(parent: &Path, name: &str) -> Result<PathBuf> {
+    std::fs::create_dir_all(parent).context(|| format!("creating {}", parent.display()))?;
+    for n in 0..1000 {
+        let path = match n {
+            0 => parent.join(name),
+            _ => parent.join(format!("{name}-{n}")),
+        };
+        match std::fs::create_dir(&path) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).context(|| format!("creating {}", path.display())),
+        }
+    }
+    Err(crate::Error::Harness(format!(
+        "too many folders named {name} in {}",
+        parent.display()
+    )))
+}
+
 pub struct RunDir {
     pub path: PathBuf,
 }
@@ -19,30 +45,10 @@ impl RunDir {
     /// Creates a fresh, uniquely named folder for one run.
     pub fn create(results: &Path, name: &str) -> Result<Self> {
         let group = results.join(name);
-        std::fs::create_dir_all(&group).context(|| format!("creating {}", group.display()))?;
-        let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S").to_string();
-        for n in 0..1000 {
-            let leaf = if n == 0 {
-                stamp.clone()
-            } else {
-                format!("{stamp}-{n}")
-            };
-            let path = group.join(leaf);
-            match std::fs::create_dir(&path) {
-                Ok(()) => {
-                    let nodes = path.join("nodes");
-                    std::fs::create_dir(&nodes)
-                        .context(|| format!("creating {}", nodes.display()))?;
-                    return Ok(RunDir { path });
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(e).context(|| format!("creating {}", path.display())),
-            }
-        }
-        Err(crate::Error::Harness(format!(
-            "too many runs in {} this second",
-            group.display()
-        )))
+        let path = unique_dir(&group, &stamp())?;
+        let nodes = path.join("nodes");
+        std::fs::create_dir(&nodes).context(|| format!("creating {}", nodes.display()))?;
+        Ok(RunDir { path })
     }
 
     pub fn history(&self) -> PathBuf {

@@ -99,8 +99,8 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
         }
     }
 
-    let started = chrono::Utc::now().format("%Y%m%dT%H%M%S").to_string();
-    let dir = fresh_dir(&args.results, &format!("matrix-{started}"))?;
+    let started = crate::store::stamp();
+    let dir = crate::store::unique_dir(&args.results, &format!("matrix-{started}"))?;
     let wall = Instant::now();
     let mut summary = Summary {
         started,
@@ -201,22 +201,6 @@ fn load(path: &Path) -> Result<Expectations> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| bad(format!("{e}; give a TOML file like expectations.toml")))?;
     Expectations::parse(&text).map_err(bad)
-}
-
-fn fresh_dir(results: &Path, name: &str) -> Result<PathBuf> {
-    std::fs::create_dir_all(results).context(|| format!("creating {}", results.display()))?;
-    for n in 0..1000 {
-        let path = match n {
-            0 => results.join(name),
-            _ => results.join(format!("{name}-{n}")),
-        };
-        match std::fs::create_dir(&path) {
-            Ok(()) => return Ok(path),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e).context(|| format!("creating {}", path.display())),
-        }
-    }
-    Err(Error::Harness(format!("too many matrices named {name}")))
 }
 
 fn write(dir: &Path, summary: &Summary) -> Result<()> {
