@@ -6,9 +6,8 @@
 //! `info` acquire starts no hold: the client does not believe it holds the
 //! lock, so it cannot act on that belief.
 
-use crate::history::{f, History, OpType, Process};
+use crate::history::{f, Event, History, OpType, Process};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hold {
@@ -27,10 +26,38 @@ pub struct Hold {
 }
 
 impl Hold {
+    /// The hold an acquire `ok` starts, open until `end`.
+    pub fn granted(e: &Event, end: u64) -> Self {
+        Hold {
+            process: e.process.clone(),
+            token: e.token.clone(),
+            fence: e.fence,
+            start: e.time,
+            start_index: e.index,
+            end,
+            end_index: None,
+            released: false,
+        }
+    }
+
     /// Whether two holds are the same acquisition seen twice (same token).
     /// Holds without a token are never the same lock as another hold.
     pub fn same_lock(&self, other: &Hold) -> bool {
-        self.token.is_some() && self.token == other.token
+        self.has_token(&other.token)
+    }
+
+    fn has_token(&self, token: &Option<String>) -> bool {
+        self.token.is_some() && self.token == *token
+    }
+
+    /// Whether the release invoked by `release` ends this hold: a release
+    /// ends the holds with its token or, without a token, the releasing
+    /// process's own tokenless holds, since there is nothing else to match.
+    pub fn ended_by(&self, release: &Event) -> bool {
+        match &release.token {
+            Some(_) => self.has_token(&release.token),
+            None => self.token.is_none() && self.process == release.process,
+        }
     }
 
     /// Strict intersection: a hold that ends exactly when another starts
@@ -40,50 +67,31 @@ impl Hold {
     }
 }
 
-/// All holds of a history, sorted by start time (ties by `index`).
-///
-/// A release without a token ends the releasing process's own open
-/// tokenless holds, since there is nothing else to match it by.
+/// All holds of a history, sorted by start time (ties by `index`), each
+/// ended as [`Hold::ended_by`] says.
 pub fn holds(history: &History) -> Vec<Hold> {
     let end_of_history = history.time_span().map_or(0, |(_, max)| max);
     let mut holds: Vec<Hold> = Vec::new();
-    let mut open_by_token: HashMap<&str, Vec<usize>> = HashMap::new();
-    let mut open_tokenless: HashMap<&Process, Vec<usize>> = HashMap::new();
-    for pos in history.time_order() {
-        let e = &history.events[pos];
+    let mut open: Vec<usize> = Vec::new();
+    for e in history.in_time_order() {
         if e.is_nemesis() {
             continue;
         }
         match (e.kind, e.f.as_str()) {
             (OpType::Ok, f::ACQUIRE) => {
-                let id = holds.len();
-                holds.push(Hold {
-                    process: e.process.clone(),
-                    token: e.token.clone(),
-                    fence: e.fence,
-                    start: e.time,
-                    start_index: e.index,
-                    end: end_of_history,
-                    end_index: None,
-                    released: false,
-                });
-                match &e.token {
-                    Some(t) => open_by_token.entry(t).or_default().push(id),
-                    None => open_tokenless.entry(&e.process).or_default().push(id),
-                }
+                open.push(holds.len());
+                holds.push(Hold::granted(e, end_of_history));
             }
-            (OpType::Invoke, f::RELEASE) => {
-                let ended = match &e.token {
-                    Some(t) => open_by_token.remove(t.as_str()),
-                    None => open_tokenless.remove(&e.process),
-                };
-                for id in ended.into_iter().flatten() {
-                    let h = &mut holds[id];
-                    h.end = e.time;
-                    h.end_index = Some(e.index);
-                    h.released = true;
+            (OpType::Invoke, f::RELEASE) => open.retain(|&id| {
+                let h = &mut holds[id];
+                if !h.ended_by(e) {
+                    return true;
                 }
-            }
+                h.end = e.time;
+                h.end_index = Some(e.index);
+                h.released = true;
+                false
+            }),
             _ => {}
         }
     }

@@ -8,25 +8,16 @@
 
 use crate::feed::{Invoked, OnEvent};
 use crate::history::{f, Event, OpType, Process};
+use crate::holds::Hold;
 use crate::verdict::{Anomaly, Witness};
 use rustc_hash::FxHashMap;
 
-/// A hold (acquire `ok` → first `release` invoke with its token) still open.
+/// A hold still open (not yet ended by a release invoke).
 struct Open {
-    process: Process,
-    token: Option<String>,
-    start: u64,
-    start_index: u64,
+    hold: Hold,
     /// `(time, index)` of the first acquire `ok` of another lock after this
     /// hold started: from then on its holder's reads and writes are unsafe.
     intruder: Option<(u64, u64)>,
-}
-
-impl Open {
-    /// The same acquisition seen twice (same token); tokenless holds never are.
-    fn same_lock(&self, token: &Option<String>) -> bool {
-        self.token.is_some() && self.token == *token
-    }
 }
 
 #[derive(Default)]
@@ -92,24 +83,23 @@ impl OnEvent for Mutex {
 
 impl Mutex {
     fn acquired(&mut self, e: &Event) {
+        // Open: its end is not known yet, and nothing here reads it.
+        let new = Hold::granted(e, u64::MAX);
         for a in &mut self.open {
-            if a.same_lock(&e.token) {
+            if a.hold.same_lock(&new) {
                 continue;
             }
             self.overlap.record(Witness {
-                indices: vec![a.start_index, e.index],
+                indices: vec![a.hold.start_index, e.index],
                 time: e.time,
             });
-            if a.intruder.is_none() && e.time > a.start {
+            if a.intruder.is_none() && e.time > a.hold.start {
                 a.intruder = Some((e.time, e.index));
             }
         }
         self.latest.insert(e.process.clone(), e.index);
         self.open.push(Open {
-            process: e.process.clone(),
-            token: e.token.clone(),
-            start: e.time,
-            start_index: e.index,
+            hold: new,
             intruder: None,
         });
     }
@@ -118,30 +108,28 @@ impl Mutex {
     /// tokenless release, the process's own tokenless holds. First notes
     /// whether another lock granted after the released one is held now.
     fn releasing(&mut self, e: &Event) {
-        let ends = |h: &Open| match &e.token {
-            Some(_) => h.same_lock(&e.token),
-            None => h.token.is_none() && h.process == e.process,
-        };
-        let Some(mine) = self.open.iter().rev().find(|h| ends(h)) else {
+        let Some(mine) = self.open.iter().rev().find(|o| o.hold.ended_by(e)) else {
             self.pending.remove(&e.process);
             return;
         };
+        let mine = &mine.hold;
         let other = self
             .open
             .iter()
-            .find(|h| h.start > mine.start && !h.same_lock(&mine.token) && !ends(h))
+            .map(|o| &o.hold)
+            .find(|h| h.start > mine.start && !h.same_lock(mine) && !h.ended_by(e))
             .map(|h| h.start_index);
         match other {
             Some(index) => self.pending.insert(e.process.clone(), index),
             None => self.pending.remove(&e.process),
         };
-        self.open.retain(|h| !ends(h));
+        self.open.retain(|o| !o.hold.ended_by(e));
     }
 
     /// The hold `p` acts under: its latest, if still open.
     fn current(&self, p: &Process) -> Option<&Open> {
         let latest = *self.latest.get(p)?;
-        self.open.iter().find(|h| h.start_index == latest)
+        self.open.iter().find(|o| o.hold.start_index == latest)
     }
 }
 
