@@ -12,7 +12,24 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const CHROMIUM: &str = "/usr/bin/chromium";
+/// The browser: `LOCKSTORM_CHROMIUM`, else the first Chromium on PATH under
+/// the names distributions give it.
+fn browser() -> PathBuf {
+    if let Some(path) = std::env::var_os("LOCKSTORM_CHROMIUM") {
+        return PathBuf::from(path);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .flat_map(|name| std::env::split_paths(&path).map(move |dir| dir.join(name)))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "no Chromium on PATH: this test needs a real browser; install it with \
+                 `apt-get install -y chromium` (or set LOCKSTORM_CHROMIUM)"
+            )
+        })
+}
 const DEADLINE: Duration = Duration::from_secs(90);
 
 fn history() -> History {
@@ -79,15 +96,11 @@ fn results_tree(root: &Path) {
 /// stdout. Its own process group, killed by id if it outlives the deadline,
 /// so a hung browser cannot hang the test or outlive it.
 fn chromium(page: &Path, extra: &[String], scratch: &Path) -> String {
-    assert!(
-        Path::new(CHROMIUM).exists(),
-        "{CHROMIUM} is missing: this test needs a real browser; install it with \
-         `apt-get install -y chromium`"
-    );
+    let browser = browser();
     let profile = tempfile::tempdir_in(scratch).unwrap();
     let out_path = scratch.join(format!("chromium-{}.out", extra.len()));
     let err_path = scratch.join(format!("chromium-{}.err", extra.len()));
-    let mut child = Command::new(CHROMIUM)
+    let mut child = Command::new(&browser)
         .args([
             "--headless",
             "--no-sandbox",
