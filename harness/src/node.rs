@@ -104,8 +104,11 @@ pub struct NodeClock {
 pub struct RedisNode {
     pub spec: NodeSpec,
     pub port: u16,
+    /// Absolute (the run folder is), like every path in the node's arguments.
     pub dir: PathBuf,
     child: Option<Child>,
+    /// Where this launch's output begins in each of the node's logs.
+    marks: [u64; 2],
 }
 
 impl RedisNode {
@@ -123,6 +126,7 @@ impl RedisNode {
                 port,
                 dir: dir.clone(),
                 child: None,
+                marks: [0; 2],
             };
             match node.launch().await {
                 Ok(()) => return Ok(node),
@@ -154,12 +158,26 @@ impl RedisNode {
 
     async fn launch(&mut self) -> Result<()> {
         let args = self.args()?;
+        // Kept, not discarded: Redis reports a bad configuration (Sentinel's
+        // FATAL line) on stderr before it opens its log file.
+        let output = self.output_log();
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&output)
+            .context(|| format!("creating {}", output.display()))?;
+        let err = out
+            .try_clone()
+            .context(|| format!("opening {}", output.display()))?;
+        self.marks = self
+            .logs()
+            .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()));
         let mut cmd = Command::new(&self.spec.program);
         cmd.args(&args)
             .current_dir(&self.dir)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stdout(out)
+            .stderr(err);
         if let Some(clock) = &self.spec.clock {
             cmd.envs(nemesis::clock::env_for(&clock.control, &clock.shim));
         }
@@ -172,7 +190,25 @@ impl RedisNode {
             )
         })?;
         self.child = Some(child);
-        self.wait_ready().await
+        self.wait_ready().await?;
+        self.check_shim()
+    }
+
+    /// A node the clock nemesis cannot move is a fault that would silently
+    /// not happen: the shim must be mapped into the running process.
+    fn check_shim(&self) -> Result<()> {
+        let Some(clock) = &self.spec.clock else {
+            return Ok(());
+        };
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid()))
+            .context(|| format!("reading the memory map of node {}", self.spec.name))?;
+        match maps.contains(&*clock.shim.to_string_lossy()) {
+            true => Ok(()),
+            false => Err(self.error(format!(
+                "runs without the time shim {}",
+                clock.shim.display()
+            ))),
+        }
     }
 
     /// Command-line settings (a config file for Sentinel, which insists on one).
@@ -258,10 +294,30 @@ impl RedisNode {
         self.dir.join("redis.log")
     }
 
+    /// The node's stdout and stderr.
+    pub fn output_log(&self) -> PathBuf {
+        self.dir.join("output.log")
+    }
+
+    fn logs(&self) -> [PathBuf; 2] {
+        [self.output_log(), self.log()]
+    }
+
+    /// A node error that quotes the node's own reason, when it gave one in
+    /// this launch's output.
     fn error(&self, message: impl Into<String>) -> Error {
+        let mut message = message.into();
+        let words = self
+            .logs()
+            .iter()
+            .zip(self.marks)
+            .find_map(|(path, from)| last_words(&read_from(path, from)));
+        if let Some(words) = words {
+            message = format!("{message}: \"{words}\"");
+        }
         Error::Node {
             name: self.spec.name.clone(),
-            message: message.into(),
+            message,
             log: self.log(),
         }
     }
@@ -303,6 +359,45 @@ impl Drop for RedisNode {
     }
 }
 
+/// What `path` holds from byte `from` on (empty if unreadable).
+fn read_from(path: &Path, from: u64) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut text = Vec::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let _ = f
+            .seek(SeekFrom::Start(from))
+            .and_then(|_| f.read_to_end(&mut text));
+    }
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+/// The reason a node's own output gives, as one line: its last FATAL report
+/// with the lines that explain it (Redis puts the bad directive and the
+/// reason on the lines after), else its last line.
+fn last_words(output: &str) -> Option<String> {
+    const MAX: usize = 300;
+    let lines: Vec<&str> = output
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let last = lines.len().checked_sub(1)?;
+    let from = lines
+        .iter()
+        .rposition(|l| l.to_ascii_lowercase().contains("fatal"))
+        .unwrap_or(last);
+    let mut words = lines[from..].join(" ");
+    if words.len() > MAX {
+        let cut = (0..=MAX)
+            .rev()
+            .find(|&i| words.is_char_boundary(i))
+            .unwrap_or(0);
+        words.truncate(cut);
+        words.push('…');
+    }
+    Some(words)
+}
+
 fn free_port(ip: Ipv4Addr) -> std::io::Result<u16> {
     Ok(TcpListener::bind((ip, 0))?.local_addr()?.port())
 }
@@ -319,4 +414,37 @@ async fn ping(addr: &str) -> bool {
         tokio::time::timeout(Duration::from_millis(500), attempt).await,
         Ok(Ok(true))
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::last_words;
+
+    #[test]
+    fn last_words_quote_the_fatal_report_with_its_reason() {
+        let sentinel = "\n*** FATAL CONFIG FILE ERROR (Redis 7.0.15) ***\n\
+                        Reading the configuration file, at line 2\n\
+                        >>> 'sentinel monitor'\n\
+                        Bad directive or wrong number of arguments\n";
+        assert_eq!(
+            last_words(sentinel).unwrap(),
+            "*** FATAL CONFIG FILE ERROR (Redis 7.0.15) *** Reading the configuration file, \
+             at line 2 >>> 'sentinel monitor' Bad directive or wrong number of arguments"
+        );
+        let log = "1:M 30 Nov # Server initialized\n\
+                   1:M 30 Nov # Fatal error, can't open config file 'x'\n";
+        assert_eq!(
+            last_words(log).unwrap(),
+            "1:M 30 Nov # Fatal error, can't open config file 'x'"
+        );
+        let bind = "1:M # Warning: bind: Address already in use\n1:M # Failed listening on port 1 (tcp), aborting.\n";
+        assert_eq!(
+            last_words(bind).unwrap(),
+            "1:M # Failed listening on port 1 (tcp), aborting."
+        );
+        assert_eq!(last_words("\n  \n"), None);
+        let long = format!("FATAL {}", "é".repeat(400));
+        let quoted = last_words(&long).unwrap();
+        assert!(quoted.len() <= 300 + '…'.len_utf8() && quoted.ends_with('…'));
+    }
 }

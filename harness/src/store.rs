@@ -38,17 +38,43 @@ pub fn unique_dir(parent: &Path, name: &str) -> Result<PathBuf> {
 }
 
 pub struct RunDir {
+    /// Absolute: nodes and workers run in folders of their own, so every
+    /// path handed to them must not depend on the harness's working folder.
     pub path: PathBuf,
+    /// The folders above `path` that [`RunDir::create`] made, nearest first.
+    made: Vec<PathBuf>,
 }
 
 impl RunDir {
     /// Creates a fresh, uniquely named folder for one run.
     pub fn create(results: &Path, name: &str) -> Result<Self> {
+        let results =
+            std::path::absolute(results).context(|| format!("resolving {}", results.display()))?;
         let group = results.join(name);
+        let made = group
+            .ancestors()
+            .take_while(|p| !p.exists())
+            .map(Path::to_path_buf)
+            .collect();
         let path = unique_dir(&group, &stamp())?;
-        let nodes = path.join("nodes");
-        std::fs::create_dir(&nodes).context(|| format!("creating {}", nodes.display()))?;
-        Ok(RunDir { path })
+        let dir = RunDir { path, made };
+        let nodes = dir.nodes();
+        if let Err(e) = std::fs::create_dir(&nodes) {
+            dir.discard();
+            return Err(e).context(|| format!("creating {}", nodes.display()));
+        }
+        Ok(dir)
+    }
+
+    /// Removes the run's folder, and the folders above it that `create`
+    /// made while they are empty: for a run that never started.
+    pub fn discard(self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+        for dir in &self.made {
+            if std::fs::remove_dir(dir).is_err() {
+                break;
+            }
+        }
     }
 
     pub fn history(&self) -> PathBuf {
@@ -103,5 +129,31 @@ mod tests {
             latest.canonicalize().unwrap(),
             b.path.canonicalize().unwrap()
         );
+    }
+
+    #[test]
+    fn a_run_folder_is_absolute_and_a_discarded_one_leaves_nothing_it_made() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("mine")).unwrap();
+        let results = tmp.path().join("results");
+        let dir = RunDir::create(&relative_to_cwd(&results), "single-none").unwrap();
+        assert!(dir.path.is_absolute(), "{}", dir.path.display());
+        let real = |p: &Path| p.canonicalize().unwrap();
+        assert!(real(&dir.path).starts_with(real(&results)));
+        let kept = RunDir::create(tmp.path(), "mine").unwrap();
+        dir.discard();
+        kept.discard();
+        let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().collect();
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert!(tmp.path().join("mine").is_dir(), "a folder it did not make");
+    }
+
+    /// `path` relative to the current folder, through `..` as needed.
+    fn relative_to_cwd(path: &Path) -> PathBuf {
+        let cwd = std::env::current_dir().unwrap();
+        let up = cwd.components().count() - 1;
+        let mut rel: PathBuf = std::iter::repeat_n("..", up).collect();
+        rel.push(path.strip_prefix("/").unwrap());
+        rel
     }
 }

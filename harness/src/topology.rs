@@ -59,6 +59,19 @@ pub fn worker_ip(worker: u64) -> Ipv4Addr {
     Ipv4Addr::new(127, 0, 0, 100 + worker as u8)
 }
 
+/// Whether the run cuts links; if so, iptables must be there and usable.
+/// Checked before the run's folder is made, and again when the run starts.
+pub fn needs_firewall(options: &RunOptions) -> Result<bool> {
+    if !options.nemesis.faults.iter().any(|f| f.needs_firewall()) {
+        return Ok(false);
+    }
+    let faults = options.nemesis.to_string();
+    nemesis::net::available().map_err(|why| {
+        Error::Usage(format!("--nemesis {faults} cuts links with iptables, and {why}: run as root, or choose another nemesis"))
+    })?;
+    Ok(true)
+}
+
 impl Topology {
     pub async fn start(
         options: &RunOptions,
@@ -66,11 +79,7 @@ impl Topology {
         sentinel: Option<PathBuf>,
         nodes_dir: &Path,
     ) -> Result<Self> {
-        let firewall = if options.nemesis.faults.iter().any(|f| f.needs_firewall()) {
-            let faults = options.nemesis.to_string();
-            nemesis::net::available().map_err(|why| {
-                Error::Usage(format!("--nemesis {faults} cuts links with iptables, and {why}: run as root, or choose another nemesis"))
-            })?;
+        let firewall = if needs_firewall(options)? {
             Some(
                 Firewall::create()
                     .map_err(|e| Error::Harness(format!("cannot set up iptables: {e}")))?,
@@ -85,13 +94,13 @@ impl Topology {
         // Data nodes run under the time shim when the clock nemesis may
         // shift their wall clocks; each gets its own control file.
         let shim = match options.nemesis.has(Fault::Clock) {
-            true => {
-                let run_dir = nodes_dir.parent().unwrap_or(nodes_dir);
-                Some(
-                    nemesis::clock::install_shim(run_dir)
-                        .context(|| "installing the time shim".into())?,
-                )
-            }
+            true => Some(nemesis::clock::install_shim().map_err(|e| match e.kind() {
+                std::io::ErrorKind::InvalidInput => Error::Usage(e.to_string()),
+                _ => Error::Io {
+                    context: "installing the time shim".into(),
+                    source: e,
+                },
+            })?),
             false => None,
         };
         let mut clocks = Vec::new();

@@ -8,7 +8,7 @@
 //! `timespec_get`); `CLOCK_MONOTONIC` and the history clock never do (see
 //! DESIGN.md, "Process model and time").
 //!
-//! Usage: [`install_shim`] once into the run's folder, one [`TimeControl`] per
+//! Usage: [`install_shim`] once, one [`TimeControl`] per
 //! node created *before* the node starts, [`env_for`] added to the node's
 //! environment and [`REDIS_NODE_ARGS`] to its arguments, then
 //! [`TimeControl::set`] to jump or drift its clock.
@@ -33,6 +33,7 @@ use std::ffi::c_void;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::num::NonZeroUsize;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
@@ -41,7 +42,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The shim, compiled for this host by `build.rs`.
 pub const TIME_SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libtimeshim.so"));
-/// The file name [`install_shim`] gives the shim.
+/// The file name [`install_shim`] gives the shim (in a folder named by its hash).
 pub const SHIM_FILE_NAME: &str = "libtimeshim.so";
 /// The environment variable through which the shim finds its control file.
 pub const CONTROL_ENV: &str = "LOCKSTORM_TIME_CONTROL";
@@ -150,17 +151,97 @@ pub fn real_now_ns() -> i64 {
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
 }
 
-/// Writes the shim into `dir` as [`SHIM_FILE_NAME`] unless an identical copy
-/// is already there, and returns its path. The file is replaced by an atomic
-/// rename, never rewritten in place, so processes that already have an older
-/// copy mapped keep running.
-pub fn install_shim(dir: &Path) -> io::Result<PathBuf> {
-    let path = dir.join(SHIM_FILE_NAME);
+/// Installs the shim where `LD_PRELOAD` can name it and returns its path:
+/// `<private folder>/<content hash>/libtimeshim.so`. `LD_PRELOAD` splits on
+/// spaces and colons and expands `$` tokens, with no way to escape them, so
+/// the shim never lives in the results folder (whose path the user chooses)
+/// but in [`private_dir`]; an unsafe path is refused, never handed on.
+pub fn install_shim() -> io::Result<PathBuf> {
+    install_shim_in(&private_dir()?)
+}
+
+/// Writes the shim into `dir/<content hash>/` as [`SHIM_FILE_NAME`] unless an
+/// identical copy is already there. The hash keeps two lockstorm builds from
+/// replacing each other's shim; the file is replaced by an atomic rename,
+/// never rewritten in place, so processes that have a copy mapped keep running.
+fn install_shim_in(dir: &Path) -> io::Result<PathBuf> {
+    let home = std::path::absolute(dir)?.join(format!("{:016x}", shim_digest()));
+    let path = home.join(SHIM_FILE_NAME);
+    if !preload_safe(&path) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "the time shim cannot be preloaded from {}: LD_PRELOAD splits paths on spaces and colons",
+                path.display()
+            ),
+        ));
+    }
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&home)?;
     if fs::read(&path).is_ok_and(|have| have == TIME_SHIM) {
         return Ok(path);
     }
     write_atomically(&path, TIME_SHIM)?;
     Ok(path)
+}
+
+/// Names the shim's content; stable for one build, which is all it must be.
+fn shim_digest() -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    TIME_SHIM.hash(&mut h);
+    h.finish()
+}
+
+/// Whether the dynamic loader reads `path` in `LD_PRELOAD` as this one path.
+fn preload_safe(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    path.is_absolute()
+        && !path
+            .as_os_str()
+            .as_bytes()
+            .iter()
+            .any(|b| b" :$\t\n".contains(b))
+}
+
+/// A folder only this user can write: `$TMPDIR/lockstorm-<uid>`, or
+/// `/tmp/lockstorm-<uid>` when `$TMPDIR` is not [`preload_safe`]. An existing
+/// folder of that name that is not ours alone is refused: whoever can write
+/// it can replace the library every node loads.
+fn private_dir() -> io::Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = nix::unistd::geteuid().as_raw();
+    let tmp = std::env::temp_dir();
+    let base = [tmp.clone(), PathBuf::from("/tmp")]
+        .into_iter()
+        .find(|b| preload_safe(b))
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "no folder for the time shim: {} has a space, colon or $ that LD_PRELOAD cannot carry; set TMPDIR to a plain path",
+                    tmp.display()
+                ),
+            )
+        })?;
+    let dir = base.join(format!("lockstorm-{uid}"));
+    match fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    let meta = fs::symlink_metadata(&dir)?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is not a folder only this user can write (for the time shim): remove it",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(dir)
 }
 
 /// Writes `bytes` to a fresh file beside `path` and renames it over `path`.
@@ -191,8 +272,8 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
 
 /// The environment that makes a node's process load the shim and follow
 /// `control`: `LD_PRELOAD` and [`CONTROL_ENV`]. Both paths are made absolute
-/// (nodes run in their own working directories). `LD_PRELOAD` splits on
-/// spaces and colons, so the shim's path must contain neither.
+/// (nodes run in their own working directories). `shim` must be a path
+/// [`install_shim`] returned: `LD_PRELOAD` cannot carry any other safely.
 pub fn env_for(control: &Path, shim: &Path) -> [(String, String); 2] {
     let abs = |p: &Path| {
         std::path::absolute(p)
@@ -533,18 +614,35 @@ mod tests {
     fn install_shim_writes_once() {
         assert!(TIME_SHIM.starts_with(b"\x7fELF"));
         let dir = tempfile::tempdir().unwrap();
-        let path = install_shim(dir.path()).unwrap();
-        assert_eq!(path, dir.path().join(SHIM_FILE_NAME));
+        let path = install_shim_in(dir.path()).unwrap();
+        assert_eq!(path.file_name().unwrap(), SHIM_FILE_NAME);
+        assert_eq!(path.parent().unwrap().parent().unwrap(), dir.path());
         assert_eq!(fs::read(&path).unwrap(), TIME_SHIM);
         let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
         let first = ino(&path);
-        assert_eq!(install_shim(dir.path()).unwrap(), path);
+        assert_eq!(install_shim_in(dir.path()).unwrap(), path);
         assert_eq!(ino(&path), first, "an identical shim is left alone");
         fs::write(&path, b"stale").unwrap();
-        install_shim(dir.path()).unwrap();
+        install_shim_in(dir.path()).unwrap();
         assert_eq!(fs::read(&path).unwrap(), TIME_SHIM);
         // No temporary files left behind.
-        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+        assert_eq!(fs::read_dir(path.parent().unwrap()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn the_shim_never_lands_where_ld_preload_would_split_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["a b", "a:b", "a$b"] {
+            let err = install_shim_in(&dir.path().join(name)).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{name}: {err}");
+        }
+        let shim = install_shim().unwrap();
+        assert!(preload_safe(&shim), "{}", shim.display());
+        assert_eq!(fs::read(&shim).unwrap(), TIME_SHIM);
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &fs::metadata(private_dir().unwrap()).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o077, 0, "the shim's folder is {mode:o}");
     }
 
     #[test]
@@ -580,7 +678,7 @@ mod tests {
     #[test]
     fn shim_shifts_a_plain_process_and_passes_through_without_control() {
         let dir = tempfile::tempdir().unwrap();
-        let shim = install_shim(dir.path()).unwrap();
+        let shim = install_shim_in(dir.path()).unwrap();
         let ctl = TimeControl::create(dir.path().join("clock")).unwrap();
         ctl.set(3600 * SEC, 1.0).unwrap();
         let shifted = date_minus_real(&env_for(ctl.path(), &shim));
@@ -607,7 +705,7 @@ mod tests {
     #[test]
     fn shim_wrappers_behave_like_libc() {
         let dir = tempfile::tempdir().unwrap();
-        let shim = install_shim(dir.path()).unwrap();
+        let shim = install_shim_in(dir.path()).unwrap();
         let ctl = TimeControl::create(dir.path().join("clock")).unwrap();
         for (offset, no_vdso) in [
             (-1000 * SEC - SEC / 4, false),
@@ -855,7 +953,7 @@ mod tests {
     #[test]
     fn redis_follows_the_shifted_clock() {
         let dir = tempfile::tempdir().unwrap();
-        let shim = install_shim(dir.path()).unwrap();
+        let shim = install_shim_in(dir.path()).unwrap();
         let ctl = TimeControl::create(dir.path().join("node.clock")).unwrap();
         let node = RedisNode::start(&env_for(ctl.path(), &shim), &REDIS_NODE_ARGS);
         assert!(node.maps_shim(), "redis-server did not load the shim");
@@ -936,7 +1034,7 @@ mod tests {
     #[test]
     fn redis_runs_normally_with_the_shim_but_no_control() {
         let dir = tempfile::tempdir().unwrap();
-        let shim = install_shim(dir.path()).unwrap();
+        let shim = install_shim_in(dir.path()).unwrap();
         let env = [("LD_PRELOAD".to_string(), shim.display().to_string())];
         let node = RedisNode::start(&env, &[]);
         assert!(node.maps_shim(), "redis-server did not load the shim");

@@ -133,10 +133,9 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
                         brief(&outcome.results),
                         start.elapsed().as_secs_f64()
                     );
-                    let rel = outcome
-                        .dir
-                        .strip_prefix(&args.results)
-                        .unwrap_or(&outcome.dir);
+                    // Run folders are absolute; --results may not be.
+                    let results = std::path::absolute(&args.results).unwrap_or_default();
+                    let rel = outcome.dir.strip_prefix(results).unwrap_or(&outcome.dir);
                     row.add(&outcome.results, rel.display().to_string());
                     if outcome.record.interrupted {
                         interrupted = true;

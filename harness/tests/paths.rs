@@ -1,0 +1,125 @@
+//! Paths the harness hands to its children: the default relative `results/`
+//! folder, and results folders whose path LD_PRELOAD would split.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn lockstorm_in(cwd: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockstorm"));
+    cmd.current_dir(cwd)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+fn finish(child: Child) -> (i32, String) {
+    let out = child.wait_with_output().expect("lockstorm runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().expect("lockstorm exits"), text)
+}
+
+#[test]
+fn every_topology_runs_with_the_default_relative_results_folder() {
+    for config in ["single", "replicated", "redlock", "fenced"] {
+        let cwd = tempfile::tempdir().unwrap();
+        let args = [
+            "--config",
+            config,
+            "--nemesis",
+            "none",
+            "--time-limit",
+            "3",
+            "--seed",
+            "1",
+        ];
+        let child = lockstorm_in(cwd.path(), &args).spawn().unwrap();
+        let (code, output) = finish(child);
+        // No fault, a few seconds of ordinary locking: anything but VALID is
+        // either the harness failing (255) or a finding this test must show.
+        assert_eq!(
+            code, 0,
+            "{config} with the default results/ folder exited {code}:\n{output}"
+        );
+        let run = cwd.path().join(format!("results/{config}-none/latest"));
+        assert!(
+            run.join("results.json").is_file(),
+            "{config}: no results under {}:\n{output}",
+            cwd.path().display()
+        );
+        common::assert_no_process_left(cwd.path());
+    }
+}
+
+/// A `redis-server` running with its cwd under `root` and `node` as its
+/// folder name; None until there is one.
+fn node_pid(root: &Path, node: &str) -> Option<u32> {
+    let root = root.canonicalize().ok()?;
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+        let cwd = std::fs::read_link(e.path().join("cwd")).ok()?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        (cwd.starts_with(&root) && cwd.ends_with(node) && comm.starts_with("redis-server"))
+            .then_some(pid)
+    })
+}
+
+/// Runs the clock nemesis with seed 1 in `results`; returns its exit code
+/// and output, and whether its lock node had the time shim mapped.
+fn clock_run(results: &Path) -> (i32, String, bool) {
+    let args = [
+        "--config",
+        "single",
+        "--nemesis",
+        "clock",
+        "--time-limit",
+        "10",
+        "--seed",
+        "1",
+        "--results",
+        results.to_str().unwrap(),
+    ];
+    let mut child = lockstorm_in(Path::new("/"), &args).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut maps = None;
+    while maps.is_none() && Instant::now() < deadline && child.try_wait().unwrap().is_none() {
+        maps = node_pid(results, "n1")
+            .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/maps")).ok());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (code, output) = finish(child);
+    let shim = maps.is_some_and(|m| m.contains(nemesis::clock::SHIM_FILE_NAME));
+    (code, output, shim)
+}
+
+#[test]
+fn the_time_shim_loads_whatever_the_results_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let folders: Vec<PathBuf> = ["plain", "a b", "a:b"]
+        .iter()
+        .map(|n| tmp.path().join(n))
+        .collect();
+    for results in &folders {
+        let (code, output, shim) = clock_run(results);
+        assert!(
+            shim,
+            "node n1 of the run in {} did not map the time shim:\n{output}",
+            results.display()
+        );
+        // Seed 1 jumps the node's clock past the lease while a holder works:
+        // VALID here means the jump did not reach the node.
+        assert_eq!(
+            code,
+            1,
+            "the clock run in {} is not INVALID:\n{output}",
+            results.display()
+        );
+    }
+}
