@@ -46,23 +46,54 @@ pub struct RunOutcome {
 /// Runs one test. Every process it starts is gone when it returns, on every
 /// path: orderly shutdown first, and the nodes' and workers' drop guards (plus
 /// the kernel's parent-death signal) behind it.
+///
+/// What can be checked without starting anything is checked before the run's
+/// folder is made; a run that fails before it records anything leaves no
+/// folder. The error is the caller's to show: it goes to harness.log only.
 pub async fn run(options: RunOptions) -> Result<RunOutcome> {
     let options = options.resolve()?;
     let server = node::find_redis_server()?;
+    let sentinel = match options.config {
+        Config::Replicated => Some(node::find_redis_sentinel()?),
+        _ => None,
+    };
+    crate::topology::needs_firewall(&options)?;
     let dir = RunDir::create(&options.results, &options.name())?;
-    let log = std::fs::File::create(dir.harness_log()).context(|| "creating harness.log".into())?;
+    let log = std::fs::File::create(dir.harness_log()).and_then(|log| Ok((log.try_clone()?, log)));
+    let (mut errors, log) = match log {
+        Ok(logs) => logs,
+        Err(e) => {
+            dir.discard();
+            return Err(e).context(|| "creating harness.log".into());
+        }
+    };
     logging::attach(log);
-    let outcome = run_in(&options, &server, &dir).await;
-    if let Err(e) = &outcome {
-        tracing::error!("run failed: {e}");
-    }
+    let outcome = run_in(&options, &server, sentinel, &dir).await;
     logging::detach();
-    outcome
+    match outcome {
+        Err(e) if !dir.history().exists() => {
+            dir.discard();
+            Err(match e {
+                // Its log went with the folder: the message quotes the node.
+                Error::Node { name, message, .. } => {
+                    Error::Harness(format!("node {name} failed to start: {message}"))
+                }
+                e => e,
+            })
+        }
+        Err(e) => {
+            use std::io::Write;
+            let _ = writeln!(errors, "ERROR run failed: {e}");
+            Err(e)
+        }
+        ok => ok,
+    }
 }
 
 async fn run_in(
     options: &RunOptions,
     server: &std::path::Path,
+    sentinel: Option<PathBuf>,
     dir: &RunDir,
 ) -> Result<RunOutcome> {
     tracing::info!(
@@ -71,10 +102,6 @@ async fn run_in(
         options.seed(),
         dir.path.display()
     );
-    let sentinel = match options.config {
-        Config::Replicated => Some(node::find_redis_sentinel()?),
-        _ => None,
-    };
     let topology = Arc::new(Topology::start(options, server, sentinel, &dir.nodes()).await?);
     let outcome = run_workload(options, server, dir, &topology).await;
     topology.shutdown().await;
