@@ -107,7 +107,7 @@ pub struct RedisNode {
     /// Absolute (the run folder is), like every path in the node's arguments.
     pub dir: PathBuf,
     child: Option<Child>,
-    /// Where this launch's output begins in each of the node's logs.
+    /// Where this launch's output begins in each of [`RedisNode::logs`].
     marks: [u64; 2],
 }
 
@@ -132,8 +132,10 @@ impl RedisNode {
                 Ok(()) => return Ok(node),
                 Err(e) => {
                     node.kill();
-                    let in_use = std::fs::read_to_string(node.log())
-                        .is_ok_and(|log| log.contains("Address already in use"));
+                    let in_use = node
+                        .this_launch()
+                        .iter()
+                        .any(|out| out.contains("Address already in use"));
                     if !in_use {
                         return Err(e);
                     }
@@ -303,15 +305,17 @@ impl RedisNode {
         [self.output_log(), self.log()]
     }
 
+    /// What the node wrote to each of its logs since it was last launched.
+    fn this_launch(&self) -> [String; 2] {
+        let [a, b] = self.logs();
+        [read_from(&a, self.marks[0]), read_from(&b, self.marks[1])]
+    }
+
     /// A node error that quotes the node's own reason, when it gave one in
     /// this launch's output.
     fn error(&self, message: impl Into<String>) -> Error {
         let mut message = message.into();
-        let words = self
-            .logs()
-            .iter()
-            .zip(self.marks)
-            .find_map(|(path, from)| last_words(&read_from(path, from)));
+        let words = self.this_launch().iter().find_map(|out| last_words(out));
         if let Some(words) = words {
             message = format!("{message}: \"{words}\"");
         }

@@ -165,21 +165,28 @@ pub fn install_shim() -> io::Result<PathBuf> {
 /// replacing each other's shim; the file is replaced by an atomic rename,
 /// never rewritten in place, so processes that have a copy mapped keep running.
 fn install_shim_in(dir: &Path) -> io::Result<PathBuf> {
-    let home = std::path::absolute(dir)?.join(format!("{:016x}", shim_digest()));
-    let path = home.join(SHIM_FILE_NAME);
-    if !preload_safe(&path) {
-        return Err(io::Error::new(
+    let unsafe_path = |path: &Path| {
+        io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(
                 "the time shim cannot be preloaded from {}: LD_PRELOAD splits paths on spaces and colons",
                 path.display()
             ),
-        ));
+        )
+    };
+    let home = std::path::absolute(dir)?.join(format!("{:016x}", shim_digest()));
+    if !preload_safe(&home.join(SHIM_FILE_NAME)) {
+        return Err(unsafe_path(&home.join(SHIM_FILE_NAME)));
     }
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(&home)?;
+    // The path without symlinks, as the node's memory map will show it.
+    let path = home.canonicalize()?.join(SHIM_FILE_NAME);
+    if !preload_safe(&path) {
+        return Err(unsafe_path(&path));
+    }
     if fs::read(&path).is_ok_and(|have| have == TIME_SHIM) {
         return Ok(path);
     }
@@ -616,7 +623,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = install_shim_in(dir.path()).unwrap();
         assert_eq!(path.file_name().unwrap(), SHIM_FILE_NAME);
-        assert_eq!(path.parent().unwrap().parent().unwrap(), dir.path());
+        let parent = path.parent().unwrap().parent().unwrap();
+        assert_eq!(parent, dir.path().canonicalize().unwrap());
         assert_eq!(fs::read(&path).unwrap(), TIME_SHIM);
         let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
         let first = ino(&path);
