@@ -123,3 +123,43 @@ fn the_time_shim_loads_whatever_the_results_path() {
         );
     }
 }
+
+/// A node that drops LD_PRELOAD (here: a wrapper that unsets it) would run
+/// the clock nemesis without moving its clock: the run must not start.
+#[test]
+fn a_node_without_the_time_shim_stops_the_run() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let server = tmp.path().join("redis-server");
+    std::fs::write(
+        &server,
+        "#!/bin/sh\nunset LD_PRELOAD\nexec /usr/bin/redis-server \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let results = tmp.path().join("results");
+    let args = [
+        "--config",
+        "single",
+        "--nemesis",
+        "clock",
+        "--time-limit",
+        "5",
+        "--seed",
+        "1",
+        "--results",
+        results.to_str().unwrap(),
+    ];
+    let child = lockstorm_in(tmp.path(), &args)
+        .env("LOCKSTORM_REDIS_SERVER", &server)
+        .spawn()
+        .unwrap();
+    let (code, output) = finish(child);
+    assert_eq!(code, 255, "{output}");
+    assert!(
+        output.contains("node n1") && output.contains("without the time shim"),
+        "{output}"
+    );
+    assert!(!results.exists(), "a run folder was left behind");
+    common::assert_no_process_left(tmp.path());
+}
