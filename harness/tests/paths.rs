@@ -71,21 +71,18 @@ fn node_pid(root: &Path, node: &str) -> Option<u32> {
     })
 }
 
+/// `--config single --nemesis clock --seed 1` for `time_limit` s in `results`.
+fn clock_args<'a>(results: &'a Path, time_limit: &'a str) -> Vec<&'a str> {
+    let mut args = vec!["--config", "single", "--nemesis", "clock", "--seed", "1"];
+    args.extend(["--time-limit", time_limit]);
+    args.extend(["--results", results.to_str().unwrap()]);
+    args
+}
+
 /// Runs the clock nemesis with seed 1 in `results`; returns its exit code
 /// and output, and whether its lock node had the time shim mapped.
 fn clock_run(results: &Path) -> (i32, String, bool) {
-    let args = [
-        "--config",
-        "single",
-        "--nemesis",
-        "clock",
-        "--time-limit",
-        "10",
-        "--seed",
-        "1",
-        "--results",
-        results.to_str().unwrap(),
-    ];
+    let args = clock_args(results, "10");
     let mut child = lockstorm_in(Path::new("/"), &args).spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut maps = None;
@@ -138,18 +135,7 @@ fn a_node_without_the_time_shim_stops_the_run() {
     .unwrap();
     std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o755)).unwrap();
     let results = tmp.path().join("results");
-    let args = [
-        "--config",
-        "single",
-        "--nemesis",
-        "clock",
-        "--time-limit",
-        "5",
-        "--seed",
-        "1",
-        "--results",
-        results.to_str().unwrap(),
-    ];
+    let args = clock_args(&results, "5");
     let child = lockstorm_in(tmp.path(), &args)
         .env("LOCKSTORM_REDIS_SERVER", &server)
         .spawn()
