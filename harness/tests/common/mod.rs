@@ -101,17 +101,25 @@ pub fn count(results: &Results, anomaly: &str) -> u64 {
         .count
 }
 
-/// lockstorm iptables chains whose harness has exited: each run must remove its own.
+/// lockstorm iptables chains no live run owns: a run makes its chain's lock
+/// file first, holds an exclusive `flock` on it, and deletes it only once the
+/// chain is gone, so a chain whose lock file is there and free was left
+/// behind. (A chain without one was not made by this lockstorm.)
 pub fn orphaned_chains() -> Vec<String> {
+    use nix::fcntl::{Flock, FlockArg};
     let out = Command::new("iptables")
         .arg("-S")
         .output()
         .expect("iptables runs (CI installs it)");
+    let left_behind = |chain: &str| {
+        std::fs::File::open(nemesis::net::lock_path(chain))
+            .is_ok_and(|f| Flock::lock(f, FlockArg::LockExclusiveNonblock).is_ok())
+    };
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter_map(|l| l.strip_prefix("-N LOCKSTORM-"))
-        .filter(|pid| !Path::new(&format!("/proc/{pid}")).exists())
-        .map(|pid| format!("LOCKSTORM-{pid}"))
+        .filter_map(|l| l.strip_prefix("-N "))
+        .filter(|chain| chain.starts_with("LOCKSTORM-") && left_behind(chain))
+        .map(String::from)
         .collect()
 }
 
