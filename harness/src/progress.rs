@@ -12,7 +12,7 @@ use checker::verdict::anomaly::{
     FOREIGN_RELEASE, LOCK_OVERLAP, STALE_FENCE_ACCEPTED, UNSAFE_ACTION,
 };
 use indicatif::{ProgressBar, ProgressStyle};
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 /// The live tally, fed every event the journal writes.
@@ -108,7 +108,9 @@ pub async fn wait(title: &str, limit: Duration, snapshot: impl Fn() -> Snapshot)
     while next < deadline {
         tokio::time::sleep_until(next).await;
         let s = start.elapsed().as_secs();
-        eprintln!(
+        // A closed or full stderr must not end the run.
+        let _ = writeln!(
+            std::io::stderr().lock(),
             "lockstorm: {title}: {s}/{} s, {}",
             limit.as_secs(),
             snapshot()

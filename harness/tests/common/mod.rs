@@ -123,6 +123,22 @@ pub fn orphaned_chains() -> Vec<String> {
         .collect()
 }
 
+/// A bare history in `dir` where two holders hold the lock at once: one
+/// overlap, which only mutual exclusion forbids (`check` says INVALID, 1).
+pub fn overlap_history(dir: &Path) -> PathBuf {
+    let path = dir.join("h.jsonl");
+    let lines = [
+        r#"{"index":0,"time":10,"process":0,"type":"invoke","f":"acquire","value":null,"token":"a"}"#,
+        r#"{"index":1,"time":20,"process":0,"type":"ok","f":"acquire","value":null,"token":"a"}"#,
+        r#"{"index":2,"time":30,"process":1,"type":"invoke","f":"acquire","value":null,"token":"b"}"#,
+        r#"{"index":3,"time":40,"process":1,"type":"ok","f":"acquire","value":null,"token":"b"}"#,
+        r#"{"index":4,"time":50,"process":"harness","type":"invoke","f":"read","value":null}"#,
+        r#"{"index":5,"time":60,"process":"harness","type":"ok","f":"read","value":0}"#,
+    ];
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path
+}
+
 /// How many events of the history have `f` equal to `op`.
 pub fn events(dir: &Path, op: &str) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(dir.join("history.jsonl")).unwrap();
