@@ -22,6 +22,8 @@ impl Interrupt {
         tokio::spawn(async move {
             loop {
                 let name = tokio::select! {
+                    // The run is over: the next one (in a matrix) listens itself.
+                    _ = tx.closed() => return,
                     _ = int.recv() => "SIGINT",
                     _ = term.recv() => "SIGTERM",
                     _ = hup.recv() => "SIGHUP",
