@@ -27,7 +27,7 @@ struct Chain(String);
 
 impl Chain {
     fn new(tag: &str) -> Self {
-        let name = format!("LOCKSTORM-{tag}{:08x}", std::process::id());
+        let name = format!("{}{tag}{:08x}", nemesis::net::PREFIX, std::process::id());
         std::fs::create_dir_all(nemesis::net::LOCK_DIR).unwrap();
         File::create(nemesis::net::lock_path(&name)).unwrap();
         assert!(iptables(&["-N", &name]), "cannot create chain {name}");

@@ -8,7 +8,10 @@
 //! run holds with `flock` for as long as the chain exists. The kernel drops
 //! the lock when the run dies however it dies, so a chain whose lock can be
 //! taken is provably stale; a pid would not do, as runs in other pid
-//! namespaces share the firewall but not the pids.
+//! namespaces share the firewall but not the pids. Chains named after a pid
+//! (`LOCKSTORM-<pid>`, from versions that cleaned up by pid) are left to the
+//! user, with a warning: nothing shows whether their run is gone, and the
+//! lower-case prefix keeps those versions from removing these chains.
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
@@ -18,7 +21,10 @@ use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::process::Command;
 
-const PREFIX: &str = "LOCKSTORM-";
+/// The start of every chain name this version makes.
+pub const PREFIX: &str = "lockstorm-";
+/// The start of chain names made by versions that cleaned up by pid.
+const PID_NAMED: &str = "LOCKSTORM-";
 
 /// Where chains' lock files live: a tmpfs no tmp cleaner empties.
 pub const LOCK_DIR: &str = "/run/lockstorm/chains";
@@ -136,13 +142,13 @@ pub fn available() -> Result<(), String> {
     }
 }
 
-/// Names of lockstorm chains present now.
+/// Names of lockstorm chains present now (of any version).
 pub fn chains() -> io::Result<Vec<String>> {
     let out = Command::new("iptables").arg("-S").output()?;
     Ok(String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.strip_prefix("-N "))
-        .filter(|c| c.starts_with(PREFIX))
+        .filter(|c| c.starts_with(PREFIX) || c.starts_with(PID_NAMED))
         .map(String::from)
         .collect())
 }
@@ -215,14 +221,14 @@ mod tests {
             server: Ipv4Addr::new(127, 0, 0, 11),
             port: 6400,
         };
-        let [there, back] = drop_rules("LOCKSTORM-1", link);
+        let [there, back] = drop_rules("lockstorm-1", link);
         assert_eq!(
             there.join(" "),
-            "-A LOCKSTORM-1 -p tcp -s 127.0.0.12 -d 127.0.0.11 --dport 6400 -j DROP"
+            "-A lockstorm-1 -p tcp -s 127.0.0.12 -d 127.0.0.11 --dport 6400 -j DROP"
         );
         assert_eq!(
             back.join(" "),
-            "-A LOCKSTORM-1 -p tcp -s 127.0.0.11 -d 127.0.0.12 --sport 6400 -j DROP"
+            "-A lockstorm-1 -p tcp -s 127.0.0.11 -d 127.0.0.12 --sport 6400 -j DROP"
         );
     }
 

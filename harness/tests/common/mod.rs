@@ -118,7 +118,7 @@ pub fn orphaned_chains() -> Vec<String> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.strip_prefix("-N "))
-        .filter(|chain| chain.starts_with("LOCKSTORM-") && left_behind(chain))
+        .filter(|chain| chain.starts_with(nemesis::net::PREFIX) && left_behind(chain))
         .map(String::from)
         .collect()
 }
