@@ -10,7 +10,7 @@ use crate::options::RunOptions;
 use crate::{check, logging, matrix, run, summary};
 use checker::verdict::{Promise, Validity};
 use clap::{Parser, Subcommand};
-use std::io::Write;
+use std::io::{ErrorKind, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use workloads::WorkerSpec;
@@ -82,7 +82,7 @@ pub fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!("{}", one_line(&e.render().to_string()));
+            complain(&one_line(&e.render().to_string()));
             return ExitCode::from(254);
         }
     };
@@ -112,10 +112,28 @@ fn finish(outcome: Result<Validity>) -> ExitCode {
     match outcome {
         Ok(v) => ExitCode::from(v.exit_code() as u8),
         Err(e) => {
-            eprintln!("lockstorm: {e}");
+            complain(&format!("lockstorm: {e}"));
             ExitCode::from(e.exit_code())
         }
     }
+}
+
+/// Writes `text` to stdout. A reader that has gone (`| head -1`) is not an
+/// error: it asked for no more. Anything else (a full disk) is.
+fn say(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != ErrorKind::BrokenPipe => Err(Error::Io {
+            context: "writing to stdout".into(),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// One line on stderr; if even that fails there is nobody left to tell.
+fn complain(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -135,7 +153,7 @@ fn run_command(options: RunOptions) -> Result<Validity> {
         outcome.record.options.seed()
     );
     let path = outcome.dir.display().to_string();
-    print!("{}", summary::render(&title, &outcome.results, &path));
+    say(&summary::render(&title, &outcome.results, &path))?;
     Ok(outcome.results.valid)
 }
 
@@ -145,8 +163,11 @@ fn matrix_command(args: MatrixArgs) -> Result<Validity> {
     logging::init();
     let outcome = runtime()?.block_on(matrix::matrix(args))?;
     let s = &outcome.summary;
-    print!("\n{}", s.markdown());
-    println!("\nmatrix: {}", outcome.dir.display());
+    say(&format!(
+        "\n{}\nmatrix: {}\n",
+        s.markdown(),
+        outcome.dir.display()
+    ))?;
     let failed: Vec<String> = s
         .rows
         .iter()
@@ -179,31 +200,31 @@ fn report_command(args: ReportArgs) -> Result<Validity> {
     }
     let report = crate::report::build(&args.path).map_err(|e| Error::Harness(format!("{e:#}")))?;
     for problem in &report.problems {
-        eprintln!("lockstorm report: {problem}");
+        complain(&format!("lockstorm report: {problem}"));
     }
-    println!(
-        "{} run(s) ({} redrawn), {} matri{}: {}",
+    say(&format!(
+        "{} run(s) ({} redrawn), {} matri{}: {}\n",
         report.runs,
         report.redrawn,
         report.matrices,
         if report.matrices == 1 { "x" } else { "ces" },
         report.index.display()
-    );
+    ))?;
     Ok(Validity::True)
 }
 
 fn check_command(args: CheckArgs) -> Result<Validity> {
     let results = check::check_path(&args.path, args.promise, args.format)?;
     if args.json {
-        let mut out = std::io::stdout().lock();
-        let _ = serde_json::to_writer_pretty(&mut out, &results);
-        let _ = writeln!(out);
+        let json = serde_json::to_string_pretty(&results).expect("results always serialise");
+        say(&format!("{json}\n"))?;
     } else {
         let title = format!("check {}", args.path.display());
-        print!(
-            "{}",
-            summary::render(&title, &results, &args.path.display().to_string())
-        );
+        say(&summary::render(
+            &title,
+            &results,
+            &args.path.display().to_string(),
+        ))?;
     }
     Ok(results.valid)
 }
@@ -212,7 +233,9 @@ fn worker(spec: &str) -> ExitCode {
     let spec: WorkerSpec = match serde_json::from_str(spec) {
         Ok(spec) => spec,
         Err(e) => {
-            eprintln!("lockstorm worker: bad --spec ({e}); workers are started by `lockstorm run`");
+            complain(&format!(
+                "lockstorm worker: bad --spec ({e}); workers are started by `lockstorm run`"
+            ));
             return ExitCode::from(254);
         }
     };

@@ -4,6 +4,7 @@
 pub mod check;
 pub mod cli;
 pub mod error;
+mod interrupt;
 mod journal;
 mod logging;
 pub mod matrix;

@@ -1,8 +1,9 @@
 //! Logging: everything to the current run's `harness.log`, warnings also to
-//! stderr. The log file changes per run, so the writer is swappable.
+//! stderr (coloured only for a terminal, and not under `NO_COLOR`). The log
+//! file changes per run, so the writer is swappable.
 
 use std::fs::File;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
@@ -40,7 +41,9 @@ pub fn init() {
         .with_ansi(false)
         .with_writer(RunLog)
         .with_filter(LevelFilter::INFO);
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let stderr = tracing_subscriber::fmt::layer()
+        .with_ansi(colour)
         .with_writer(std::io::stderr)
         .with_target(false)
         .without_time()

@@ -11,8 +11,8 @@ use checker::history::{Event, OpType};
 use checker::verdict::anomaly::{
     FOREIGN_RELEASE, LOCK_OVERLAP, STALE_FENCE_ACCEPTED, UNSAFE_ACTION,
 };
-use indicatif::{ProgressBar, ProgressStyle};
-use std::io::IsTerminal;
+use indicatif::{ProgressBar, ProgressFinish, ProgressStyle};
+use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 /// The live tally, fed every event the journal writes.
@@ -89,7 +89,8 @@ pub async fn wait(title: &str, limit: Duration, snapshot: impl Fn() -> Snapshot)
     let start = tokio::time::Instant::now();
     let deadline = start + limit;
     if interactive() {
-        let bar = ProgressBar::new(limit.as_secs().max(1));
+        // Cleared also when the wait is cut short by a signal (dropped).
+        let bar = ProgressBar::new(limit.as_secs().max(1)).with_finish(ProgressFinish::AndClear);
         let style = ProgressStyle::with_template(
             "{prefix} {elapsed_precise} [{bar:30.cyan/blue}] {pos}/{len} s  {msg}",
         )
@@ -108,7 +109,9 @@ pub async fn wait(title: &str, limit: Duration, snapshot: impl Fn() -> Snapshot)
     while next < deadline {
         tokio::time::sleep_until(next).await;
         let s = start.elapsed().as_secs();
-        eprintln!(
+        // A closed or full stderr must not end the run.
+        let _ = writeln!(
+            std::io::stderr().lock(),
             "lockstorm: {title}: {s}/{} s, {}",
             limit.as_secs(),
             snapshot()

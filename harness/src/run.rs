@@ -2,6 +2,7 @@
 //! take the final read, check the history and store the results.
 
 use crate::error::{Context, Error, Result};
+use crate::interrupt::Interrupt;
 use crate::journal::HistoryWriter;
 use crate::node::{self, RedisNode};
 use crate::options::RunOptions;
@@ -58,6 +59,7 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome> {
         _ => None,
     };
     crate::topology::needs_firewall(&options)?;
+    let interrupt = Interrupt::catch().context(|| "catching stop signals".into())?;
     let dir = RunDir::create(&options.results, &options.name())?;
     let log = std::fs::File::create(dir.harness_log()).and_then(|log| Ok((log.try_clone()?, log)));
     let (mut errors, log) = match log {
@@ -68,7 +70,7 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome> {
         }
     };
     logging::attach(log);
-    let outcome = run_in(&options, &server, sentinel, &dir).await;
+    let outcome = run_in(&options, &server, sentinel, &dir, &interrupt).await;
     logging::detach();
     match outcome {
         Err(e) if !dir.history().exists() => {
@@ -95,6 +97,7 @@ async fn run_in(
     server: &std::path::Path,
     sentinel: Option<PathBuf>,
     dir: &RunDir,
+    interrupt: &Interrupt,
 ) -> Result<RunOutcome> {
     tracing::info!(
         "run {} seed {} in {}",
@@ -102,8 +105,13 @@ async fn run_in(
         options.seed(),
         dir.path.display()
     );
-    let topology = Arc::new(Topology::start(options, server, sentinel, &dir.nodes()).await?);
-    let outcome = run_workload(options, server, dir, &topology).await;
+    // Dropping a half-started topology kills its nodes and removes its chain.
+    let nodes = dir.nodes();
+    let topology = tokio::select! {
+        t = Topology::start(options, server, sentinel, &nodes) => Arc::new(t?),
+        _ = interrupt.wait() => return interrupted_at_startup(options, server, dir),
+    };
+    let outcome = run_workload(options, server, dir, &topology, interrupt).await;
     topology.shutdown().await;
     outcome
 }
@@ -113,6 +121,7 @@ async fn run_workload(
     server: &std::path::Path,
     dir: &RunDir,
     topology: &Arc<Topology>,
+    interrupt: &Interrupt,
 ) -> Result<RunOutcome> {
     let spec = schedule_spec(options);
     let steps = nemesis::schedule(&spec);
@@ -135,17 +144,10 @@ async fn run_workload(
         running.push(workers::spawn(&spec, &exe, &dir.path, history.clone())?);
     }
 
-    let mut record = RunRecord {
-        lockstorm: env!("CARGO_PKG_VERSION").to_string(),
-        redis: node::redis_version(server),
-        started: chrono::Utc::now().to_rfc3339(),
-        promise: options.config.promise(),
-        options: options.clone(),
-        nodes: topology.records().await,
-        worker_pids: running.iter().map(|w| w.pid).collect(),
-        schedule: steps.clone(),
-        interrupted: false,
-    };
+    let mut record = RunRecord::new(options, server);
+    record.nodes = topology.records().await;
+    record.worker_pids = running.iter().map(|w| w.pid).collect();
+    record.schedule = steps.clone();
     write_json(&dir.run_json(), &record)?;
 
     let watching = Arc::new(AtomicBool::new(false));
@@ -180,14 +182,9 @@ async fn run_workload(
 
     let limit = Duration::from_secs(options.time_limit);
     let title = options.name();
-    record.interrupted = tokio::select! {
-        _ = crate::progress::wait(&title, limit, || history.snapshot()) => false,
-        _ = tokio::signal::ctrl_c() => true,
-    };
-    if record.interrupted {
-        tracing::warn!(
-            "interrupted: healing faults, stopping workers and checking what was recorded"
-        );
+    tokio::select! {
+        _ = crate::progress::wait(&title, limit, || history.snapshot()) => {}
+        _ = interrupt.wait() => {}
     }
 
     // Heal first, so no worker is left stopped and no node down, then let
@@ -206,7 +203,12 @@ async fn run_workload(
         .finish()
         .context(|| "writing history.jsonl".into())?;
 
-    let (results, history) = check_history(dir, record.promise, record.interrupted)?;
+    let (mut results, history) = check_history(dir, record.promise)?;
+    // A signal during the stop or the check counts too: the run was cut short.
+    record.interrupted = interrupt.happened();
+    if record.interrupted {
+        mark_interrupted(&mut results, "the run was interrupted by a signal");
+    }
     write_json(&dir.results_json(), &results)?;
     // Pictures are evidence, not the verdict: a failure to draw is logged.
     let setup = crate::plot::Setup {
@@ -339,8 +341,55 @@ fn late_events(options: &RunOptions) -> Duration {
     Duration::from_millis(pause + 1000)
 }
 
+/// A signal arrived while the nodes started: nothing ran, nothing is decided.
+/// The folder keeps run.json and results.json; `latest` is left alone.
+fn interrupted_at_startup(
+    options: &RunOptions,
+    server: &std::path::Path,
+    dir: &RunDir,
+) -> Result<RunOutcome> {
+    let mut record = RunRecord::new(options, server);
+    record.interrupted = true;
+    let mut results = checker::check(&History::default(), record.promise);
+    mark_interrupted(
+        &mut results,
+        "the run was interrupted by a signal while its nodes started, before any worker ran",
+    );
+    write_json(&dir.run_json(), &record)?;
+    write_json(&dir.results_json(), &results)?;
+    Ok(RunOutcome {
+        dir: dir.path.clone(),
+        record,
+        results,
+    })
+}
+
+impl RunRecord {
+    /// The record of a run about to start: nodes, workers and schedule empty.
+    fn new(options: &RunOptions, server: &std::path::Path) -> Self {
+        RunRecord {
+            lockstorm: env!("CARGO_PKG_VERSION").to_string(),
+            redis: node::redis_version(server),
+            started: chrono::Utc::now().to_rfc3339(),
+            promise: options.config.promise(),
+            options: options.clone(),
+            nodes: Vec::new(),
+            worker_pids: Vec::new(),
+            schedule: Vec::new(),
+            interrupted: false,
+        }
+    }
+}
+
+/// An interrupted run decides nothing, whatever it saw so far (the counts
+/// stay in the results).
+fn mark_interrupted(results: &mut Results, why: &str) {
+    results.notes.push(why.into());
+    results.valid = Validity::Unknown;
+}
+
 /// Checks the history as stored on disk, the same way `lockstorm check` does.
-fn check_history(dir: &RunDir, promise: Promise, interrupted: bool) -> Result<(Results, History)> {
+fn check_history(dir: &RunDir, promise: Promise) -> Result<(Results, History)> {
     let path = dir.history();
     let file = std::fs::File::open(&path).context(|| format!("opening {}", path.display()))?;
     let history =
@@ -348,14 +397,5 @@ fn check_history(dir: &RunDir, promise: Promise, interrupted: bool) -> Result<(R
             path: path.clone(),
             message: e.to_string(),
         })?;
-    let mut results = checker::check(&history, promise);
-    if interrupted {
-        results
-            .notes
-            .push("the run was interrupted before its time limit".into());
-        if results.valid == Validity::True {
-            results.valid = Validity::Unknown;
-        }
-    }
-    Ok((results, history))
+    Ok((checker::check(&history, promise), history))
 }

@@ -86,17 +86,8 @@ fn report_of_a_missing_folder_exits_254() {
 #[test]
 fn check_reads_a_bare_history_with_a_promise() {
     let tmp = tempfile::tempdir().unwrap();
-    let history = tmp.path().join("h.jsonl");
     // Two holders at once: an overlap, which only mutual exclusion forbids.
-    let lines = [
-        r#"{"index":0,"time":10,"process":0,"type":"invoke","f":"acquire","value":null,"token":"a"}"#,
-        r#"{"index":1,"time":20,"process":0,"type":"ok","f":"acquire","value":null,"token":"a"}"#,
-        r#"{"index":2,"time":30,"process":1,"type":"invoke","f":"acquire","value":null,"token":"b"}"#,
-        r#"{"index":3,"time":40,"process":1,"type":"ok","f":"acquire","value":null,"token":"b"}"#,
-        r#"{"index":4,"time":50,"process":"harness","type":"invoke","f":"read","value":null}"#,
-        r#"{"index":5,"time":60,"process":"harness","type":"ok","f":"read","value":0}"#,
-    ];
-    std::fs::write(&history, lines.join("\n") + "\n").unwrap();
+    let history = common::overlap_history(tmp.path());
     let path = history.to_str().unwrap();
     let me = lockstorm(&["check", path]);
     assert_eq!(me.code, 1, "{}", me.stdout);

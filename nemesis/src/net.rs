@@ -3,12 +3,41 @@
 //! server's port, so concurrent runs are untouched) cuts one link.
 //! Rules live in a chain of the run's own, hooked into INPUT: packets are
 //! sent and silently lost, as on a real partition.
+//!
+//! Each chain has a random name and a lock file of the same name, which its
+//! run holds with `flock` for as long as the chain exists. The kernel drops
+//! the lock when the run dies however it dies, so a chain whose lock can be
+//! taken is provably stale; a pid would not do, as runs in other pid
+//! namespaces share the firewall but not the pids. Chains named after a pid
+//! (`LOCKSTORM-<pid>`, from versions that cleaned up by pid) are left to the
+//! user, with a warning: nothing shows whether their run is gone, and the
+//! lower-case prefix keeps those versions from removing these chains.
 
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+use std::fs::{File, OpenOptions};
 use std::io;
 use std::net::Ipv4Addr;
+use std::path::PathBuf;
 use std::process::Command;
 
-const PREFIX: &str = "LOCKSTORM-";
+/// The start of every chain name this version makes.
+pub const PREFIX: &str = "lockstorm-";
+/// The start of chain names made by versions that cleaned up by pid.
+const PID_NAMED: &str = "LOCKSTORM-";
+
+/// Where chains' lock files live: a tmpfs no tmp cleaner empties.
+pub const LOCK_DIR: &str = "/run/lockstorm/chains";
+
+/// The lock file of `chain`, held by the run that owns it.
+pub fn lock_path(chain: &str) -> PathBuf {
+    PathBuf::from(LOCK_DIR).join(chain)
+}
+
+/// A fresh chain name: 64 random bits, 26 characters (iptables allows 28).
+fn new_chain_name() -> String {
+    format!("{PREFIX}{:016x}", rand::random::<u64>())
+}
 
 /// A TCP link: clients at `client` talking to a server at `server:port`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,16 +67,32 @@ pub fn drop_rules(chain: &str, link: Link) -> [Vec<String>; 2] {
 /// The run's chain. Dropping it removes every rule it added.
 pub struct Firewall {
     chain: String,
+    /// Held until the chain is gone: proof to other runs that it is in use.
+    _owner: Flock<File>,
 }
 
 impl Firewall {
-    /// Creates `LOCKSTORM-<pid>` and hooks it into INPUT, after removing the
-    /// chains of earlier runs whose harness is gone (a crash leaves them).
+    /// Creates a chain of a fresh name, locked as this run's, and hooks it
+    /// into INPUT, after removing the chains of runs that are gone (a crash
+    /// leaves them).
     pub fn create() -> io::Result<Self> {
         clean_stale()?;
-        let chain = format!("{PREFIX}{}", std::process::id());
-        iptables(&["-N", &chain])?;
-        let fw = Firewall { chain };
+        let chain = new_chain_name();
+        std::fs::create_dir_all(LOCK_DIR)?;
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(lock_path(&chain))?;
+        let owner = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+            io::Error::other(format!("locking {}: {e}", lock_path(&chain).display()))
+        })?;
+        // From here on, dropping `fw` undoes whatever was done.
+        let fw = Firewall {
+            chain,
+            _owner: owner,
+        };
+        iptables(&["-N", &fw.chain])?;
         iptables(&["-I", "INPUT", "-j", &fw.chain])?;
         Ok(fw)
     }
@@ -72,7 +117,11 @@ impl Firewall {
 
 impl Drop for Firewall {
     fn drop(&mut self) {
-        remove_chain(&self.chain);
+        // Still locked: no other run can be removing it at the same time. A
+        // chain that would not go keeps its lock file, for the next run.
+        if remove_chain(&self.chain) {
+            let _ = std::fs::remove_file(lock_path(&self.chain));
+        }
     }
 }
 
@@ -93,36 +142,56 @@ pub fn available() -> Result<(), String> {
     }
 }
 
-/// Names of lockstorm chains present now.
+/// Names of lockstorm chains present now (of any version).
 pub fn chains() -> io::Result<Vec<String>> {
     let out = Command::new("iptables").arg("-S").output()?;
     Ok(String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.strip_prefix("-N "))
-        .filter(|c| c.starts_with(PREFIX))
+        .filter(|c| c.starts_with(PREFIX) || c.starts_with(PID_NAMED))
         .map(String::from)
         .collect())
 }
 
-/// Removes the chains of runs whose harness is gone (a crash leaves them).
+/// Removes the chains of runs that are gone (a crash leaves them): those
+/// whose lock file this process can lock. A chain without a lock file may
+/// belong to a run that cannot see this machine's lock folder, so it stays.
 pub fn clean_stale() -> io::Result<()> {
     for chain in chains()? {
-        let alive = chain[PREFIX.len()..]
-            .parse::<u32>()
-            .is_ok_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
-        if !alive {
-            tracing::warn!("removing iptables chain {chain} left by a run that did not finish");
-            remove_chain(&chain);
+        match claim(&chain) {
+            Ok(Some(_lock)) => {
+                tracing::warn!("removing iptables chain {chain} left by a run that did not finish");
+                if remove_chain(&chain) {
+                    let _ = std::fs::remove_file(lock_path(&chain));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(
+                "leaving iptables chain {chain}: its owner cannot be shown gone ({}: {e}); \
+                 if no run uses it, remove it with `iptables -D INPUT -j {chain}; iptables -F {chain}; iptables -X {chain}`",
+                lock_path(&chain).display()
+            ),
         }
     }
     Ok(())
 }
 
-fn remove_chain(chain: &str) {
+/// The lock of `chain` if its owner is gone, `None` while it holds it.
+fn claim(chain: &str) -> io::Result<Option<Flock<File>>> {
+    let file = File::open(lock_path(chain))?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(Some(lock)),
+        Err((_, Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, e)) => Err(e.into()),
+    }
+}
+
+/// Unhooks, empties and deletes `chain`; whether it is gone (by whoever).
+fn remove_chain(chain: &str) -> bool {
     // The hook may have been inserted more than once; remove until gone.
     while iptables(&["-D", "INPUT", "-j", chain]).is_ok() {}
     let _ = iptables(&["-F", chain]);
-    let _ = iptables(&["-X", chain]);
+    iptables(&["-X", chain]).is_ok() || iptables(&["-S", chain]).is_err()
 }
 
 fn iptables(args: &[&str]) -> io::Result<()> {
@@ -152,14 +221,22 @@ mod tests {
             server: Ipv4Addr::new(127, 0, 0, 11),
             port: 6400,
         };
-        let [there, back] = drop_rules("LOCKSTORM-1", link);
+        let [there, back] = drop_rules("lockstorm-1", link);
         assert_eq!(
             there.join(" "),
-            "-A LOCKSTORM-1 -p tcp -s 127.0.0.12 -d 127.0.0.11 --dport 6400 -j DROP"
+            "-A lockstorm-1 -p tcp -s 127.0.0.12 -d 127.0.0.11 --dport 6400 -j DROP"
         );
         assert_eq!(
             back.join(" "),
-            "-A LOCKSTORM-1 -p tcp -s 127.0.0.11 -d 127.0.0.12 --sport 6400 -j DROP"
+            "-A lockstorm-1 -p tcp -s 127.0.0.11 -d 127.0.0.12 --sport 6400 -j DROP"
         );
+    }
+
+    #[test]
+    fn chain_names_fit_iptables_and_differ_between_runs() {
+        let (a, b) = (new_chain_name(), new_chain_name());
+        assert!(a.len() <= 28, "{a} is longer than iptables allows");
+        assert!(a.starts_with(PREFIX));
+        assert_ne!(a, b);
     }
 }

@@ -11,6 +11,7 @@ use crate::options::RunOptions;
 use crate::{node, plot, run};
 use expect::{parse_nemesis, Expectations};
 use nemesis::Nemesis;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use summary::{Row, Skipped, Summary};
@@ -128,7 +129,9 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
             let start = Instant::now();
             match run::run(options).await {
                 Ok(outcome) => {
-                    println!(
+                    // Progress lines: a reader that has gone must not stop the matrix.
+                    let _ = writeln!(
+                        std::io::stdout(),
                         "{title}: {} in {:.0} s",
                         brief(&outcome.results),
                         start.elapsed().as_secs_f64()
@@ -146,7 +149,7 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
                 // The setup itself is wrong: every other run would fail too.
                 Err(e @ (Error::Usage(_) | Error::MissingProgram { .. })) => return Err(e),
                 Err(e) => {
-                    println!("{title}: the harness failed: {e}");
+                    let _ = writeln!(std::io::stdout(), "{title}: the harness failed: {e}");
                     row.add_error(e.to_string());
                 }
             }

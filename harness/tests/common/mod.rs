@@ -101,18 +101,42 @@ pub fn count(results: &Results, anomaly: &str) -> u64 {
         .count
 }
 
-/// lockstorm iptables chains whose harness has exited: each run must remove its own.
+/// lockstorm iptables chains no live run owns: a run makes its chain's lock
+/// file first, holds an exclusive `flock` on it, and deletes it only once the
+/// chain is gone, so a chain whose lock file is there and free was left
+/// behind. (A chain without one was not made by this lockstorm.)
 pub fn orphaned_chains() -> Vec<String> {
+    use nix::fcntl::{Flock, FlockArg};
     let out = Command::new("iptables")
         .arg("-S")
         .output()
         .expect("iptables runs (CI installs it)");
+    let left_behind = |chain: &str| {
+        std::fs::File::open(nemesis::net::lock_path(chain))
+            .is_ok_and(|f| Flock::lock(f, FlockArg::LockExclusiveNonblock).is_ok())
+    };
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter_map(|l| l.strip_prefix("-N LOCKSTORM-"))
-        .filter(|pid| !Path::new(&format!("/proc/{pid}")).exists())
-        .map(|pid| format!("LOCKSTORM-{pid}"))
+        .filter_map(|l| l.strip_prefix("-N "))
+        .filter(|chain| chain.starts_with(nemesis::net::PREFIX) && left_behind(chain))
+        .map(String::from)
         .collect()
+}
+
+/// A bare history in `dir` where two holders hold the lock at once: one
+/// overlap, which only mutual exclusion forbids (`check` says INVALID, 1).
+pub fn overlap_history(dir: &Path) -> PathBuf {
+    let path = dir.join("h.jsonl");
+    let lines = [
+        r#"{"index":0,"time":10,"process":0,"type":"invoke","f":"acquire","value":null,"token":"a"}"#,
+        r#"{"index":1,"time":20,"process":0,"type":"ok","f":"acquire","value":null,"token":"a"}"#,
+        r#"{"index":2,"time":30,"process":1,"type":"invoke","f":"acquire","value":null,"token":"b"}"#,
+        r#"{"index":3,"time":40,"process":1,"type":"ok","f":"acquire","value":null,"token":"b"}"#,
+        r#"{"index":4,"time":50,"process":"harness","type":"invoke","f":"read","value":null}"#,
+        r#"{"index":5,"time":60,"process":"harness","type":"ok","f":"read","value":0}"#,
+    ];
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path
 }
 
 /// How many events of the history have `f` equal to `op`.
