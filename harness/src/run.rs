@@ -102,11 +102,10 @@ async fn run_workload(
         .context(|| "creating history.jsonl".into())?;
     let history = Arc::new(history);
     let exe = std::env::current_exe().context(|| "finding the lockstorm binary".into())?;
-    let mut running = Vec::new();
-    for index in 0..options.workers {
-        let spec = worker_spec(options, index, topology, clock);
-        running.push(workers::spawn(&spec, &exe, &dir.path, history.clone())?);
-    }
+    let specs = (0..options.workers)
+        .map(|index| worker_spec(options, index, topology, clock))
+        .collect();
+    let pool = workers::Pool::start(specs, &exe, &dir.path, history.clone())?;
 
     let mut record = RunRecord {
         lockstorm: env!("CARGO_PKG_VERSION").to_string(),
@@ -115,7 +114,7 @@ async fn run_workload(
         promise: options.config.promise(),
         options: options.clone(),
         nodes: topology.records().await,
-        worker_pids: running.iter().map(|w| w.pid).collect(),
+        worker_pids: pool.pids.snapshot(),
         schedule: steps.clone(),
         interrupted: false,
     };
@@ -125,8 +124,8 @@ async fn run_workload(
     let watcher = topology.watch_failovers(history.clone(), watching.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     let env = nemesis::Env {
-        workers: running.iter().map(|w| w.pid).collect(),
-        controls: running.iter().map(|w| w.control.clone()).collect(),
+        workers: pool.pids.clone(),
+        controls: pool.controls.clone(),
         cluster: topology.clone(),
         holders,
         journal: history.clone(),
@@ -169,7 +168,7 @@ async fn run_workload(
     nemesis
         .await
         .map_err(|e| Error::Harness(format!("nemesis task failed: {e}")))?;
-    workers::stop_all(running, stop_grace(options)).await;
+    pool.stop(stop_grace(options)).await;
     watching.store(true, Ordering::SeqCst);
     if let Some(w) = watcher {
         let _ = w.join();
@@ -267,6 +266,7 @@ fn worker_spec(
         validity_check: !options.no_validity_check,
         seed: options.seed(),
         run_start_ns: clock.start_ns(),
+        first_process: None,
     }
 }
 
