@@ -264,3 +264,47 @@ fn workers_back_off_when_the_storage_node_is_gone() {
         clients_after.len()
     );
 }
+
+/// The only worker is SIGKILLed at its first grant; the pause nemesis must
+/// then freeze its replacement, not the dead pid.
+#[test]
+fn the_nemesis_strikes_the_replacement_of_a_crashed_worker() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = [
+        "--config",
+        "single",
+        "--nemesis",
+        "pause",
+        "--workers",
+        "1",
+        "--time-limit",
+        "12",
+        "--nemesis-interval-ms",
+        "3000",
+        "--seed",
+        "1",
+    ];
+    let mut run = Background::start(tmp.path(), &args);
+    let (dir, record) = run.run_json();
+    let dead: u32 = record["worker_pids"][0].as_u64().unwrap() as u32;
+    run.watch_history(&dir, "an acquire ok", |events| {
+        let ok = |e: &&Value| e["f"] == "acquire" && e["type"] == "ok";
+        events.iter().find(ok).map(|_| ())
+    });
+    nemesis::process::kill_now(dead).unwrap();
+
+    let (_, stdout) = run.finish();
+    let history = read_history(&dir.join("history.jsonl"));
+    let crash = crash_of(&history, 0).expect("the worker's crash is recorded");
+    let after_crash = |e: &&Value| e["index"].as_u64() > crash["index"].as_u64();
+    let pause = history
+        .iter()
+        .filter(after_crash)
+        .find(|e| e["f"] == "start-pause")
+        .unwrap_or_else(|| panic!("no pause after the crash:\n{stdout}"));
+    assert_ne!(pause["value"]["pid"], dead, "paused the dead pid: {pause}");
+    assert!(
+        pause["value"]["process"].as_u64() > crash["value"]["process"].as_u64(),
+        "the paused holder is the replacement: {pause} after {crash}"
+    );
+}

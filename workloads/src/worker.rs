@@ -345,3 +345,27 @@ impl<W: Write> Worker<W> {
         elapsed + self.spec.drift() < ttl
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backoff_doubles_to_its_cap_and_never_drops_below_half() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut b = Backoff::default();
+        let waits: Vec<u64> = (0..10)
+            .map(|_| b.next(&mut rng).as_millis() as u64)
+            .collect();
+        let max = |n: u32| (Backoff::FIRST_MS << n).min(Backoff::CAP_MS);
+        for (n, &w) in waits.iter().enumerate() {
+            assert!(
+                (max(n as u32) / 2..=max(n as u32)).contains(&w),
+                "{waits:?}"
+            );
+        }
+        assert!(waits[9] >= Backoff::CAP_MS / 2, "{waits:?}");
+        b.reset();
+        assert!(b.next(&mut rng).as_millis() as u64 <= Backoff::FIRST_MS);
+    }
+}
