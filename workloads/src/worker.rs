@@ -134,10 +134,19 @@ struct Worker<W: Write> {
     process: u64,
     cycle: u64,
     clock: Arc<LockClock>,
-    /// An op of this cycle failed for another reason than a busy lock.
+    /// An op of this cycle hit an error (not one of the `ANSWERS`).
     errored: bool,
     backoff: Backoff,
 }
+
+/// Refusals that are the lock's or the storage's answer, not a failure to
+/// reach them: a cycle that meets one needs no back-off.
+const ANSWERS: [&str; 4] = [
+    error::LOCK_BUSY,
+    error::NOT_HELD,
+    error::STALE_FENCE,
+    error::LEASE_EXPIRED,
+];
 
 /// Capped exponential back-off after cycles that hit an error (a node down
 /// fails every op at once), with jitter so workers do not retry in step.
@@ -234,8 +243,11 @@ impl<W: Write> Worker<W> {
         if kind == OpType::Info {
             self.process += self.spec.workers;
         }
-        let busy = matches!(outcome, Outcome::Fail(e) if e == error::LOCK_BUSY);
-        self.errored |= kind != OpType::Ok && !busy;
+        self.errored |= match outcome {
+            Outcome::Ok(_) => false,
+            Outcome::Fail(e) => !ANSWERS.contains(&checker::stats::error_kind(e)),
+            Outcome::Info(_) => true,
+        };
     }
 
     fn cycle(&mut self, stop: &AtomicBool) {
