@@ -66,6 +66,9 @@ pub mod f {
     pub const READ: &str = "read";
     pub const WRITE: &str = "write";
     pub const EXTEND: &str = "extend";
+    /// A client process died (an `info` event by its observer); `value.process`
+    /// names it, `token` the lock it still held, if any.
+    pub const CRASH: &str = "crash";
 }
 
 /// Error names clients put in `error` (free-form strings are allowed too).
@@ -75,6 +78,8 @@ pub mod error {
     pub const TIMEOUT: &str = "timeout";
     pub const LEASE_EXPIRED: &str = "lease-expired";
     pub const LOCK_BUSY: &str = "lock-busy";
+    /// The process died with the op in flight (completed by its observer).
+    pub const CRASHED: &str = "crashed";
 }
 
 /// One line of the history.
@@ -139,6 +144,13 @@ impl Event {
     }
     pub fn is_nemesis(&self) -> bool {
         self.process == Process::nemesis()
+    }
+    /// The process a `crash` event says died.
+    pub fn crashed(&self) -> Option<Process> {
+        if self.f != f::CRASH {
+            return None;
+        }
+        serde_json::from_value(self.value.get("process")?.clone()).ok()
     }
     /// The counter value of a `read`/`write`, when it is an integer.
     pub fn int_value(&self) -> Option<i64> {

@@ -4,7 +4,9 @@
 //! same token. The release may come from another process id: after an `info`
 //! a worker continues under a new id and still releases its old token. An
 //! `info` acquire starts no hold: the client does not believe it holds the
-//! lock, so it cannot act on that belief.
+//! lock, so it cannot act on that belief. A process that crashed believes
+//! nothing: its holds end at its `crash` event (the lock key may live on
+//! until its TTL, but that is the lock's state, not anyone's belief).
 
 use crate::history::{f, Event, History, OpType, Process};
 use serde::{Deserialize, Serialize};
@@ -18,10 +20,12 @@ pub struct Hold {
     /// Time and `index` of the `acquire` `ok`.
     pub start: u64,
     pub start_index: u64,
-    /// Time of the releasing `invoke`, or the end of the history.
+    /// Time of the releasing `invoke` or of the holder's crash, or the end
+    /// of the history.
     pub end: u64,
-    /// `index` of the releasing `invoke`; `None` if never released.
+    /// `index` of the releasing `invoke` or the crash; `None` if neither came.
     pub end_index: Option<u64>,
+    /// Ended by a release (not by a crash, nor by the end of the history).
     pub released: bool,
 }
 
@@ -50,10 +54,15 @@ impl Hold {
         self.token.is_some() && self.token == *token
     }
 
-    /// Whether the release invoked by `release` ends this hold: a release
-    /// ends the holds with its token or, without a token, the releasing
-    /// process's own tokenless holds, since there is nothing else to match.
+    /// Whether `release` (a release invoke, or a crash) ends this hold: a
+    /// release ends the holds with its token or, without a token, the
+    /// releasing process's own tokenless holds, since there is nothing else
+    /// to match. A crash ends every hold of the dead process, and the hold of
+    /// the token it still held (an earlier id of the same worker took it).
     pub fn ended_by(&self, release: &Event) -> bool {
+        if let Some(dead) = release.crashed() {
+            return self.process == dead || self.has_token(&release.token);
+        }
         match &release.token {
             Some(_) => self.has_token(&release.token),
             None => self.token.is_none() && self.process == release.process,
@@ -74,26 +83,27 @@ pub fn holds(history: &History) -> Vec<Hold> {
     let mut holds: Vec<Hold> = Vec::new();
     let mut open: Vec<usize> = Vec::new();
     for e in history.in_time_order() {
-        if e.is_nemesis() {
-            continue;
-        }
-        match (e.kind, e.f.as_str()) {
+        let released = match (e.kind, e.f.as_str()) {
+            _ if e.crashed().is_some() => false,
+            _ if e.is_nemesis() => continue,
             (OpType::Ok, f::ACQUIRE) => {
                 open.push(holds.len());
                 holds.push(Hold::granted(e, end_of_history));
+                continue;
             }
-            (OpType::Invoke, f::RELEASE) => open.retain(|&id| {
-                let h = &mut holds[id];
-                if !h.ended_by(e) {
-                    return true;
-                }
-                h.end = e.time;
-                h.end_index = Some(e.index);
-                h.released = true;
-                false
-            }),
-            _ => {}
-        }
+            (OpType::Invoke, f::RELEASE) => true,
+            _ => continue,
+        };
+        open.retain(|&id| {
+            let h = &mut holds[id];
+            if !h.ended_by(e) {
+                return true;
+            }
+            h.end = e.time;
+            h.end_index = Some(e.index);
+            h.released = released;
+            false
+        });
     }
     holds
 }
@@ -168,6 +178,43 @@ mod tests {
         let holds = holds(&h.build());
         assert_eq!(holds[0].token.as_deref(), Some("b"));
         assert_eq!(holds[1].start, 500);
+    }
+
+    #[test]
+    fn a_crash_ends_the_dead_process_hold_at_its_death() {
+        let mut h = Hist::new();
+        h.acquire(1, "a"); // 1
+        h.read(1, 0);
+        h.crash(1).token("a"); // 4
+        h.acquire(2, "b"); // 6
+        let history = h.build();
+        let holds = holds(&history);
+        assert_eq!(holds[0].end_index, Some(4));
+        assert_eq!(holds[0].end, history.events[4].time);
+        assert!(!holds[0].released && !holds[0].intersects(&holds[1]));
+    }
+
+    #[test]
+    fn a_crash_ends_the_hold_its_worker_took_under_an_earlier_id() {
+        let mut h = Hist::new();
+        h.acquire(1, "a"); // 1
+        h.invoke(1, "write").value(1);
+        h.info(1, "write").error("timeout"); // continues as 11
+        h.crash(11).token("a"); // 4
+        let holds = holds(&h.build());
+        assert_eq!(holds[0].end_index, Some(4));
+    }
+
+    #[test]
+    fn a_crash_without_a_hold_ends_nothing() {
+        let mut h = Hist::new();
+        h.acquire(1, "a"); // 1
+        h.invoke(2, "acquire");
+        h.crash(2); // 3: died waiting for the lock
+        h.release(1, "a"); // 4
+        let holds = holds(&h.build());
+        assert_eq!(holds.len(), 1);
+        assert_eq!((holds[0].end_index, holds[0].released), (Some(4), true));
     }
 
     #[test]

@@ -118,8 +118,7 @@ pub fn check_jsonl(
     {
         let mut sink = |e: Event| {
             pairing.feed(&e, &mut linear);
-            let lock_op = e.f == history::f::ACQUIRE || e.f == history::f::RELEASE;
-            if linearizability_too && lock_op && e.process.is_client() {
+            if linearizability_too && linear::reads(&e) {
                 lock_ops.events.push(e);
             }
         };

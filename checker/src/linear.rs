@@ -14,6 +14,11 @@
 //! worker continued under a new process id and released the token it never
 //! saw acknowledged).
 //!
+//! A `crash` of a process is an uncertain release, invoked at the crash, of
+//! every lock the dead process may hold: those it acquired, and the token
+//! the crash names. Its key lives until the TTL, then the lock is free; the
+//! model has no TTL, so it lets the lock go free at any time after the death.
+//!
 //! Search: Wing–Gong/Lowe just-in-time linearization (as in porcupine) over a
 //! time-ordered list of call/return entries, with backtracking and a memo of
 //! visited (linearized set, holder). The linearized set is kept as a 128-bit
@@ -23,7 +28,7 @@
 //! the holder nor any remaining acquire could give it something to release.
 //! Either way any valid completion using the op has one without it.
 
-use crate::history::{f, History, OpType, Process};
+use crate::history::{f, Event, History, OpType, Process};
 use crate::ops::Pairs;
 use crate::verdict::Validity;
 use std::collections::{HashMap, HashSet};
@@ -138,7 +143,26 @@ fn prepare(history: &History) -> Prepared {
     let mut ops = Vec::new();
     let mut acquire_tokens: HashSet<&str> = HashSet::new();
     let mut release_tokens: Vec<(usize, &str)> = Vec::new();
+    // Per process, the owners of its acquires so far: what a crash releases.
+    let mut acquired: HashMap<&Process, Vec<usize>> = HashMap::new();
     for (pos, e) in history.events.iter().enumerate() {
+        if let Some(dead) = e.crashed() {
+            let mut held = acquired.remove(&dead).unwrap_or_default();
+            held.push(intern(OwnerKey::Process(dead.clone()), &mut owners));
+            if let Some(t) = &e.token {
+                held.push(intern(OwnerKey::Token(t.clone()), &mut owners));
+            }
+            held.sort_unstable();
+            held.dedup();
+            ops.extend(held.into_iter().map(|owner| Op {
+                kind: Kind::Release,
+                owner,
+                invoke: e.time,
+                ret: None,
+                index: e.index,
+            }));
+            continue;
+        }
         if e.kind != OpType::Invoke || !e.process.is_client() {
             continue;
         }
@@ -176,6 +200,9 @@ fn prepare(history: &History) -> Prepared {
             }
             None => intern(OwnerKey::Process(e.process.clone()), &mut owners),
         };
+        if kind == Kind::Acquire {
+            acquired.entry(&e.process).or_default().push(owner);
+        }
         ops.push(Op {
             kind,
             owner,
@@ -188,6 +215,12 @@ fn prepare(history: &History) -> Prepared {
         owners[id].orphan = !acquire_tokens.contains(t);
     }
     Prepared { ops, owners }
+}
+
+/// Whether the search reads `e`: client lock ops and crashes.
+pub fn reads(e: &Event) -> bool {
+    let lock_op = e.f == f::ACQUIRE || e.f == f::RELEASE;
+    (lock_op && e.process.is_client()) || e.f == f::CRASH
 }
 
 /// Checks `history` for linearizability against the owner-aware mutex.
@@ -604,6 +637,49 @@ mod tests {
         h.invoke(1, "release").token("a");
         h.info(1, "release").token("a");
         assert_eq!(run(&h).valid, Validity::False);
+    }
+
+    #[test]
+    fn a_crashed_holder_lets_the_lock_go() {
+        let mut h = Hist::new();
+        h.acquire(1, "a");
+        h.invoke(1, "read");
+        h.info(1, "read").error("crashed");
+        h.crash(1).token("a");
+        h.acquire(2, "b");
+        h.release(2, "b");
+        assert_eq!(run(&h).valid, Validity::True);
+        // Under an earlier id of the same worker, named by the crash's token.
+        let mut h = Hist::new();
+        h.acquire(1, "a");
+        h.invoke(1, "write");
+        h.info(1, "write").error("timeout");
+        h.crash(11).token("a");
+        h.acquire(2, "b");
+        assert_eq!(run(&h).valid, Validity::True);
+    }
+
+    #[test]
+    fn a_grant_before_the_crash_is_still_a_second_holder() {
+        let mut h = Hist::new();
+        h.acquire(1, "a"); // ok 1
+        h.acquire(2, "b"); // ok 3
+        h.crash(1).token("a");
+        let out = run(&h);
+        assert_eq!(out.valid, Validity::False, "{out:?}");
+        assert_eq!(out.witness, vec![1, 3]);
+    }
+
+    #[test]
+    fn a_crash_with_no_hold_changes_nothing() {
+        let mut h = Hist::new();
+        h.acquire(1, "a"); // ok 1
+        h.invoke(3, "acquire").token("c");
+        h.crash(3); // died waiting: its acquire never completes
+        h.acquire(2, "b"); // ok 5: 1 still holds
+        let out = run(&h);
+        assert_eq!(out.valid, Validity::False, "{out:?}");
+        assert_eq!(out.witness, vec![1, 5]);
     }
 
     #[test]

@@ -43,6 +43,11 @@ pub struct Mutex {
 
 impl OnEvent for Mutex {
     fn on_event(&mut self, e: &Event, _invoke: Option<&Invoked>) {
+        if e.crashed().is_some() {
+            // A dead process believes nothing: its holds end here.
+            self.open.retain(|o| !o.hold.ended_by(e));
+            return;
+        }
         if e.is_nemesis() {
             return;
         }
@@ -206,6 +211,40 @@ mod tests {
         h.acquire(1, "a"); // e.g. a retried acquire reporting the same lock
         h.release(1, "a");
         assert!(!run(&h).0.found());
+    }
+
+    #[test]
+    fn a_crashed_holder_does_not_overlap_the_next_one() {
+        let mut h = Hist::new();
+        h.acquire(1, "a"); // 1
+        h.invoke(1, "read"); // 2
+        h.info(1, "read").error("crashed");
+        h.crash(1).token("a");
+        h.acquire(2, "b");
+        h.release(2, "b");
+        let (o, u, f) = run(&h);
+        assert!(!o.found() && !u.found() && !f.found(), "{o:?} {u:?} {f:?}");
+    }
+
+    #[test]
+    fn an_overlap_before_the_crash_is_still_an_overlap() {
+        let mut h = Hist::new();
+        h.acquire(1, "a"); // 1
+        h.acquire(2, "b"); // 3
+        h.crash(1).token("a");
+        h.release(2, "b");
+        assert_eq!(indices(&run(&h).0), vec![vec![1, 3]]);
+    }
+
+    #[test]
+    fn a_crash_with_no_hold_changes_nothing() {
+        let mut h = Hist::new();
+        h.acquire(1, "a"); // 1
+        h.invoke(3, "acquire");
+        h.crash(3); // died waiting
+        h.acquire(2, "b"); // 5
+        h.release(1, "a");
+        assert_eq!(indices(&run(&h).0), vec![vec![1, 5]]);
     }
 
     #[test]

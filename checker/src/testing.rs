@@ -94,6 +94,12 @@ impl Hist {
     pub fn nemesis(&mut self, f: &str) -> At<'_> {
         self.push(Process::nemesis(), OpType::Info, f)
     }
+    /// The harness saw client `p` die; `.token(t)` for the lock it held.
+    pub fn crash(&mut self, p: u64) -> At<'_> {
+        let value = serde_json::json!({ "process": p });
+        self.push("harness", OpType::Info, crate::history::f::CRASH)
+            .value(value)
+    }
     pub fn sleep(&mut self, ns: u64) {
         self.now += ns;
     }

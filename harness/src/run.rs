@@ -138,15 +138,14 @@ async fn run_workload(
         .context(|| "creating history.jsonl".into())?;
     let history = Arc::new(history);
     let exe = std::env::current_exe().context(|| "finding the lockstorm binary".into())?;
-    let mut running = Vec::new();
-    for index in 0..options.workers {
-        let spec = worker_spec(options, index, topology, clock);
-        running.push(workers::spawn(&spec, &exe, &dir.path, history.clone())?);
-    }
+    let specs = (0..options.workers)
+        .map(|index| worker_spec(options, index, topology, clock))
+        .collect();
+    let pool = workers::Pool::start(specs, &exe, &dir.path, history.clone())?;
 
     let mut record = RunRecord::new(options, server);
     record.nodes = topology.records().await;
-    record.worker_pids = running.iter().map(|w| w.pid).collect();
+    record.worker_pids = pool.pids.snapshot();
     record.schedule = steps.clone();
     write_json(&dir.run_json(), &record)?;
 
@@ -154,8 +153,8 @@ async fn run_workload(
     let watcher = topology.watch_failovers(history.clone(), watching.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     let env = nemesis::Env {
-        workers: running.iter().map(|w| w.pid).collect(),
-        controls: running.iter().map(|w| w.control.clone()).collect(),
+        workers: pool.pids.clone(),
+        controls: pool.controls.clone(),
         cluster: topology.clone(),
         holders,
         journal: history.clone(),
@@ -193,7 +192,7 @@ async fn run_workload(
     nemesis
         .await
         .map_err(|e| Error::Harness(format!("nemesis task failed: {e}")))?;
-    workers::stop_all(running, stop_grace(options)).await;
+    pool.stop(stop_grace(options)).await;
     watching.store(true, Ordering::SeqCst);
     if let Some(w) = watcher {
         let _ = w.join();
@@ -296,6 +295,7 @@ fn worker_spec(
         validity_check: !options.no_validity_check,
         seed: options.seed(),
         run_start_ns: clock.start_ns(),
+        first_process: None,
     }
 }
 

@@ -1,45 +1,75 @@
 //! Worker processes: `lockstorm worker --spec …`, one per `--workers`. Their
 //! stdout carries history events; their stdin carries control ("stop").
+//!
+//! Each worker index has a supervisor for the whole run: a worker that dies
+//! before it is told to stop is recorded as crashed (its op in flight
+//! completed as `info`) and replaced under a process id it never used.
 
 use crate::error::{Context, Result};
 use crate::journal::HistoryWriter;
-use checker::history::Event;
-use nemesis::process;
-use std::path::Path;
-use std::process::Stdio;
+use checker::history::{error, f, Event, OpType, Process};
+use nemesis::{process, Live};
+use serde_json::json;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Child;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use workloads::WorkerSpec;
 
-pub struct Worker {
-    pub index: usize,
-    pub pid: u32,
+struct Worker {
+    pid: u32,
     child: Child,
     /// Lines for the worker's stdin ("stop", "skew …"); closing it is a stop too.
-    pub control: mpsc::UnboundedSender<String>,
-    reader: JoinHandle<()>,
+    control: mpsc::UnboundedSender<String>,
+    /// Ends when the worker's stdout closes, with what it recorded.
+    reader: JoinHandle<Seen>,
 }
 
-pub fn spawn(
-    spec: &WorkerSpec,
-    exe: &Path,
-    run_dir: &Path,
-    history: Arc<HistoryWriter>,
-) -> Result<Worker> {
+/// What the harness saw a worker record: enough to close its books if it dies.
+#[derive(Default)]
+struct Seen {
+    /// The highest process id it used.
+    last_process: Option<u64>,
+    /// Its op in flight: an invoke not yet completed.
+    in_flight: Option<Event>,
+    /// The token of the lock it believes it holds.
+    holding: Option<String>,
+}
+
+impl Seen {
+    fn on_event(&mut self, e: &Event) {
+        let Process::Client(p) = e.process else {
+            return;
+        };
+        self.last_process = self.last_process.max(Some(p));
+        match e.kind {
+            OpType::Invoke => self.in_flight = Some(e.clone()),
+            _ => self.in_flight = None,
+        }
+        match (e.kind, e.f.as_str()) {
+            (OpType::Ok, f::ACQUIRE) => self.holding = e.token.clone(),
+            (OpType::Invoke, f::RELEASE) => self.holding = None,
+            _ => {}
+        }
+    }
+}
+
+fn spawn(spec: &WorkerSpec, ctx: &Shared) -> Result<Worker> {
     let index = spec.index as usize;
-    let log_path = run_dir.join("workers").join(format!("worker-{index}.log"));
+    let log_path = ctx.run_dir.join("workers").join(log_name(spec));
     std::fs::create_dir_all(log_path.parent().expect("has a parent"))
         .context(|| format!("creating {}", log_path.display()))?;
     let log =
         std::fs::File::create(&log_path).context(|| format!("creating {}", log_path.display()))?;
     let spec_json = serde_json::to_string(spec).expect("specs always serialise");
-    let mut cmd = std::process::Command::new(exe);
+    let mut cmd = std::process::Command::new(&ctx.exe);
     cmd.args(["worker", "--spec", &spec_json])
-        .current_dir(run_dir)
+        .current_dir(&ctx.run_dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(log);
@@ -49,16 +79,22 @@ pub fn spawn(
     let mut child = cmd.spawn().context(|| format!("starting worker {index}"))?;
     let pid = child.id().expect("a just-spawned child has a pid");
     let stdout = child.stdout.take().expect("stdout is piped");
+    let history = ctx.history.clone();
     let reader = tokio::spawn(async move {
+        let mut seen = Seen::default();
         let mut lines = BufReader::new(stdout).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             match serde_json::from_str::<Event>(&line) {
-                Ok(event) => history.append(event, Some(index)),
+                Ok(event) => {
+                    seen.on_event(&event);
+                    history.append(event, Some(index));
+                }
                 Err(e) => {
                     tracing::warn!("worker {index} wrote a line that is not an event ({e}): {line}")
                 }
             }
         }
+        seen
     });
     let mut stdin = child.stdin.take().expect("stdin is piped");
     let (control, mut lines) = mpsc::unbounded_channel::<String>();
@@ -74,7 +110,6 @@ pub fn spawn(
         }
     });
     Ok(Worker {
-        index,
         pid,
         control,
         child,
@@ -82,26 +117,181 @@ pub fn spawn(
     })
 }
 
-/// Asks every worker to finish its cycle and exit; one that has not exited
-/// within `grace` is resumed (it may be stopped) and killed. Returns once
-/// every worker is reaped and its last event recorded.
-pub async fn stop_all(workers: Vec<Worker>, grace: Duration) {
-    for w in &workers {
-        let _ = w.control.send("stop".into());
+/// `worker-3.log`; a replacement's log is named after its first process id.
+fn log_name(spec: &WorkerSpec) -> String {
+    match spec.first_process {
+        None => format!("worker-{}.log", spec.index),
+        Some(p) => format!("worker-{}-from-{p}.log", spec.index),
     }
-    for mut w in workers {
-        match tokio::time::timeout(grace, w.child.wait()).await {
-            Ok(Ok(status)) if status.success() => {}
-            Ok(status) => tracing::warn!("worker {} exited with {status:?}", w.index),
-            Err(_) => {
-                tracing::warn!(
-                    "worker {} did not stop within {grace:?}: killing it",
-                    w.index
-                );
-                let _ = process::resume(w.pid);
-                let _ = w.child.kill().await;
-            }
+}
+
+/// What every supervisor needs.
+struct Shared {
+    exe: PathBuf,
+    run_dir: PathBuf,
+    history: Arc<HistoryWriter>,
+    pids: Live<u32>,
+    controls: Live<mpsc::UnboundedSender<String>>,
+}
+
+/// The run's workers, each index kept alive by its supervisor until [`Pool::stop`].
+pub struct Pool {
+    /// Worker index → PID of its current process, for the nemesis.
+    pub pids: Live<u32>,
+    /// Worker index → its current control channel, for the nemesis.
+    pub controls: Live<mpsc::UnboundedSender<String>>,
+    stop: watch::Sender<Option<Duration>>,
+    supervisors: Vec<JoinHandle<()>>,
+}
+
+impl Pool {
+    /// Starts one worker per spec; fails if any cannot start.
+    pub fn start(
+        specs: Vec<WorkerSpec>,
+        exe: &Path,
+        run_dir: &Path,
+        history: Arc<HistoryWriter>,
+    ) -> Result<Pool> {
+        let mut ctx = Shared {
+            exe: exe.to_path_buf(),
+            run_dir: run_dir.to_path_buf(),
+            history,
+            pids: Live::new(Vec::new()),
+            controls: Live::new(Vec::new()),
+        };
+        let first: Vec<Worker> = specs
+            .iter()
+            .map(|spec| spawn(spec, &ctx))
+            .collect::<Result<_>>()?;
+        ctx.pids = Live::new(first.iter().map(|w| w.pid).collect());
+        ctx.controls = Live::new(first.iter().map(|w| w.control.clone()).collect());
+        let ctx = Arc::new(ctx);
+        let (stop, stopping) = watch::channel(None);
+        let supervisors = specs
+            .into_iter()
+            .zip(first)
+            .map(|(spec, w)| tokio::spawn(supervise(spec, w, ctx.clone(), stopping.clone())))
+            .collect();
+        Ok(Pool {
+            pids: ctx.pids.clone(),
+            controls: ctx.controls.clone(),
+            stop,
+            supervisors,
+        })
+    }
+
+    /// Asks every worker to finish its cycle and exit; one that has not exited
+    /// within `grace` is resumed (it may be stopped) and killed. Returns once
+    /// every worker is reaped and its last event recorded.
+    pub async fn stop(self, grace: Duration) {
+        let _ = self.stop.send(Some(grace));
+        for s in self.supervisors {
+            let _ = s.await;
         }
-        let _ = w.reader.await;
     }
+}
+
+/// Keeps worker `spec.index` running until the pool stops, replacing it
+/// each time it dies.
+async fn supervise(
+    mut spec: WorkerSpec,
+    mut w: Worker,
+    ctx: Arc<Shared>,
+    mut stopping: watch::Receiver<Option<Duration>>,
+) {
+    let index = spec.index as usize;
+    loop {
+        let status = tokio::select! {
+            status = w.child.wait() => Ok(status),
+            // No grace if the pool was dropped without a stop.
+            grace = stopping.wait_for(Option::is_some) => Err(grace.map_or(Duration::ZERO, |g| g.unwrap_or_default())),
+        };
+        let status = match status {
+            Err(grace) => return stop(w, &spec, grace, &ctx).await,
+            Ok(status) => status,
+        };
+        let seen = w.reader.await.unwrap_or_default();
+        let status = match status {
+            Ok(status) => status,
+            Err(e) => {
+                tracing::error!("worker {index}: waiting for it failed ({e}); not replaced");
+                return;
+            }
+        };
+        let last = record_crash(&ctx.history, &spec, w.pid, status, &seen);
+        if seen.last_process.is_none() {
+            // It died before doing anything: a broken worker, which a
+            // replacement would repeat at once.
+            tracing::error!("worker {index} died before its first event ({status}); not replaced");
+            return;
+        }
+        spec.first_process = Some(last + spec.workers);
+        let dead_pid = w.pid;
+        w = match spawn(&spec, &ctx) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::error!("worker {index}: starting its replacement failed: {e}");
+                return;
+            }
+        };
+        tracing::warn!(
+            "worker {index} (pid {}) died ({status}); replaced by pid {} as process {}",
+            dead_pid,
+            w.pid,
+            last + spec.workers
+        );
+        ctx.pids.set(index, w.pid);
+        ctx.controls.set(index, w.control.clone());
+    }
+}
+
+async fn stop(mut w: Worker, spec: &WorkerSpec, grace: Duration, ctx: &Shared) {
+    let index = spec.index;
+    let _ = w.control.send("stop".into());
+    match tokio::time::timeout(grace, w.child.wait()).await {
+        Ok(Ok(status)) if status.success() => {}
+        Ok(Ok(status)) => {
+            tracing::warn!("worker {index} died while finishing its cycle ({status})");
+            let seen = w.reader.await.unwrap_or_default();
+            record_crash(&ctx.history, spec, w.pid, status, &seen);
+            return;
+        }
+        Ok(Err(e)) => tracing::warn!("worker {index}: waiting for it failed ({e})"),
+        Err(_) => {
+            tracing::warn!("worker {index} did not stop within {grace:?}: killing it");
+            let _ = process::resume(w.pid);
+            let _ = w.child.kill().await;
+        }
+    }
+    let _ = w.reader.await;
+}
+
+/// Completes the dead process's op in flight as `info` and records the
+/// `crash` (with the token it held, so its hold ends there). Returns the
+/// last process id the dead worker used.
+fn record_crash(
+    history: &HistoryWriter,
+    spec: &WorkerSpec,
+    pid: u32,
+    status: ExitStatus,
+    seen: &Seen,
+) -> u64 {
+    let index = spec.index as usize;
+    let last = seen.last_process.unwrap_or(spec.first_process());
+    let now = history.now(Process::harness(), OpType::Info, f::CRASH);
+    if let Some(invoke) = &seen.in_flight {
+        let mut completion = invoke.clone().with_error(error::CRASHED);
+        completion.kind = OpType::Info;
+        completion.time = now.time;
+        history.append(completion, Some(index));
+    }
+    let mut value = json!({"worker": index, "process": last, "pid": pid});
+    match (status.signal(), status.code()) {
+        (Some(signal), _) => value["signal"] = json!(signal),
+        (None, code) => value["status"] = json!(code),
+    }
+    let mut crash = now.with_value(value);
+    crash.token = seen.holding.clone();
+    history.append(crash, None);
+    last
 }

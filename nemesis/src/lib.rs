@@ -18,5 +18,5 @@ mod skew;
 
 pub use cluster::{Cluster, NodeRef};
 pub use fault::{Action, Fault, Nemesis, Targets};
-pub use runner::{Env, FaultParams, Holder, Journal};
+pub use runner::{Env, FaultParams, Holder, Journal, Live};
 pub use schedule::{schedule, ScheduleSpec, Step};

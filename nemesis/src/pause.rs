@@ -15,7 +15,7 @@ pub async fn holder(env: &mut Env, duration: Duration) {
     let Some(holder) = env.await_holder("pause").await else {
         return;
     };
-    let Some(&pid) = env.workers.get(holder.worker) else {
+    let Some(pid) = env.workers.get(holder.worker) else {
         return;
     };
     let target = json!({"target": format!("worker-{}", holder.worker), "pid": pid, "process": holder.process});

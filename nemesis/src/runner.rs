@@ -4,7 +4,7 @@ use crate::cluster::Cluster;
 use crate::fault::{Action, Targets};
 use crate::{failover, kill, partition, pause, scenario, skew, Fault, Step};
 use serde_json::{json, Value};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -24,12 +24,50 @@ pub trait Journal: Send + Sync {
     fn record(&self, f: &str, value: Value, node: Option<&str>);
 }
 
+/// Worker index → something of its current process. A crashed worker's
+/// replacement takes its index, so the harness updates these as it goes.
+#[derive(Debug)]
+pub struct Live<T>(Arc<RwLock<Vec<T>>>);
+
+impl<T> Clone for Live<T> {
+    fn clone(&self) -> Self {
+        Live(self.0.clone())
+    }
+}
+
+impl<T: Clone> Live<T> {
+    pub fn new(items: Vec<T>) -> Self {
+        Live(Arc::new(RwLock::new(items)))
+    }
+    pub fn get(&self, index: usize) -> Option<T> {
+        self.read().get(index).cloned()
+    }
+    pub fn set(&self, index: usize, item: T) {
+        let mut items = self.0.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = items.get_mut(index) {
+            *slot = item;
+        }
+    }
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn snapshot(&self) -> Vec<T> {
+        self.read().clone()
+    }
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<T>> {
+        self.0.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// What the nemesis may act on.
 pub struct Env {
-    /// Worker index → PID.
-    pub workers: Vec<u32>,
+    /// Worker index → PID of its current process.
+    pub workers: Live<u32>,
     /// Worker index → its control channel (lines for its stdin).
-    pub controls: Vec<mpsc::UnboundedSender<String>>,
+    pub controls: Live<mpsc::UnboundedSender<String>>,
     /// The lock's nodes. The storage node is never part of it.
     pub cluster: Arc<dyn Cluster>,
     pub holders: watch::Receiver<Holder>,

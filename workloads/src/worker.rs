@@ -19,11 +19,15 @@ use std::time::Duration;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WorkerSpec {
     pub config: Config,
-    /// 0-based; also the worker's first process id.
+    /// 0-based; also the worker's first process id, unless `first_process`.
     pub index: u64,
     /// How many workers the run has: after an `info` a worker continues as
     /// process `id + workers`, so ids never collide.
     pub workers: u64,
+    /// The first process id of a replacement for a crashed worker: beyond
+    /// every id the dead one used (same index modulo `workers`).
+    #[serde(default)]
+    pub first_process: Option<u64>,
     pub lock_nodes: Vec<String>,
     /// The names of `lock_nodes`, same order, for the history.
     #[serde(default)]
@@ -48,6 +52,10 @@ pub struct WorkerSpec {
 }
 
 impl WorkerSpec {
+    pub fn first_process(&self) -> u64 {
+        self.first_process.unwrap_or(self.index)
+    }
+
     /// Clock drift allowance for a lease, as in Redlock: TTL·1% + 2 ms.
     pub fn drift(&self) -> Duration {
         lock::redlock::drift(Duration::from_millis(self.ttl_ms))
@@ -126,6 +134,43 @@ struct Worker<W: Write> {
     process: u64,
     cycle: u64,
     clock: Arc<LockClock>,
+    /// An op of this cycle hit an error (not one of the `ANSWERS`).
+    errored: bool,
+    backoff: Backoff,
+}
+
+/// Refusals that are the lock's or the storage's answer, not a failure to
+/// reach them: a cycle that meets one needs no back-off.
+const ANSWERS: [&str; 4] = [
+    error::LOCK_BUSY,
+    error::NOT_HELD,
+    error::STALE_FENCE,
+    error::LEASE_EXPIRED,
+];
+
+/// Capped exponential back-off after cycles that hit an error (a node down
+/// fails every op at once), with jitter so workers do not retry in step.
+#[derive(Default)]
+struct Backoff {
+    failures: u32,
+}
+
+impl Backoff {
+    const FIRST_MS: u64 = 20;
+    const CAP_MS: u64 = 1000;
+
+    /// The wait after one more failed cycle: half fixed, half random, so
+    /// a worker never retries faster than one cycle per `CAP_MS / 2`
+    /// once the cap is reached.
+    fn next(&mut self, rng: &mut impl Rng) -> Duration {
+        let max = (Self::FIRST_MS << self.failures.min(16)).min(Self::CAP_MS);
+        self.failures = self.failures.saturating_add(1);
+        Duration::from_millis(rng.random_range(max / 2..=max))
+    }
+
+    fn reset(&mut self) {
+        self.failures = 0;
+    }
 }
 
 /// Runs cycles until `stop` is set, then finishes the cycle in progress (so
@@ -147,13 +192,17 @@ pub fn run(spec: WorkerSpec, out: impl Write, control: Control) {
     } else {
         Storage::plain(&spec.storage_node, op_timeout)
     };
+    let first = spec.first_process();
     let mut worker = Worker {
         lock: lock::client(spec.config, &params),
         storage,
-        rng: ChaCha8Rng::seed_from_u64(spec.seed ^ spec.index.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
-        process: spec.index,
+        // Seeded by the first process id, so a replacement draws other tokens.
+        rng: ChaCha8Rng::seed_from_u64(spec.seed ^ first.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+        process: first,
         cycle: 0,
         clock,
+        errored: false,
+        backoff: Backoff::default(),
         emitter: Emitter {
             out,
             clock: RunClock::from_start(spec.run_start_ns),
@@ -161,7 +210,12 @@ pub fn run(spec: WorkerSpec, out: impl Write, control: Control) {
         spec,
     };
     while !stop.load(Ordering::SeqCst) {
+        worker.errored = false;
         worker.cycle(&stop);
+        match worker.errored {
+            true => std::thread::sleep(worker.backoff.next(&mut worker.rng)),
+            false => worker.backoff.reset(),
+        }
     }
 }
 
@@ -189,13 +243,18 @@ impl<W: Write> Worker<W> {
         if kind == OpType::Info {
             self.process += self.spec.workers;
         }
+        self.errored |= match outcome {
+            Outcome::Ok(_) => false,
+            Outcome::Fail(e) => !ANSWERS.contains(&checker::stats::error_kind(e)),
+            Outcome::Info(_) => true,
+        };
     }
 
     fn cycle(&mut self, stop: &AtomicBool) {
         self.cycle += 1;
         let token = format!(
             "{}-{}-{:06x}",
-            self.spec.index,
+            self.spec.first_process(),
             self.cycle,
             self.rng.random::<u32>() & 0xff_ffff
         );
@@ -240,8 +299,11 @@ impl<W: Write> Worker<W> {
                 self.complete(f::ACQUIRE, &outcome, |e| e.with_token(token));
                 // A longer random back-off after a refused round, as Redlock
                 // advises: clients that retry in step split the votes forever.
-                let backoff = self.rng.random_range(10..=300);
-                std::thread::sleep(Duration::from_millis(backoff));
+                // Any other refusal is an error: the cycle's back-off follows.
+                if busy {
+                    let backoff = self.rng.random_range(10..=300);
+                    std::thread::sleep(Duration::from_millis(backoff));
+                }
                 return None;
             }
             std::thread::sleep(Duration::from_millis(self.rng.random_range(5..=25)));
@@ -293,5 +355,29 @@ impl<W: Write> Worker<W> {
         let elapsed = Duration::from_nanos((self.clock.now_ns() - lease_start).max(0) as u64);
         let ttl = Duration::from_millis(self.spec.ttl_ms);
         elapsed + self.spec.drift() < ttl
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backoff_doubles_to_its_cap_and_never_drops_below_half() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut b = Backoff::default();
+        let waits: Vec<u64> = (0..10)
+            .map(|_| b.next(&mut rng).as_millis() as u64)
+            .collect();
+        let max = |n: u32| (Backoff::FIRST_MS << n).min(Backoff::CAP_MS);
+        for (n, &w) in waits.iter().enumerate() {
+            assert!(
+                (max(n as u32) / 2..=max(n as u32)).contains(&w),
+                "{waits:?}"
+            );
+        }
+        assert!(waits[9] >= Backoff::CAP_MS / 2, "{waits:?}");
+        b.reset();
+        assert!(b.next(&mut rng).as_millis() as u64 <= Backoff::FIRST_MS);
     }
 }

@@ -120,6 +120,28 @@ fn png_size(path: &Path) -> (u32, u32) {
     (be(16), be(20))
 }
 
+/// A holder that crashed holds nothing after: its bar ends at the crash and
+/// is not drawn as held to the end of the run.
+#[test]
+fn a_crashed_holder_bar_ends_at_the_crash() {
+    let text = [
+        r#"{"index":0,"time":1000,"process":0,"type":"invoke","f":"acquire","token":"a"}"#,
+        r#"{"index":1,"time":2000,"process":0,"type":"ok","f":"acquire","token":"a"}"#,
+        r#"{"index":2,"time":500000000,"process":"harness","type":"info","f":"crash","value":{"process":0},"token":"a"}"#,
+        r#"{"index":3,"time":900000000,"process":1,"type":"invoke","f":"read"}"#,
+    ]
+    .join("\n");
+    let history = History::from_jsonl(text.as_bytes()).unwrap();
+    let results = checker::check(&history, Promise::MutualExclusion);
+    let svg = timeline_svg(&history, &results, 2).unwrap();
+    assert_eq!(
+        bars(&svg, &[OPEN_HOLD_COLOR]),
+        0,
+        "drawn as held at run end"
+    );
+    assert_eq!(bars(&svg, &[HOLD_COLOR]), 1);
+}
+
 #[test]
 fn the_timeline_shows_holds_fences_the_unsafe_write_and_the_fault() {
     let history = paused_holder();

@@ -143,7 +143,8 @@ where
         };
         let color = if scene.overlapping.contains(&h.start_index) {
             OVERLAP_COLOR
-        } else if h.released {
+        } else if h.released || h.end_index.is_some() {
+            // Ended by a release or by its holder's crash: not held at run end.
             HOLD_COLOR
         } else {
             OPEN_HOLD_COLOR
