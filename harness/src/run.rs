@@ -9,9 +9,9 @@ use crate::store::{write_json, RunDir};
 use crate::topology::{NodeRecord, Topology};
 use crate::{logging, workers};
 use checker::history::{f, OpType, Process};
-use checker::verdict::{Promise, Results, Validity};
+use checker::verdict::{Promise, Results};
 use checker::History;
-use nemesis::{Action, Fault, FaultParams, ScheduleSpec, Step};
+use nemesis::{FaultParams, Step};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,19 +22,31 @@ use workloads::clock::RunClock;
 use workloads::storage::Storage;
 use workloads::{Config, Outcome, WorkerSpec};
 
-/// `run.json`: everything needed to understand or repeat the run.
+/// `run.json`: everything needed to understand or repeat the run. Fields
+/// newer than a stored run read as their defaults; `promise` is required,
+/// the mark of a lockstorm run folder.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunRecord {
+    #[serde(default)]
     pub lockstorm: String,
+    #[serde(default)]
     pub redis: String,
+    #[serde(default)]
     pub started: String,
     pub promise: Promise,
+    #[serde(default)]
     pub options: RunOptions,
+    #[serde(default)]
     pub nodes: Vec<NodeRecord>,
+    #[serde(default)]
     pub worker_pids: Vec<u32>,
+    #[serde(default)]
     pub schedule: Vec<Step>,
     #[serde(default)]
     pub interrupted: bool,
+    /// How far into the run it was interrupted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted_at_ms: Option<u64>,
 }
 
 pub struct RunOutcome {
@@ -87,16 +99,7 @@ async fn run_workload(
     dir: &RunDir,
     topology: &Arc<Topology>,
 ) -> Result<RunOutcome> {
-    let spec = schedule_spec(options);
-    let steps = nemesis::schedule(&spec);
-    if steps.is_empty() && !spec.actions.is_empty() {
-        tracing::warn!(
-            "no fault fits in --time-limit {} s (the shortest needs {} ms, plus {} ms to settle): raise --time-limit",
-            options.time_limit,
-            spec.actions.iter().map(|(_, ms)| ms).min().unwrap_or(&0),
-            spec.settle_ms
-        );
-    }
+    let steps = options.schedule();
     let clock = RunClock::starting_now();
     let (history, holders) = HistoryWriter::create(&dir.history(), clock, late_events(options))
         .context(|| "creating history.jsonl".into())?;
@@ -118,6 +121,7 @@ async fn run_workload(
         worker_pids: running.iter().map(|w| w.pid).collect(),
         schedule: steps.clone(),
         interrupted: false,
+        interrupted_at_ms: None,
     };
     write_json(&dir.run_json(), &record)?;
 
@@ -158,6 +162,7 @@ async fn run_workload(
         _ = tokio::signal::ctrl_c() => true,
     };
     if record.interrupted {
+        record.interrupted_at_ms = Some(clock.now() / 1_000_000);
         tracing::warn!(
             "interrupted: healing faults, stopping workers and checking what was recorded"
         );
@@ -179,7 +184,7 @@ async fn run_workload(
         .finish()
         .context(|| "writing history.jsonl".into())?;
 
-    let (results, history) = check_history(dir, record.promise, record.interrupted)?;
+    let (results, history) = check_history(dir, &record)?;
     write_json(&dir.results_json(), &results)?;
     // Pictures are evidence, not the verdict: a failure to draw is logged.
     let setup = crate::plot::Setup {
@@ -197,51 +202,6 @@ async fn run_workload(
         record,
         results,
     })
-}
-
-/// Each fault the run asked for, with how long it is expected to last.
-fn schedule_spec(options: &RunOptions) -> ScheduleSpec {
-    let restart = options.restart_ms + 500;
-    let hold = options.fault_ms.expect("resolved");
-    let ttl = options.ttl_ms();
-    let actions = options
-        .nemesis
-        .actions()
-        .into_iter()
-        .filter(|a| supported(options.config, *a))
-        .map(|a| {
-            let ms = match a {
-                Action::Fault(Fault::Pause) => options.pause_ms.expect("resolved"),
-                Action::Fault(Fault::PauseNode) => options.node_pause_ms.expect("resolved"),
-                Action::Fault(Fault::Kill) => restart,
-                Action::Fault(Fault::Failover) => {
-                    ttl + options.down_after_ms + options.failover_timeout_ms + restart
-                }
-                Action::Fault(Fault::Clock | Fault::Partition) => hold,
-                Action::SplitClock => ttl + hold,
-                Action::KillClock => restart + hold,
-            };
-            (a, ms)
-        })
-        .collect();
-    ScheduleSpec {
-        seed: options.seed(),
-        actions,
-        interval_ms: options.nemesis_interval_ms,
-        time_limit_ms: options.time_limit * 1000,
-        settle_ms: ttl.max(1000),
-    }
-}
-
-/// Whether `action` makes sense on `config` (`all` offers every action;
-/// explicit choices were checked when the options were resolved).
-fn supported(config: Config, action: Action) -> bool {
-    match action {
-        Action::Fault(Fault::Pause) => true,
-        Action::Fault(Fault::Failover) => config == Config::Replicated,
-        Action::Fault(_) => config.has_lock_node(),
-        Action::SplitClock | Action::KillClock => config.lock_nodes() >= 5,
-    }
 }
 
 fn worker_spec(
@@ -313,7 +273,7 @@ fn late_events(options: &RunOptions) -> Duration {
 }
 
 /// Checks the history as stored on disk, the same way `lockstorm check` does.
-fn check_history(dir: &RunDir, promise: Promise, interrupted: bool) -> Result<(Results, History)> {
+fn check_history(dir: &RunDir, record: &RunRecord) -> Result<(Results, History)> {
     let path = dir.history();
     let file = std::fs::File::open(&path).context(|| format!("opening {}", path.display()))?;
     let history =
@@ -321,14 +281,7 @@ fn check_history(dir: &RunDir, promise: Promise, interrupted: bool) -> Result<(R
             path: path.clone(),
             message: e.to_string(),
         })?;
-    let mut results = checker::check(&history, promise);
-    if interrupted {
-        results
-            .notes
-            .push("the run was interrupted before its time limit".into());
-        if results.valid == Validity::True {
-            results.valid = Validity::Unknown;
-        }
-    }
+    let mut results = checker::check(&history, record.promise);
+    crate::check::judge_run(&mut results, record);
     Ok((results, history))
 }
