@@ -283,3 +283,64 @@ fn every_numeric_option_out_of_its_range_is_refused_naming_it() {
         );
     }
 }
+
+#[test]
+fn an_interrupted_run_records_when_and_rechecks_unknown() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let tmp = tempfile::tempdir().unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_lockstorm"))
+        .args([
+            "run",
+            "--config",
+            "single",
+            "--time-limit",
+            "60",
+            "--seed",
+            "1",
+        ])
+        .args(["--results", tmp.path().to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The progress line shows the run is in its timed phase, listening for
+    // Ctrl-C (earlier is the startup's business, not this test's).
+    let mut child = child;
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("/60 s") {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+        assert!(n > 0, "the run ended before its first progress line");
+    }
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let group = tmp.path().join("single-none/latest");
+    let run = group.canonicalize().expect("a latest link");
+    let history = std::fs::read_to_string(run.join("history.jsonl")).unwrap();
+    assert!(
+        history.contains(r#""type":"ok","f":"acquire""#),
+        "no lock granted in 5 s"
+    );
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
+    assert_eq!(record["interrupted"], true);
+    let at = record["interrupted_at_ms"]
+        .as_u64()
+        .expect("interrupted_at_ms");
+    assert!((5_000..60_000).contains(&at), "interrupted at {at} ms");
+    let again = check(&[run.to_str().unwrap()]);
+    assert_eq!(
+        again.code, 2,
+        "re-checking an interrupted run upgraded it:\n{}",
+        again.stdout
+    );
+    assert!(
+        again.stdout.contains("interrupted after"),
+        "{}",
+        again.stdout
+    );
+    common::assert_no_process_left(tmp.path());
+}
