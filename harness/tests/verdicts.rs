@@ -344,3 +344,118 @@ fn an_interrupted_run_records_when_and_rechecks_unknown() {
     );
     common::assert_no_process_left(tmp.path());
 }
+
+fn matrix(results: &Path, args: &[&str]) -> common::Run {
+    let mut all = vec!["matrix", "--results", results.to_str().unwrap()];
+    all.extend_from_slice(args);
+    lockstorm(&all)
+}
+
+#[test]
+fn a_matrix_with_nothing_to_run_or_a_zero_time_limit_is_refused() {
+    for args in [
+        &["--configs", "single", "--nemeses", "failover"][..],
+        &[
+            "--configs",
+            "single",
+            "--nemeses",
+            "none",
+            "--time-limit",
+            "0",
+        ],
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = matrix(tmp.path(), args);
+        assert_eq!(out.code, 254, "{args:?}: {}{}", out.stdout, out.stderr);
+        assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+        let made = std::fs::read_dir(tmp.path()).unwrap().count();
+        assert_eq!(made, 0, "{args:?} left a folder behind");
+    }
+}
+
+#[test]
+fn a_matrix_pair_whose_time_limit_fits_no_fault_is_skipped_with_the_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = ["--configs", "single", "--nemeses", "none,pause"];
+    let out = matrix(tmp.path(), &[&args[..], &["--time-limit", "3"]].concat());
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let plan = out.stdout.lines().next().unwrap_or_default();
+    assert!(plan.starts_with("matrix: 1 pair(s)"), "{}", out.stdout);
+    assert!(plan.contains("about 1 min"), "{}", out.stdout);
+    let dir = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("matrix-")
+        })
+        .expect("a matrix folder");
+    let text = std::fs::read_to_string(dir.join("summary.json")).unwrap();
+    let summary: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let rows: Vec<&str> = summary["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["nemesis"].as_str().unwrap())
+        .collect();
+    assert_eq!(rows, ["none"], "{summary:#}");
+    let skipped = &summary["skipped"][0];
+    assert_eq!(skipped["nemesis"], "pause", "{summary:#}");
+    let reason = skipped["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("no fault fits in --time-limit 3 s"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn an_interrupted_matrix_exits_2_and_its_summary_says_so() {
+    use nix::sys::signal::{killpg, Signal};
+    use nix::unistd::Pid;
+    use std::os::unix::process::CommandExt;
+    let tmp = tempfile::tempdir().unwrap();
+    // Its own process group, as a terminal's Ctrl-C reaches every process of
+    // the foreground job: nodes and workers too.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lockstorm"))
+        .args(["matrix", "--configs", "single", "--nemeses", "none,pause"])
+        .args([
+            "--time-limit",
+            "20",
+            "--results",
+            tmp.path().to_str().unwrap(),
+        ])
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut plan = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut plan).unwrap();
+    assert!(plan.starts_with("matrix: 2 pair(s)"), "{plan}");
+    // The first run's history exists: it is under way.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !tmp.path().join("single-none").is_dir()
+        || std::fs::read_dir(tmp.path().join("single-none"))
+            .unwrap()
+            .flatten()
+            .all(|e| !e.path().join("history.jsonl").is_file())
+    {
+        assert!(std::time::Instant::now() < deadline, "no run started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    killpg(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{rest}\n{stderr}");
+    assert!(rest.contains("**Interrupted**"), "{rest}");
+    assert!(
+        !rest.contains("single | pause"),
+        "ran on after Ctrl-C: {rest}"
+    );
+    common::assert_no_process_left(tmp.path());
+}
