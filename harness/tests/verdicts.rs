@@ -459,3 +459,26 @@ fn an_interrupted_matrix_exits_2_and_its_summary_says_so() {
     );
     common::assert_no_process_left(tmp.path());
 }
+
+#[test]
+fn a_history_line_longer_than_1_mib_or_malformed_with_its_newline_is_bad_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let long = tmp.path().join("long");
+    std::fs::write(&long, vec![b'0'; 3 << 20]).unwrap();
+    let first = jsonl(&clean_ops()[..1]);
+    let bad = tmp.path().join("bad.jsonl");
+    std::fs::write(&bad, first + "not json\n").unwrap();
+    for (args, needle) in [
+        (vec![long.to_str().unwrap()], "longer than 1 MiB"),
+        (
+            vec!["--format", "edn", long.to_str().unwrap()],
+            "longer than 1 MiB",
+        ),
+        (vec![bad.to_str().unwrap()], "history line 2:"),
+    ] {
+        let out = check(&args);
+        assert_eq!(out.code, 254, "{args:?}: {}{}", out.stdout, out.stderr);
+        assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+        assert!(out.stderr.contains(needle), "{}", out.stderr);
+    }
+}
