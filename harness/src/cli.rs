@@ -170,8 +170,8 @@ fn matrix_command(args: MatrixArgs) -> Result<Validity> {
     Ok(Validity::True)
 }
 
-/// Problems with single runs are listed on the page and on stderr; only a
-/// missing folder or an unwritable page fails the command.
+/// Problems with single runs are listed on the page and on stderr, and
+/// make the command exit 254 once the page is written.
 fn report_command(args: ReportArgs) -> Result<Validity> {
     if !args.path.is_dir() {
         return Err(Error::BadInput {
@@ -191,6 +191,16 @@ fn report_command(args: ReportArgs) -> Result<Validity> {
         if report.matrices == 1 { "x" } else { "ces" },
         report.index.display()
     );
+    if !report.problems.is_empty() {
+        return Err(Error::BadInput {
+            path: args.path,
+            message: format!(
+                "{} problem(s) above, also listed on {}",
+                report.problems.len(),
+                report.index.display()
+            ),
+        });
+    }
     Ok(Validity::True)
 }
 

@@ -482,3 +482,25 @@ fn a_history_line_longer_than_1_mib_or_malformed_with_its_newline_is_bad_input()
         assert!(out.stderr.contains(needle), "{}", out.stderr);
     }
 }
+
+#[test]
+fn report_exits_non_zero_and_says_why_when_a_run_folder_cannot_be_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = tmp.path().join("single-none/20261129T114541");
+    std::fs::create_dir_all(&good).unwrap();
+    run_folder(
+        &good,
+        serde_json::json!({"promise": "mutual-exclusion"}),
+        &clean_ops(),
+    );
+    let broken = tmp.path().join("single-pause/20261129T114600");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::write(broken.join("history.jsonl"), jsonl(&clean_ops())).unwrap();
+    let out = lockstorm(&["report", tmp.path().to_str().unwrap()]);
+    assert_eq!(out.code, 254, "{}{}", out.stdout, out.stderr);
+    let page = std::fs::read_to_string(tmp.path().join("index.html")).unwrap();
+    assert!(
+        page.contains("run.json is missing: the run stopped before writing it"),
+        "{page}"
+    );
+}
