@@ -160,6 +160,16 @@ fn check_of_a_run_whose_scheduled_fault_never_started_is_unknown() {
     let out = check(&[tmp.path().to_str().unwrap()]);
     assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("no fault injected"), "{}", out.stdout);
+    // Stored before faults had to fit: an empty schedule, a nemesis asked for.
+    let record = serde_json::json!({
+        "promise": "mutual-exclusion",
+        "options": {"config": "replicated", "nemesis": "failover"},
+        "schedule": [],
+    });
+    run_folder(tmp.path(), record, &clean_ops());
+    let out = check(&[tmp.path().to_str().unwrap()]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("no fault injected"), "{}", out.stdout);
 }
 
 #[test]
