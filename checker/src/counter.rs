@@ -39,6 +39,25 @@ pub struct CounterReport {
     /// Every acknowledged read within the increments applied around it.
     #[serde(default)]
     pub bounds: Bounds,
+    /// Why there was nothing to check (a lock-only history): the checker
+    /// then has nothing to find, which is not the same as not knowing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_applicable: Option<String>,
+}
+
+impl CounterReport {
+    fn new(bounds: Bounds) -> Self {
+        CounterReport {
+            valid: Validity::Unknown,
+            acknowledged: 0,
+            final_value: None,
+            possible: 0,
+            stale_fence_rejected: Rejected::default(),
+            lease_expired: 0,
+            bounds,
+            not_applicable: None,
+        }
+    }
 }
 
 impl From<CounterReport> for CheckerReport {
@@ -73,6 +92,8 @@ pub struct Counter {
     /// The harness's last read: (value, index, time).
     final_read: Option<(Option<i64>, u64, u64)>,
     bounds: BoundsCheck,
+    /// Whether any client read or wrote the counter.
+    used: bool,
 }
 
 /// How many recent writes are kept to name a duplicate's first writer.
@@ -87,6 +108,7 @@ impl OnEvent for Counter {
         if !e.process.is_client() {
             return;
         }
+        self.used |= e.f == f::READ || e.f == f::WRITE;
         let error = e.error.as_deref();
         match (e.kind, e.f.as_str()) {
             (OpType::Ok, f::WRITE) => self.acknowledge(e),
@@ -122,14 +144,23 @@ impl Counter {
     }
 
     pub fn finish(self) -> CounterOutcome {
+        if !self.used && self.final_read.is_none() {
+            return CounterOutcome {
+                lost_update: Anomaly::default(),
+                report: CounterReport {
+                    valid: Validity::True,
+                    not_applicable: Some("the history has no counter reads or writes".into()),
+                    ..CounterReport::new(self.bounds.bounds)
+                },
+                notes: Vec::new(),
+            };
+        }
         let mut report = CounterReport {
-            valid: Validity::Unknown,
             acknowledged: self.bounds.acknowledged(),
-            final_value: None,
             possible: self.bounds.possible(),
             stale_fence_rejected: self.rejected,
             lease_expired: self.lease_expired,
-            bounds: self.bounds.bounds,
+            ..CounterReport::new(self.bounds.bounds)
         };
         let mut notes = Vec::new();
         let final_read = match self.final_read {
@@ -359,11 +390,25 @@ mod tests {
 
     #[test]
     fn the_report_serialises_final_as_null_when_missing() {
-        let out = run(&Hist::new());
+        let mut h = Hist::new();
+        h.write(1, 1);
+        let out = run(&h);
         let report: CheckerReport = out.report.into();
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["final"], serde_json::Value::Null);
         assert_eq!(json["valid"], "unknown");
         assert_eq!(json["stale_fence_rejected"]["writes"], 0);
+        assert!(json.get("not_applicable").is_none(), "{json}");
+    }
+
+    #[test]
+    fn a_history_without_counter_ops_is_not_applicable_not_unknown() {
+        let mut h = Hist::new();
+        h.acquire(1, "a");
+        h.release(1, "a");
+        let out = run(&h);
+        assert_eq!(out.report.valid, Validity::True);
+        assert!(out.report.not_applicable.is_some());
+        assert!(out.notes.is_empty(), "{:?}", out.notes);
     }
 }

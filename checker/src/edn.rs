@@ -50,8 +50,11 @@ const MAX_DEPTH: usize = 200;
 /// op starts (if the syntax error itself is on a later line, the message says
 /// which), or [`ParseError::Io`]. Never panics on malformed input.
 pub fn from_edn(mut reader: impl BufRead) -> Result<History, ParseError> {
-    let mut bytes = Vec::new();
-    reader.read_to_end(&mut bytes)?;
+    let (mut bytes, mut line, mut n) = (Vec::new(), Vec::new(), 0);
+    while crate::history::next_line(&mut reader, &mut line, n + 1)? {
+        n += 1;
+        bytes.extend_from_slice(&line);
+    }
     let text = String::from_utf8_lossy(&bytes);
     let mut p = Parser {
         text: &text,

@@ -8,7 +8,7 @@
 
 use crate::counter::{Counter, CounterOutcome};
 use crate::fence::Fences;
-use crate::history::{Event, History, OpType, ParseError};
+use crate::history::{next_line, Event, History, OpType, ParseError};
 use crate::mutex::Mutex;
 use crate::ops::InFlight;
 use crate::stats::StatsCheck;
@@ -181,31 +181,35 @@ impl Reorder {
     }
 }
 
-/// Reads JSON Lines one event at a time. A malformed *last* line is what a
-/// crash mid-write leaves: it is dropped and `truncated` set. A malformed
-/// line anywhere else is an error naming the line.
+/// Reads JSON Lines one event at a time. A malformed last line *without
+/// its newline* is what a crash mid-write leaves: it is dropped and
+/// `truncated` set. Any other malformed line is an error naming it.
 pub fn read_jsonl(
-    reader: impl BufRead,
+    mut reader: impl BufRead,
     truncated: &mut bool,
     mut each: impl FnMut(Event),
 ) -> Result<(), ParseError> {
-    let mut pending: Option<(usize, String)> = None;
-    for (n, line) in reader.split(b'\n').enumerate() {
-        if let Some((line, message)) = pending.take() {
-            return Err(ParseError::Line { line, message });
-        }
-        let line = line?;
-        let text = String::from_utf8_lossy(&line);
+    let mut buf = Vec::new();
+    let mut n = 0;
+    while next_line(&mut reader, &mut buf, n + 1)? {
+        n += 1;
+        let text = String::from_utf8_lossy(&buf);
         let text = text.trim();
         if text.is_empty() {
             continue;
         }
         match serde_json::from_str::<Event>(text) {
             Ok(event) => each(event),
-            Err(e) => pending = Some((n + 1, e.to_string())),
+            // Only the last line can lack its newline.
+            Err(_) if buf.last() != Some(&b'\n') => *truncated = true,
+            Err(e) => {
+                return Err(ParseError::Line {
+                    line: n,
+                    message: e.to_string(),
+                })
+            }
         }
     }
-    *truncated = pending.is_some();
     Ok(())
 }
 

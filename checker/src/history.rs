@@ -166,6 +166,34 @@ pub struct History {
     pub truncated: bool,
 }
 
+/// The longest history line read: far beyond any real event, and a bound on
+/// what a file that is not a history (say `/dev/zero`) makes a reader hold.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+
+/// Reads the next line into `buf` (cleared first), with its newline if it
+/// has one; `false` at the end of input. `line` (1-based) names it in the
+/// error a line longer than [`MAX_LINE_BYTES`] gives.
+pub fn next_line(
+    reader: &mut impl BufRead,
+    buf: &mut Vec<u8>,
+    line: usize,
+) -> Result<bool, ParseError> {
+    use std::io::Read;
+    buf.clear();
+    let limit = MAX_LINE_BYTES as u64 + 1;
+    reader.by_ref().take(limit).read_until(b'\n', buf)?;
+    if buf.len() > MAX_LINE_BYTES && buf.last() != Some(&b'\n') {
+        return Err(ParseError::Line {
+            line,
+            message: format!(
+                "longer than {} MiB, so not a history event (is this a history file?)",
+                MAX_LINE_BYTES >> 20
+            ),
+        });
+    }
+    Ok(!buf.is_empty())
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ParseError {
     #[error("history line {line}: {message}; fix or remove that line")]
@@ -246,6 +274,21 @@ mod tests {
         let h = History::from_jsonl(text.as_bytes()).unwrap();
         assert_eq!(h.events.len(), 1);
         assert!(h.truncated);
+    }
+
+    #[test]
+    fn a_bad_last_line_that_ends_with_a_newline_is_malformed_not_truncated() {
+        let text =
+            "{\"index\":0,\"time\":1,\"process\":0,\"type\":\"invoke\",\"f\":\"read\"}\nnot json\n";
+        let err = History::from_jsonl(text.as_bytes()).unwrap_err();
+        assert!(err.to_string().starts_with("history line 2:"), "{err}");
+    }
+
+    #[test]
+    fn a_line_longer_than_the_bound_is_an_error_without_reading_on() {
+        let endless = std::io::BufReader::new(std::io::repeat(b'0'));
+        let err = History::from_jsonl(endless).unwrap_err();
+        assert!(err.to_string().contains("longer than 1 MiB"), "{err}");
     }
 
     #[test]

@@ -1,11 +1,12 @@
-//! `lockstorm check`: re-check a stored run or a bare history file.
+//! `lockstorm check`: re-check a stored run or a bare history file, and the
+//! run-level judgement `lockstorm run` shares with it.
 
 use crate::error::{Error, Result};
-use checker::verdict::{Promise, Results};
+use crate::run::RunRecord;
+use checker::verdict::{Promise, Results, Validity};
+use checker::History;
 use std::path::{Path, PathBuf};
 
-/// Where the history is, and which promise applies: the `run.json` beside a
-/// history decides; `explicit` (from `--promise`) decides for a bare file.
 /// How a history file is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -15,6 +16,46 @@ pub enum Format {
     Edn,
 }
 
+/// What the history alone cannot tell: a run that was interrupted, that
+/// asked for faults and injected none, or in which no lock was ever granted
+/// tested less than it claims, so it is at best `unknown`. Anomalies found
+/// stand (a definite failure is never softened), except in an interrupted run,
+/// which decides nothing.
+pub fn judge_run(results: &mut Results, record: &RunRecord) {
+    let mut unknown = |note: String| {
+        results.notes.push(note);
+        results.valid = results.valid.and(Validity::Unknown);
+    };
+    if record.interrupted {
+        let at = match record.interrupted_at_ms {
+            Some(ms) => format!(" after {:.1} s", ms as f64 / 1000.0),
+            None => String::new(),
+        };
+        unknown(format!(
+            "the run was interrupted{at}, before its time limit of {} s",
+            record.options.time_limit
+        ));
+        // Cut short, it decides nothing, whatever it saw so far (the counts
+        // stay in the results).
+        results.valid = Validity::Unknown;
+    }
+    // Runs stored before a fault had to fit the time limit have an empty
+    // schedule: the nemesis they asked for still says what was meant.
+    let asked = !record.schedule.is_empty() || !record.options.nemesis.actions().is_empty();
+    if asked && results.stats.first_fault_time.is_none() {
+        unknown(format!(
+            "no fault injected: --nemesis {} was scheduled but no fault started, so the run tested nothing the nemesis was for",
+            record.options.nemesis
+        ));
+    }
+    if record.options.config.has_lock_node() && results.stats.acquired == 0 {
+        unknown("no lock was ever granted: no acquire succeeded, so nothing was tested".into());
+    }
+}
+
+/// Checks a run folder or a history file. The `run.json` beside a history
+/// decides the promise (`explicit`, from `--promise`, overrides it) and
+/// judges the run as `lockstorm run` did; a bare file needs neither.
 pub fn check_path(path: &Path, explicit: Option<Promise>, format: Format) -> Result<Results> {
     let (history_path, run_json) = if path.is_dir() {
         (path.join("history.jsonl"), Some(path.join("run.json")))
@@ -24,43 +65,86 @@ pub fn check_path(path: &Path, explicit: Option<Promise>, format: Format) -> Res
             path.parent().map(|p| p.join("run.json")),
         )
     };
-    let bad = |p: &PathBuf, message: String| Error::BadInput {
-        path: p.clone(),
+    let bad = |p: &Path, message: String| Error::BadInput {
+        path: p.to_path_buf(),
         message,
     };
     let stored = run_json
         .filter(|p| p.is_file())
-        .map(|p| {
-            let text = std::fs::read_to_string(&p).map_err(|e| bad(&p, e.to_string()))?;
-            // Only the promise matters here, so runs stored by older versions
-            // (with other options) still re-check.
-            serde_json::from_str::<serde_json::Value>(&text)
-                .ok()
-                .and_then(|v| serde_json::from_value::<Promise>(v["promise"].clone()).ok())
-                .ok_or_else(|| {
-                    bad(
-                        &p,
-                        "no promise in it; is this a lockstorm run folder?".into(),
-                    )
-                })
-        })
-        .transpose()?;
-    let promise = explicit.or(stored).unwrap_or(Promise::MutualExclusion);
-    let file = std::fs::File::open(&history_path).map_err(|e| {
-        bad(
-            &history_path,
-            format!("{e}; give a run folder (with history.jsonl) or a history file"),
-        )
-    })?;
-    let reader = std::io::BufReader::new(file);
-    let results = match format {
+        .map(|p| read_record(&p).map_err(|e| (p, e)));
+    let mut unread = None;
+    let record = match (stored, explicit) {
+        (None, _) => None,
+        (Some(Ok(record)), _) => Some(record),
+        // The history can still be checked; the note says what was not.
+        (Some(Err((p, e))), Some(_)) => {
+            unread = Some(format!(
+                "{} could not be read ({e}): checked as a bare history under --promise",
+                p.display()
+            ));
+            None
+        }
+        (Some(Err((p, e))), None) => {
+            return Err(bad(
+                &p,
+                format!("{e}; give --promise to check the history alone"),
+            ))
+        }
+    };
+    let promise = explicit
+        .or(record.as_ref().map(|r| r.promise))
+        .unwrap_or(Promise::MutualExclusion);
+    let mut results =
+        check_history(&history_path, promise, format).map_err(|e| bad(&history_path, e))?;
+    results.notes.extend(unread);
+    if let Some(record) = &record {
+        judge_run(&mut results, record);
+    }
+    Ok(results)
+}
+
+/// `run.json`, typed; older runs load with defaults for what they lack.
+fn read_record(path: &Path) -> std::result::Result<RunRecord, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    serde_json::from_str(&text).map_err(|e| {
+        format!("{e}; is this a lockstorm run folder? its run.json is not a run record")
+    })
+}
+
+fn check_history(
+    path: &PathBuf,
+    promise: Promise,
+    format: Format,
+) -> std::result::Result<Results, String> {
+    let open = || {
+        std::fs::File::open(path)
+            .map(std::io::BufReader::new)
+            .map_err(|e| format!("{e}; give a run folder (with history.jsonl) or a history file"))
+    };
+    match format {
         // Streamed: the linear checkers hold only open ops, so a long
         // history re-checks in little memory.
-        Format::Jsonl => checker::check_jsonl(reader, promise, REORDER_WINDOW_NS, true)
-            .map(|(results, _)| results),
-        Format::Edn => checker::edn::from_edn(reader).map(|h| checker::check(&h, promise)),
-    };
-    results.map_err(|e| bad(&history_path, e.to_string()))
+        Format::Jsonl => {
+            let (results, stream) = checker::check_jsonl(open()?, promise, REORDER_WINDOW_NS, true)
+                .map_err(|e| e.to_string())?;
+            if stream.late == 0 {
+                return Ok(results);
+            }
+            // Events later than the window cannot be put back in order as
+            // they stream past; the file is on disk, so sort it whole.
+            let history = History::from_jsonl(open()?).map_err(|e| e.to_string())?;
+            let mut results = checker::check(&history, promise);
+            results.notes.push(format!(
+                "{} event(s) arrived more than {} s out of file order: the history was sorted in memory and checked whole",
+                stream.late,
+                REORDER_WINDOW_NS / 1_000_000_000
+            ));
+            Ok(results)
+        }
+        Format::Edn => checker::edn::from_edn(open()?)
+            .map(|h| checker::check(&h, promise))
+            .map_err(|e| e.to_string()),
+    }
 }
 
 /// How late an event may reach the history file and still be checked in

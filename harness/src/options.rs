@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use clap::{Args, ValueEnum};
-use nemesis::{Fault, Nemesis, Targets};
+use nemesis::{Action, Fault, Nemesis, ScheduleSpec, Step, Targets};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use workloads::Config;
@@ -27,7 +27,9 @@ pub enum Persistence {
     AofAlways,
 }
 
+/// Older `run.json` files lack newer options: those read as their defaults.
 #[derive(Clone, Debug, PartialEq, Args, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RunOptions {
     /// Lock setup to test: single, replicated, redlock, redlock-rslock, fenced,
     /// unsafe-del, unsafe-setnx, no-lock.
@@ -48,8 +50,8 @@ pub struct RunOptions {
     #[arg(long)]
     pub ttl_ms: Option<u64>,
     /// Time a holder spends between reading and writing the counter [default:
-    /// 200; 4000 with kill, failover or partition, so the holder is still
-    /// working when the lock is granted again].
+    /// 200, at most half the TTL; 2/3 of the TTL with kill, failover or partition, so the
+    /// holder is still working when the lock is granted again].
     #[arg(long)]
     pub work_ms: Option<u64>,
     /// Seed for the fault schedule and the workers' jitter [default: random, printed].
@@ -122,6 +124,12 @@ fn parse_targets(s: &str) -> Result<Targets, String> {
     s.parse()
 }
 
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions::new(Config::Single, Nemesis::none())
+    }
+}
+
 impl RunOptions {
     /// Defaults for a config and nemesis, as the command line would give them.
     pub fn new(config: Config, nemesis: Nemesis) -> Self {
@@ -159,18 +167,7 @@ impl RunOptions {
         let usage = |m: String| Err(Error::Usage(m));
         let has = |f: Fault| self.nemesis.faults.contains(&f);
         let replicated = self.config == Config::Replicated;
-        if !(1..=64).contains(&self.workers) {
-            return usage(format!(
-                "--workers {} is out of range: use 1 to 64",
-                self.workers
-            ));
-        }
-        if self.time_limit == 0 {
-            return usage("--time-limit 0 runs nothing: use at least 1 (seconds)".into());
-        }
-        if self.op_timeout_ms == 0 {
-            return usage("--op-timeout-ms 0 would fail every request: use at least 1".into());
-        }
+        self.check_ranges()?;
         let node_faults = [
             Fault::PauseNode,
             Fault::Kill,
@@ -212,10 +209,15 @@ impl RunOptions {
         // critical section when the lock is granted again.
         let slow = has(Fault::Kill) || has(Fault::Failover) || has(Fault::Partition);
         let ttl = *self.ttl_ms.get_or_insert(if slow { 6_000 } else { 2_000 });
-        self.work_ms.get_or_insert(if slow { 4_000 } else { 200 });
-        if ttl < 10 {
-            return usage(format!("--ttl-ms {ttl} is too short: use at least 10"));
-        }
+        // Work follows the lease, so a given TTL never leaves every hold
+        // outliving its lease before any fault: two thirds of it when the
+        // faults are slow (the holder is still working when a fault strikes),
+        // 200 ms (at most half the lease) otherwise.
+        self.work_ms.get_or_insert(if slow {
+            ttl * 2 / 3
+        } else {
+            (ttl / 2).min(200)
+        });
         self.seed.get_or_insert_with(rand_seed);
         self.pause_ms.get_or_insert(ttl * 3 / 2);
         let node_pause = if replicated {
@@ -227,7 +229,145 @@ impl RunOptions {
         self.acquire_timeout_ms.get_or_insert(ttl * 2);
         self.clock_jump_ms.get_or_insert(2 * ttl as i64);
         self.fault_ms.get_or_insert(ttl);
+        self.check_schedule_fits()?;
         Ok(self)
+    }
+
+    /// Every number within a range that neither overflows the arithmetic
+    /// built on it nor makes the run test nothing.
+    fn check_ranges(&self) -> Result<()> {
+        let given = |v: Option<u64>| v.unwrap_or(1);
+        let unsigned: [(&str, u64, u64, u64, &str); 14] = [
+            (
+                "--time-limit",
+                self.time_limit,
+                1,
+                MAX_TIME_LIMIT_S,
+                "seconds",
+            ),
+            ("--workers", self.workers, 1, 64, "workers"),
+            ("--ttl-ms", self.ttl_ms.unwrap_or(10), 10, MAX_MS, "ms"),
+            ("--work-ms", self.work_ms.unwrap_or(0), 0, MAX_MS, "ms"),
+            ("--pause-ms", given(self.pause_ms), 1, MAX_MS, "ms"),
+            (
+                "--node-pause-ms",
+                given(self.node_pause_ms),
+                1,
+                MAX_MS,
+                "ms",
+            ),
+            ("--restart-ms", self.restart_ms, 0, MAX_MS, "ms"),
+            ("--fault-ms", given(self.fault_ms), 1, MAX_MS, "ms"),
+            ("--down-after-ms", self.down_after_ms, 1, MAX_MS, "ms"),
+            (
+                "--failover-timeout-ms",
+                self.failover_timeout_ms,
+                1,
+                MAX_MS,
+                "ms",
+            ),
+            (
+                "--nemesis-interval-ms",
+                self.nemesis_interval_ms,
+                1,
+                MAX_MS,
+                "ms",
+            ),
+            (
+                "--acquire-timeout-ms",
+                given(self.acquire_timeout_ms),
+                1,
+                MAX_MS,
+                "ms",
+            ),
+            ("--op-timeout-ms", self.op_timeout_ms, 1, MAX_MS, "ms"),
+            ("--seed", self.seed.unwrap_or(0), 0, u64::MAX / 2, "seed"),
+        ];
+        for (name, value, lo, hi, unit) in unsigned {
+            if !(lo..=hi).contains(&value) {
+                return Err(out_of_range(name, value, lo, hi, unit));
+            }
+        }
+        let max = MAX_MS as i64;
+        let signed = [
+            ("--clock-jump-ms", self.clock_jump_ms.unwrap_or(0)),
+            ("--holder-skew-ms", self.holder_skew_ms),
+        ];
+        for (name, value) in signed {
+            if !(-max..=max).contains(&value) {
+                return Err(Error::Usage(format!(
+                    "{name} {value} is out of range: use -{MAX_MS} to {MAX_MS} (ms)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a run whose time limit fits no fault: it would test nothing
+    /// and could only come out valid.
+    fn check_schedule_fits(&self) -> Result<()> {
+        let spec = self.schedule_spec();
+        if spec.actions.is_empty() || !nemesis::schedule(&spec).is_empty() {
+            return Ok(());
+        }
+        let (action, longest) = spec
+            .actions
+            .iter()
+            .max_by_key(|(_, ms)| *ms)
+            .copied()
+            .expect("not empty");
+        // The first fault starts after up to one interval, and the run keeps
+        // `settle` quiet at its end: this fits one fault whatever the seed.
+        let needs_ms = spec.interval_ms + longest + spec.settle_ms;
+        Err(Error::Usage(format!(
+            "--nemesis {}: no fault fits in --time-limit {} s ({} lasts {} ms, after up to {} ms of quiet and before {} ms to settle): use --time-limit {} or more",
+            self.nemesis,
+            self.time_limit,
+            action.name(),
+            longest,
+            spec.interval_ms,
+            spec.settle_ms,
+            needs_ms.div_ceil(1000)
+        )))
+    }
+
+    /// Each fault the run asked for, with how long it is expected to last.
+    pub fn schedule_spec(&self) -> ScheduleSpec {
+        let restart = self.restart_ms + 500;
+        let hold = self.fault_ms.expect("resolved");
+        let ttl = self.ttl_ms();
+        let actions = self
+            .nemesis
+            .actions()
+            .into_iter()
+            .filter(|a| supported(self.config, *a))
+            .map(|a| {
+                let ms = match a {
+                    Action::Fault(Fault::Pause) => self.pause_ms.expect("resolved"),
+                    Action::Fault(Fault::PauseNode) => self.node_pause_ms.expect("resolved"),
+                    Action::Fault(Fault::Kill) => restart,
+                    Action::Fault(Fault::Failover) => {
+                        ttl + self.down_after_ms + self.failover_timeout_ms + restart
+                    }
+                    Action::Fault(Fault::Clock | Fault::Partition) => hold,
+                    Action::SplitClock => ttl + hold,
+                    Action::KillClock => restart + hold,
+                };
+                (a, ms)
+            })
+            .collect();
+        ScheduleSpec {
+            seed: self.seed(),
+            actions,
+            interval_ms: self.nemesis_interval_ms,
+            time_limit_ms: self.time_limit * 1000,
+            settle_ms: ttl.max(1000),
+        }
+    }
+
+    /// The run's faults: pure, so it is known before anything starts.
+    pub fn schedule(&self) -> Vec<Step> {
+        nemesis::schedule(&self.schedule_spec())
     }
 
     pub fn seed(&self) -> u64 {
@@ -249,6 +389,28 @@ impl RunOptions {
             self.config,
             self.nemesis.to_string().replace(',', "+")
         )
+    }
+}
+
+/// The longest duration option: an hour.
+const MAX_MS: u64 = 3_600_000;
+/// The longest run: a day.
+const MAX_TIME_LIMIT_S: u64 = 86_400;
+
+fn out_of_range(name: &str, value: u64, lo: u64, hi: u64, unit: &str) -> Error {
+    Error::Usage(format!(
+        "{name} {value} is out of range: use {lo} to {hi} ({unit})"
+    ))
+}
+
+/// Whether `action` makes sense on `config` (`all` offers every action;
+/// explicit choices were checked when the options were resolved).
+fn supported(config: Config, action: Action) -> bool {
+    match action {
+        Action::Fault(Fault::Pause) => true,
+        Action::Fault(Fault::Failover) => config == Config::Replicated,
+        Action::Fault(_) => config.has_lock_node(),
+        Action::SplitClock | Action::KillClock => config.lock_nodes() >= 5,
     }
 }
 
@@ -296,6 +458,18 @@ mod tests {
         let mut given = RunOptions::new(Config::Single, "kill".parse().unwrap());
         given.work_ms = Some(50);
         assert_eq!(given.resolve().unwrap().work_ms(), 50);
+    }
+
+    #[test]
+    fn a_given_ttl_shortens_the_default_work_so_holds_end_within_their_lease() {
+        let mut o = RunOptions::new(Config::Redlock, "kill".parse().unwrap());
+        o.ttl_ms = Some(2_000);
+        let o = o.resolve().unwrap();
+        assert!(o.work_ms() < o.ttl_ms(), "work {} ms", o.work_ms());
+        assert_eq!(o.work_ms(), 1_333);
+        let mut slow = RunOptions::new(Config::Single, "pause".parse().unwrap());
+        (slow.ttl_ms, slow.work_ms) = (Some(100), Some(5_000));
+        assert_eq!(slow.resolve().unwrap().work_ms(), 5_000, "given: kept");
     }
 
     #[test]

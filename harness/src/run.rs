@@ -10,9 +10,9 @@ use crate::store::{write_json, RunDir};
 use crate::topology::{NodeRecord, Topology};
 use crate::{logging, workers};
 use checker::history::{f, OpType, Process};
-use checker::verdict::{Promise, Results, Validity};
+use checker::verdict::{Promise, Results};
 use checker::History;
-use nemesis::{Action, Fault, FaultParams, ScheduleSpec, Step};
+use nemesis::{FaultParams, Step};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,19 +23,31 @@ use workloads::clock::RunClock;
 use workloads::storage::Storage;
 use workloads::{Config, Outcome, WorkerSpec};
 
-/// `run.json`: everything needed to understand or repeat the run.
+/// `run.json`: everything needed to understand or repeat the run. Fields
+/// newer than a stored run read as their defaults; `promise` is required,
+/// the mark of a lockstorm run folder.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunRecord {
+    #[serde(default)]
     pub lockstorm: String,
+    #[serde(default)]
     pub redis: String,
+    #[serde(default)]
     pub started: String,
     pub promise: Promise,
+    #[serde(default)]
     pub options: RunOptions,
+    #[serde(default)]
     pub nodes: Vec<NodeRecord>,
+    #[serde(default)]
     pub worker_pids: Vec<u32>,
+    #[serde(default)]
     pub schedule: Vec<Step>,
     #[serde(default)]
     pub interrupted: bool,
+    /// How far into the run it was interrupted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted_at_ms: Option<u64>,
 }
 
 pub struct RunOutcome {
@@ -123,16 +135,7 @@ async fn run_workload(
     topology: &Arc<Topology>,
     interrupt: &Interrupt,
 ) -> Result<RunOutcome> {
-    let spec = schedule_spec(options);
-    let steps = nemesis::schedule(&spec);
-    if steps.is_empty() && !spec.actions.is_empty() {
-        tracing::warn!(
-            "no fault fits in --time-limit {} s (the shortest needs {} ms, plus {} ms to settle): raise --time-limit",
-            options.time_limit,
-            spec.actions.iter().map(|(_, ms)| ms).min().unwrap_or(&0),
-            spec.settle_ms
-        );
-    }
+    let steps = options.schedule();
     let clock = RunClock::starting_now();
     let (history, holders) = HistoryWriter::create(&dir.history(), clock, late_events(options))
         .context(|| "creating history.jsonl".into())?;
@@ -183,7 +186,7 @@ async fn run_workload(
     let title = options.name();
     tokio::select! {
         _ = crate::progress::wait(&title, limit, || history.snapshot()) => {}
-        _ = interrupt.wait() => {}
+        _ = interrupt.wait() => record.interrupted_at_ms = Some(clock.now() / 1_000_000),
     }
 
     // Heal first, so no worker is left stopped and no node down, then let
@@ -202,12 +205,12 @@ async fn run_workload(
         .finish()
         .context(|| "writing history.jsonl".into())?;
 
-    let (mut results, history) = check_history(dir, record.promise)?;
     // A signal during the stop or the check counts too: the run was cut short.
     record.interrupted = interrupt.happened();
-    if record.interrupted {
-        mark_interrupted(&mut results, "the run was interrupted by a signal");
+    if record.interrupted && record.interrupted_at_ms.is_none() {
+        record.interrupted_at_ms = Some(clock.now() / 1_000_000);
     }
+    let (results, history) = check_history(dir, &record)?;
     write_json(&dir.results_json(), &results)?;
     // Pictures are evidence, not the verdict: a failure to draw is logged.
     let setup = crate::plot::Setup {
@@ -225,51 +228,6 @@ async fn run_workload(
         record,
         results,
     })
-}
-
-/// Each fault the run asked for, with how long it is expected to last.
-fn schedule_spec(options: &RunOptions) -> ScheduleSpec {
-    let restart = options.restart_ms + 500;
-    let hold = options.fault_ms.expect("resolved");
-    let ttl = options.ttl_ms();
-    let actions = options
-        .nemesis
-        .actions()
-        .into_iter()
-        .filter(|a| supported(options.config, *a))
-        .map(|a| {
-            let ms = match a {
-                Action::Fault(Fault::Pause) => options.pause_ms.expect("resolved"),
-                Action::Fault(Fault::PauseNode) => options.node_pause_ms.expect("resolved"),
-                Action::Fault(Fault::Kill) => restart,
-                Action::Fault(Fault::Failover) => {
-                    ttl + options.down_after_ms + options.failover_timeout_ms + restart
-                }
-                Action::Fault(Fault::Clock | Fault::Partition) => hold,
-                Action::SplitClock => ttl + hold,
-                Action::KillClock => restart + hold,
-            };
-            (a, ms)
-        })
-        .collect();
-    ScheduleSpec {
-        seed: options.seed(),
-        actions,
-        interval_ms: options.nemesis_interval_ms,
-        time_limit_ms: options.time_limit * 1000,
-        settle_ms: ttl.max(1000),
-    }
-}
-
-/// Whether `action` makes sense on `config` (`all` offers every action;
-/// explicit choices were checked when the options were resolved).
-fn supported(config: Config, action: Action) -> bool {
-    match action {
-        Action::Fault(Fault::Pause) => true,
-        Action::Fault(Fault::Failover) => config == Config::Replicated,
-        Action::Fault(_) => config.has_lock_node(),
-        Action::SplitClock | Action::KillClock => config.lock_nodes() >= 5,
-    }
 }
 
 fn worker_spec(
@@ -377,6 +335,7 @@ impl RunRecord {
             worker_pids: Vec::new(),
             schedule: Vec::new(),
             interrupted: false,
+            interrupted_at_ms: None,
         }
     }
 }
@@ -389,7 +348,7 @@ fn mark_interrupted(results: &mut Results, why: &str) {
 }
 
 /// Checks the history as stored on disk, the same way `lockstorm check` does.
-fn check_history(dir: &RunDir, promise: Promise) -> Result<(Results, History)> {
+fn check_history(dir: &RunDir, record: &RunRecord) -> Result<(Results, History)> {
     let path = dir.history();
     let file = std::fs::File::open(&path).context(|| format!("opening {}", path.display()))?;
     let history =
@@ -397,5 +356,7 @@ fn check_history(dir: &RunDir, promise: Promise) -> Result<(Results, History)> {
             path: path.clone(),
             message: e.to_string(),
         })?;
-    Ok((checker::check(&history, promise), history))
+    let mut results = checker::check(&history, record.promise);
+    crate::check::judge_run(&mut results, record);
+    Ok((results, history))
 }

@@ -105,15 +105,49 @@ impl RunDir {
     }
 }
 
+/// Writes beside `path`, then renames over it: a reader, or a run killed
+/// mid-write, sees the old file or the new one, never half of one.
 pub fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
     let mut text = serde_json::to_string_pretty(value).expect("results always serialise");
     text.push('\n');
-    std::fs::write(path, text).context(|| format!("writing {}", path.display()))
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, text).context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).context(|| format!("replacing {}", path.display()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reader_never_sees_a_half_written_json_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("results.json");
+        let big: Vec<String> = (0..50_000).map(|i| format!("value {i}")).collect();
+        write_json(&path, &big).unwrap();
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = {
+            let (path, done) = (path.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut reads = 0;
+                while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    let parsed = serde_json::from_str::<Vec<String>>(&text);
+                    assert!(parsed.is_ok(), "read {} bytes mid-write", text.len());
+                    reads += 1;
+                }
+                reads
+            })
+        };
+        for _ in 0..20 {
+            write_json(&path, &big).unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(reader.join().unwrap() > 0);
+        let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+        assert_eq!(left.len(), 1, "temporary files left: {left:?}");
+    }
 
     #[test]
     fn two_runs_in_one_second_get_distinct_folders_and_latest_follows() {

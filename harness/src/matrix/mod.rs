@@ -13,6 +13,8 @@ use expect::{parse_nemesis, Expectations};
 use nemesis::Nemesis;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 use summary::{Row, Skipped, Summary};
 use workloads::Config;
@@ -80,6 +82,8 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     if args.runs == 0 {
         return Err(Error::Usage("--runs 0 runs nothing: use at least 1".into()));
     }
+    // The options every pair shares are checked as `run` checks them.
+    options_for(&args, Config::Single, Nemesis::none()).resolve()?;
     let expectations = args.expect.as_deref().map(load).transpose()?;
     node::find_redis_server()?;
 
@@ -88,17 +92,31 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     for &config in &configs {
         for nemesis in &nemeses {
             let options = options_for(&args, config, nemesis.clone());
-            match options.clone().resolve() {
-                Ok(_) => plan.push(options),
-                Err(Error::Usage(reason)) => skipped.push(Skipped {
+            match refusal(&options, &args) {
+                None => plan.push(options),
+                Some(Error::Usage(reason)) => skipped.push(Skipped {
                     config: config.to_string(),
                     nemesis: nemesis.to_string(),
                     reason,
                 }),
-                Err(e) => return Err(e),
+                Some(e) => return Err(e),
             }
         }
     }
+    if plan.is_empty() {
+        let why: Vec<String> = skipped
+            .iter()
+            .map(|s| format!("{} × {}: {}", s.config, s.nemesis, s.reason))
+            .collect();
+        return Err(Error::Usage(format!(
+            "nothing to run, every pair was refused ({}): choose other --configs, --nemeses or options",
+            why.join("; ")
+        )));
+    }
+    print_plan(&plan, &skipped, &args);
+    // Listened for from the start, so a Ctrl-C between or during the
+    // startup of runs still stops the matrix as interrupted.
+    let stop = interrupt_flag();
 
     let started = crate::store::stamp();
     let dir = crate::store::unique_dir(&args.results, &format!("matrix-{started}"))?;
@@ -140,11 +158,6 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
                     let results = std::path::absolute(&args.results).unwrap_or_default();
                     let rel = outcome.dir.strip_prefix(results).unwrap_or(&outcome.dir);
                     row.add(&outcome.results, rel.display().to_string());
-                    if outcome.record.interrupted {
-                        interrupted = true;
-                        summary.rows.push(row);
-                        break 'pairs;
-                    }
                 }
                 // The setup itself is wrong: every other run would fail too.
                 Err(e @ (Error::Usage(_) | Error::MissingProgram { .. })) => return Err(e),
@@ -153,9 +166,15 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
                     row.add_error(e.to_string());
                 }
             }
+            if stop.load(Ordering::SeqCst) {
+                interrupted = true;
+                summary.rows.push(row);
+                break 'pairs;
+            }
         }
         summary.rows.push(row);
     }
+    summary.interrupted = interrupted;
     summary.wall_s = wall.elapsed().as_secs_f64();
     if let Some(expectations) = &expectations {
         summary.judge(expectations);
@@ -166,6 +185,50 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
         summary,
         interrupted,
     })
+}
+
+/// Why a pair cannot run as `run` would refuse it, for any of its seeds.
+fn refusal(options: &RunOptions, args: &MatrixArgs) -> Option<Error> {
+    (0..args.runs).find_map(|k| {
+        let mut options = options.clone();
+        options.seed = Some(args.seed + u64::from(k));
+        options.resolve().err()
+    })
+}
+
+/// What will run, and roughly how long it takes: each run's time limit
+/// plus its setup, stop and check.
+fn print_plan(plan: &[RunOptions], skipped: &[Skipped], args: &MatrixArgs) {
+    let runs = plan.len() as u64 * u64::from(args.runs);
+    let secs = runs * (args.time_limit + RUN_OVERHEAD_S);
+    println!(
+        "matrix: {} pair(s) × {} run(s) of {} s, about {} min:",
+        plan.len(),
+        args.runs,
+        args.time_limit,
+        secs.div_ceil(60)
+    );
+    for o in plan {
+        println!("  {} × {}", o.config, o.nemesis);
+    }
+    for s in skipped {
+        println!("  skipped {} × {}: {}", s.config, s.nemesis, s.reason);
+    }
+}
+
+/// A run's time beyond its limit: nodes up, workers stopped, the check.
+const RUN_OVERHEAD_S: u64 = 10;
+
+/// Set once SIGINT arrives, for as long as the matrix runs.
+fn interrupt_flag() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let set = flag.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            set.store(true, Ordering::SeqCst);
+        }
+    });
+    flag
 }
 
 fn options_for(args: &MatrixArgs, config: Config, nemesis: Nemesis) -> RunOptions {
@@ -206,9 +269,7 @@ fn load(path: &Path) -> Result<Expectations> {
 }
 
 fn write(dir: &Path, summary: &Summary) -> Result<()> {
-    let json = serde_json::to_string_pretty(summary).expect("summary serialises");
-    let path = dir.join(SUMMARY_JSON);
-    std::fs::write(&path, json).context(|| format!("writing {}", path.display()))?;
+    crate::store::write_json(&dir.join(SUMMARY_JSON), summary)?;
     let path = dir.join(SUMMARY_MD);
     std::fs::write(&path, summary.markdown()).context(|| format!("writing {}", path.display()))?;
     // The picture is a view of the table: a failure to draw is logged.

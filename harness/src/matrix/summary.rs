@@ -28,6 +28,9 @@ pub struct Summary {
     /// Expected pairs the matrix did not run.
     #[serde(default)]
     pub missing: Vec<String>,
+    /// Stopped by Ctrl-C: the rows after the last are missing.
+    #[serde(default)]
+    pub interrupted: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -143,8 +146,12 @@ impl Summary {
         let mut md = String::new();
         let _ = writeln!(
             md,
-            "# lockstorm matrix {}\n\n{} pair(s), {} run(s) each, {} s per run, seeds from {}; wall time {:.0} s.{}\n",
+            "# lockstorm matrix {}\n\n{}{} pair(s), {} run(s) each, {} s per run, seeds from {}; wall time {:.0} s.{}\n",
             self.started,
+            match self.interrupted {
+                true => "**Interrupted** (Ctrl-C): the verdicts below are incomplete. ",
+                false => "",
+            },
             self.rows.len(),
             self.runs_per_pair,
             self.time_limit_s,
@@ -187,7 +194,10 @@ impl Summary {
             let _ = writeln!(md, "\nExpected but not run: {m}.");
         }
         if !self.skipped.is_empty() {
-            let _ = writeln!(md, "\nSkipped (the pair does not apply):\n");
+            let _ = writeln!(
+                md,
+                "\nSkipped (refused as `lockstorm run` would refuse it):\n"
+            );
             for s in &self.skipped {
                 let _ = writeln!(md, "- {} × {}: {}", s.config, s.nemesis, s.reason);
             }

@@ -105,6 +105,20 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
     Ok(serde_json::from_reader(BufReader::new(file))?)
 }
 
+/// Why `name` could not be read, in words a reader can act on.
+fn unreadable(name: &str, e: &anyhow::Error) -> String {
+    let io = e.downcast_ref::<std::io::Error>().map(|e| e.kind());
+    match (io, e.downcast_ref::<serde_json::Error>()) {
+        (Some(std::io::ErrorKind::NotFound), _) => format!(
+            "{name} is missing: the run stopped before writing it, or this is not a lockstorm run folder (remove it to clear this)"
+        ),
+        (_, Some(json)) => format!(
+            "{name} is damaged ({json}): it was cut off or edited; the run's other files may still be read"
+        ),
+        _ => format!("{name} cannot be read: {e}"),
+    }
+}
+
 /// Renders a JSON scalar for display; arrays (a nemesis list) are joined.
 pub fn text(v: &Value) -> Option<String> {
     match v {
@@ -149,7 +163,7 @@ pub fn read_run(root: &Path, rel: &str) -> (Run, Option<History>, crate::plot::S
     };
     match read_json::<Value>(&dir.join(RUN_JSON)) {
         Ok(meta) => run.meta = meta,
-        Err(e) => run.problems.push(format!("{RUN_JSON}: {e}")),
+        Err(e) => run.problems.push(unreadable(RUN_JSON, &e)),
     }
     let options = &run.meta["options"];
     if let Some(c) = text(&options["config"]) {
@@ -182,7 +196,7 @@ pub fn read_run(root: &Path, rel: &str) -> (Run, Option<History>, crate::plot::S
             }
         },
         Err(e) => {
-            run.problems.push(format!("{HISTORY}: {e}"));
+            run.problems.push(unreadable(HISTORY, &e.into()));
             None
         }
     };
@@ -194,7 +208,7 @@ pub fn read_run(root: &Path, rel: &str) -> (Run, Option<History>, crate::plot::S
     let results_path = dir.join(RESULTS);
     match read_json::<Results>(&results_path) {
         Ok(r) => run.results = Some(r),
-        Err(e) if results_path.exists() => run.problems.push(format!("{RESULTS}: {e}")),
+        Err(e) if results_path.exists() => run.problems.push(unreadable(RESULTS, &e)),
         Err(_) => {}
     }
     if run.results.is_none() {
@@ -228,7 +242,7 @@ pub fn read_matrix(root: &Path, rel: &str) -> Matrix {
     };
     match read_json::<Value>(&dir.join(SUMMARY_JSON)) {
         Ok(v) => matrix.summary = Some(v),
-        Err(e) => matrix.problems.push(format!("{SUMMARY_JSON}: {e}")),
+        Err(e) => matrix.problems.push(unreadable(SUMMARY_JSON, &e)),
     }
     matrix.files = existing(
         &dir,

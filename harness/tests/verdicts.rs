@@ -1,0 +1,516 @@
+//! Verdicts that must not claim more than was tested: runs with no fault, no
+//! lock granted or an interruption are `unknown`; `check` agrees with `run`
+//! and with itself across formats.
+
+mod common;
+
+use common::lockstorm;
+use std::path::Path;
+
+/// One history op: (time in ms, process, type, f, value, token).
+type Op = (u64, &'static str, &'static str, &'static str, &'static str);
+
+/// Two workers taking turns on the lock and the counter, then the final read.
+fn clean_ops() -> Vec<Op> {
+    vec![
+        (1_000, "0", "invoke", "acquire", "nil"),
+        (1_010, "0", "ok", "acquire", "nil"),
+        (1_020, "0", "invoke", "read", "nil"),
+        (1_030, "0", "ok", "read", "0"),
+        (1_040, "0", "invoke", "write", "1"),
+        (1_050, "0", "ok", "write", "1"),
+        (1_060, "0", "invoke", "release", "nil"),
+        (1_070, "0", "ok", "release", "nil"),
+        (300_000, "1", "invoke", "acquire", "nil"),
+        (300_010, "1", "ok", "acquire", "nil"),
+        (300_020, "1", "invoke", "read", "nil"),
+        (300_030, "1", "ok", "read", "1"),
+        (300_040, "1", "invoke", "write", "2"),
+        (300_050, "1", "ok", "write", "2"),
+        (300_060, "1", "invoke", "release", "nil"),
+        (300_070, "1", "ok", "release", "nil"),
+        (600_000, "harness", "invoke", "read", "nil"),
+        (600_010, "harness", "ok", "read", "2"),
+    ]
+}
+
+fn token(process: &str) -> &'static str {
+    match process {
+        "0" => "a",
+        _ => "b",
+    }
+}
+
+fn jsonl(ops: &[Op]) -> String {
+    ops.iter()
+        .enumerate()
+        .map(|(i, &(ms, p, t, f, v))| {
+            let process: serde_json::Value = p
+                .parse::<u64>()
+                .map_or_else(|_| p.into(), serde_json::Value::from);
+            let mut e = serde_json::json!({
+                "index": i, "time": ms * 1_000_000, "process": process, "type": t, "f": f,
+                "value": serde_json::from_str::<serde_json::Value>(&v.replace("nil", "null")).unwrap(),
+            });
+            if matches!(f, "acquire" | "release") {
+                e["token"] = token(p).into();
+            }
+            e.to_string() + "\n"
+        })
+        .collect()
+}
+
+fn edn(ops: &[Op]) -> String {
+    ops.iter()
+        .enumerate()
+        .map(|(i, &(ms, p, t, f, v))| {
+            let process = match p.parse::<u64>() {
+                Ok(n) => n.to_string(),
+                Err(_) => format!(":{p}"),
+            };
+            let token = match f {
+                "acquire" | "release" => format!(", :token \"{}\"", token(p)),
+                _ => String::new(),
+            };
+            format!(
+                "{{:type :{t}, :f :{f}, :process {process}, :time {}, :index {i}, :value {v}{token}}}\n",
+                ms * 1_000_000
+            )
+        })
+        .collect()
+}
+
+fn check(args: &[&str]) -> common::Run {
+    let mut all = vec!["check"];
+    all.extend_from_slice(args);
+    lockstorm(&all)
+}
+
+/// A stored run folder: `run.json` as given, and the clean history.
+fn run_folder(dir: &Path, run_json: serde_json::Value, ops: &[Op]) {
+    std::fs::write(dir.join("run.json"), run_json.to_string()).unwrap();
+    std::fs::write(dir.join("history.jsonl"), jsonl(ops)).unwrap();
+}
+
+#[test]
+fn a_clean_history_is_valid_in_both_formats() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (j, e) = (tmp.path().join("h.jsonl"), tmp.path().join("h.edn"));
+    std::fs::write(&j, jsonl(&clean_ops())).unwrap();
+    std::fs::write(&e, edn(&clean_ops())).unwrap();
+    let a = check(&[j.to_str().unwrap()]);
+    let b = check(&["--format", "edn", e.to_str().unwrap()]);
+    assert_eq!((a.code, b.code), (0, 0), "{}\n{}", a.stdout, b.stdout);
+}
+
+#[test]
+fn an_event_beyond_the_reorder_window_gets_the_same_verdict_in_both_formats() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The first holder's release reaches the file after everything else,
+    // five minutes late: streamed, it cannot be put back in order.
+    let mut ops = clean_ops();
+    let late: Vec<Op> = ops.drain(6..8).collect();
+    ops.extend(late);
+    let (j, e) = (tmp.path().join("h.jsonl"), tmp.path().join("h.edn"));
+    std::fs::write(&j, jsonl(&ops)).unwrap();
+    std::fs::write(&e, edn(&ops)).unwrap();
+    let streamed = check(&[j.to_str().unwrap()]);
+    let whole = check(&["--format", "edn", e.to_str().unwrap()]);
+    assert_eq!(
+        (streamed.code, whole.code),
+        (0, 0),
+        "JSONL and EDN of one clean history disagree:\n{}\n{}",
+        streamed.stdout,
+        whole.stdout
+    );
+    assert!(
+        streamed.stdout.contains("sorted in memory"),
+        "{}",
+        streamed.stdout
+    );
+}
+
+#[test]
+fn check_of_an_interrupted_run_stays_unknown() {
+    let tmp = tempfile::tempdir().unwrap();
+    let record = serde_json::json!({
+        "promise": "mutual-exclusion",
+        "interrupted": true,
+        "interrupted_at_ms": 4200,
+    });
+    run_folder(tmp.path(), record, &clean_ops());
+    let out = check(&[tmp.path().to_str().unwrap()]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("interrupted after 4.2 s"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn check_of_a_run_whose_scheduled_fault_never_started_is_unknown() {
+    let tmp = tempfile::tempdir().unwrap();
+    let record = serde_json::json!({
+        "promise": "mutual-exclusion",
+        "options": {"config": "single", "nemesis": "pause"},
+        "schedule": [{"at_ms": 2000, "action": "pause", "duration_ms": 3000}],
+    });
+    run_folder(tmp.path(), record, &clean_ops());
+    let out = check(&[tmp.path().to_str().unwrap()]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("no fault injected"), "{}", out.stdout);
+    // Stored before faults had to fit: an empty schedule, a nemesis asked for.
+    let record = serde_json::json!({
+        "promise": "mutual-exclusion",
+        "options": {"config": "replicated", "nemesis": "failover"},
+        "schedule": [],
+    });
+    run_folder(tmp.path(), record, &clean_ops());
+    let out = check(&[tmp.path().to_str().unwrap()]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("no fault injected"), "{}", out.stdout);
+}
+
+#[test]
+fn check_of_a_run_that_never_granted_a_lock_is_unknown() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ops: Vec<Op> = vec![
+        (1_000, "0", "invoke", "acquire", "nil"),
+        (3_000, "0", "fail", "acquire", "nil"),
+        (4_000, "harness", "invoke", "read", "nil"),
+        (4_010, "harness", "ok", "read", "0"),
+    ];
+    run_folder(
+        tmp.path(),
+        serde_json::json!({"promise": "mutual-exclusion"}),
+        &ops,
+    );
+    let out = check(&[tmp.path().to_str().unwrap()]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("no lock was ever granted"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn a_corrupt_run_json_does_not_block_check_with_a_promise() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("run.json"), "{\"promise\": ").unwrap();
+    std::fs::write(tmp.path().join("history.jsonl"), jsonl(&clean_ops())).unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    let out = check(&["--promise", "mutual-exclusion", dir]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("could not be read"), "{}", out.stdout);
+    let out = check(&[dir]);
+    assert_eq!(out.code, 254, "{}", out.stderr);
+    assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("give --promise"), "{}", out.stderr);
+}
+
+#[test]
+fn a_lock_only_history_is_valid_its_counter_checker_not_applicable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ops: Vec<Op> = clean_ops()
+        .into_iter()
+        .filter(|op| matches!(op.3, "acquire" | "release"))
+        .collect();
+    let (j, e) = (tmp.path().join("h.jsonl"), tmp.path().join("h.edn"));
+    std::fs::write(&j, jsonl(&ops)).unwrap();
+    std::fs::write(&e, edn(&ops)).unwrap();
+    for out in [
+        check(&[j.to_str().unwrap()]),
+        check(&["--format", "edn", e.to_str().unwrap()]),
+    ] {
+        assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    }
+    let out = check(&["--json", j.to_str().unwrap()]);
+    let results: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(
+        results["checkers"]["counter"]["not_applicable"],
+        "the history has no counter reads or writes",
+        "{results:#}"
+    );
+}
+
+/// Bad input: one line naming `needle`, exit 254, no folder made.
+fn refused(args: &[&str], needle: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut all = vec!["run", "--results", tmp.path().to_str().unwrap()];
+    all.extend_from_slice(args);
+    let out = lockstorm(&all);
+    assert_eq!(out.code, 254, "{args:?}: {}{}", out.stdout, out.stderr);
+    assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains(needle), "{args:?}: {}", out.stderr);
+    let made = std::fs::read_dir(tmp.path()).unwrap().count();
+    assert_eq!(made, 0, "{args:?} left a folder behind");
+}
+
+#[test]
+fn a_time_limit_that_fits_no_fault_is_refused_naming_the_time_it_needs() {
+    refused(
+        &[
+            "--config",
+            "replicated",
+            "--nemesis",
+            "failover",
+            "--time-limit",
+            "20",
+        ],
+        "no fault fits in --time-limit 20 s",
+    );
+    refused(
+        &["--nemesis", "pause", "--time-limit", "5", "--seed", "1"],
+        "use --time-limit 10 or more",
+    );
+}
+
+#[test]
+fn every_numeric_option_out_of_its_range_is_refused_naming_it() {
+    let max = "18446744073709551615";
+    for (option, value) in [
+        ("--time-limit", max),
+        ("--ttl-ms", max),
+        ("--work-ms", max),
+        ("--pause-ms", max),
+        ("--node-pause-ms", max),
+        ("--restart-ms", max),
+        ("--fault-ms", max),
+        ("--down-after-ms", max),
+        ("--failover-timeout-ms", max),
+        ("--nemesis-interval-ms", "0"),
+        ("--acquire-timeout-ms", max),
+        ("--op-timeout-ms", "0"),
+        ("--workers", "0"),
+        ("--clock-jump-ms", "9223372036854775807"),
+        ("--holder-skew-ms", "-9223372036854775808"),
+    ] {
+        refused(
+            &["--nemesis", "pause", option, value],
+            &format!("{option} {value} is out of range: use "),
+        );
+    }
+}
+
+#[test]
+fn an_interrupted_run_records_when_and_rechecks_unknown() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let tmp = tempfile::tempdir().unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_lockstorm"))
+        .args([
+            "run",
+            "--config",
+            "single",
+            "--time-limit",
+            "60",
+            "--seed",
+            "1",
+        ])
+        .args(["--results", tmp.path().to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The progress line shows the run is in its timed phase, listening for
+    // Ctrl-C (earlier is the startup's business, not this test's).
+    let mut child = child;
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("/60 s") {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+        assert!(n > 0, "the run ended before its first progress line");
+    }
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let group = tmp.path().join("single-none/latest");
+    let run = group.canonicalize().expect("a latest link");
+    let history = std::fs::read_to_string(run.join("history.jsonl")).unwrap();
+    assert!(
+        history.contains(r#""type":"ok","f":"acquire""#),
+        "no lock granted in 5 s"
+    );
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
+    assert_eq!(record["interrupted"], true);
+    let at = record["interrupted_at_ms"]
+        .as_u64()
+        .expect("interrupted_at_ms");
+    assert!((5_000..60_000).contains(&at), "interrupted at {at} ms");
+    let again = check(&[run.to_str().unwrap()]);
+    assert_eq!(
+        again.code, 2,
+        "re-checking an interrupted run upgraded it:\n{}",
+        again.stdout
+    );
+    assert!(
+        again.stdout.contains("interrupted after"),
+        "{}",
+        again.stdout
+    );
+    common::assert_no_process_left(tmp.path());
+}
+
+fn matrix(results: &Path, args: &[&str]) -> common::Run {
+    let mut all = vec!["matrix", "--results", results.to_str().unwrap()];
+    all.extend_from_slice(args);
+    lockstorm(&all)
+}
+
+#[test]
+fn a_matrix_with_nothing_to_run_or_a_zero_time_limit_is_refused() {
+    for args in [
+        &["--configs", "single", "--nemeses", "failover"][..],
+        &[
+            "--configs",
+            "single",
+            "--nemeses",
+            "none",
+            "--time-limit",
+            "0",
+        ],
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = matrix(tmp.path(), args);
+        assert_eq!(out.code, 254, "{args:?}: {}{}", out.stdout, out.stderr);
+        assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+        let made = std::fs::read_dir(tmp.path()).unwrap().count();
+        assert_eq!(made, 0, "{args:?} left a folder behind");
+    }
+}
+
+#[test]
+fn a_matrix_pair_whose_time_limit_fits_no_fault_is_skipped_with_the_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = ["--configs", "single", "--nemeses", "none,pause"];
+    let out = matrix(tmp.path(), &[&args[..], &["--time-limit", "3"]].concat());
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let plan = out.stdout.lines().next().unwrap_or_default();
+    assert!(plan.starts_with("matrix: 1 pair(s)"), "{}", out.stdout);
+    assert!(plan.contains("about 1 min"), "{}", out.stdout);
+    let dir = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("matrix-")
+        })
+        .expect("a matrix folder");
+    let text = std::fs::read_to_string(dir.join("summary.json")).unwrap();
+    let summary: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let rows: Vec<&str> = summary["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["nemesis"].as_str().unwrap())
+        .collect();
+    assert_eq!(rows, ["none"], "{summary:#}");
+    let skipped = &summary["skipped"][0];
+    assert_eq!(skipped["nemesis"], "pause", "{summary:#}");
+    let reason = skipped["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("no fault fits in --time-limit 3 s"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn an_interrupted_matrix_exits_2_and_its_summary_says_so() {
+    use nix::sys::signal::{killpg, Signal};
+    use nix::unistd::Pid;
+    use std::os::unix::process::CommandExt;
+    let tmp = tempfile::tempdir().unwrap();
+    // Its own process group, as a terminal's Ctrl-C reaches every process of
+    // the foreground job: nodes and workers too.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lockstorm"))
+        .args(["matrix", "--configs", "single", "--nemeses", "none,pause"])
+        .args([
+            "--time-limit",
+            "20",
+            "--results",
+            tmp.path().to_str().unwrap(),
+        ])
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut plan = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut plan).unwrap();
+    assert!(plan.starts_with("matrix: 2 pair(s)"), "{plan}");
+    // The first run's history exists: it is under way.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !tmp.path().join("single-none").is_dir()
+        || std::fs::read_dir(tmp.path().join("single-none"))
+            .unwrap()
+            .flatten()
+            .all(|e| !e.path().join("history.jsonl").is_file())
+    {
+        assert!(std::time::Instant::now() < deadline, "no run started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    killpg(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{rest}\n{stderr}");
+    assert!(rest.contains("**Interrupted**"), "{rest}");
+    assert!(
+        !rest.contains("single | pause"),
+        "ran on after Ctrl-C: {rest}"
+    );
+    common::assert_no_process_left(tmp.path());
+}
+
+#[test]
+fn a_history_line_longer_than_1_mib_or_malformed_with_its_newline_is_bad_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let long = tmp.path().join("long");
+    std::fs::write(&long, vec![b'0'; 3 << 20]).unwrap();
+    let first = jsonl(&clean_ops()[..1]);
+    let bad = tmp.path().join("bad.jsonl");
+    std::fs::write(&bad, first + "not json\n").unwrap();
+    for (args, needle) in [
+        (vec![long.to_str().unwrap()], "longer than 1 MiB"),
+        (
+            vec!["--format", "edn", long.to_str().unwrap()],
+            "longer than 1 MiB",
+        ),
+        (vec![bad.to_str().unwrap()], "history line 2:"),
+    ] {
+        let out = check(&args);
+        assert_eq!(out.code, 254, "{args:?}: {}{}", out.stdout, out.stderr);
+        assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+        assert!(out.stderr.contains(needle), "{}", out.stderr);
+    }
+}
+
+#[test]
+fn report_exits_non_zero_and_says_why_when_a_run_folder_cannot_be_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = tmp.path().join("single-none/20261129T114541");
+    std::fs::create_dir_all(&good).unwrap();
+    run_folder(
+        &good,
+        serde_json::json!({"promise": "mutual-exclusion"}),
+        &clean_ops(),
+    );
+    let broken = tmp.path().join("single-pause/20261129T114600");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::write(broken.join("history.jsonl"), jsonl(&clean_ops())).unwrap();
+    let out = lockstorm(&["report", tmp.path().to_str().unwrap()]);
+    assert_eq!(out.code, 254, "{}{}", out.stdout, out.stderr);
+    let page = std::fs::read_to_string(tmp.path().join("index.html")).unwrap();
+    assert!(
+        page.contains("run.json is missing: the run stopped before writing it"),
+        "{page}"
+    );
+}
