@@ -7,6 +7,8 @@ use crate::feed::{Invoked, OnEvent};
 use crate::history::Event;
 use crate::verdict::{CheckerReport, Validity};
 
+/// The key of a fault event's value that holds the evidence of its effect.
+pub const VERIFIED: &str = "verified";
 /// The key of a fault event's value that says why its effect was not seen.
 pub const UNVERIFIED: &str = "unverified";
 
