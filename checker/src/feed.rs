@@ -7,6 +7,7 @@
 //! reorder window, not for the history.
 
 use crate::counter::{Counter, CounterOutcome};
+use crate::faults::Faults;
 use crate::fence::Fences;
 use crate::history::{next_line, Event, History, OpType, ParseError};
 use crate::mutex::Mutex;
@@ -78,6 +79,7 @@ pub struct Linear {
     pub counter: Counter,
     pub fences: Fences,
     pub stats: StatsCheck,
+    pub faults: Faults,
 }
 
 impl OnEvent for Linear {
@@ -86,6 +88,7 @@ impl OnEvent for Linear {
         self.counter.on_event(e, invoke);
         self.fences.on_event(e, invoke);
         self.stats.on_event(e, invoke);
+        self.faults.on_event(e, invoke);
     }
 }
 
@@ -94,6 +97,7 @@ pub struct LinearFindings {
     pub counter: CounterOutcome,
     pub fences: Fences,
     pub stats: Stats,
+    pub faults: Faults,
 }
 
 impl Linear {
@@ -103,6 +107,7 @@ impl Linear {
             counter: self.counter.finish(),
             fences: self.fences,
             stats: self.stats.finish(),
+            faults: self.faults,
         }
     }
 }

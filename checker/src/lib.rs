@@ -7,6 +7,7 @@
 pub mod bounds;
 pub mod counter;
 pub mod edn;
+pub mod faults;
 pub mod feed;
 pub mod fence;
 pub mod generate;
@@ -179,6 +180,7 @@ fn assemble(
         counter,
         fences,
         stats,
+        faults,
     } = found;
     let mut checkers = BTreeMap::new();
     checkers.insert(
@@ -195,6 +197,8 @@ fn assemble(
         CheckerReport::from_anomalies([&fences.stale]),
     );
     checkers.insert(checker::NONLINEARIZABLE.to_string(), linear_report);
+    let (faults, fault_notes) = faults.finish();
+    checkers.insert(checker::FAULTS.to_string(), faults);
 
     let anomalies: BTreeMap<String, Anomaly> = [
         (anomaly::LOCK_OVERLAP, mutex.overlap),
@@ -211,6 +215,7 @@ fn assemble(
     let mut notes = counter.notes;
     notes.extend(linear_note);
     notes.extend(extra_notes);
+    notes.extend(fault_notes);
     let valid = verdict::decide(promise, &anomalies, &checkers, truncated, &mut notes);
     Results {
         valid,

@@ -34,6 +34,8 @@ pub mod checker {
     pub const COUNTER: &str = "counter";
     pub const FENCE: &str = "fence";
     pub const NONLINEARIZABLE: &str = "nonlinearizable";
+    /// Whether every fault showed it took effect; counts under every promise.
+    pub const FAULTS: &str = "faults";
 }
 
 /// Which anomalies each checker looks for. A checker's own `valid` only

@@ -109,6 +109,8 @@ pub struct RedisNode {
     child: Option<Child>,
     /// Where this launch's output begins in each of [`RedisNode::logs`].
     marks: [u64; 2],
+    /// The `run_id` our child answered with when it became ready.
+    run_id: String,
 }
 
 impl RedisNode {
@@ -127,6 +129,7 @@ impl RedisNode {
                 dir: dir.clone(),
                 child: None,
                 marks: [0; 2],
+                run_id: String::new(),
             };
             match node.launch().await {
                 Ok(()) => return Ok(node),
@@ -155,7 +158,12 @@ impl RedisNode {
             let _ = std::fs::remove_file(self.dir.join("dump.rdb"));
             let _ = std::fs::remove_dir_all(self.dir.join("appendonlydir"));
         }
-        self.launch().await
+        let launched = self.launch().await;
+        if launched.is_err() {
+            // Not our node: reap the child so the node counts as down (pid 0).
+            self.kill();
+        }
+        launched
     }
 
     async fn launch(&mut self) -> Result<()> {
@@ -326,22 +334,84 @@ impl RedisNode {
         }
     }
 
-    /// Polls PING until the node answers, or fails early if it exited.
+    /// The node as a fault sees it.
+    pub fn node_ref(&self) -> nemesis::NodeRef {
+        nemesis::NodeRef {
+            name: self.spec.name.clone(),
+            pid: self.pid(),
+            run_id: self.run_id.clone(),
+        }
+    }
+
+    /// Polls PING until the node answers, or fails early if it exited; then
+    /// checks that the answer came from our child, not from another server
+    /// that holds the address (a restart on a taken port exits, and an
+    /// intruder would answer in its place).
     async fn wait_ready(&mut self) -> Result<()> {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             let child = self.child.as_mut().expect("launched");
+            let pid = child.id();
             if let Some(status) = child.try_wait().context(|| "waiting for redis".into())? {
-                return Err(self.error(format!("exited at start ({status})")));
+                let mut why = format!("exited at start ({status})");
+                if ping(&self.addr()).await {
+                    let (who, _) = self.answering().await;
+                    why.push_str(&format!("; {} is held by {who}", self.addr()));
+                }
+                return Err(self.error(why));
             }
             if ping(&self.addr()).await {
-                return Ok(());
+                let (who, identity) = self.answering().await;
+                match identity {
+                    Some((their, run_id)) if their == pid => {
+                        self.run_id = run_id;
+                        return Ok(());
+                    }
+                    _ => {
+                        return Err(self.error(format!(
+                            "{} is answered by {who}, not by the {} we started (pid {pid}): something else listens there",
+                            self.addr(),
+                            self.spec.program.display()
+                        )))
+                    }
+                }
             }
             if Instant::now() > deadline {
                 return Err(self.error(format!("no answer to PING within {READY_TIMEOUT:?}")));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Who answers `INFO server` on our address, for a message, and its
+    /// `process_id` and `run_id` when it reports both.
+    async fn answering(&self) -> (String, Option<(u32, String)>) {
+        let addr = self.addr();
+        let info = tokio::task::spawn_blocking(move || {
+            let mut con = crate::topology::connect(&addr)?;
+            redis::cmd("INFO")
+                .arg("server")
+                .query::<redis::InfoDict>(&mut con)
+        })
+        .await;
+        let info = match info {
+            Ok(Ok(info)) => info,
+            Ok(Err(e)) => {
+                return (
+                    format!("a server that answers PING but not INFO ({e})"),
+                    None,
+                )
+            }
+            Err(e) => return (format!("a server we could not ask ({e})"), None),
+        };
+        let pid = info.get::<u32>("process_id");
+        let run_id = info.get::<String>("run_id").filter(|r| !r.is_empty());
+        let who = format!(
+            "a server with pid {} and run_id {}",
+            pid.map_or("?".into(), |p| p.to_string()),
+            run_id.as_deref().unwrap_or("?")
+        );
+        (who, pid.zip(run_id))
     }
 
     /// SIGKILLs and reaps the node (SIGKILL also ends a stopped process).

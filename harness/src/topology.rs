@@ -10,7 +10,7 @@ use crate::options::RunOptions;
 use nemesis::clock::TimeControl;
 use nemesis::cluster::BoxFuture;
 use nemesis::net::{Firewall, Link};
-use nemesis::{Cluster, Journal, NodeRef};
+use nemesis::{Cluster, Journal, NodeRef, Source};
 use nemesis::{Fault, Targets};
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
@@ -223,6 +223,15 @@ impl Topology {
             .filter(|(name, _, _)| name.starts_with('n'))
     }
 
+    /// A node's address and port.
+    fn socket_of(&self, node: &str) -> std::io::Result<(Ipv4Addr, u16)> {
+        self.addrs
+            .iter()
+            .find(|(n, _, _)| n == node)
+            .map(|(_, ip, port)| (*ip, *port))
+            .ok_or_else(|| std::io::Error::other(format!("no node {node}")))
+    }
+
     fn name_of(&self, addr: &str) -> Option<String> {
         self.addrs
             .iter()
@@ -334,10 +343,7 @@ impl Cluster for Topology {
             };
             let nodes = self.nodes.lock().await;
             let node = nodes.iter().find(|n| n.name() == name)?;
-            (node.pid() != 0).then(|| NodeRef {
-                name,
-                pid: node.pid(),
-            })
+            (node.pid() != 0).then(|| node.node_ref())
         })
     }
 
@@ -348,13 +354,18 @@ impl Cluster for Topology {
             .collect()
     }
 
-    fn kill(&self, name: &str) -> BoxFuture<'_, std::io::Result<u32>> {
+    fn kill(&self, name: &str) -> BoxFuture<'_, std::io::Result<NodeRef>> {
         let name = name.to_string();
         Box::pin(async move {
             let mut nodes = self.nodes.lock().await;
-            let node = nodes.iter_mut().find(|n| n.name() == name);
-            node.and_then(RedisNode::kill)
-                .ok_or_else(|| std::io::Error::other(format!("node {name} is not running")))
+            let not_running = || std::io::Error::other(format!("node {name} is not running"));
+            let node = nodes
+                .iter_mut()
+                .find(|n| n.name() == name)
+                .ok_or_else(not_running)?;
+            let was = node.node_ref();
+            node.kill().ok_or_else(not_running)?;
+            Ok(was)
         })
     }
 
@@ -367,10 +378,7 @@ impl Cluster for Topology {
                 .find(|n| n.name() == name)
                 .ok_or_else(|| format!("no node {name}"))?;
             node.restart().await.map_err(|e| e.to_string())?;
-            Ok(NodeRef {
-                name,
-                pid: node.pid(),
-            })
+            Ok(node.node_ref())
         })
     }
 
@@ -379,13 +387,7 @@ impl Cluster for Topology {
             .firewall
             .as_ref()
             .ok_or_else(|| std::io::Error::other("this run has no firewall"))?;
-        let find = |n: &str| {
-            self.addrs
-                .iter()
-                .find(|(name, _, _)| name == n)
-                .map(|(_, ip, port)| (*ip, *port))
-                .ok_or_else(|| std::io::Error::other(format!("no node {n}")))
-        };
+        let find = |n: &str| self.socket_of(n);
         let (aip, aport) = find(a)?;
         let mut links = Vec::new();
         for o in others {
@@ -424,10 +426,7 @@ impl Cluster for Topology {
             let nodes = self.nodes.lock().await;
             names
                 .into_iter()
-                .filter_map(|name| {
-                    let pid = nodes.iter().find(|n| n.name() == name)?.pid();
-                    Some(NodeRef { name, pid })
-                })
+                .filter_map(|name| Some(nodes.iter().find(|n| n.name() == name)?.node_ref()))
                 .collect()
         })
     }
@@ -446,18 +445,56 @@ impl Cluster for Topology {
             .ok_or_else(|| std::io::Error::other("this run has no firewall"))?;
         let mut cut = Vec::new();
         for (worker, node) in links {
-            let (_, ip, port) = self
-                .addrs
-                .iter()
-                .find(|(n, _, _)| n == node)
-                .ok_or_else(|| std::io::Error::other(format!("no node {node}")))?;
+            let (ip, port) = self.socket_of(node)?;
             cut.push(Link {
                 client: worker_ip(*worker as u64),
-                server: *ip,
-                port: *port,
+                server: ip,
+                port,
             });
         }
         fw.cut(&cut)
+    }
+
+    fn connects(
+        &self,
+        from: Source,
+        node: &str,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<bool, String>> {
+        let target = self.socket_of(node);
+        let source = match &from {
+            Source::Harness => Ok(None),
+            Source::Worker(w) => Ok(Some(worker_ip(*w as u64))),
+            Source::Node(n) => self.socket_of(n).map(|(ip, _)| Some(ip)),
+        };
+        Box::pin(async move {
+            let (ip, port) = target.map_err(|e| e.to_string())?;
+            let socket = tokio::net::TcpSocket::new_v4().map_err(|e| e.to_string())?;
+            if let Some(src) = source.map_err(|e| e.to_string())? {
+                socket
+                    .bind((src, 0).into())
+                    .map_err(|e| format!("binding a probe to {src}: {e}"))?;
+            }
+            let attempt = tokio::time::timeout(timeout, socket.connect((ip, port).into()));
+            Ok(matches!(attempt.await, Ok(Ok(_))))
+        })
+    }
+
+    fn wall_clock_ns(&self, node: &str) -> BoxFuture<'_, Result<i64, String>> {
+        let target = self.socket_of(node);
+        let name = node.to_string();
+        Box::pin(async move {
+            let (ip, port) = target.map_err(|e| e.to_string())?;
+            let addr = format!("{ip}:{port}");
+            tokio::task::spawn_blocking(move || {
+                let mut con = connect(&addr)?;
+                let (s, us): (i64, i64) = redis::cmd("TIME").query(&mut con)?;
+                Ok::<_, redis::RedisError>(s * 1_000_000_000 + us * 1_000)
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("TIME from {name}: {e}"))
+        })
     }
 
     fn await_promotion(&self, old: &str, timeout: Duration) -> BoxFuture<'_, Option<String>> {
@@ -475,7 +512,7 @@ impl Cluster for Topology {
     }
 }
 
-fn connect(addr: &str) -> redis::RedisResult<redis::Connection> {
+pub(crate) fn connect(addr: &str) -> redis::RedisResult<redis::Connection> {
     let client = redis::Client::open(format!("redis://{addr}/"))?;
     let con = client.get_connection_with_timeout(Duration::from_millis(500))?;
     con.set_read_timeout(Some(Duration::from_millis(1000)))?;

@@ -9,7 +9,12 @@ use common::{count, run_short};
 fn kill_run(config: &str, persistence: &str) -> (common::Run, checker::verdict::Results) {
     let tmp = tempfile::tempdir().unwrap();
     let extra = ["--persistence", persistence];
-    let (out, results, _) = run_short(tmp.path(), config, "kill", "15", "1", &extra);
+    let (out, results, dir) = run_short(tmp.path(), config, "kill", "15", "1", &extra);
+    // The old pid is gone and the restarted node answers with a new run id.
+    common::assert_verified(&dir, "start-kill");
+    common::assert_verified(&dir, "stop-kill");
+    let restart = &common::events(&dir, "stop-kill")[0]["value"]["verified"];
+    assert_ne!(restart["old_run_id"], restart["new_run_id"], "{restart}");
     (out, results)
 }
 

@@ -30,18 +30,35 @@ fn clock_jumps_on_a_majority_break_redlock_and_on_one_node_only_a_bare_majority(
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
     let jump = &events(&dir, "start-clock")[0]["value"];
     assert_eq!(jump["targets"].as_array().unwrap().len(), 3, "{jump}");
+    // Each jumped node's TIME was read back moved, and back again on heal.
+    common::assert_verified(&dir, "start-clock");
+    common::assert_verified(&dir, "stop-clock");
 
     // One node's jump frees only that node's copy: a rival can complete a
     // majority only if the holder had a bare one (Kleppmann), so every
     // overlap's two majorities may share nothing but jumped nodes.
     let (out, results, dir, _t) = redlock(&["--nemesis", "clock", "--targets", "one"], "15");
-    let jumped: BTreeSet<String> = events(&dir, "start-clock")
+    overlaps_share_only_faulted_nodes(&out, &results, &dir, "start-clock");
+}
+
+/// A fault on one node frees only that node's copy of a key: a rival can
+/// complete a majority only if the holder had a bare one (Kleppmann). So the
+/// exit code follows the overlaps, and every overlap's two recorded
+/// majorities share nothing but nodes that `fault_event` names as targets.
+fn overlaps_share_only_faulted_nodes(
+    out: &common::Run,
+    results: &checker::verdict::Results,
+    dir: &std::path::Path,
+    fault_event: &str,
+) {
+    let faulted: BTreeSet<String> = events(dir, fault_event)
         .iter()
         .flat_map(|e| names(&e["value"]["targets"]))
         .collect();
-    assert!(!jumped.is_empty(), "no clock jump happened");
+    assert!(!faulted.is_empty(), "no {fault_event} happened");
+    common::assert_verified(dir, fault_event);
     let granted = |index: u64| -> BTreeSet<String> {
-        let all = events(&dir, "acquire");
+        let all = events(dir, "acquire");
         let ok = all.iter().find(|e| e["index"] == index).unwrap();
         names(&ok["value"]["nodes"]).collect()
     };
@@ -57,8 +74,8 @@ fn clock_jumps_on_a_majority_break_redlock_and_on_one_node_only_a_bare_majority(
         assert!(a.len() >= 3 && b.len() >= 3, "{a:?} {b:?}");
         let shared: BTreeSet<String> = a.intersection(&b).cloned().collect();
         assert!(
-            shared.is_subset(&jumped),
-            "holders {pair:?} shared {shared:?}, but only {jumped:?} jumped"
+            shared.is_subset(&faulted),
+            "holders {pair:?} shared {shared:?}, but only {faulted:?} were hit by {fault_event}"
         );
     }
 }
@@ -124,9 +141,12 @@ fn killing_the_holders_majority_breaks_redlock_unless_nodes_stay_down_past_the_t
     assert_eq!(out.code, 0, "{}", out.stdout);
     assert_eq!(results.valid, Validity::True);
 
-    let (out, _, dir, _t) = redlock(&["--nemesis", "kill", "--targets", "one"], "20");
-    assert_eq!(out.code, 0, "{}", out.stdout);
-    assert!(!events(&dir, "start-kill").is_empty());
+    // One node killed and restarted empty breaks it too whenever the holder
+    // had a bare majority including that node: a rival completes a majority
+    // with the empty node. Whether that happens depends on the race for the
+    // lock, so assert what the history shows, not a verdict.
+    let (out, results, dir, _t) = redlock(&["--nemesis", "kill", "--targets", "one"], "20");
+    overlaps_share_only_faulted_nodes(&out, &results, &dir, "start-kill");
 }
 
 #[test]
@@ -159,7 +179,8 @@ fn no_lease_survives_a_pause_and_the_lease_check_only_limits_the_damage() {
 fn a_partition_of_a_minority_or_a_majorities_ring_keeps_redlock_safe() {
     let (out, _, dir, _t) = redlock(&["--nemesis", "partition", "--targets", "ring"], "20");
     assert_eq!(out.code, 0, "{}", out.stdout);
-    assert!(!events(&dir, "start-partition").is_empty());
+    // Probes across the cut links failed while the nodes still took the harness's.
+    common::assert_verified(&dir, "start-partition");
 }
 
 #[test]

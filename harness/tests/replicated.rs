@@ -53,6 +53,11 @@ fn a_failover_to_a_replica_without_the_key_loses_the_lock_unless_acquires_wait_f
         "Sentinel promoted nobody: {promoted:?}"
     );
     assert!(!events(&dir, "switch-master").is_empty());
+    // The partition refused probes, the old primary's pid was gone, and it
+    // came back as a new process.
+    for op in ["start-failover", "kill", "stop-failover"] {
+        common::assert_verified(&dir, op);
+    }
 
     // The same failover, but an acquisition counts only once a replica has it:
     // during the partition none does, so every acquire there fails instead.

@@ -40,6 +40,7 @@ fn single_under_pause_loses_mutual_exclusion() {
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
     assert!(count(&results, "unsafe-action") >= 1, "{}", out.stdout);
     assert!(results.stats.first_fault_time.is_some());
+    common::assert_verified(&dir, "start-pause");
     assert!(out.stdout.contains("INVALID"), "{}", out.stdout);
     for file in [
         "run.json",

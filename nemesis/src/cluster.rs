@@ -13,6 +13,18 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub struct NodeRef {
     pub name: String,
     pub pid: u32,
+    /// The `run_id` its `INFO server` reported when it was seen to be ours:
+    /// a restarted node answers with a new one.
+    pub run_id: String,
+}
+
+/// Where a probe connection leaves from: the address a cut link's packets
+/// would come from, or the harness's own (never cut), to show the node is up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    Harness,
+    Worker(usize),
+    Node(String),
 }
 
 pub trait Cluster: Send + Sync {
@@ -22,9 +34,11 @@ pub trait Cluster: Send + Sync {
     /// The other data nodes of a replicated topology (not Sentinels).
     fn replicas_of(&self, primary: &str) -> Vec<String>;
     /// SIGKILLs a node and reaps it; it stays down until [`Cluster::restart`].
-    fn kill(&self, name: &str) -> BoxFuture<'_, std::io::Result<u32>>;
+    /// Returns the node as it was before the kill.
+    fn kill(&self, name: &str) -> BoxFuture<'_, std::io::Result<NodeRef>>;
     /// Starts a killed node again with its own settings (keeping its data
-    /// only if persistence is on) and waits until it answers.
+    /// only if persistence is on) and waits until it answers as our new
+    /// child (its `INFO server` pid is the child's); fails otherwise.
     fn restart(&self, name: &str) -> BoxFuture<'_, Result<NodeRef, String>>;
     /// Drops every packet between node `a` and each of `others`.
     fn partition(&self, a: &str, others: &[String]) -> std::io::Result<()>;
@@ -43,4 +57,15 @@ pub trait Cluster: Send + Sync {
     fn set_clock(&self, node: &str, offset_ns: i64, rate: f64) -> std::io::Result<()>;
     /// Drops every packet between each worker and node in `links`.
     fn cut_workers(&self, links: &[(usize, String)]) -> std::io::Result<()>;
+    /// Whether a TCP connection from `from` to `node`'s port is accepted
+    /// within `timeout` (false on a timeout or refusal; `Err` when the probe
+    /// itself cannot be made).
+    fn connects(
+        &self,
+        from: Source,
+        node: &str,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<bool, String>>;
+    /// `node`'s wall clock as Redis `TIME` reports it, in ns since the epoch.
+    fn wall_clock_ns(&self, node: &str) -> BoxFuture<'_, Result<i64, String>>;
 }

@@ -12,6 +12,8 @@
 
 use crate::kill::restart;
 use crate::runner::Env;
+use crate::verify;
+use crate::Source;
 use serde_json::json;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -32,8 +34,20 @@ pub async fn run(env: &mut Env, lock_ttl: Duration) {
         env.journal.record("skip-failover", reason, Some(&name));
         return;
     }
+    // Both directions are cut: the replicas cannot reach the primary, nor it them.
+    let probes: Vec<(Source, String)> = replicas
+        .iter()
+        .flat_map(|r| {
+            [
+                (Source::Node(r.clone()), name.clone()),
+                (Source::Node(name.clone()), r.clone()),
+            ]
+        })
+        .collect();
+    let seen = verify::cut(env, &probes).await;
     let value = json!({"target": name, "pid": primary.pid, "cut-from": replicas});
-    env.journal.record("start-failover", value, Some(&name));
+    env.journal
+        .record("start-failover", verify::attach(value, seen), Some(&name));
     env.sleep(lock_ttl).await;
 
     // A lock taken now lives on the primary alone. With `--wait-replicas`
@@ -51,7 +65,12 @@ pub async fn run(env: &mut Env, lock_ttl: Duration) {
     let killed = env.cluster.kill(&name).await;
     let killed_at = Instant::now();
     let value = json!({"target": name, "holder": holder.map(|h| h.process), "error": killed.as_ref().err().map(|e| e.to_string())});
-    env.journal.record("kill", value, Some(&name));
+    let seen = match &killed {
+        Ok(was) => verify::gone(std::slice::from_ref(was)),
+        Err(e) => Err(format!("killing {name} failed: {e}")),
+    };
+    env.journal
+        .record("kill", verify::attach(value, seen), Some(&name));
 
     let promoted = tokio::select! {
         p = env.cluster.await_promotion(&name, PROMOTION_TIMEOUT) => p,
@@ -67,5 +86,5 @@ pub async fn run(env: &mut Env, lock_ttl: Duration) {
         env.journal
             .record("heal-failed", json!({"error": e.to_string()}), None);
     }
-    restart(env, &name, "stop-failover").await;
+    restart(env, killed.as_ref().unwrap_or(&primary), "stop-failover").await;
 }

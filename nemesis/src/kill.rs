@@ -5,6 +5,8 @@
 
 use crate::fault::Targets;
 use crate::runner::Env;
+use crate::verify;
+use crate::NodeRef;
 use serde_json::json;
 use std::time::Duration;
 
@@ -21,7 +23,7 @@ pub async fn nodes(env: &mut Env, targets: Targets, down_for: Duration) {
     let mut killed = Vec::new();
     for node in &nodes {
         match env.cluster.kill(&node.name).await {
-            Ok(pid) => killed.push(json!({"target": node.name, "pid": pid})),
+            Ok(was) => killed.push(was),
             Err(e) => {
                 let reason = json!({"target": node.name, "reason": e.to_string()});
                 env.journal.record("skip-kill", reason, Some(&node.name));
@@ -29,12 +31,17 @@ pub async fn nodes(env: &mut Env, targets: Targets, down_for: Duration) {
         }
     }
     let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
-    let value = json!({"targets": names, "killed": killed, "holder": holder.process});
+    let pids: Vec<_> = killed
+        .iter()
+        .map(|n| json!({"target": n.name, "pid": n.pid}))
+        .collect();
+    let value = json!({"targets": names, "killed": pids, "holder": holder.process});
+    let value = verify::attach(value, verify::gone(&killed));
     env.journal.record("start-kill", value, single(&names));
     // Restart even when the run is ending: every fault heals before the final read.
     env.sleep(down_for).await;
-    for name in names {
-        restart(env, name, "stop-kill").await;
+    for was in &killed {
+        restart(env, was, "stop-kill").await;
     }
 }
 
@@ -45,11 +52,21 @@ fn single<'a>(names: &[&'a str]) -> Option<&'a str> {
     }
 }
 
-/// Restarts `name` and records `f` with the new pid, or why it failed.
-pub(crate) async fn restart(env: &Env, name: &str, f: &str) {
+/// Restarts the killed node `was` and records `f` with the new pid and the
+/// evidence that it is a new process. A failed restart leaves the run
+/// without a node it relies on (or with a foreign server in its place), so
+/// the event says `unverified` and the run cannot be valid.
+pub(crate) async fn restart(env: &Env, was: &NodeRef, f: &str) {
+    let name = was.name.as_str();
     let value = match env.cluster.restart(name).await {
-        Ok(node) => json!({"target": name, "pid": node.pid}),
-        Err(e) => json!({"target": name, "error": e}),
+        Ok(node) => {
+            let value = json!({"target": name, "pid": node.pid});
+            verify::attach(value, verify::restarted(was, &node))
+        }
+        Err(e) => {
+            let value = json!({"target": name, "error": e});
+            verify::attach(value, Err(format!("restart of {name} failed: {e}")))
+        }
     };
     env.journal.record(f, value, Some(name));
 }

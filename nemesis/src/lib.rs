@@ -15,8 +15,9 @@ pub mod runner;
 mod scenario;
 pub mod schedule;
 mod skew;
+mod verify;
 
-pub use cluster::{Cluster, NodeRef};
+pub use cluster::{Cluster, NodeRef, Source};
 pub use fault::{Action, Fault, Nemesis, Targets};
 pub use runner::{Env, FaultParams, Holder, Journal, Live};
 pub use schedule::{schedule, ScheduleSpec, Step};

@@ -5,6 +5,8 @@
 
 use crate::fault::Targets;
 use crate::runner::Env;
+use crate::verify;
+use crate::Source;
 use serde_json::json;
 use std::time::Duration;
 
@@ -17,13 +19,23 @@ pub async fn run(env: &mut Env, targets: Targets, hold: Duration) {
         return;
     }
     let value = json!({"targets": format!("{targets:?}").to_lowercase(), "cut": links});
-    env.journal.record("start-partition", value.clone(), None);
+    let seen = verify::cut(env, &worker_links(&links)).await;
+    env.journal
+        .record("start-partition", verify::attach(value.clone(), seen), None);
     env.sleep(hold).await;
     if let Err(e) = env.cluster.heal() {
         env.journal
             .record("heal-failed", json!({"error": e.to_string()}), None);
     }
     env.journal.record("stop-partition", value, None);
+}
+
+/// The probes that show `links` are cut: from each worker's address.
+pub(crate) fn worker_links(links: &[(usize, String)]) -> Vec<(Source, String)> {
+    links
+        .iter()
+        .map(|(w, n)| (Source::Worker(*w), n.clone()))
+        .collect()
 }
 
 /// The (worker, node) links to cut (pure).

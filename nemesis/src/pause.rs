@@ -60,8 +60,9 @@ async fn suspend_for(
             return;
         }
     };
-    env.journal
-        .record(&format!("start-{fault}"), target.clone(), node);
+    let seen = crate::verify::stopped(pid).await;
+    let start = crate::verify::attach(target.clone(), seen);
+    env.journal.record(&format!("start-{fault}"), start, node);
     env.sleep(duration).await;
     drop(paused);
     env.journal.record(&format!("stop-{fault}"), target, node);

@@ -4,6 +4,7 @@
 
 use crate::runner::{Env, Holder};
 use crate::skew::jump_nodes;
+use crate::verify;
 use serde_json::json;
 use std::time::Duration;
 
@@ -31,8 +32,9 @@ pub async fn split_clock(env: &mut Env, ttl: Duration, jump_ns: i64, hold: Durat
         env.journal.record("skip-partition+clock", reason, None);
         return;
     }
-    env.journal
-        .record("start-partition", json!({"cut": links}), None);
+    let seen = verify::cut(env, &crate::partition::worker_links(&links)).await;
+    let value = verify::attach(json!({"cut": links}), seen);
+    env.journal.record("start-partition", value, None);
     env.sleep(ttl).await;
     if let Some(holder) = env.await_holder("partition+clock").await {
         jump_one_node(env, &nodes[2], jump_ns, holder, hold).await;
@@ -55,18 +57,23 @@ pub async fn kill_clock(env: &mut Env, down: Duration, jump_ns: i64, hold: Durat
     let Some(holder) = env.await_holder("kill+clock").await else {
         return;
     };
-    let killed = &nodes[..2];
-    for n in killed {
-        if let Err(e) = env.cluster.kill(n).await {
-            let value = json!({"target": n, "error": e.to_string()});
-            env.journal.record("kill-failed", value, Some(n));
+    let targets = &nodes[..2];
+    let mut killed = Vec::new();
+    for n in targets {
+        match env.cluster.kill(n).await {
+            Ok(was) => killed.push(was),
+            Err(e) => {
+                let value = json!({"target": n, "error": e.to_string()});
+                env.journal.record("kill-failed", value, Some(n));
+            }
         }
     }
-    let value = json!({"targets": killed, "holder": holder.process});
+    let value = json!({"targets": targets, "holder": holder.process});
+    let value = verify::attach(value, verify::gone(&killed));
     env.journal.record("start-kill", value, None);
     tokio::time::sleep(down).await;
-    for n in killed {
-        crate::kill::restart(env, n, "stop-kill").await;
+    for was in &killed {
+        crate::kill::restart(env, was, "stop-kill").await;
     }
     jump_one_node(env, &nodes[2], jump_ns, holder, hold).await;
 }
@@ -86,11 +93,13 @@ fn five_nodes(env: &Env, scenario: &str) -> Option<Vec<String>> {
 /// Jumps `node`'s clock for `hold`, then sets it right.
 async fn jump_one_node(env: &mut Env, node: &str, jump_ns: i64, holder: Holder, hold: Duration) {
     let shared = vec![node.to_string()];
-    jump_nodes(env, &shared, jump_ns);
+    let moved = jump_nodes(env, &shared, jump_ns).await;
     let value =
         json!({"targets": shared, "jump_ms": jump_ns / 1_000_000, "holder": holder.process});
-    env.journal.record("start-clock", value.clone(), None);
+    env.journal
+        .record("start-clock", verify::attach(value.clone(), moved), None);
     env.sleep(hold).await;
-    jump_nodes(env, &shared, 0);
-    env.journal.record("stop-clock", value, None);
+    let back = jump_nodes(env, &shared, 0).await;
+    env.journal
+        .record("stop-clock", verify::attach(value, back), None);
 }

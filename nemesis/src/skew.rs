@@ -4,6 +4,7 @@
 
 use crate::fault::Targets;
 use crate::runner::Env;
+use crate::verify;
 use serde_json::json;
 use std::time::Duration;
 
@@ -18,27 +19,40 @@ pub async fn jump(env: &mut Env, targets: Targets, jump_ns: i64, skew_ns: i64, h
         .into_iter()
         .map(|n| n.name)
         .collect();
-    jump_nodes(env, &nodes, jump_ns);
+    let moved = jump_nodes(env, &nodes, jump_ns).await;
     if skew_ns != 0 {
         env.skew(holder.worker, skew_ns, 1.0);
     }
     let value = json!({"targets": nodes, "jump_ms": jump_ns / 1_000_000, "holder": holder.process, "holder_skew_ms": skew_ns / 1_000_000});
-    env.journal.record("start-clock", value.clone(), None);
+    env.journal
+        .record("start-clock", verify::attach(value.clone(), moved), None);
     env.sleep(hold).await;
-    jump_nodes(env, &nodes, 0);
+    let back = jump_nodes(env, &nodes, 0).await;
     if skew_ns != 0 {
         env.skew(holder.worker, 0, 1.0);
     }
-    env.journal.record("stop-clock", value, None);
+    env.journal
+        .record("stop-clock", verify::attach(value, back), None);
 }
 
-/// Sets every node in `nodes` to `offset_ns` from real time; failures are
-/// recorded, not fatal (a node may be down for a kill).
-pub(crate) fn jump_nodes(env: &Env, nodes: &[String], offset_ns: i64) {
+/// Sets every node in `nodes` to `offset_ns` from real time and reads their
+/// clocks back: the evidence, or why the jump cannot be shown to have happened.
+pub(crate) async fn jump_nodes(
+    env: &Env,
+    nodes: &[String],
+    offset_ns: i64,
+) -> Result<serde_json::Value, String> {
+    // Every node is set even when one fails: a heal must reach them all.
+    let mut failed = None;
     for node in nodes {
         if let Err(e) = env.cluster.set_clock(node, offset_ns, 1.0) {
             let value = json!({"target": node, "error": e.to_string()});
             env.journal.record("clock-failed", value, Some(node));
+            failed.get_or_insert(format!("setting {node}'s clock: {e}"));
         }
+    }
+    match failed {
+        Some(why) => Err(why),
+        None => verify::clocks(env, nodes, offset_ns).await,
     }
 }

@@ -148,6 +148,15 @@ pub fn events(dir: &Path, op: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Every `op` event carries the evidence that its fault took effect.
+pub fn assert_verified(dir: &Path, op: &str) {
+    let found = events(dir, op);
+    assert!(!found.is_empty(), "no {op} event");
+    for e in &found {
+        assert!(e["value"]["verified"].is_object(), "{op} not verified: {e}");
+    }
+}
+
 /// `lockstorm run --config C --nemesis N --time-limit T --seed S`, faults
 /// every ~2 s, plus `extra`: the shape of most end-to-end runs.
 pub fn run_short(

@@ -1,0 +1,189 @@
+//! Each fault shows that it took effect before the run may rely on it: a
+//! paused process is seen stopped, a killed node's pid is gone and its
+//! restart answers with a new run id, a moved clock is read back, a cut link
+//! refuses a probe while an uncut one connects. The evidence, or why there
+//! is none, goes into the fault's event (`checker::faults` turns the latter
+//! into an unknown verdict).
+
+use crate::cluster::{NodeRef, Source};
+use crate::process;
+use crate::runner::Env;
+use checker::faults::{UNVERIFIED, VERIFIED};
+use serde_json::{json, Value};
+use std::time::Duration;
+use tokio::task::JoinSet;
+
+/// How long a stopped process may take to show state `T`.
+const STOP_SEEN_WITHIN: Duration = Duration::from_secs(1);
+/// How far a node's clock, read back through `TIME`, may be from the offset
+/// set, beyond the read's own round trip (the shim applies it at once).
+const CLOCK_TOLERANCE_NS: i64 = 250_000_000;
+/// A probe across a cut link must not connect within this; loopback
+/// connects in microseconds.
+const CUT_PROBE: Duration = Duration::from_millis(300);
+/// An uncut probe may take this long on a loaded host before it counts as failed.
+const OPEN_PROBE: Duration = Duration::from_secs(2);
+
+/// Adds `verified: evidence` or `unverified: reason` to an event's value.
+pub(crate) fn attach(mut value: Value, outcome: Result<Value, String>) -> Value {
+    if let Value::Object(map) = &mut value {
+        match outcome {
+            Ok(evidence) => map.insert(VERIFIED.into(), evidence),
+            Err(reason) => map.insert(UNVERIFIED.into(), Value::String(reason)),
+        };
+    }
+    value
+}
+
+/// Waits until `pid` shows state `T` (stopped).
+pub(crate) async fn stopped(pid: u32) -> Result<Value, String> {
+    let deadline = tokio::time::Instant::now() + STOP_SEEN_WITHIN;
+    loop {
+        let state = process::state(pid);
+        if state == Some('T') {
+            return Ok(json!({"pid": pid, "state": "T"}));
+        }
+        if tokio::time::Instant::now() > deadline {
+            let seen = state.map_or("gone".to_string(), |c| c.to_string());
+            return Err(format!(
+                "pid {pid} in state {seen} {STOP_SEEN_WITHIN:?} after SIGSTOP, not T"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A killed (and reaped) node's pid no longer exists.
+pub(crate) fn gone(killed: &[NodeRef]) -> Result<Value, String> {
+    if killed.is_empty() {
+        return Err("no node was killed".into());
+    }
+    if let Some(alive) = killed.iter().find(|n| process::state(n.pid).is_some()) {
+        return Err(format!(
+            "{} pid {} still exists after SIGKILL",
+            alive.name, alive.pid
+        ));
+    }
+    let pids: Vec<Value> = killed
+        .iter()
+        .map(|n| json!({"target": n.name, "pid": n.pid, "run_id": n.run_id}))
+        .collect();
+    Ok(json!({"gone": pids}))
+}
+
+/// A restarted node is a new process with a new run id (the cluster has
+/// already checked that it is the child it started).
+pub(crate) fn restarted(old: &NodeRef, new: &NodeRef) -> Result<Value, String> {
+    if new.pid == old.pid || new.run_id.is_empty() || new.run_id == old.run_id {
+        return Err(format!(
+            "{} restarted as pid {} run_id {:?}, not a new process (was pid {} run_id {:?})",
+            new.name, new.pid, new.run_id, old.pid, old.run_id
+        ));
+    }
+    Ok(
+        json!({"old_pid": old.pid, "new_pid": new.pid, "old_run_id": old.run_id, "new_run_id": new.run_id}),
+    )
+}
+
+/// Whether an offset read back is the one set: pure.
+fn clock_matches(observed_ns: i64, want_ns: i64, uncertainty_ns: i64) -> bool {
+    (observed_ns - want_ns).abs() <= CLOCK_TOLERANCE_NS + uncertainty_ns
+}
+
+/// Reads each node's `TIME` back and checks it is `offset_ns` from real time.
+pub(crate) async fn clocks(env: &Env, nodes: &[String], offset_ns: i64) -> Result<Value, String> {
+    let mut seen = serde_json::Map::new();
+    for node in nodes {
+        let before = crate::clock::real_now_ns();
+        let node_ns = env.cluster.wall_clock_ns(node).await?;
+        let after = crate::clock::real_now_ns();
+        let observed = node_ns - before / 2 - after / 2;
+        let uncertainty = (after - before) / 2;
+        if !clock_matches(observed, offset_ns, uncertainty) {
+            return Err(format!(
+                "{node}: TIME is {} ms from real time, not {} ms (is the time shim loaded?)",
+                observed / 1_000_000,
+                offset_ns / 1_000_000
+            ));
+        }
+        seen.insert(node.clone(), json!(observed / 1_000_000));
+    }
+    Ok(json!({"observed_offset_ms": seen}))
+}
+
+/// Probes every cut link (each must fail) and, from the harness, every node
+/// behind one (each must connect, so the node was up and the cut did it).
+pub(crate) async fn cut(env: &Env, links: &[(Source, String)]) -> Result<Value, String> {
+    let mut probes = JoinSet::new();
+    let mut nodes: Vec<&String> = links.iter().map(|(_, n)| n).collect();
+    nodes.sort();
+    nodes.dedup();
+    let open = nodes
+        .into_iter()
+        .map(|n| (Source::Harness, n.clone(), OPEN_PROBE));
+    let closed = links.iter().map(|(s, n)| (s.clone(), n.clone(), CUT_PROBE));
+    for (from, node, timeout) in closed.chain(open) {
+        let cluster = env.cluster.clone();
+        probes.spawn(async move {
+            let connected = cluster.connects(from.clone(), &node, timeout).await;
+            (from, node, timeout == CUT_PROBE, connected)
+        });
+    }
+    let (mut refused, mut reachable) = (0, 0);
+    while let Some(probe) = probes.join_next().await {
+        let (from, node, cut, connected) = probe.map_err(|e| format!("probe task: {e}"))?;
+        match (cut, connected?) {
+            (true, false) => refused += 1,
+            (false, true) => reachable += 1,
+            (true, true) => {
+                return Err(format!("{from:?} still connects to {node} across the cut"))
+            }
+            (false, false) => {
+                return Err(format!(
+                    "{node} does not accept the harness's probe: down, not cut"
+                ))
+            }
+        }
+    }
+    Ok(json!({"cut_links_refused": refused, "nodes_reachable_otherwise": reachable}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(pid: u32, run_id: &str) -> NodeRef {
+        NodeRef {
+            name: "n1".into(),
+            pid,
+            run_id: run_id.into(),
+        }
+    }
+
+    #[test]
+    fn a_restart_must_be_a_new_process_with_a_new_run_id() {
+        let old = node(10, "aaa");
+        assert!(restarted(&old, &node(11, "bbb")).is_ok());
+        assert!(restarted(&old, &node(11, "aaa")).is_err());
+        assert!(restarted(&old, &node(10, "bbb")).is_err());
+        assert!(restarted(&old, &node(11, "")).is_err());
+    }
+
+    #[test]
+    fn a_clock_read_back_must_be_near_the_offset_set() {
+        let s = 1_000_000_000;
+        assert!(clock_matches(30 * s + 1_000_000, 30 * s, 0));
+        assert!(!clock_matches(0, 30 * s, 1_000_000));
+        assert!(clock_matches(0, 0, 0));
+        assert!(!clock_matches(-30 * s, 0, 0));
+    }
+
+    #[test]
+    fn evidence_or_reason_lands_in_the_value() {
+        let v = attach(json!({"target": "n1"}), Ok(json!({"pid": 3})));
+        assert_eq!(v[VERIFIED]["pid"], 3);
+        let v = attach(json!({"target": "n1"}), Err("why".into()));
+        assert_eq!(v[UNVERIFIED], "why");
+        assert!(v.get(VERIFIED).is_none());
+    }
+}
