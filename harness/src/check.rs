@@ -35,9 +35,6 @@ pub fn judge_run(results: &mut Results, record: &RunRecord) {
             "the run was interrupted{at}, before its time limit of {} s",
             record.options.time_limit
         ));
-        // Cut short, it decides nothing, whatever it saw so far (the counts
-        // stay in the results).
-        results.valid = Validity::Unknown;
     }
     // Runs stored before a fault had to fit the time limit have an empty
     // schedule: the nemesis they asked for still says what was meant.
@@ -50,6 +47,11 @@ pub fn judge_run(results: &mut Results, record: &RunRecord) {
     }
     if record.options.config.has_lock_node() && results.stats.acquired == 0 {
         unknown("no lock was ever granted: no acquire succeeded, so nothing was tested".into());
+    }
+    if record.interrupted {
+        // Cut short, it decides nothing, whatever it saw so far (the counts
+        // stay in the results).
+        results.valid = Validity::Unknown;
     }
 }
 

@@ -10,7 +10,7 @@ use crate::store::{write_json, RunDir};
 use crate::topology::{NodeRecord, Topology};
 use crate::{logging, workers};
 use checker::history::{f, OpType, Process};
-use checker::verdict::{Promise, Results};
+use checker::verdict::{Promise, Results, Validity};
 use checker::History;
 use nemesis::{FaultParams, Step};
 use serde::{Deserialize, Serialize};
