@@ -6,6 +6,7 @@
 //! released. So a streamed check needs memory for the open ops plus the
 //! reorder window, not for the history.
 
+use crate::cause::Faults;
 use crate::counter::{Counter, CounterOutcome};
 use crate::fence::Fences;
 use crate::history::{Event, History, OpType, ParseError};
@@ -78,6 +79,7 @@ pub struct Linear {
     pub counter: Counter,
     pub fences: Fences,
     pub stats: StatsCheck,
+    pub faults: Faults,
 }
 
 impl OnEvent for Linear {
@@ -86,6 +88,7 @@ impl OnEvent for Linear {
         self.counter.on_event(e, invoke);
         self.fences.on_event(e, invoke);
         self.stats.on_event(e, invoke);
+        self.faults.on_event(e);
     }
 }
 
@@ -94,6 +97,7 @@ pub struct LinearFindings {
     pub counter: CounterOutcome,
     pub fences: Fences,
     pub stats: Stats,
+    pub faults: Faults,
 }
 
 impl Linear {
@@ -103,6 +107,7 @@ impl Linear {
             counter: self.counter.finish(),
             fences: self.fences,
             stats: self.stats.finish(),
+            faults: self.faults,
         }
     }
 }

@@ -66,6 +66,8 @@ pub mod f {
     pub const READ: &str = "read";
     pub const WRITE: &str = "write";
     pub const EXTEND: &str = "extend";
+    /// Not an op: a worker or the harness woke late (`value`: `who`, `ms`).
+    pub const STALL: &str = "stall";
 }
 
 /// Error names clients put in `error` (free-form strings are allowed too).

@@ -5,6 +5,7 @@
 //! `results.json` verdict (DESIGN.md, "Checkers and verdict").
 
 pub mod bounds;
+pub mod cause;
 pub mod counter;
 pub mod edn;
 pub mod feed;
@@ -174,6 +175,7 @@ fn assemble(
         counter,
         fences,
         stats,
+        faults,
     } = found;
     let mut checkers = BTreeMap::new();
     checkers.insert(
@@ -200,7 +202,10 @@ fn assemble(
         (anomaly::NONLINEARIZABLE, nonlinear),
     ]
     .into_iter()
-    .map(|(name, a)| (name.to_string(), a))
+    .map(|(name, mut a)| {
+        cause::attribute(&mut a, &faults);
+        (name.to_string(), a)
+    })
     .collect();
 
     let mut notes = counter.notes;
