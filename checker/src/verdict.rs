@@ -228,7 +228,7 @@ pub struct Anomaly {
     /// [`crate::cause::attribute`] turns them into `causes`: a stall is
     /// recorded when it ends, after the anomaly it may explain.
     #[serde(skip)]
-    pub(crate) times: Vec<u64>,
+    pub times: Vec<u64>,
 }
 
 impl Anomaly {

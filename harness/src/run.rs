@@ -101,6 +101,11 @@ async fn run_workload(
     let (history, holders) = HistoryWriter::create(&dir.history(), clock, late_events(options))
         .context(|| "creating history.jsonl".into())?;
     let history = Arc::new(history);
+    let stalls = {
+        let history = history.clone();
+        let who = Process::harness().to_string();
+        workloads::stall::watch(who, clock, move |s| history.append(s.event(), None))
+    };
     let exe = std::env::current_exe().context(|| "finding the lockstorm binary".into())?;
     let mut running = Vec::new();
     for index in 0..options.workers {
@@ -175,6 +180,7 @@ async fn run_workload(
         let _ = w.join();
     }
     final_read(&history, &topology.storage).await;
+    drop(stalls);
     history
         .finish()
         .context(|| "writing history.jsonl".into())?;
