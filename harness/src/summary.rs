@@ -1,6 +1,6 @@
 //! The short human summary printed at the end of a run or a check.
 
-use checker::verdict::{Results, Validity};
+use checker::verdict::{Anomaly, Results, Validity};
 use std::fmt::Write;
 
 pub fn verdict_word(v: Validity) -> &'static str {
@@ -29,7 +29,10 @@ pub fn render(title: &str, results: &Results, path: &str) -> String {
             } else {
                 ""
             };
-            format!("{name} {}{mark}", a.count)
+            match causes(a) {
+                Some(causes) => format!("{name} {}{mark} ({causes})", a.count),
+                None => format!("{name} {}{mark}", a.count),
+            }
         })
         .collect();
     let _ = writeln!(out, "  anomalies: {}", counts.join(", "));
@@ -89,6 +92,17 @@ pub fn render(title: &str, results: &Results, path: &str) -> String {
     out
 }
 
+/// What preceded an anomaly's occurrences, e.g. `pause 3, stall 1`: the
+/// fault each is put down to (see `checker::cause`); `None` when it never
+/// occurred or was checked before attribution existed.
+pub fn causes(a: &Anomaly) -> Option<String> {
+    if a.count == 0 || a.causes.is_empty() {
+        return None;
+    }
+    let tally: Vec<String> = a.causes.iter().map(|(c, n)| format!("{c} {n}")).collect();
+    Some(tally.join(", "))
+}
+
 /// Acknowledged increments against the final value, and how many reads
 /// fell outside the increments applied around them.
 fn counter_line(results: &Results) -> Option<String> {
@@ -108,4 +122,23 @@ fn counter_line(results: &Results) -> Option<String> {
 
 fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_anomaly_found_names_what_preceded_it() {
+        let history = checker::History::new(Vec::new());
+        let mut results = checker::check(&history, checker::Promise::MutualExclusion);
+        let overlap = results.anomalies.get_mut("lock-overlap").unwrap();
+        overlap.count = 4;
+        overlap.causes = [("pause".to_string(), 3), ("stall".to_string(), 1)].into();
+        let text = render("t", &results, "p");
+        assert!(
+            text.contains("lock-overlap 4! (pause 3, stall 1), lost-update 0,"),
+            "{text}"
+        );
+    }
 }
