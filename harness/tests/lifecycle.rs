@@ -4,11 +4,11 @@
 
 mod common;
 
+use common::wait_for;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// A long run with long pauses, so one is active when we interrupt it.
 fn start(results: &Path) -> Child {
@@ -34,18 +34,6 @@ fn start_with(results: &Path, args: &[&str]) -> Child {
         .unwrap()
 }
 
-/// Polls until `probe` returns something, failing the test after 30 s.
-fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(v) = probe() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// The run folder, once the history shows a worker frozen by the nemesis.
 fn wait_for_active_pause(results: &Path) -> PathBuf {
     wait_for_event(results, "single-pause", "start-pause")
@@ -64,6 +52,7 @@ fn wait_for_event(results: &Path, group: &str, event: &str) -> PathBuf {
 
 #[test]
 fn ctrl_c_heals_the_fault_stops_everything_and_checks_what_was_recorded() {
+    let _slot = common::e2e_slot();
     let tmp = tempfile::tempdir().unwrap();
     let child = start(tmp.path());
     let run = wait_for_active_pause(tmp.path());
@@ -81,6 +70,7 @@ fn ctrl_c_heals_the_fault_stops_everything_and_checks_what_was_recorded() {
 
 #[test]
 fn a_killed_harness_leaves_no_process_and_a_readable_history() {
+    let _slot = common::e2e_slot();
     let tmp = tempfile::tempdir().unwrap();
     let mut child = start(tmp.path());
     let run = wait_for_active_pause(tmp.path());
@@ -104,6 +94,7 @@ fn a_killed_harness_leaves_no_process_and_a_readable_history() {
 
 #[test]
 fn ctrl_c_during_a_failover_removes_the_partition_and_every_node() {
+    let _slot = common::e2e_slot();
     let tmp = tempfile::tempdir().unwrap();
     let child = start_with(
         tmp.path(),

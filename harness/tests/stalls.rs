@@ -1,0 +1,102 @@
+//! A busy host is an unplanned pause: a worker that is not scheduled for a
+//! while records a `stall`, and what goes wrong after it is put down to the
+//! stall, not to nothing. The test itself plays the busy host: it freezes a
+//! worker with SIGSTOP while no nemesis runs.
+
+mod common;
+
+use checker::verdict::Results;
+use common::wait_for;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn json(path: &Path) -> Option<Value> {
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+/// Whether worker 0 (process 0, or 0 + k·workers after an `info`) has just
+/// read the counter: it holds the lock and is in its critical section.
+fn worker_zero_holds(run: &Path, workers: u64) -> bool {
+    let history = std::fs::read_to_string(run.join("history.jsonl")).unwrap_or_default();
+    let last = history
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["process"].as_u64().is_some_and(|p| p % workers == 0));
+    last.is_some_and(|e| e["type"] == "ok" && e["f"] == "read")
+}
+
+#[test]
+fn a_worker_frozen_outside_any_fault_records_a_stall_and_takes_the_blame() {
+    let _slot = common::e2e_slot();
+    let tmp = tempfile::tempdir().unwrap();
+    // The freeze (1.5 s) outlasts the lease (1 s): a rival takes the lock
+    // while worker 0 still holds it.
+    let child = Command::new(env!("CARGO_BIN_EXE_lockstorm"))
+        .args(["run", "--config", "single", "--nemesis", "none"])
+        .args(["--ttl-ms", "1000", "--work-ms", "600", "--time-limit", "8"])
+        .args(["--seed", "5", "--results", tmp.path().to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (run, record): (PathBuf, Value) = wait_for("run.json", || {
+        let group = tmp.path().join("single-none");
+        let run = std::fs::read_dir(group).ok()?.flatten().map(|e| e.path());
+        let run = run.filter(|p| p.is_dir()).last()?;
+        let record = json(&run.join("run.json"))?;
+        Some((run, record))
+    });
+    let pid = record["worker_pids"][0].as_i64().expect("worker pids") as i32;
+    let workers = record["options"]["workers"].as_u64().expect("workers");
+    wait_for("worker 0 in its critical section", || {
+        worker_zero_holds(&run, workers).then_some(())
+    });
+    let frozen = Instant::now();
+    kill(Pid::from_raw(pid), Signal::SIGSTOP).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    kill(Pid::from_raw(pid), Signal::SIGCONT).unwrap();
+    let froze_ms = frozen.elapsed().as_millis() as u64;
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        [0, 1].contains(&out.status.code().unwrap_or(-1)),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let stalls = common::events(&run, "stall");
+    let own: Vec<&Value> = stalls
+        .iter()
+        .filter(|s| s["process"] == "worker-0" && s["value"]["who"] == "worker-0")
+        .collect();
+    let ms = own.iter().filter_map(|s| s["value"]["ms"].as_u64()).max();
+    assert!(
+        ms.is_some_and(|ms| ms + 200 >= froze_ms && ms <= froze_ms + 1000),
+        "worker 0 was frozen {froze_ms} ms; its stalls: {stalls:?}"
+    );
+
+    let results: Results = serde_json::from_str(
+        &std::fs::read_to_string(run.join("results.json")).expect("results.json"),
+    )
+    .unwrap();
+    let overlap = &results.anomalies["lock-overlap"];
+    assert!(overlap.count > 0, "no rival took the lock: {stdout}");
+    for (name, a) in results.anomalies.iter().filter(|(_, a)| a.count > 0) {
+        assert_eq!(
+            a.causes.get("stall").copied(),
+            Some(a.count),
+            "{name} not put down to the stall: {:?}\n{stdout}",
+            a.causes
+        );
+    }
+    assert!(
+        stdout.contains(&format!("lock-overlap {}! (stall ", overlap.count)),
+        "{stdout}"
+    );
+    common::assert_no_process_left(tmp.path());
+}
