@@ -18,16 +18,18 @@ fn json(path: &Path) -> Option<Value> {
     serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
 }
 
-/// Whether worker 0 (process 0, or 0 + k·workers after an `info`) has just
-/// read the counter: it holds the lock and is in its critical section.
-fn worker_zero_holds(run: &Path, workers: u64) -> bool {
-    let history = std::fs::read_to_string(run.join("history.jsonl")).unwrap_or_default();
+/// The worker in its critical section, if the latest event of the history
+/// is a read `ok`: that worker holds the lock and works for `--work-ms` now.
+/// A worker `i` runs as process `i`, or `i + k·workers` after an `info`.
+fn holder(run: &Path, workers: u64) -> Option<u64> {
+    let history = std::fs::read_to_string(run.join("history.jsonl")).ok()?;
     let last = history
         .lines()
         .rev()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|e| e["process"].as_u64().is_some_and(|p| p % workers == 0));
-    last.is_some_and(|e| e["type"] == "ok" && e["f"] == "read")
+        .find(|e| e["process"].is_u64())?;
+    let holds = last["type"] == "ok" && last["f"] == "read";
+    holds.then(|| last["process"].as_u64().unwrap() % workers)
 }
 
 #[test]
@@ -35,7 +37,7 @@ fn a_worker_frozen_outside_any_fault_records_a_stall_and_takes_the_blame() {
     let _slot = common::e2e_slot();
     let tmp = tempfile::tempdir().unwrap();
     // The freeze (1.5 s) outlasts the lease (1 s): a rival takes the lock
-    // while worker 0 still holds it.
+    // while the frozen worker still holds it.
     let child = Command::new(env!("CARGO_BIN_EXE_lockstorm"))
         .args(["run", "--config", "single", "--nemesis", "none"])
         .args(["--ttl-ms", "1000", "--work-ms", "600", "--time-limit", "8"])
@@ -51,11 +53,18 @@ fn a_worker_frozen_outside_any_fault_records_a_stall_and_takes_the_blame() {
         let record = json(&run.join("run.json"))?;
         Some((run, record))
     });
-    let pid = record["worker_pids"][0].as_i64().expect("worker pids") as i32;
     let workers = record["options"]["workers"].as_u64().expect("workers");
-    wait_for("worker 0 in its critical section", || {
-        worker_zero_holds(&run, workers).then_some(())
+    let mut child = child;
+    let worker = wait_for("a worker in its critical section", || {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("lockstorm ended early ({status}); see {}", run.display());
+        }
+        holder(&run, workers)
     });
+    let pid = record["worker_pids"][worker as usize]
+        .as_i64()
+        .expect("worker pids") as i32;
+    let who = format!("worker-{worker}");
     let frozen = Instant::now();
     kill(Pid::from_raw(pid), Signal::SIGSTOP).unwrap();
     std::thread::sleep(Duration::from_millis(1500));
@@ -72,12 +81,12 @@ fn a_worker_frozen_outside_any_fault_records_a_stall_and_takes_the_blame() {
     let stalls = common::events(&run, "stall");
     let own: Vec<&Value> = stalls
         .iter()
-        .filter(|s| s["process"] == "worker-0" && s["value"]["who"] == "worker-0")
+        .filter(|s| s["process"] == who.as_str() && s["value"]["who"] == who.as_str())
         .collect();
     let ms = own.iter().filter_map(|s| s["value"]["ms"].as_u64()).max();
     assert!(
         ms.is_some_and(|ms| ms + 200 >= froze_ms && ms <= froze_ms + 1000),
-        "worker 0 was frozen {froze_ms} ms; its stalls: {stalls:?}"
+        "{who} was frozen {froze_ms} ms; the stalls: {stalls:?}"
     );
 
     let results: Results = serde_json::from_str(
@@ -97,6 +106,14 @@ fn a_worker_frozen_outside_any_fault_records_a_stall_and_takes_the_blame() {
     assert!(
         stdout.contains(&format!("lock-overlap {}! (stall ", overlap.count)),
         "{stdout}"
+    );
+    // A test that expected VALID here would say why.
+    let failed = std::panic::catch_unwind(|| common::assert_valid(&results, &run));
+    let message = *failed.expect_err("not VALID").downcast::<String>().unwrap();
+    let overlap_line = format!("lock-overlap {} (stall {})", overlap.count, overlap.count);
+    assert!(
+        message.contains(&overlap_line) && message.contains(&format!("\"{who}\" stalled")),
+        "{message}"
     );
     common::assert_no_process_left(tmp.path());
 }
