@@ -121,18 +121,31 @@ fn latest<'a>(faults: impl Iterator<Item = &'a Fault>, at: u64) -> Option<&'a Fa
 }
 
 /// Fills `causes` and `example_causes` from the witness times `anomaly`
-/// gathered, once every fault of the history is known.
+/// gathered (one per occurrence, the first ones matching `examples`), once
+/// every fault of the history is known. Occurrences counted without a time
+/// of their own (a loss seen only in the final count) are put down to the
+/// cause of the anomaly's first evidence.
 pub fn attribute(anomaly: &mut Anomaly, faults: &Faults) {
     let times = std::mem::take(&mut anomaly.times);
+    let first = anomaly.first_time.or(times.first().copied());
+    let timed = times
+        .len()
+        .min(usize::try_from(anomaly.count).unwrap_or(usize::MAX));
     anomaly.causes.clear();
-    anomaly.example_causes.clear();
-    for (i, &t) in times.iter().enumerate() {
-        let cause = faults.cause(t);
-        *anomaly.causes.entry(cause.to_string()).or_default() += 1;
-        if i < anomaly.examples.len() {
-            anomaly.example_causes.push(cause.to_string());
-        }
+    for &t in &times[..timed] {
+        *anomaly.causes.entry(faults.cause(t).into()).or_default() += 1;
     }
+    let untimed = anomaly.count - timed as u64;
+    if let (Some(first), true) = (first, untimed > 0) {
+        *anomaly
+            .causes
+            .entry(faults.cause(first).into())
+            .or_default() += untimed;
+    }
+    anomaly.example_causes = (0..anomaly.examples.len())
+        .filter_map(|i| times.get(i).copied().or(first))
+        .map(|t| faults.cause(t).to_string())
+        .collect();
 }
 
 #[cfg(test)]
@@ -213,6 +226,22 @@ mod tests {
         let faults = faults(&h, &[stall("worker-3", 12 * S + 5, 2000)]);
         assert_eq!(faults.cause(12 * S + 10), "pause");
         assert_eq!(faults.unplanned_count(), 0);
+    }
+
+    #[test]
+    fn occurrences_without_a_time_go_to_the_first_evidence() {
+        let mut h = Hist::new();
+        h.nemesis("start-kill").time(10 * S);
+        h.nemesis("stop-kill").time(11 * S);
+        let mut a = Anomaly {
+            count: 3,
+            examples: vec![vec![1]],
+            first_time: Some(12 * S),
+            ..Anomaly::default()
+        };
+        attribute(&mut a, &faults(&h, &[]));
+        assert_eq!(a.causes.get("kill"), Some(&3), "{:?}", a.causes);
+        assert_eq!(a.example_causes, ["kill"]);
     }
 
     #[test]

@@ -332,6 +332,12 @@ mod tests {
         assert_eq!(r.anomalies[anomaly::LOST_UPDATE].count, 1);
         assert_eq!(r.checkers[checker::MUTEX].valid, Validity::False);
         assert_eq!(r.stats.first_fault_time, Some(h.build().events[4].time));
+        // Every occurrence is put down to the pause, the lost update too.
+        for (name, a) in r.anomalies.iter().filter(|(_, a)| a.count > 0) {
+            assert_eq!(a.causes.get("pause"), Some(&a.count), "{name}: {a:?}");
+            assert_eq!(a.example_causes.len(), a.examples.len(), "{name}");
+            assert!(a.example_causes.iter().all(|c| c == "pause"), "{name}");
+        }
     }
 
     #[test]
