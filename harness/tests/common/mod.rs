@@ -164,16 +164,17 @@ fn e2e_slots() -> usize {
         .max(1)
 }
 
-/// One of [`e2e_slots`] slots, held (a `flock` on its file) until dropped.
+/// A slot for one end-to-end run, held (a `flock` on its file) until dropped.
 pub struct Slot(File);
 
-/// Takes a free slot, or waits for one: a counting semaphore made of lock
-/// files in the temp folder, which every test binary of this user shares.
-pub fn e2e_slot() -> Slot {
-    let dir = std::env::temp_dir().join("lockstorm-test-slots");
-    std::fs::create_dir_all(&dir).expect("creating the test slots folder");
-    let mut slots: Vec<File> = (0..e2e_slots())
-        .map(|i| {
+/// A counting semaphore made of `n` lock files in `dir`: a slot is free
+/// while no process holds a `flock` on its file.
+pub struct Slots(Vec<File>);
+
+impl Slots {
+    pub fn open(dir: &Path, n: usize) -> Slots {
+        std::fs::create_dir_all(dir).expect("creating the test slots folder");
+        let open = |i: usize| {
             let path = dir.join(format!("slot-{i}.lock"));
             File::options()
                 .create(true)
@@ -181,15 +182,36 @@ pub fn e2e_slot() -> Slot {
                 .write(true)
                 .open(&path)
                 .unwrap_or_else(|e| panic!("opening {}: {e}", path.display()))
-        })
-        .collect();
-    if let Some(free) = slots.iter().position(|f| f.try_lock().is_ok()) {
-        return Slot(slots.swap_remove(free));
+        };
+        Slots((0..n.max(1)).map(open).collect())
     }
-    // None free: queue on one (the kernel wakes its waiters one by one).
-    let queue = std::process::id() as usize % slots.len();
-    slots[queue].lock().expect("waiting for a test slot");
-    Slot(slots.swap_remove(queue))
+
+    /// A free slot, if there is one now.
+    pub fn try_take(&mut self) -> Option<Slot> {
+        let free = self.0.iter().position(|f| f.try_lock().is_ok())?;
+        Some(Slot(self.0.swap_remove(free)))
+    }
+
+    /// A free slot, waiting for one if none is: in the queue of one slot,
+    /// taken in turn so waiters spread over them.
+    pub fn take(mut self) -> Slot {
+        static TURN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        if let Some(slot) = self.try_take() {
+            return slot;
+        }
+        let turn =
+            TURN.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + std::process::id() as usize;
+        let queue = turn % self.0.len();
+        self.0[queue].lock().expect("waiting for a test slot");
+        Slot(self.0.swap_remove(queue))
+    }
+}
+
+/// One of the [`e2e_slots`] slots every test binary of this user shares,
+/// held until dropped.
+pub fn e2e_slot() -> Slot {
+    let dir = std::env::temp_dir().join("lockstorm-test-slots");
+    Slots::open(&dir, e2e_slots()).take()
 }
 
 /// Asserts the run was VALID; if not, says why in terms a reader of a busy
