@@ -91,7 +91,7 @@ impl Faults {
     }
 
     /// Unplanned stalls: those no nemesis fault overlaps.
-    fn unplanned(&self) -> impl Iterator<Item = &Fault> {
+    fn unplanned_stalls(&self) -> impl Iterator<Item = &Fault> {
         self.stalls
             .iter()
             .filter(|s| !self.nemesis.iter().any(|x| x.overlaps(s)))
@@ -101,7 +101,7 @@ impl Faults {
     /// name, `stall`, or [`NONE`]. Ties go to the nemesis fault.
     pub fn cause(&self, at: u64) -> &str {
         let planned = latest(self.nemesis.iter(), at);
-        let chosen = match (planned, latest(self.unplanned(), at)) {
+        let chosen = match (planned, latest(self.unplanned_stalls(), at)) {
             (Some(p), Some(s)) if s.start > p.start => Some(s),
             (Some(p), _) => Some(p),
             (None, s) => s,
@@ -109,9 +109,12 @@ impl Faults {
         chosen.map_or(NONE, |x| x.kind.as_str())
     }
 
-    /// How many stalls no nemesis fault explains.
-    pub fn unplanned_count(&self) -> usize {
-        self.unplanned().count()
+    /// How many stalls no nemesis fault explains, and the longest (ms).
+    pub fn unplanned(&self) -> (u64, u64) {
+        let lengths = self
+            .unplanned_stalls()
+            .map(|s| (s.end.unwrap_or(s.start) - s.start) / 1_000_000);
+        lengths.fold((0, 0), |(n, longest), ms| (n + 1, longest.max(ms)))
     }
 }
 
@@ -203,6 +206,7 @@ mod tests {
         h.nemesis("stop-clock").time(4 * S);
         let unplanned = stall("worker-2", 6 * S, 500);
         let faults = faults(&h, &[unplanned]);
+        assert_eq!(faults.unplanned(), (1, 500));
         assert_eq!(faults.cause(3 * S + 1), "clock");
         assert_eq!(faults.cause(7 * S), "stall", "the stall began at 5.5 s");
         assert_eq!(faults.cause(2 * S + 1), "kill");
@@ -225,7 +229,7 @@ mod tests {
         h.nemesis("stop-pause").time(12 * S);
         let faults = faults(&h, &[stall("worker-3", 12 * S + 5, 2000)]);
         assert_eq!(faults.cause(12 * S + 10), "pause");
-        assert_eq!(faults.unplanned_count(), 0);
+        assert_eq!(faults.unplanned(), (0, 0));
     }
 
     #[test]

@@ -208,6 +208,8 @@ fn assemble(
     })
     .collect();
 
+    let mut stats = stats;
+    (stats.stalls, stats.longest_stall_ms) = faults.unplanned();
     let mut notes = counter.notes;
     notes.extend(linear_note);
     notes.extend(extra_notes);

@@ -299,6 +299,10 @@ pub struct Stats {
     /// Time of the first `start-*` nemesis event.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_fault_time: Option<u64>,
+    /// Stalls of a worker or the harness that no nemesis fault explains (a
+    /// busy host), and the longest of them in ms.
+    pub stalls: u64,
+    pub longest_stall_ms: u64,
     /// How often each kind of `error` (the part before any `:`) appeared on
     /// a client `fail`/`info`.
     pub errors: BTreeMap<String, u64>,

@@ -85,6 +85,13 @@ pub fn render(title: &str, results: &Results, path: &str) -> String {
         }
         (None, None) => {}
     }
+    if s.stalls > 0 {
+        let _ = writeln!(
+            out,
+            "  unplanned stalls: {}, longest {} ms (a busy host pauses processes as the nemesis does)",
+            s.stalls, s.longest_stall_ms
+        );
+    }
     for note in &results.notes {
         let _ = writeln!(out, "  note: {note}");
     }
@@ -135,9 +142,15 @@ mod tests {
         let overlap = results.anomalies.get_mut("lock-overlap").unwrap();
         overlap.count = 4;
         overlap.causes = [("pause".to_string(), 3), ("stall".to_string(), 1)].into();
+        results.stats.stalls = 2;
+        results.stats.longest_stall_ms = 412;
         let text = render("t", &results, "p");
         assert!(
             text.contains("lock-overlap 4! (pause 3, stall 1), lost-update 0,"),
+            "{text}"
+        );
+        assert!(
+            text.contains("unplanned stalls: 2, longest 412 ms"),
             "{text}"
         );
     }

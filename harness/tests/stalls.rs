@@ -93,6 +93,13 @@ fn a_worker_frozen_outside_any_fault_records_a_stall_and_takes_the_blame() {
         &std::fs::read_to_string(run.join("results.json")).expect("results.json"),
     )
     .unwrap();
+    let longest = results.stats.longest_stall_ms;
+    assert!(
+        results.stats.stalls >= 1 && longest + 200 >= froze_ms,
+        "stats: {:?}",
+        results.stats
+    );
+    assert!(stdout.contains("unplanned stalls: "), "{stdout}");
     let overlap = &results.anomalies["lock-overlap"];
     assert!(overlap.count > 0, "no rival took the lock: {stdout}");
     for (name, a) in results.anomalies.iter().filter(|(_, a)| a.count > 0) {
