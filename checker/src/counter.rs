@@ -189,8 +189,12 @@ impl Counter {
             lost_update.count = u64::try_from(missing).unwrap_or(u64::MAX);
             lost_update.examples.push(vec![index]);
             lost_update.first_time = Some(time);
+            // The loss happened by the first evidence of it, not at the end.
+            let earliest = self.duplicates.first_time.map_or(time, |t| t.min(time));
+            lost_update.times.push(earliest);
         }
         let dups = self.duplicates;
+        lost_update.times.extend(dups.times);
         for example in dups.examples {
             if lost_update.examples.len() < MAX_EXAMPLES {
                 lost_update.examples.push(example);

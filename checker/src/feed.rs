@@ -6,6 +6,7 @@
 //! released. So a streamed check needs memory for the open ops plus the
 //! reorder window, not for the history.
 
+use crate::cause::Causes;
 use crate::counter::{Counter, CounterOutcome};
 use crate::faults::Faults;
 use crate::fence::Fences;
@@ -80,6 +81,7 @@ pub struct Linear {
     pub fences: Fences,
     pub stats: StatsCheck,
     pub faults: Faults,
+    pub causes: Causes,
 }
 
 impl OnEvent for Linear {
@@ -89,6 +91,7 @@ impl OnEvent for Linear {
         self.fences.on_event(e, invoke);
         self.stats.on_event(e, invoke);
         self.faults.on_event(e, invoke);
+        self.causes.on_event(e);
     }
 }
 
@@ -98,6 +101,7 @@ pub struct LinearFindings {
     pub fences: Fences,
     pub stats: Stats,
     pub faults: Faults,
+    pub causes: Causes,
 }
 
 impl Linear {
@@ -108,6 +112,7 @@ impl Linear {
             fences: self.fences,
             stats: self.stats.finish(),
             faults: self.faults,
+            causes: self.causes,
         }
     }
 }

@@ -69,6 +69,8 @@ pub mod f {
     /// A client process died (an `info` event by its observer); `value.process`
     /// names it, `token` the lock it still held, if any.
     pub const CRASH: &str = "crash";
+    /// Not an op: a worker or the harness woke late (`value`: `who`, `ms`).
+    pub const STALL: &str = "stall";
 }
 
 /// Error names clients put in `error` (free-form strings are allowed too).

@@ -5,6 +5,7 @@
 //! `results.json` verdict (DESIGN.md, "Checkers and verdict").
 
 pub mod bounds;
+pub mod cause;
 pub mod counter;
 pub mod edn;
 pub mod faults;
@@ -181,6 +182,7 @@ fn assemble(
         fences,
         stats,
         faults,
+        causes,
     } = found;
     let mut checkers = BTreeMap::new();
     checkers.insert(
@@ -209,9 +211,14 @@ fn assemble(
         (anomaly::NONLINEARIZABLE, nonlinear),
     ]
     .into_iter()
-    .map(|(name, a)| (name.to_string(), a))
+    .map(|(name, mut a)| {
+        cause::attribute(&mut a, &causes);
+        (name.to_string(), a)
+    })
     .collect();
 
+    let mut stats = stats;
+    (stats.stalls, stats.longest_stall_ms) = causes.unplanned();
     let mut notes = counter.notes;
     notes.extend(linear_note);
     notes.extend(extra_notes);
@@ -337,6 +344,12 @@ mod tests {
         assert_eq!(r.anomalies[anomaly::LOST_UPDATE].count, 1);
         assert_eq!(r.checkers[checker::MUTEX].valid, Validity::False);
         assert_eq!(r.stats.first_fault_time, Some(h.build().events[4].time));
+        // Every occurrence is put down to the pause, the lost update too.
+        for (name, a) in r.anomalies.iter().filter(|(_, a)| a.count > 0) {
+            assert_eq!(a.causes.get("pause"), Some(&a.count), "{name}: {a:?}");
+            assert_eq!(a.example_causes.len(), a.examples.len(), "{name}");
+            assert!(a.example_causes.iter().all(|c| c == "pause"), "{name}");
+        }
     }
 
     #[test]

@@ -219,11 +219,24 @@ pub struct Anomaly {
     /// long after the first fault things went wrong.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_time: Option<u64>,
+    /// How many occurrences each fault preceded: a nemesis fault's name
+    /// (`pause`, `kill`…), `stall`, or `none` (see [`crate::cause`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub causes: BTreeMap<String, u64>,
+    /// The cause of each example, in the order of `examples`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub example_causes: Vec<String>,
+    /// Every occurrence's witness time, until the whole history is seen and
+    /// [`crate::cause::attribute`] turns them into `causes`: a stall is
+    /// recorded when it ends, after the anomaly it may explain.
+    #[serde(skip)]
+    pub times: Vec<u64>,
 }
 
 impl Anomaly {
     pub fn record(&mut self, witness: Witness) {
         self.count += 1;
+        self.times.push(witness.time);
         if self.examples.len() < MAX_EXAMPLES {
             self.examples.push(witness.indices);
         }
@@ -288,6 +301,10 @@ pub struct Stats {
     /// Time of the first `start-*` nemesis event.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_fault_time: Option<u64>,
+    /// Stalls of a worker or the harness that no nemesis fault explains (a
+    /// busy host), and the longest of them in ms.
+    pub stalls: u64,
+    pub longest_stall_ms: u64,
     /// How often each kind of `error` (the part before any `:`) appeared on
     /// a client `fail`/`info`.
     pub errors: BTreeMap<String, u64>,

@@ -252,6 +252,6 @@ fn worker(spec: &str) -> ExitCode {
         }
     };
     let control = workloads::worker::watch_control(std::io::BufReader::new(std::io::stdin()));
-    workloads::worker::run(spec, std::io::stdout().lock(), control);
+    workloads::worker::run(spec, std::io::stdout(), control);
     ExitCode::SUCCESS
 }

@@ -140,6 +140,11 @@ async fn run_workload(
     let (history, holders) = HistoryWriter::create(&dir.history(), clock, late_events(options))
         .context(|| "creating history.jsonl".into())?;
     let history = Arc::new(history);
+    let stalls = {
+        let history = history.clone();
+        let who = Process::harness().to_string();
+        workloads::stall::watch(who, clock, move |s| history.append(s.event(), None))
+    };
     let exe = std::env::current_exe().context(|| "finding the lockstorm binary".into())?;
     let specs = (0..options.workers)
         .map(|index| worker_spec(options, index, topology, clock))
@@ -201,6 +206,7 @@ async fn run_workload(
         let _ = w.join();
     }
     final_read(&history, &topology.storage).await;
+    drop(stalls);
     history
         .finish()
         .context(|| "writing history.jsonl".into())?;

@@ -1,6 +1,6 @@
 //! The short human summary printed at the end of a run or a check.
 
-use checker::verdict::{Results, Validity};
+use checker::verdict::{Anomaly, Results, Validity};
 use std::fmt::Write;
 
 pub fn verdict_word(v: Validity) -> &'static str {
@@ -29,7 +29,10 @@ pub fn render(title: &str, results: &Results, path: &str) -> String {
             } else {
                 ""
             };
-            format!("{name} {}{mark}", a.count)
+            match causes(a) {
+                Some(causes) => format!("{name} {}{mark} ({causes})", a.count),
+                None => format!("{name} {}{mark}", a.count),
+            }
         })
         .collect();
     let _ = writeln!(out, "  anomalies: {}", counts.join(", "));
@@ -82,11 +85,29 @@ pub fn render(title: &str, results: &Results, path: &str) -> String {
         }
         (None, None) => {}
     }
+    if s.stalls > 0 {
+        let _ = writeln!(
+            out,
+            "  unplanned stalls: {}, longest {} ms (a busy host pauses processes as the nemesis does)",
+            s.stalls, s.longest_stall_ms
+        );
+    }
     for note in &results.notes {
         let _ = writeln!(out, "  note: {note}");
     }
     let _ = writeln!(out, "  results: {path}");
     out
+}
+
+/// What preceded an anomaly's occurrences, e.g. `pause 3, stall 1`: the
+/// fault each is put down to (see `checker::cause`); `None` when it never
+/// occurred or was checked before attribution existed.
+pub fn causes(a: &Anomaly) -> Option<String> {
+    if a.count == 0 || a.causes.is_empty() {
+        return None;
+    }
+    let tally: Vec<String> = a.causes.iter().map(|(c, n)| format!("{c} {n}")).collect();
+    Some(tally.join(", "))
 }
 
 /// Acknowledged increments against the final value, and how many reads
@@ -108,4 +129,29 @@ fn counter_line(results: &Results) -> Option<String> {
 
 fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_anomaly_found_names_what_preceded_it() {
+        let history = checker::History::new(Vec::new());
+        let mut results = checker::check(&history, checker::Promise::MutualExclusion);
+        let overlap = results.anomalies.get_mut("lock-overlap").unwrap();
+        overlap.count = 4;
+        overlap.causes = [("pause".to_string(), 3), ("stall".to_string(), 1)].into();
+        results.stats.stalls = 2;
+        results.stats.longest_stall_ms = 412;
+        let text = render("t", &results, "p");
+        assert!(
+            text.contains("lock-overlap 4! (pause 3, stall 1), lost-update 0,"),
+            "{text}"
+        );
+        assert!(
+            text.contains("unplanned stalls: 2, longest 412 ms"),
+            "{text}"
+        );
+    }
 }

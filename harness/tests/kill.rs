@@ -3,10 +3,12 @@
 
 mod common;
 
-use checker::verdict::Validity;
+use checker::verdict::Results;
 use common::{count, run_short};
+use std::path::PathBuf;
 
-fn kill_run(config: &str, persistence: &str) -> (common::Run, checker::verdict::Results) {
+/// The run's output, results and folder (kept until the `TempDir` drops).
+fn kill_run(config: &str, persistence: &str) -> (common::Run, Results, PathBuf, tempfile::TempDir) {
     let tmp = tempfile::tempdir().unwrap();
     let extra = ["--persistence", persistence];
     let (out, results, dir) = run_short(tmp.path(), config, "kill", "15", "1", &extra);
@@ -15,18 +17,18 @@ fn kill_run(config: &str, persistence: &str) -> (common::Run, checker::verdict::
     common::assert_verified(&dir, "stop-kill");
     let restart = &common::events(&dir, "stop-kill")[0]["value"]["verified"];
     assert_ne!(restart["old_run_id"], restart["new_run_id"], "{restart}");
-    (out, results)
+    (out, results, dir, tmp)
 }
 
 #[test]
 fn single_restarted_without_persistence_loses_the_lock_and_with_aof_always_keeps_it() {
-    let (out, results) = kill_run("single", "none");
+    let (out, results, _, _tmp) = kill_run("single", "none");
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
 
-    let (out, results) = kill_run("single", "aof-always");
+    let (out, results, dir, _tmp) = kill_run("single", "aof-always");
+    common::assert_valid(&results, &dir);
     assert_eq!(out.code, 0, "{}", out.stdout);
-    assert_eq!(results.valid, Validity::True);
 }
 
 /// The fence counter restarts from zero without persistence. New tokens are
@@ -36,7 +38,7 @@ fn single_restarted_without_persistence_loses_the_lock_and_with_aof_always_keeps
 /// holders share a token, and an increment is lost.
 #[test]
 fn fenced_needs_a_durable_fence_counter() {
-    let (out, results) = kill_run("fenced", "none");
+    let (out, results, _, _tmp) = kill_run("fenced", "none");
     assert_eq!(out.code, 1, "{}", out.stdout);
     let counter = results.counter().expect("a counter report");
     assert!(
@@ -46,7 +48,8 @@ fn fenced_needs_a_durable_fence_counter() {
     );
     assert!(count(&results, "lost-update") > 0, "{}", out.stdout);
 
-    let (out, results) = kill_run("fenced", "aof-always");
+    let (out, results, dir, _tmp) = kill_run("fenced", "aof-always");
+    common::assert_valid(&results, &dir);
     assert_eq!(out.code, 0, "{}", out.stdout);
     assert_eq!(count(&results, "lost-update"), 0);
 }

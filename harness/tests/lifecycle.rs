@@ -5,11 +5,11 @@
 
 mod common;
 
+use common::wait_for;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// A long run with long pauses, so one is active when we interrupt it.
 fn start(results: &Path) -> Child {
@@ -35,18 +35,6 @@ fn start_with(results: &Path, args: &[&str]) -> Child {
         .unwrap()
 }
 
-/// Polls until `probe` returns something, failing the test after 30 s.
-fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(v) = probe() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// The run folder, once the history shows a worker frozen by the nemesis.
 fn wait_for_active_pause(results: &Path) -> PathBuf {
     wait_for_event(results, "single-pause", "start-pause")
@@ -65,6 +53,7 @@ fn wait_for_event(results: &Path, group: &str, event: &str) -> PathBuf {
 
 #[test]
 fn ctrl_c_heals_the_fault_stops_everything_and_checks_what_was_recorded() {
+    let _slot = common::e2e_slot();
     let tmp = tempfile::tempdir().unwrap();
     let child = start(tmp.path());
     let run = wait_for_active_pause(tmp.path());
@@ -82,6 +71,7 @@ fn ctrl_c_heals_the_fault_stops_everything_and_checks_what_was_recorded() {
 
 #[test]
 fn a_killed_harness_leaves_no_process_and_a_readable_history() {
+    let _slot = common::e2e_slot();
     let tmp = tempfile::tempdir().unwrap();
     let mut child = start(tmp.path());
     let run = wait_for_active_pause(tmp.path());
@@ -126,6 +116,7 @@ fn assert_interrupted(child: Child, root: &Path, run: &Path) -> String {
 
 /// Interrupts a failover run with `signal` while the primary is cut off.
 fn interrupt_a_failover(signal: Signal) {
+    let _slot = common::e2e_slot();
     let tmp = tempfile::tempdir().unwrap();
     let child = start_with(
         tmp.path(),
@@ -153,6 +144,7 @@ fn sigterm_during_a_failover_heals_it_and_stores_an_unknown_result() {
 
 #[test]
 fn sighup_while_nodes_start_stops_them_and_stores_an_unknown_result() {
+    let _slot = common::e2e_slot();
     let tmp = tempfile::tempdir().unwrap();
     let child = start_with(
         tmp.path(),
@@ -175,6 +167,7 @@ fn sighup_while_nodes_start_stops_them_and_stores_an_unknown_result() {
 
 #[test]
 fn a_second_sigint_during_a_pause_still_resumes_the_paused_worker() {
+    let _slot = common::e2e_slot();
     let tmp = tempfile::tempdir().unwrap();
     let child = start(tmp.path());
     let run = wait_for_active_pause(tmp.path());

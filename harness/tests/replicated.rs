@@ -4,7 +4,6 @@
 
 mod common;
 
-use checker::verdict::Validity;
 use common::{count, events, run_short};
 
 #[test]
@@ -63,8 +62,8 @@ fn a_failover_to_a_replica_without_the_key_loses_the_lock_unless_acquires_wait_f
     // during the partition none does, so every acquire there fails instead.
     let tmp = tempfile::tempdir().unwrap();
     let (out, results, dir) = failover(tmp.path(), &["--wait-replicas", "1"]);
+    common::assert_valid(&results, &dir);
     assert_eq!(out.code, 0, "{}", out.stdout);
-    assert_eq!(results.valid, Validity::True);
     let refused: u64 = results
         .stats
         .errors

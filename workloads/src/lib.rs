@@ -5,6 +5,7 @@ pub mod clock;
 pub mod config;
 pub mod conn;
 pub mod lock;
+pub mod stall;
 pub mod storage;
 pub mod worker;
 

@@ -12,7 +12,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Everything a worker process needs, handed over as one JSON argument.
@@ -56,6 +56,11 @@ impl WorkerSpec {
         self.first_process.unwrap_or(self.index)
     }
 
+    /// The worker's name in the history (`stall`) and the nemesis's targets.
+    pub fn name(&self) -> String {
+        format!("worker-{}", self.index)
+    }
+
     /// Clock drift allowance for a lease, as in Redlock: TTL·1% + 2 ms.
     pub fn drift(&self) -> Duration {
         lock::redlock::drift(Duration::from_millis(self.ttl_ms))
@@ -63,24 +68,21 @@ impl WorkerSpec {
 }
 
 /// Writes events as JSON lines, flushed one by one so the harness sees each
-/// step as it happens.
+/// step as it happens. Shared with the stall monitor's thread, one whole
+/// line at a time.
 struct Emitter<W: Write> {
-    out: W,
+    out: Arc<Mutex<W>>,
     clock: RunClock,
 }
 
 impl<W: Write> Emitter<W> {
-    fn emit(&mut self, event: Event) {
+    fn emit(&self, event: Event) {
         let mut line = serde_json::to_vec(&event).expect("events always serialise");
         line.push(b'\n');
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
         // The harness reading our stdout is gone: nobody can record what we
         // do any more, so stop at once.
-        if self
-            .out
-            .write_all(&line)
-            .and_then(|_| self.out.flush())
-            .is_err()
-        {
+        if out.write_all(&line).and_then(|_| out.flush()).is_err() {
             std::process::exit(0);
         }
     }
@@ -175,7 +177,7 @@ impl Backoff {
 
 /// Runs cycles until `stop` is set, then finishes the cycle in progress (so
 /// no lock is left held) and returns.
-pub fn run(spec: WorkerSpec, out: impl Write, control: Control) {
+pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control) {
     let Control { stop, clock } = control;
     let op_timeout = Duration::from_millis(spec.op_timeout_ms);
     let params = LockParams {
@@ -193,6 +195,13 @@ pub fn run(spec: WorkerSpec, out: impl Write, control: Control) {
         Storage::plain(&spec.storage_node, op_timeout)
     };
     let first = spec.first_process();
+    let out = Arc::new(Mutex::new(out));
+    let run_clock = RunClock::from_start(spec.run_start_ns);
+    let stalls = Emitter {
+        out: out.clone(),
+        clock: run_clock,
+    };
+    let _monitor = crate::stall::watch(spec.name(), run_clock, move |s| stalls.emit(s.event()));
     let mut worker = Worker {
         lock: lock::client(spec.config, &params),
         storage,
@@ -205,7 +214,7 @@ pub fn run(spec: WorkerSpec, out: impl Write, control: Control) {
         backoff: Backoff::default(),
         emitter: Emitter {
             out,
-            clock: RunClock::from_start(spec.run_start_ns),
+            clock: run_clock,
         },
         spec,
     };

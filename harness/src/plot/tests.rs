@@ -326,6 +326,7 @@ fn a_large_run_is_capped_but_keeps_the_holds_in_anomalies() {
             count: 1,
             examples: vec![vec![a.start_index, b.start_index]],
             first_time: Some(b.start),
+            ..Anomaly::default()
         },
     );
     let svg = timeline_svg(&history, &results, 5).unwrap();

@@ -2,9 +2,11 @@
 
 #![allow(dead_code)]
 
-use checker::verdict::Results;
+use checker::verdict::{Results, Validity};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 pub struct Run {
     pub code: i32,
@@ -17,6 +19,8 @@ pub fn lockstorm(args: &[&str]) -> Run {
 }
 
 pub fn lockstorm_with(args: &[&str], env: &[(&str, &str)]) -> Run {
+    // Commands that start Redis nodes and workers wait for a slot.
+    let _slot = matches!(args.first(), Some(&"run" | &"matrix")).then(e2e_slot);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockstorm"));
     cmd.args(args);
     for (k, v) in env {
@@ -178,4 +182,113 @@ pub fn run_short(
     args.extend(["--nemesis-interval-ms", "2000", "--seed", seed]);
     args.extend_from_slice(extra);
     run(results, &args)
+}
+
+/// How many end-to-end runs may go at once, across test threads and test
+/// binaries: half the cores (at least one), or `LOCKSTORM_TEST_RUNS`. A run
+/// is a harness, its workers and up to eight Redis processes; on 2 cores two
+/// at once starve each other into stalls and missed fault timing.
+fn e2e_slots() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::env::var("LOCKSTORM_TEST_RUNS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(cores / 2)
+        .max(1)
+}
+
+/// A slot for one end-to-end run, held (a `flock` on its file) until dropped.
+pub struct Slot(File);
+
+/// A counting semaphore made of `n` lock files in `dir`: a slot is free
+/// while no process holds a `flock` on its file.
+pub struct Slots(Vec<File>);
+
+impl Slots {
+    pub fn open(dir: &Path, n: usize) -> Slots {
+        std::fs::create_dir_all(dir).expect("creating the test slots folder");
+        let open = |i: usize| {
+            let path = dir.join(format!("slot-{i}.lock"));
+            File::options()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .unwrap_or_else(|e| panic!("opening {}: {e}", path.display()))
+        };
+        Slots((0..n.max(1)).map(open).collect())
+    }
+
+    /// A free slot, if there is one now.
+    pub fn try_take(&mut self) -> Option<Slot> {
+        let free = self.0.iter().position(|f| f.try_lock().is_ok())?;
+        Some(Slot(self.0.swap_remove(free)))
+    }
+
+    /// A free slot, waiting for one if none is: in the queue of one slot,
+    /// taken in turn so waiters spread over them.
+    pub fn take(mut self) -> Slot {
+        static TURN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        if let Some(slot) = self.try_take() {
+            return slot;
+        }
+        let turn =
+            TURN.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + std::process::id() as usize;
+        let queue = turn % self.0.len();
+        self.0[queue].lock().expect("waiting for a test slot");
+        Slot(self.0.swap_remove(queue))
+    }
+}
+
+/// One of the [`e2e_slots`] slots every test binary of this user shares,
+/// held until dropped.
+pub fn e2e_slot() -> Slot {
+    let dir = std::env::temp_dir().join("lockstorm-test-slots");
+    Slots::open(&dir, e2e_slots()).take()
+}
+
+/// Asserts the run was VALID; if not, says why in terms a reader of a busy
+/// CI runner's log can act on: each anomaly with the faults that preceded
+/// it, and every unplanned stall the workers and harness recorded.
+pub fn assert_valid(results: &Results, dir: &Path) {
+    if results.valid == Validity::True {
+        return;
+    }
+    let mut why = Vec::new();
+    for (name, a) in results.anomalies.iter().filter(|(_, a)| a.count > 0) {
+        let causes = harness::summary::causes(a).unwrap_or_else(|| "not attributed".into());
+        why.push(format!("{name} {} ({causes})", a.count));
+        for (example, cause) in a.examples.iter().zip(&a.example_causes) {
+            why.push(format!("  events {example:?}: {cause}"));
+        }
+    }
+    let stalls = events(dir, "stall");
+    why.push(format!("stalls recorded: {}", stalls.len()));
+    for s in &stalls {
+        why.push(format!(
+            "  {} stalled {} ms, until {:.2} s",
+            s["value"]["who"],
+            s["value"]["ms"],
+            s["time"].as_f64().unwrap_or(0.0) / 1e9
+        ));
+    }
+    why.extend(results.notes.iter().map(|n| format!("note: {n}")));
+    panic!(
+        "expected VALID, got {:?} in {}\n{}",
+        results.valid,
+        dir.display(),
+        why.join("\n")
+    );
+}
+
+/// Polls until `probe` returns something, failing the test after 30 s.
+pub fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -1,0 +1,272 @@
+//! Attribution: which fault preceded an anomaly. A nemesis fault lasts from
+//! its `start-<fault>` to its `stop-<fault>` event; an unplanned stall of a
+//! worker or the harness is a `stall` event stamped when the stalled process
+//! woke, lasting `value.ms` before it.
+//!
+//! The rule: of the faults that began at or before the anomaly became visible
+//! and were still active, or had ended at most [`WINDOW_NS`] earlier, the one
+//! that began last. A stall that overlaps a nemesis fault is not a candidate:
+//! a holder frozen by the nemesis (SIGSTOP) wakes late too, and that stall is
+//! the planned fault itself, as is any starvation during a fault.
+//!
+//! The window is fixed because the checker does not know the run's TTL or
+//! hold times: 10 s covers the default leases and work times with room, so a
+//! fault's effect (a lease running out, a restarted node forgetting a key)
+//! can surface well after its end and still be named.
+
+use crate::history::{f, Event};
+use crate::verdict::Anomaly;
+
+/// How long after a fault ended an anomaly is still put down to it.
+pub const WINDOW_NS: u64 = 10_000_000_000;
+
+/// The cause named when no fault preceded an anomaly within the window.
+pub const NONE: &str = "none";
+
+/// One fault as an interval of run time; `end` is `None` while it never stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Fault {
+    kind: String,
+    start: u64,
+    end: Option<u64>,
+}
+
+impl Fault {
+    fn ends_after(&self, t: u64) -> bool {
+        self.end.is_none_or(|end| end >= t)
+    }
+
+    fn overlaps(&self, other: &Fault) -> bool {
+        self.start <= other.end.unwrap_or(u64::MAX) && other.start <= self.end.unwrap_or(u64::MAX)
+    }
+
+    /// Began by `at` and had not ended more than the window before it.
+    fn precedes(&self, at: u64) -> bool {
+        self.start <= at && self.ends_after(at.saturating_sub(WINDOW_NS))
+    }
+}
+
+/// The faults and stalls of a history that an anomaly may be put down to,
+/// gathered from its events in any order.
+#[derive(Clone, Debug, Default)]
+pub struct Causes {
+    nemesis: Vec<Fault>,
+    stalls: Vec<Fault>,
+}
+
+impl Causes {
+    pub fn on_event(&mut self, e: &Event) {
+        if e.f == f::STALL {
+            let ns = e.value["ms"]
+                .as_u64()
+                .unwrap_or(0)
+                .saturating_mul(1_000_000);
+            self.stalls.push(Fault {
+                kind: f::STALL.into(),
+                start: e.time.saturating_sub(ns),
+                end: Some(e.time),
+            });
+            return;
+        }
+        if !e.is_nemesis() {
+            return;
+        }
+        if let Some(kind) = e.f.strip_prefix("start-") {
+            self.nemesis.push(Fault {
+                kind: kind.into(),
+                start: e.time,
+                end: None,
+            });
+        } else if let Some(kind) = e.f.strip_prefix("stop-") {
+            // Ends the earliest open fault of its kind: faults of one kind
+            // stop in the order they started.
+            let open = self
+                .nemesis
+                .iter_mut()
+                .filter(|x| x.kind == kind && x.end.is_none() && x.start <= e.time)
+                .min_by_key(|x| x.start);
+            if let Some(x) = open {
+                x.end = Some(e.time);
+            }
+        }
+    }
+
+    /// Unplanned stalls: those no nemesis fault overlaps.
+    fn unplanned_stalls(&self) -> impl Iterator<Item = &Fault> {
+        self.stalls
+            .iter()
+            .filter(|s| !self.nemesis.iter().any(|x| x.overlaps(s)))
+    }
+
+    /// The cause of an anomaly that became visible at `at`: a nemesis fault's
+    /// name, `stall`, or [`NONE`]. Ties go to the nemesis fault.
+    pub fn cause(&self, at: u64) -> &str {
+        let planned = latest(self.nemesis.iter(), at);
+        let chosen = match (planned, latest(self.unplanned_stalls(), at)) {
+            (Some(p), Some(s)) if s.start > p.start => Some(s),
+            (Some(p), _) => Some(p),
+            (None, s) => s,
+        };
+        chosen.map_or(NONE, |x| x.kind.as_str())
+    }
+
+    /// How many stalls no nemesis fault explains, and the longest (ms).
+    pub fn unplanned(&self) -> (u64, u64) {
+        let lengths = self
+            .unplanned_stalls()
+            .map(|s| (s.end.unwrap_or(s.start) - s.start) / 1_000_000);
+        lengths.fold((0, 0), |(n, longest), ms| (n + 1, longest.max(ms)))
+    }
+}
+
+/// Of `faults` that precede `at`, the one that began last.
+fn latest<'a>(faults: impl Iterator<Item = &'a Fault>, at: u64) -> Option<&'a Fault> {
+    faults.filter(|x| x.precedes(at)).max_by_key(|x| x.start)
+}
+
+/// Fills `causes` and `example_causes` from the witness times `anomaly`
+/// gathered (one per occurrence, the first ones matching `examples`), once
+/// every fault of the history is known. Occurrences counted without a time
+/// of their own (a loss seen only in the final count) are put down to the
+/// cause of the anomaly's first evidence.
+pub fn attribute(anomaly: &mut Anomaly, faults: &Causes) {
+    let times = std::mem::take(&mut anomaly.times);
+    let first = anomaly.first_time.or(times.first().copied());
+    let timed = times
+        .len()
+        .min(usize::try_from(anomaly.count).unwrap_or(usize::MAX));
+    anomaly.causes.clear();
+    for &t in &times[..timed] {
+        *anomaly.causes.entry(faults.cause(t).into()).or_default() += 1;
+    }
+    let untimed = anomaly.count - timed as u64;
+    if let (Some(first), true) = (first, untimed > 0) {
+        *anomaly
+            .causes
+            .entry(faults.cause(first).into())
+            .or_default() += untimed;
+    }
+    anomaly.example_causes = (0..anomaly.examples.len())
+        .filter_map(|i| times.get(i).copied().or(first))
+        .map(|t| faults.cause(t).to_string())
+        .collect();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{OpType, Process};
+    use crate::testing::Hist;
+    use crate::verdict::Witness;
+    use serde_json::json;
+
+    const S: u64 = 1_000_000_000;
+
+    fn stall(who: &str, end: u64, ms: u64) -> Event {
+        Event::new(end, Process::from(who), OpType::Info, f::STALL)
+            .with_value(json!({"who": who, "ms": ms}))
+    }
+
+    fn faults(h: &Hist, extra: &[Event]) -> Causes {
+        let mut faults = Causes::default();
+        for e in h.build().events.iter().chain(extra) {
+            faults.on_event(e);
+        }
+        faults
+    }
+
+    #[test]
+    fn nothing_before_an_anomaly_is_none() {
+        let mut h = Hist::new();
+        h.nemesis("start-pause").time(20 * S);
+        h.nemesis("stop-pause").time(22 * S);
+        let faults = faults(&h, &[]);
+        assert_eq!(
+            faults.cause(5 * S),
+            NONE,
+            "a fault after it explains nothing"
+        );
+        assert_eq!(faults.cause(21 * S), "pause", "active");
+        assert_eq!(faults.cause(31 * S), "pause", "ended 9 s before");
+        assert_eq!(faults.cause(33 * S), NONE, "ended beyond the window");
+    }
+
+    #[test]
+    fn a_fault_never_stopped_stays_active() {
+        let mut h = Hist::new();
+        h.nemesis("start-partition").time(S);
+        assert_eq!(faults(&h, &[]).cause(100 * S), "partition");
+    }
+
+    #[test]
+    fn the_fault_that_began_last_wins() {
+        let mut h = Hist::new();
+        h.nemesis("start-kill").time(S);
+        h.nemesis("stop-kill").time(2 * S);
+        h.nemesis("start-clock").time(3 * S);
+        h.nemesis("stop-clock").time(4 * S);
+        let unplanned = stall("worker-2", 6 * S, 500);
+        let faults = faults(&h, &[unplanned]);
+        assert_eq!(faults.unplanned(), (1, 500));
+        assert_eq!(faults.cause(3 * S + 1), "clock");
+        assert_eq!(faults.cause(7 * S), "stall", "the stall began at 5.5 s");
+        assert_eq!(faults.cause(2 * S + 1), "kill");
+    }
+
+    #[test]
+    fn a_stall_counts_from_when_it_began_though_recorded_at_its_end() {
+        // The holder stalls from 1 s to 3 s; the overlap shows at 2 s, before
+        // the stall's event (stamped on waking) exists.
+        let faults = faults(&Hist::new(), &[stall("worker-0", 3 * S, 2000)]);
+        assert_eq!(faults.cause(2 * S), "stall");
+        assert_eq!(faults.cause(S / 2), NONE);
+    }
+
+    #[test]
+    fn a_stall_during_a_nemesis_fault_is_that_fault() {
+        // SIGSTOP makes the frozen worker's monitor wake 2 s late.
+        let mut h = Hist::new();
+        h.nemesis("start-pause").time(10 * S);
+        h.nemesis("stop-pause").time(12 * S);
+        let faults = faults(&h, &[stall("worker-3", 12 * S + 5, 2000)]);
+        assert_eq!(faults.cause(12 * S + 10), "pause");
+        assert_eq!(faults.unplanned(), (0, 0));
+    }
+
+    #[test]
+    fn occurrences_without_a_time_go_to_the_first_evidence() {
+        let mut h = Hist::new();
+        h.nemesis("start-kill").time(10 * S);
+        h.nemesis("stop-kill").time(11 * S);
+        let mut a = Anomaly {
+            count: 3,
+            examples: vec![vec![1]],
+            first_time: Some(12 * S),
+            ..Anomaly::default()
+        };
+        attribute(&mut a, &faults(&h, &[]));
+        assert_eq!(a.causes.get("kill"), Some(&3), "{:?}", a.causes);
+        assert_eq!(a.example_causes, ["kill"]);
+    }
+
+    #[test]
+    fn attribution_tallies_every_occurrence_and_names_each_example() {
+        let mut h = Hist::new();
+        h.nemesis("start-pause").time(10 * S);
+        h.nemesis("stop-pause").time(12 * S);
+        let faults = faults(&h, &[stall("harness", 40 * S, 300)]);
+        let mut a = Anomaly::default();
+        for t in [S, 11 * S, 13 * S, 40 * S] {
+            a.record(Witness {
+                indices: vec![t],
+                time: t,
+            });
+        }
+        attribute(&mut a, &faults);
+        let tally: Vec<(&str, u64)> = a.causes.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        assert_eq!(tally, [("none", 1), ("pause", 2), ("stall", 1)]);
+        assert_eq!(a.example_causes, ["none", "pause", "pause", "stall"]);
+        let json = serde_json::to_value(&a).unwrap();
+        assert_eq!(json["causes"], json!({"none": 1, "pause": 2, "stall": 1}));
+    }
+}
