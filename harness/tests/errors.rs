@@ -14,7 +14,7 @@ struct Failed {
 
 fn run(cmd: &mut Command, results: &Path, args: &[&str]) -> Failed {
     let out = cmd
-        .args(["run", "--time-limit", "3", "--seed", "1", "--results"])
+        .args(["run", "--time-limit", "30", "--seed", "1", "--results"])
         .arg(results)
         .args(args)
         .output()

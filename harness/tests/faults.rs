@@ -12,15 +12,18 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A redis-server that drops the time shim before it starts: the clock
-/// nemesis moves a control file the node never reads, so no jump happens.
+/// A redis-server that runs under the time shim but reads a decoy control
+/// file: the clock nemesis moves a file the node never reads, so no jump
+/// happens, though the shim is loaded (which the start-up check sees).
 #[test]
 fn a_clock_jump_that_the_node_does_not_see_makes_the_run_unknown() {
     let tmp = tempfile::tempdir().unwrap();
     let server = find_redis_server().unwrap();
-    let wrapper = tmp.path().join("redis-server-without-shim");
+    let wrapper = tmp.path().join("redis-server-with-a-decoy-clock");
     let script = format!(
-        "#!/bin/sh\nunset LD_PRELOAD\nexec '{}' \"$@\"\n",
+        "#!/bin/sh\ncp \"$LOCKSTORM_TIME_CONTROL\" \"$LOCKSTORM_TIME_CONTROL.decoy\"\n\
+         export LOCKSTORM_TIME_CONTROL=\"$LOCKSTORM_TIME_CONTROL.decoy\"\n\
+         exec '{}' \"$@\"\n",
         server.display()
     );
     std::fs::write(&wrapper, script).unwrap();
@@ -35,7 +38,7 @@ fn a_clock_jump_that_the_node_does_not_see_makes_the_run_unknown() {
         "--nemesis",
         "clock",
         "--time-limit",
-        "8",
+        "10",
         "--seed",
         "1",
     ];

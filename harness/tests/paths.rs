@@ -128,14 +128,18 @@ fn a_node_without_the_time_shim_stops_the_run() {
     use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().unwrap();
     let server = tmp.path().join("redis-server");
+    let real = harness::node::find_redis_server().unwrap();
     std::fs::write(
         &server,
-        "#!/bin/sh\nunset LD_PRELOAD\nexec /usr/bin/redis-server \"$@\"\n",
+        format!(
+            "#!/bin/sh\nunset LD_PRELOAD\nexec '{}' \"$@\"\n",
+            real.display()
+        ),
     )
     .unwrap();
     std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o755)).unwrap();
     let results = tmp.path().join("results");
-    let args = clock_args(&results, "5");
+    let args = clock_args(&results, "10");
     let child = lockstorm_in(tmp.path(), &args)
         .env("LOCKSTORM_REDIS_SERVER", &server)
         .spawn()
