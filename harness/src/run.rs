@@ -194,6 +194,9 @@ async fn run_workload(
         _ = interrupt.wait() => record.interrupted_at_ms = Some(clock.now() / 1_000_000),
     }
 
+    if !interrupt.happened() {
+        tracing::info!("time limit reached: healing faults and stopping workers");
+    }
     // Heal first, so no worker is left stopped and no node down, then let
     // workers finish their cycles.
     let _ = stop_tx.send(true);

@@ -188,3 +188,40 @@ fn a_second_sigint_during_a_pause_still_resumes_the_paused_worker() {
     let history = std::fs::read_to_string(run.join("history.jsonl")).unwrap();
     assert!(history.contains("stop-pause"), "the pause was not healed");
 }
+
+/// A signal after the time limit, while workers finish their last cycle,
+/// still cuts the run short: it is stored as `unknown`, and nothing is left.
+#[test]
+fn sigterm_after_the_time_limit_while_workers_finish_is_unknown() {
+    let _slot = common::e2e_slot();
+    let tmp = tempfile::tempdir().unwrap();
+    // Each cycle works 4 s, so the stop after a 2 s limit lasts seconds.
+    let child = Command::new(env!("CARGO_BIN_EXE_lockstorm"))
+        .args([
+            "--config",
+            "single",
+            "--nemesis",
+            "none",
+            "--time-limit",
+            "2",
+        ])
+        .args(["--ttl-ms", "6000", "--work-ms", "4000", "--seed", "9"])
+        .args(["--results", tmp.path().to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let run = wait_for("the time limit to pass", || {
+        let group = tmp.path().join("single-none");
+        let run = std::fs::read_dir(group).ok()?.flatten().next()?.path();
+        let log = std::fs::read_to_string(run.join("harness.log")).ok()?;
+        log.contains("time limit reached").then_some(run)
+    });
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    assert_interrupted(child, tmp.path(), &run);
+    let history = std::fs::read_to_string(run.join("history.jsonl")).unwrap();
+    assert!(
+        history.contains("\"process\":\"harness\",\"type\":\"ok\",\"f\":\"read\""),
+        "the final read was skipped: {history}"
+    );
+}
