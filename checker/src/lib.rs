@@ -331,7 +331,6 @@ mod tests {
         let h = paused_holder(false);
         let r = check(&h.build(), Promise::MutualExclusion);
         assert_eq!(r.valid, Validity::False);
-        assert_eq!(r.valid.exit_code(), 1);
         assert_eq!(
             r.anomalies[anomaly::LOCK_OVERLAP].examples,
             vec![vec![1, 6]]

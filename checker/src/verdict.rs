@@ -122,15 +122,6 @@ pub enum Validity {
 }
 
 impl Validity {
-    /// Process exit code for this verdict (Jepsen's convention).
-    pub fn exit_code(self) -> i32 {
-        match self {
-            Validity::True => 0,
-            Validity::False => 1,
-            Validity::Unknown => 2,
-        }
-    }
-
     /// Both must hold: a definite failure wins over not knowing.
     pub fn and(self, other: Validity) -> Validity {
         match (self, other) {
@@ -398,13 +389,6 @@ mod tests {
         }
         assert!(serde_json::from_str::<Validity>("\"maybe\"").is_err());
         assert!(serde_json::from_str::<Validity>("1").is_err());
-    }
-
-    #[test]
-    fn exit_codes_follow_jepsen() {
-        assert_eq!(Validity::True.exit_code(), 0);
-        assert_eq!(Validity::False.exit_code(), 1);
-        assert_eq!(Validity::Unknown.exit_code(), 2);
     }
 
     #[test]

@@ -1,13 +1,13 @@
 //! The command line: `run` (the default), `check`, `matrix`, `report`, and
 //! the hidden `worker`.
-//! Exit codes follow Jepsen: 0 valid, 1 invalid, 2 unknown, 254 bad
-//! arguments or configuration, 255 the harness itself failed.
+//! Exit codes follow Jepsen (see [`crate::exit`]): 0 valid, 1 invalid,
+//! 2 unknown, 254 bad arguments or configuration, 255 the harness itself failed.
 
 use crate::check::Format;
 use crate::error::{Error, Result};
 use crate::matrix::MatrixArgs;
 use crate::options::RunOptions;
-use crate::{check, logging, matrix, run, summary};
+use crate::{check, exit, logging, matrix, run, summary};
 use checker::verdict::{Promise, Validity};
 use clap::{Parser, Subcommand};
 use std::io::{ErrorKind, Write};
@@ -83,7 +83,7 @@ pub fn main() -> ExitCode {
         }
         Err(e) => {
             complain(&one_line(&e.render().to_string()));
-            return ExitCode::from(254);
+            return ExitCode::from(exit::BAD_INPUT);
         }
     };
     match cli.command {
@@ -110,7 +110,7 @@ fn one_line(rendered: &str) -> String {
 
 fn finish(outcome: Result<Validity>) -> ExitCode {
     match outcome {
-        Ok(v) => ExitCode::from(v.exit_code() as u8),
+        Ok(v) => ExitCode::from(exit::of(v)),
         Err(e) => {
             complain(&format!("lockstorm: {e}"));
             ExitCode::from(e.exit_code())
@@ -140,7 +140,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|e| Error::Harness(format!("cannot start the async runtime: {e}")))
+        .map_err(Error::Runtime)
 }
 
 fn run_command(options: RunOptions) -> Result<Validity> {
@@ -183,10 +183,7 @@ fn matrix_command(args: MatrixArgs) -> Result<Validity> {
         return Ok(Validity::False);
     }
     if !failed.is_empty() {
-        return Err(Error::Harness(format!(
-            "runs of {} could not complete; see their harness.log",
-            failed.join(", ")
-        )));
+        return Err(Error::MatrixIncomplete(failed));
     }
     Ok(Validity::True)
 }
@@ -200,7 +197,7 @@ fn report_command(args: ReportArgs) -> Result<Validity> {
             message: "no such folder; give the results folder runs were written to".into(),
         });
     }
-    let report = crate::report::build(&args.path).map_err(|e| Error::Harness(format!("{e:#}")))?;
+    let report = crate::report::build(&args.path).map_err(|e| Error::Report(format!("{e:#}")))?;
     for problem in &report.problems {
         complain(&format!("lockstorm report: {problem}"));
     }
@@ -248,7 +245,7 @@ fn worker(spec: &str) -> ExitCode {
             complain(&format!(
                 "lockstorm worker: bad --spec ({e}); workers are started by `lockstorm run`"
             ));
-            return ExitCode::from(254);
+            return ExitCode::from(exit::BAD_INPUT);
         }
     };
     let control = workloads::worker::watch_control(std::io::BufReader::new(std::io::stdin()));

@@ -1,5 +1,7 @@
-//! Errors that end a command, each mapped to the documented exit code.
+//! Errors that end a command, each mapped to the documented exit code
+//! ([`crate::exit`]).
 
+use crate::exit;
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
@@ -28,16 +30,43 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A node failed to start and its run folder (with the node's log) was
+    /// discarded, so the message quotes the node instead of pointing to it.
+    #[error("node {name} failed to start: {message}")]
+    NodeStart { name: String, message: String },
+    #[error("cannot set up iptables: {0}")]
+    Firewall(#[source] std::io::Error),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("nemesis task failed: {0}")]
+    NemesisTask(#[source] tokio::task::JoinError),
+    /// Runs of a matrix that ended in an error (named `config × nemesis`).
+    #[error("runs of {} could not complete; see their harness.log", .0.join(", "))]
+    MatrixIncomplete(Vec<String>),
+    /// Every `<name>`, `<name>-1` … `<name>-999` already exists.
+    #[error("too many folders named {name} in {}", .parent.display())]
+    NoFreeFolder { name: String, parent: PathBuf },
+    /// `lockstorm report` could not write its pages or pictures.
     #[error("{0}")]
-    Harness(String),
+    Report(String),
 }
 
 impl Error {
-    /// Jepsen's convention: 254 for bad input, 255 when the harness itself failed.
+    /// Jepsen's convention: bad input, or the harness itself failed.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::Usage(_) | Error::MissingProgram { .. } | Error::BadInput { .. } => 254,
-            Error::Node { .. } | Error::Io { .. } | Error::Harness(_) => 255,
+            Error::Usage(_) | Error::MissingProgram { .. } | Error::BadInput { .. } => {
+                exit::BAD_INPUT
+            }
+            Error::Node { .. }
+            | Error::NodeStart { .. }
+            | Error::Io { .. }
+            | Error::Firewall(_)
+            | Error::Runtime(_)
+            | Error::NemesisTask(_)
+            | Error::MatrixIncomplete(_)
+            | Error::NoFreeFolder { .. }
+            | Error::Report(_) => exit::HARNESS_FAILED,
         }
     }
 }

@@ -4,6 +4,7 @@
 pub mod check;
 pub mod cli;
 pub mod error;
+pub mod exit;
 mod interrupt;
 mod journal;
 mod logging;

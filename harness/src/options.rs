@@ -444,7 +444,7 @@ mod tests {
         for nemesis in ["pause-node", "kill"] {
             let o = RunOptions::new(Config::NoLock, nemesis.parse().unwrap());
             let err = o.resolve().unwrap_err();
-            assert_eq!(err.exit_code(), 254);
+            assert_eq!(err.exit_code(), crate::exit::BAD_INPUT);
             assert!(err.to_string().contains("config no-lock has none"), "{err}");
         }
     }
@@ -479,6 +479,6 @@ mod tests {
         assert!(err.to_string().contains("--config replicated"), "{err}");
         let mut o = RunOptions::new(Config::Single, Nemesis::none());
         o.wait_replicas = 1;
-        assert_eq!(o.resolve().unwrap_err().exit_code(), 254);
+        assert_eq!(o.resolve().unwrap_err().exit_code(), crate::exit::BAD_INPUT);
     }
 }

@@ -89,9 +89,7 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome> {
             dir.discard();
             Err(match e {
                 // Its log went with the folder: the message quotes the node.
-                Error::Node { name, message, .. } => {
-                    Error::Harness(format!("node {name} failed to start: {message}"))
-                }
+                Error::Node { name, message, .. } => Error::NodeStart { name, message },
                 e => e,
             })
         }
@@ -200,9 +198,7 @@ async fn run_workload(
     // Heal first, so no worker is left stopped and no node down, then let
     // workers finish their cycles.
     let _ = stop_tx.send(true);
-    nemesis
-        .await
-        .map_err(|e| Error::Harness(format!("nemesis task failed: {e}")))?;
+    nemesis.await.map_err(Error::NemesisTask)?;
     pool.stop(stop_grace(options)).await;
     watching.store(true, Ordering::SeqCst);
     if let Some(w) = watcher {

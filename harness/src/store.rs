@@ -31,10 +31,10 @@ pub fn unique_dir(parent: &Path, name: &str) -> Result<PathBuf> {
             Err(e) => return Err(e).context(|| format!("creating {}", path.display())),
         }
     }
-    Err(crate::Error::Harness(format!(
-        "too many folders named {name} in {}",
-        parent.display()
-    )))
+    Err(crate::Error::NoFreeFolder {
+        name: name.into(),
+        parent: parent.into(),
+    })
 }
 
 pub struct RunDir {

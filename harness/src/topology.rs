@@ -80,10 +80,7 @@ impl Topology {
         nodes_dir: &Path,
     ) -> Result<Self> {
         let firewall = if needs_firewall(options)? {
-            Some(
-                Firewall::create()
-                    .map_err(|e| Error::Harness(format!("cannot set up iptables: {e}")))?,
-            )
+            Some(Firewall::create().map_err(Error::Firewall)?)
         } else {
             // A crashed run may have left its rules; remove them whenever we can.
             if nemesis::net::available().is_ok() {
