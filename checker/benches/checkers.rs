@@ -4,6 +4,9 @@
 //! Besides criterion's timings, each case prints its peak heap once, from a
 //! counting allocator: the figure memory targets are about.
 
+// The counting allocator implements `GlobalAlloc`, an unsafe trait.
+#![allow(unsafe_code)]
+
 use checker::feed::{Linear, Pairing};
 use checker::generate::valid_history;
 use checker::linear::{self, Budget};
@@ -17,14 +20,18 @@ struct Counting;
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
 
+// SAFETY: every call goes to the system allocator unchanged; only the counts
+// are added.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let live = LIVE.fetch_add(layout.size(), Relaxed) + layout.size();
         PEAK.fetch_max(live, Relaxed);
+        // SAFETY: the caller's `layout` contract passes straight through.
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         LIVE.fetch_sub(layout.size(), Relaxed);
+        // SAFETY: `ptr` came from `System.alloc` with this `layout`.
         unsafe { System.dealloc(ptr, layout) }
     }
 }

@@ -4,6 +4,8 @@
 //! [`check`] runs every checker and combines their findings into the
 //! `results.json` verdict (DESIGN.md, "Checkers and verdict").
 
+#![forbid(unsafe_code)]
+
 pub mod bounds;
 pub mod cause;
 pub mod counter;

@@ -1,6 +1,8 @@
 //! The `lockstorm` harness: provisions Redis nodes, runs workers and the
 //! nemesis, records the history, checks it and stores the results.
 
+#![forbid(unsafe_code)]
+
 pub mod check;
 pub mod cli;
 pub mod error;

@@ -28,6 +28,10 @@
 //! shifted = real + offset_ns + (real − anchor_real_ns)·(rate − 1).
 //! A reader retries while the counter is odd or changed during its read.
 
+// The control page is shared memory the node's shim also maps: reading and
+// writing it, and the raw clock calls in the tests, are unsafe by nature.
+#![allow(unsafe_code)]
+
 use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use std::ffi::c_void;
 use std::fs::{self, File, OpenOptions};
@@ -300,6 +304,7 @@ pub struct TimeControl {
 // SAFETY: the mapping is owned by the value and only accessed through atomics;
 // writers are serialised by `writer`.
 unsafe impl Send for TimeControl {}
+// SAFETY: as for `Send`: shared access goes through atomics and `writer`.
 unsafe impl Sync for TimeControl {}
 
 impl TimeControl {
@@ -817,18 +822,22 @@ mod tests {
         let mut tz = [-1i32; 2];
         let tz_ptr = tz.as_mut_ptr().cast::<libc::timezone>();
         assert_eq!(
+            // SAFETY: null is allowed for tv; tz points to two ints, as the struct has.
             unsafe { libc::gettimeofday(std::ptr::null_mut(), tz_ptr) },
             0
         );
         assert_ne!(tz, [-1, -1], "the timezone was not filled in");
         assert_eq!(
+            // SAFETY: both may be null.
             unsafe { libc::gettimeofday(std::ptr::null_mut(), std::ptr::null_mut()) },
             0
         );
 
         let before = real();
         let mut stored: libc::time_t = 0;
+        // SAFETY: a valid pointer, then null, which `time` allows.
         let returned = unsafe { libc::time(&mut stored) };
+        // SAFETY: as above.
         let null = unsafe { libc::time(std::ptr::null_mut()) };
         let after = real();
         assert_eq!(returned, stored);
@@ -837,9 +846,11 @@ mod tests {
 
         let mut ts = zero();
         let before = real();
+        // SAFETY: `ts` is a valid timespec.
         assert_eq!(unsafe { timespec_get(&mut ts, TIME_UTC) }, TIME_UTC);
         let after = real();
         assert!((before + offset..=after + offset).contains(&ns(&ts)));
+        // SAFETY: as above; base 0 is refused without a write.
         assert_eq!(unsafe { timespec_get(&mut ts, 0) }, 0);
 
         // Rust's own clock goes through the shim too.

@@ -1,6 +1,9 @@
 //! OS process control, in one place: isolating children, pausing, resuming
 //! and killing them by PID. lockstorm only ever signals processes it started.
 
+// The pre_exec hook below is the unsafe this module owns (see its SAFETY note).
+#![allow(unsafe_code)]
+
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::io;

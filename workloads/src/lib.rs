@@ -1,6 +1,8 @@
 //! lockstorm workloads: the lock clients (one module per config), the counter
 //! storage client and the worker loop that runs inside each worker process.
 
+#![forbid(unsafe_code)]
+
 pub mod clock;
 pub mod config;
 pub mod conn;
