@@ -1,5 +1,5 @@
-//! Jepsen EDN histories (DESIGN.md, "History format": `lockstorm check` also
-//! reads Jepsen's EDN histories).
+//! Jepsen EDN histories: besides its own `history.jsonl`, `lockstorm check`
+//! reads Jepsen's EDN histories (`--format edn`).
 //!
 //! [`from_edn`] accepts either one op map per line (Jepsen's `history.edn`) or
 //! the whole history wrapped in `[ … ]`, with ops possibly spanning several

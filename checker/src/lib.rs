@@ -2,7 +2,7 @@
 //! beyond reading a history from any `BufRead`.
 //!
 //! [`check`] runs every checker and combines their findings into the
-//! `results.json` verdict (DESIGN.md, "Checkers and verdict").
+//! `results.json` verdict (the README, "Reading the results").
 
 #![forbid(unsafe_code)]
 

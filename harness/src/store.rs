@@ -1,11 +1,11 @@
-//! The results layout (DESIGN.md, "Results layout"):
-//! `results/<config>-<nemesis>/<YYYYMMDDTHHMMSS>/` and a `latest` link.
+//! The results layout: `results/<config>-<nemesis>/<YYYYMMDDTHHMMSS>/` and a
+//! `latest` link, and the files of each run folder below.
 
 use crate::error::{Context, Result};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-/// The files of a run folder (DESIGN.md, "Results layout").
+/// The files of a run folder (the README, "Reading the results").
 pub const RUN_JSON: &str = "run.json";
 pub const HISTORY: &str = "history.jsonl";
 pub const RESULTS: &str = "results.json";

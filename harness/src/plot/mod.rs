@@ -1,4 +1,4 @@
-//! Per-run pictures (DESIGN.md, "Results layout"): `timeline.svg`,
+//! Per-run pictures, stored in the run folder: `timeline.svg`,
 //! `latency.png` and `rate.png`, drawn from a stored history and its verdict.
 //!
 //! Everything here reads only the history and `results.json`, so

@@ -1,5 +1,5 @@
 //! `lockstorm report`: redraws every stored run's pictures and writes one
-//! static `index.html` over a results folder (DESIGN.md, "Results layout").
+//! static `index.html` over a results folder (laid out as [`crate::store`] says).
 //!
 //! The page has no scripts and no external resources, and links only
 //! relatively, so a copied results folder still browses from `file://`.
