@@ -5,7 +5,7 @@ use crate::error::{Context, Result};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-/// The files of a run folder (the README, "Reading the results").
+/// The files of a run folder (`results/README.md` lists them all).
 pub const RUN_JSON: &str = "run.json";
 pub const HISTORY: &str = "history.jsonl";
 pub const RESULTS: &str = "results.json";
