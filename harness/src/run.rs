@@ -134,7 +134,7 @@ async fn run_workload(
     let (stop_tx, stop_rx) = watch::channel(false);
     let env = nemesis::Env {
         workers: pool.pids.clone(),
-        controls: pool.controls.clone(),
+        worker_clocks: Arc::new(pool.controls.clone()),
         cluster: topology.clone(),
         holders,
         journal: history.clone(),
