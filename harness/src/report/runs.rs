@@ -135,6 +135,7 @@ pub fn pictures(o: &mut String, runs: &[Run]) {
 
 /// The run's setup in one line, from whatever `run.json` has.
 fn describe(r: &Run) -> String {
+    use super::scan::text;
     let m = &r.shown;
     let o = m.options();
     let mut parts = Vec::new();
@@ -142,20 +143,20 @@ fn describe(r: &Run) -> String {
         .results
         .as_ref()
         .map(|x| x.promise.to_string())
-        .or_else(|| m.promise.0.clone())
+        .or_else(|| text(&m.promise))
     {
         parts.push(format!("promise {p}"));
     }
-    if let Some(w) = o.workers.0 {
+    if let Some(w) = text(&o.workers) {
         parts.push(format!("{w} workers"));
     }
-    if let Some(t) = o.time_limit.0 {
+    if let Some(t) = text(&o.time_limit) {
         parts.push(format!("{t} s"));
     }
-    if let Some(t) = o.ttl_ms.0 {
+    if let Some(t) = text(&o.ttl_ms) {
         parts.push(format!("ttl {t} ms"));
     }
-    if let Some(v) = m.redis.0.as_deref() {
+    if let Some(v) = m.redis.as_str() {
         let version = v
             .split_whitespace()
             .find_map(|w| w.strip_prefix("v="))
@@ -168,7 +169,7 @@ fn describe(r: &Run) -> String {
             s.ops, s.ok, s.fail, s.info, s.duration_s
         ));
     }
-    if let Some(faults) = &m.schedule.0 {
+    if let Some(faults) = m.schedule.as_array() {
         parts.push(format!("{} scheduled fault(s)", faults.len()));
     }
     parts.join(" · ")

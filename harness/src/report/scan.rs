@@ -4,7 +4,6 @@
 
 use crate::store::{ReadError, RunRecord, StoredRun};
 use checker::{History, Promise, Results};
-use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
 use std::fs;
@@ -116,54 +115,55 @@ fn unreadable(name: &str, e: &ReadError) -> String {
     }
 }
 
-/// What the page shows of `run.json`: from a run record, every field it
-/// has; from a file that is JSON but not a run record, each field that reads
-/// (a field of the wrong type is left out, not the file).
+/// What the page shows of `run.json`: from a run record, what it holds;
+/// from a file that is JSON but not a run record (hand-written, or from
+/// another tool), each field as written, shown if it reads as what the page
+/// needs there and left out if not.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct Shown {
-    pub started: Loose<String>,
-    pub promise: Loose<String>,
-    pub redis: Loose<String>,
-    pub interrupted: Loose<bool>,
-    pub schedule: Loose<Vec<IgnoredAny>>,
+    pub started: Value,
+    pub promise: Value,
+    pub redis: Value,
+    pub interrupted: Value,
+    pub schedule: Value,
     pub options: Loose<ShownOptions>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct ShownOptions {
-    pub config: Loose<Text>,
-    pub nemesis: Loose<Text>,
-    pub seed: Loose<u64>,
-    pub workers: Loose<u64>,
-    pub time_limit: Loose<u64>,
-    pub ttl_ms: Loose<u64>,
+    pub config: Value,
+    pub nemesis: Value,
+    pub seed: Value,
+    pub workers: Value,
+    pub time_limit: Value,
+    pub ttl_ms: Value,
 }
 
 impl From<&RunRecord> for Shown {
     fn from(r: &RunRecord) -> Self {
         let o = &r.options;
-        let text = |s: String| Loose(Some(Text(s)));
         // What a record left empty, its file did not say.
-        let said = |s: &str| Loose(Some(s.to_owned()).filter(|s| !s.is_empty()));
+        let said = |s: &str| match s {
+            "" => Value::Null,
+            s => Value::from(s),
+        };
         Shown {
             started: said(&r.started),
-            promise: Loose(Some(r.promise.to_string())),
+            promise: Value::from(r.promise.to_string()),
             redis: said(&r.redis),
-            interrupted: Loose(Some(r.interrupted)),
-            schedule: Loose(
-                r.schedule
-                    .as_ref()
-                    .map(|s| s.iter().map(|_| IgnoredAny).collect()),
-            ),
+            interrupted: Value::from(r.interrupted),
+            schedule: r.schedule.as_ref().map_or(Value::Null, |s| {
+                Value::Array(s.iter().map(|_| Value::Null).collect())
+            }),
             options: Loose(Some(ShownOptions {
-                config: text(o.config.to_string()),
-                nemesis: text(o.nemesis.to_string()),
-                seed: Loose(o.seed),
-                workers: Loose(Some(o.workers)),
-                time_limit: Loose(Some(o.time_limit)),
-                ttl_ms: Loose(o.ttl_ms),
+                config: Value::from(o.config.to_string()),
+                nemesis: Value::from(o.nemesis.to_string()),
+                seed: Value::from(o.seed),
+                workers: Value::from(o.workers),
+                time_limit: Value::from(o.time_limit),
+                ttl_ms: Value::from(o.ttl_ms),
             })),
         }
     }
@@ -171,20 +171,16 @@ impl From<&RunRecord> for Shown {
 
 impl Shown {
     pub fn options(&self) -> &ShownOptions {
-        static NONE: ShownOptions = ShownOptions::NONE;
+        static NONE: ShownOptions = ShownOptions {
+            config: Value::Null,
+            nemesis: Value::Null,
+            seed: Value::Null,
+            workers: Value::Null,
+            time_limit: Value::Null,
+            ttl_ms: Value::Null,
+        };
         self.options.0.as_ref().unwrap_or(&NONE)
     }
-}
-
-impl ShownOptions {
-    const NONE: Self = ShownOptions {
-        config: Loose(None),
-        nemesis: Loose(None),
-        seed: Loose(None),
-        workers: Loose(None),
-        time_limit: Loose(None),
-        ttl_ms: Loose(None),
-    };
 }
 
 /// A field that reads as `T`, or None: missing, null or of another type.
@@ -201,19 +197,6 @@ impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for Loose<T> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let value = Value::deserialize(d)?;
         Ok(Loose(serde_json::from_value(value).ok()))
-    }
-}
-
-/// A JSON scalar as text; arrays (a nemesis list) are joined.
-#[derive(Debug)]
-pub struct Text(pub String);
-
-impl<'de> Deserialize<'de> for Text {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let value = Value::deserialize(d)?;
-        text(&value)
-            .map(Text)
-            .ok_or_else(|| serde::de::Error::custom("not a scalar"))
     }
 }
 
@@ -270,26 +253,26 @@ pub fn read_run(root: &Path, rel: &str) -> (Run, Option<History>, crate::plot::S
     }
     let shown = &run.shown;
     let o = shown.options();
-    if let Some(c) = &o.config.0 {
-        run.config = c.0.clone();
+    if let Some(c) = text(&o.config) {
+        run.config = c;
     }
-    if let Some(n) = &o.nemesis.0 {
-        run.nemesis = n.0.clone();
+    if let Some(n) = text(&o.nemesis) {
+        run.nemesis = n;
     }
-    run.seed = o.seed.0;
-    let lease = match o.config.0.as_ref().map(|c| c.0.as_str()) {
+    run.seed = o.seed.as_u64();
+    let lease = match o.config.as_str() {
         Some("no-lock") | None => None,
-        Some(_) => o.ttl_ms.0.map(Duration::from_millis),
+        Some(_) => o.ttl_ms.as_u64().map(Duration::from_millis),
     };
     let setup = crate::plot::Setup {
-        workers: o.workers.0.unwrap_or(0),
+        workers: o.workers.as_u64().unwrap_or(0),
         lease,
     };
-    run.started = display_time(shown.started.0.as_deref(), stamp);
-    if shown.interrupted.0 == Some(true) {
+    run.started = display_time(shown.started.as_str(), stamp);
+    if shown.interrupted.as_bool() == Some(true) {
         run.notes.push("interrupted".into());
     }
-    let promise = shown.promise.0.as_deref().map(str::parse::<Promise>);
+    let promise = shown.promise.as_str().map(str::parse::<Promise>);
 
     let history = match fs::File::open(folder.history()) {
         Ok(f) => match History::from_jsonl(BufReader::new(f)) {
