@@ -2,7 +2,7 @@
 //! run-level judgement `lockstorm run` shares with it.
 
 use crate::error::{Error, Result};
-use crate::run::RunRecord;
+use crate::store::{ReadError, RunRecord, StoredRun, HISTORY, RUN_JSON};
 use checker::verdict::{Promise, Results, Validity};
 use checker::History;
 use std::path::{Path, PathBuf};
@@ -38,7 +38,8 @@ pub fn judge_run(results: &mut Results, record: &RunRecord) {
     }
     // Runs stored before a fault had to fit the time limit have an empty
     // schedule: the nemesis they asked for still says what was meant.
-    let asked = !record.schedule.is_empty() || !record.options.nemesis.actions().is_empty();
+    let asked = record.schedule.as_ref().is_some_and(|s| !s.is_empty())
+        || !record.options.nemesis.actions().is_empty();
     if asked && results.stats.first_fault_time.is_none() {
         unknown(format!(
             "no fault injected: --nemesis {} was scheduled but no fault started, so the run tested nothing the nemesis was for",
@@ -59,21 +60,18 @@ pub fn judge_run(results: &mut Results, record: &RunRecord) {
 /// decides the promise (`explicit`, from `--promise`, overrides it) and
 /// judges the run as `lockstorm run` did; a bare file needs neither.
 pub fn check_path(path: &Path, explicit: Option<Promise>, format: Format) -> Result<Results> {
-    let (history_path, run_json) = if path.is_dir() {
-        (path.join("history.jsonl"), Some(path.join("run.json")))
+    let (history_path, folder) = if path.is_dir() {
+        (path.join(HISTORY), Some(StoredRun::open(path)))
     } else {
-        (
-            path.to_path_buf(),
-            path.parent().map(|p| p.join("run.json")),
-        )
+        (path.to_path_buf(), path.parent().map(StoredRun::open))
     };
     let bad = |p: &Path, message: String| Error::BadInput {
         path: p.to_path_buf(),
         message,
     };
-    let stored = run_json
-        .filter(|p| p.is_file())
-        .map(|p| read_record(&p).map_err(|e| (p, e)));
+    let stored = folder
+        .filter(|f| f.run_json().is_file())
+        .map(|f| read_record(&f).map_err(|e| (f.run_json(), e)));
     let mut unread = None;
     let record = match (stored, explicit) {
         (None, _) => None,
@@ -105,11 +103,13 @@ pub fn check_path(path: &Path, explicit: Option<Promise>, format: Format) -> Res
     Ok(results)
 }
 
-/// `run.json`, typed; older runs load with defaults for what they lack.
-fn read_record(path: &Path) -> std::result::Result<RunRecord, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    serde_json::from_str(&text).map_err(|e| {
-        format!("{e}; is this a lockstorm run folder? its run.json is not a run record")
+/// The folder's run record, or why not in words `check` shows.
+fn read_record(folder: &StoredRun) -> std::result::Result<RunRecord, String> {
+    folder.record().map_err(|e| match e {
+        ReadError::Io(e) => e.to_string(),
+        ReadError::Json(e) => {
+            format!("{e}; is this a lockstorm run folder? its {RUN_JSON} is not a run record")
+        }
     })
 }
 

@@ -6,14 +6,13 @@ use crate::interrupt::Interrupt;
 use crate::journal::HistoryWriter;
 use crate::node::{self, RedisNode};
 use crate::options::RunOptions;
-use crate::store::{write_json, RunDir};
-use crate::topology::{NodeRecord, Topology};
+use crate::store::{write_json, RunDir, RunRecord};
+use crate::topology::Topology;
 use crate::{logging, workers};
 use checker::history::{f, OpType, Process};
-use checker::verdict::{Promise, Results, Validity};
+use checker::verdict::{Results, Validity};
 use checker::History;
-use nemesis::{FaultParams, Step};
-use serde::{Deserialize, Serialize};
+use nemesis::FaultParams;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -22,33 +21,6 @@ use tokio::sync::watch;
 use workloads::clock::RunClock;
 use workloads::storage::Storage;
 use workloads::{Config, Outcome, WorkerSpec};
-
-/// `run.json`: everything needed to understand or repeat the run. Fields
-/// newer than a stored run read as their defaults; `promise` is required,
-/// the mark of a lockstorm run folder.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RunRecord {
-    #[serde(default)]
-    pub lockstorm: String,
-    #[serde(default)]
-    pub redis: String,
-    #[serde(default)]
-    pub started: String,
-    pub promise: Promise,
-    #[serde(default)]
-    pub options: RunOptions,
-    #[serde(default)]
-    pub nodes: Vec<NodeRecord>,
-    #[serde(default)]
-    pub worker_pids: Vec<u32>,
-    #[serde(default)]
-    pub schedule: Vec<Step>,
-    #[serde(default)]
-    pub interrupted: bool,
-    /// How far into the run it was interrupted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub interrupted_at_ms: Option<u64>,
-}
 
 pub struct RunOutcome {
     pub dir: PathBuf,
@@ -152,7 +124,7 @@ async fn run_workload(
     let mut record = RunRecord::new(options, server);
     record.nodes = topology.records().await;
     record.worker_pids = pool.pids.snapshot();
-    record.schedule = steps.clone();
+    record.schedule = Some(steps.clone());
     write_json(&dir.run_json(), &record)?;
 
     let watching = Arc::new(AtomicBool::new(false));
@@ -160,7 +132,7 @@ async fn run_workload(
     let (stop_tx, stop_rx) = watch::channel(false);
     let env = nemesis::Env {
         workers: pool.pids.clone(),
-        controls: pool.controls.clone(),
+        worker_clocks: Arc::new(pool.controls.clone()),
         cluster: topology.clone(),
         holders,
         journal: history.clone(),
@@ -338,7 +310,7 @@ impl RunRecord {
             options: options.clone(),
             nodes: Vec::new(),
             worker_pids: Vec::new(),
-            schedule: Vec::new(),
+            schedule: Some(Vec::new()),
             interrupted: false,
             interrupted_at_ms: None,
         }

@@ -2,7 +2,12 @@
 //! `latest` link, and the files of each run folder below.
 
 use crate::error::{Context, Result};
-use serde::Serialize;
+use crate::options::RunOptions;
+use crate::topology::NodeRecord;
+use checker::verdict::{Promise, Results};
+use nemesis::Step;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// The files of a run folder (`results/README.md` lists them all).
@@ -37,12 +42,21 @@ pub fn unique_dir(parent: &Path, name: &str) -> Result<PathBuf> {
     })
 }
 
+/// A run folder being written. Its paths are a [`StoredRun`]'s: the one
+/// layout a run writes and `check` and `report` read back.
 pub struct RunDir {
-    /// Absolute: nodes and workers run in folders of their own, so every
-    /// path handed to them must not depend on the harness's working folder.
-    pub path: PathBuf,
+    /// `path` is absolute: nodes and workers run in folders of their own, so
+    /// every path handed to them must not depend on the harness's working folder.
+    folder: StoredRun,
     /// The folders above `path` that [`RunDir::create`] made, nearest first.
     made: Vec<PathBuf>,
+}
+
+impl std::ops::Deref for RunDir {
+    type Target = StoredRun;
+    fn deref(&self) -> &StoredRun {
+        &self.folder
+    }
 }
 
 impl RunDir {
@@ -57,7 +71,10 @@ impl RunDir {
             .map(Path::to_path_buf)
             .collect();
         let path = unique_dir(&group, &stamp())?;
-        let dir = RunDir { path, made };
+        let dir = RunDir {
+            folder: StoredRun::open(path),
+            made,
+        };
         let nodes = dir.nodes();
         if let Err(e) = std::fs::create_dir(&nodes) {
             dir.discard();
@@ -77,18 +94,6 @@ impl RunDir {
         }
     }
 
-    pub fn history(&self) -> PathBuf {
-        self.path.join(HISTORY)
-    }
-    pub fn run_json(&self) -> PathBuf {
-        self.path.join(RUN_JSON)
-    }
-    pub fn results_json(&self) -> PathBuf {
-        self.path.join(RESULTS)
-    }
-    pub fn harness_log(&self) -> PathBuf {
-        self.path.join(HARNESS_LOG)
-    }
     pub fn nodes(&self) -> PathBuf {
         self.path.join("nodes")
     }
@@ -103,6 +108,98 @@ impl RunDir {
         let latest = group.join("latest");
         std::fs::rename(&tmp, &latest).context(|| format!("replacing {}", latest.display()))
     }
+}
+
+/// `run.json`: everything needed to understand or repeat the run. Fields
+/// newer than a stored run read as their defaults; `promise` is required,
+/// the mark of a lockstorm run folder.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunRecord {
+    #[serde(default)]
+    pub lockstorm: String,
+    #[serde(default)]
+    pub redis: String,
+    #[serde(default)]
+    pub started: String,
+    pub promise: Promise,
+    #[serde(default)]
+    pub options: RunOptions,
+    #[serde(default)]
+    pub nodes: Vec<NodeRecord>,
+    #[serde(default)]
+    pub worker_pids: Vec<u32>,
+    /// None only in a record that lacks the key (hand-written, or from a
+    /// tool that is not lockstorm); every run writes one, perhaps empty.
+    #[serde(default)]
+    pub schedule: Option<Vec<Step>>,
+    #[serde(default)]
+    pub interrupted: bool,
+    /// How far into the run it was interrupted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted_at_ms: Option<u64>,
+}
+
+/// A stored run folder, opened to be read back: its files' paths, and
+/// `run.json` and `results.json` typed. Nothing is read until asked, and
+/// each file fails on its own, so a damaged one never hides the others.
+#[derive(Clone, Debug)]
+pub struct StoredRun {
+    pub path: PathBuf,
+}
+
+impl StoredRun {
+    pub fn open(path: impl Into<PathBuf>) -> Self {
+        StoredRun { path: path.into() }
+    }
+
+    pub fn history(&self) -> PathBuf {
+        self.path.join(HISTORY)
+    }
+    pub fn run_json(&self) -> PathBuf {
+        self.path.join(RUN_JSON)
+    }
+    pub fn results_json(&self) -> PathBuf {
+        self.path.join(RESULTS)
+    }
+    pub fn harness_log(&self) -> PathBuf {
+        self.path.join(HARNESS_LOG)
+    }
+
+    /// `run.json`, typed; older runs load with defaults for what they lack.
+    pub fn record(&self) -> std::result::Result<RunRecord, ReadError> {
+        read_json(&self.run_json())
+    }
+
+    /// `results.json` as the run (or `lockstorm check`) wrote it.
+    pub fn results(&self) -> std::result::Result<Results, ReadError> {
+        read_json(&self.results_json())
+    }
+}
+
+/// Why a stored JSON file could not be read back.
+#[derive(Debug)]
+pub enum ReadError {
+    /// Missing or unreadable.
+    Io(std::io::Error),
+    /// Not JSON, or not the shape the file should have.
+    Json(serde_json::Error),
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Io(e) => e.fmt(f),
+            ReadError::Json(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+/// Reads one stored JSON file, typed.
+pub fn read_json<T: DeserializeOwned>(path: &Path) -> std::result::Result<T, ReadError> {
+    let file = std::fs::File::open(path).map_err(ReadError::Io)?;
+    serde_json::from_reader(std::io::BufReader::new(file)).map_err(ReadError::Json)
 }
 
 /// Writes beside `path`, then renames over it: a reader, or a run killed
@@ -180,6 +277,37 @@ mod tests {
         let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().collect();
         assert_eq!(left.len(), 1, "{left:?}");
         assert!(tmp.path().join("mine").is_dir(), "a folder it did not make");
+    }
+
+    #[test]
+    fn a_stored_run_reads_back_typed_and_an_older_record_loads_with_defaults() {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = StoredRun::open(tmp.path());
+        assert!(
+            matches!(run.record(), Err(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound)
+        );
+        let older = r#"{"promise": "data-safety", "options": {"config": "fenced", "nemesis": "clock,partition"}}"#;
+        std::fs::write(run.run_json(), older).unwrap();
+        let record = run.record().unwrap();
+        assert_eq!(record.promise, Promise::DataSafety);
+        assert_eq!(record.options.config.to_string(), "fenced");
+        assert_eq!(record.options.nemesis.to_string(), "clock,partition");
+        assert_eq!(record.options.workers, RunOptions::default().workers);
+        assert_eq!((record.schedule, record.interrupted), (None, false));
+        write_json(
+            &run.run_json(),
+            &RunRecord {
+                schedule: Some(Vec::new()),
+                ..record
+            },
+        )
+        .unwrap();
+        assert_eq!(run.record().unwrap().schedule, Some(Vec::new()));
+        std::fs::write(run.run_json(), r#"{"options": {}}"#).unwrap();
+        assert!(
+            matches!(run.record(), Err(ReadError::Json(e)) if e.is_data()),
+            "no promise: not a run record"
+        );
     }
 
     /// `path` relative to the current folder, through `..` as needed.

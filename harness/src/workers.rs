@@ -1,5 +1,6 @@
 //! Worker processes: `lockstorm worker --spec …`, one per `--workers`. Their
-//! stdout carries history events; their stdin carries control ("stop").
+//! stdout carries history events; their stdin carries control messages
+//! ([`ControlMessage`], one line each).
 //!
 //! Each worker index has a supervisor for the whole run: a worker that dies
 //! before it is told to stop is recorded as crashed (its op in flight
@@ -19,13 +20,14 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Child;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use workloads::worker::ControlMessage;
 use workloads::WorkerSpec;
 
 struct Worker {
     pid: u32,
     child: Child,
-    /// Lines for the worker's stdin ("stop", "skew …"); closing it is a stop too.
-    control: mpsc::UnboundedSender<String>,
+    /// Messages for the worker's stdin; closing it is a stop too.
+    control: mpsc::UnboundedSender<ControlMessage>,
     /// Ends when the worker's stdout closes, with what it recorded.
     reader: JoinHandle<Seen>,
 }
@@ -97,11 +99,11 @@ fn spawn(spec: &WorkerSpec, ctx: &Shared) -> Result<Worker> {
         seen
     });
     let mut stdin = child.stdin.take().expect("stdin is piped");
-    let (control, mut lines) = mpsc::unbounded_channel::<String>();
+    let (control, mut messages) = mpsc::unbounded_channel::<ControlMessage>();
     tokio::spawn(async move {
-        while let Some(line) = lines.recv().await {
+        while let Some(message) = messages.recv().await {
             if stdin
-                .write_all(format!("{line}\n").as_bytes())
+                .write_all(format!("{message}\n").as_bytes())
                 .await
                 .is_err()
             {
@@ -131,7 +133,20 @@ struct Shared {
     run_dir: PathBuf,
     history: Arc<HistoryWriter>,
     pids: Live<u32>,
-    controls: Live<mpsc::UnboundedSender<String>>,
+    controls: Live<mpsc::UnboundedSender<ControlMessage>>,
+}
+
+/// Worker index → its current control channel: how the nemesis skews a
+/// worker's lease clock.
+#[derive(Clone)]
+pub struct Controls(Live<mpsc::UnboundedSender<ControlMessage>>);
+
+impl nemesis::WorkerClocks for Controls {
+    fn skew(&self, worker: usize, offset_ns: i64, rate: f64) {
+        if let Some(control) = self.0.get(worker) {
+            let _ = control.send(ControlMessage::Skew { offset_ns, rate });
+        }
+    }
 }
 
 /// The run's workers, each index kept alive by its supervisor until [`Pool::stop`].
@@ -139,7 +154,7 @@ pub struct Pool {
     /// Worker index → PID of its current process, for the nemesis.
     pub pids: Live<u32>,
     /// Worker index → its current control channel, for the nemesis.
-    pub controls: Live<mpsc::UnboundedSender<String>>,
+    pub controls: Controls,
     stop: watch::Sender<Option<Duration>>,
     supervisors: Vec<JoinHandle<()>>,
 }
@@ -174,7 +189,7 @@ impl Pool {
             .collect();
         Ok(Pool {
             pids: ctx.pids.clone(),
-            controls: ctx.controls.clone(),
+            controls: Controls(ctx.controls.clone()),
             stop,
             supervisors,
         })
@@ -247,7 +262,7 @@ async fn supervise(
 
 async fn stop(mut w: Worker, spec: &WorkerSpec, grace: Duration, ctx: &Shared) {
     let index = spec.index;
-    let _ = w.control.send("stop".into());
+    let _ = w.control.send(ControlMessage::Stop);
     match tokio::time::timeout(grace, w.child.wait()).await {
         Ok(Ok(status)) if status.success() => {}
         Ok(Ok(status)) => {

@@ -19,5 +19,5 @@ mod verify;
 
 pub use cluster::{Cluster, NodeRef, Source};
 pub use fault::{Action, Fault, Nemesis, Targets};
-pub use runner::{Env, FaultParams, Holder, Journal, Live};
+pub use runner::{Env, FaultParams, Holder, Journal, Live, WorkerClocks};
 pub use schedule::{schedule, ScheduleSpec, Step};

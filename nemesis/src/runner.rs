@@ -6,7 +6,7 @@ use crate::{failover, kill, partition, pause, scenario, skew, Fault, Step};
 use serde_json::{json, Value};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// The latest worker seen inside its critical section: it holds the lock and
@@ -62,12 +62,20 @@ impl<T: Clone> Live<T> {
     }
 }
 
+/// How the nemesis reaches a worker's lease clock: the harness sends it a
+/// control message (workloads' `ControlMessage::Skew`).
+pub trait WorkerClocks: Send + Sync {
+    /// Skews worker `worker`'s lease clock `offset_ns` off real time, running
+    /// at `rate`; a worker already gone is skipped.
+    fn skew(&self, worker: usize, offset_ns: i64, rate: f64);
+}
+
 /// What the nemesis may act on.
 pub struct Env {
     /// Worker index → PID of its current process.
     pub workers: Live<u32>,
-    /// Worker index → its control channel (lines for its stdin).
-    pub controls: Live<mpsc::UnboundedSender<String>>,
+    /// The workers' lease clocks (the clock nemesis, client side).
+    pub worker_clocks: Arc<dyn WorkerClocks>,
     /// The lock's nodes. The storage node is never part of it.
     pub cluster: Arc<dyn Cluster>,
     pub holders: watch::Receiver<Holder>,
@@ -114,9 +122,7 @@ impl Env {
 
     /// Skews worker `worker`'s lease clock (the worker may already be gone).
     pub(crate) fn skew(&self, worker: usize, offset_ns: i64, rate: f64) {
-        if let Some(control) = self.controls.get(worker) {
-            let _ = control.send(format!("skew {offset_ns} {rate}"));
-        }
+        self.worker_clocks.skew(worker, offset_ns, rate);
         let value = json!({"worker": worker, "offset_ms": offset_ns / 1_000_000, "rate": rate});
         self.journal.record("skew", value, None);
     }

@@ -92,11 +92,50 @@ impl<W: Write> Emitter<W> {
     }
 }
 
+/// One message the harness sends a running worker, one line each on its
+/// stdin: `stop`, or `skew <offset-ns> <rate>`. Written by [`Display`] and
+/// read by [`FromStr`], here only.
+///
+/// [`Display`]: std::fmt::Display
+/// [`FromStr`]: std::str::FromStr
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ControlMessage {
+    /// Finish the cycle in progress and exit (closing stdin does too).
+    Stop,
+    /// Set the lease clock `offset_ns` off the monotonic clock, running at
+    /// `rate` (the clock nemesis, client side).
+    Skew { offset_ns: i64, rate: f64 },
+}
+
+impl std::fmt::Display for ControlMessage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ControlMessage::Stop => f.write_str("stop"),
+            ControlMessage::Skew { offset_ns, rate } => write!(f, "skew {offset_ns} {rate}"),
+        }
+    }
+}
+
+impl std::str::FromStr for ControlMessage {
+    type Err = String;
+    fn from_str(line: &str) -> Result<Self, String> {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words[..] {
+            ["stop"] => Ok(ControlMessage::Stop),
+            ["skew", offset, rate] => match (offset.parse(), rate.parse()) {
+                (Ok(offset_ns), Ok(rate)) => Ok(ControlMessage::Skew { offset_ns, rate }),
+                _ => Err(format!("a skew needs an offset in ns and a rate: {line}")),
+            },
+            _ => Err(format!("not a control message: {line}")),
+        }
+    }
+}
+
 /// What the harness can tell a running worker on its stdin.
 pub struct Control {
-    /// Set by "stop", or when the harness closes the pipe.
+    /// Set by [`ControlMessage::Stop`], or when the harness closes the pipe.
     pub stop: Arc<AtomicBool>,
-    /// Skewed by "skew <offset-ns> <rate>" (the clock nemesis, client side).
+    /// Skewed by [`ControlMessage::Skew`].
     pub clock: Arc<LockClock>,
 }
 
@@ -111,15 +150,11 @@ pub fn watch_control(input: impl BufRead + Send + 'static) -> Control {
     std::thread::spawn(move || {
         for line in input.lines() {
             let Ok(line) = line else { break };
-            let words: Vec<&str> = line.split_whitespace().collect();
-            match words[..] {
-                ["stop"] => break,
-                ["skew", offset, rate] => {
-                    if let (Ok(offset), Ok(rate)) = (offset.parse(), rate.parse()) {
-                        clock.set(offset, rate);
-                    }
-                }
-                _ => {}
+            // A line that is no message is ignored, as it always was.
+            match line.parse() {
+                Ok(ControlMessage::Stop) => break,
+                Ok(ControlMessage::Skew { offset_ns, rate }) => clock.set(offset_ns, rate),
+                Err(_) => {}
             }
         }
         stop.store(true, Ordering::SeqCst);
@@ -370,6 +405,52 @@ impl<W: Write> Worker<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_messages_round_trip_through_their_line() {
+        let messages = [
+            ControlMessage::Stop,
+            ControlMessage::Skew {
+                offset_ns: -3_000_000_000,
+                rate: 1.0,
+            },
+            ControlMessage::Skew {
+                offset_ns: 7,
+                rate: 0.1 + 0.2,
+            },
+        ];
+        for m in messages {
+            let line = m.to_string();
+            assert!(!line.contains('\n'), "{line:?}");
+            assert_eq!(line.parse::<ControlMessage>(), Ok(m), "{line}");
+        }
+        assert_eq!(ControlMessage::Stop.to_string(), "stop");
+        let skew = ControlMessage::Skew {
+            offset_ns: -5,
+            rate: 1.0,
+        };
+        assert_eq!(skew.to_string(), "skew -5 1");
+        for bad in ["", "halt", "skew 1", "skew x 1", "stop now"] {
+            assert!(bad.parse::<ControlMessage>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_watcher_skews_the_clock_ignores_noise_and_stops() {
+        let (reader, mut writer) = std::io::pipe().unwrap();
+        let control = watch_control(std::io::BufReader::new(reader));
+        let skew = ControlMessage::Skew {
+            offset_ns: 1_000_000_000_000,
+            rate: 1.0,
+        };
+        writeln!(writer, "noise\n{skew}\n{}", ControlMessage::Stop).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !control.stop.load(Ordering::SeqCst) {
+            assert!(std::time::Instant::now() < deadline, "never stopped");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(control.clock.now_ns() > monotonic_ns() as i64 + 900_000_000_000);
+    }
 
     #[test]
     fn the_backoff_doubles_to_its_cap_and_never_drops_below_half() {

@@ -136,27 +136,27 @@ pub fn pictures(o: &mut String, runs: &[Run]) {
 /// The run's setup in one line, from whatever `run.json` has.
 fn describe(r: &Run) -> String {
     use super::scan::text;
-    let m = &r.meta;
-    let o = &m["options"];
+    let m = &r.shown;
+    let o = m.options();
     let mut parts = Vec::new();
     if let Some(p) = r
         .results
         .as_ref()
         .map(|x| x.promise.to_string())
-        .or_else(|| text(&m["promise"]))
+        .or_else(|| text(&m.promise))
     {
         parts.push(format!("promise {p}"));
     }
-    if let Some(w) = text(&o["workers"]) {
+    if let Some(w) = text(&o.workers) {
         parts.push(format!("{w} workers"));
     }
-    if let Some(t) = text(&o["time_limit"]) {
+    if let Some(t) = text(&o.time_limit) {
         parts.push(format!("{t} s"));
     }
-    if let Some(t) = text(&o["ttl_ms"]) {
+    if let Some(t) = text(&o.ttl_ms) {
         parts.push(format!("ttl {t} ms"));
     }
-    if let Some(v) = m["redis"].as_str() {
+    if let Some(v) = m.redis.as_str() {
         let version = v
             .split_whitespace()
             .find_map(|w| w.strip_prefix("v="))
@@ -169,7 +169,7 @@ fn describe(r: &Run) -> String {
             s.ops, s.ok, s.fail, s.info, s.duration_s
         ));
     }
-    if let Some(faults) = m["schedule"].as_array() {
+    if let Some(faults) = m.schedule.as_array() {
         parts.push(format!("{} scheduled fault(s)", faults.len()));
     }
     parts.join(" · ")

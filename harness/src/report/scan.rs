@@ -2,11 +2,13 @@
 //! reading them. Nothing here fails as a whole: whatever cannot be read
 //! becomes a problem on the entry, so one broken run never hides the others.
 
+use crate::store::{ReadError, RunRecord, StoredRun};
 use checker::{History, Promise, Results};
+use serde::Deserialize;
 use serde_json::Value;
 use std::fs;
 use std::io::BufReader;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 pub use crate::matrix::{SUMMARY_JSON, SUMMARY_MD};
@@ -23,8 +25,8 @@ pub struct Run {
     pub nemesis: String,
     pub seed: Option<u64>,
     pub started: String,
-    /// `run.json` as written; kept whole so older layouts still read.
-    pub meta: Value,
+    /// What `run.json` says, as far as it could be read.
+    pub shown: Shown,
     pub results: Option<Results>,
     /// `results.json` was missing or unreadable: the verdict comes from
     /// checking the history again here.
@@ -100,22 +102,101 @@ fn existing(dir: &Path, names: &[&'static str]) -> Vec<&'static str> {
         .collect()
 }
 
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
-    let file = fs::File::open(path)?;
-    Ok(serde_json::from_reader(BufReader::new(file))?)
-}
-
 /// Why `name` could not be read, in words a reader can act on.
-fn unreadable(name: &str, e: &anyhow::Error) -> String {
-    let io = e.downcast_ref::<std::io::Error>().map(|e| e.kind());
-    match (io, e.downcast_ref::<serde_json::Error>()) {
-        (Some(std::io::ErrorKind::NotFound), _) => format!(
+fn unreadable(name: &str, e: &ReadError) -> String {
+    match e {
+        ReadError::Io(io) if io.kind() == std::io::ErrorKind::NotFound => format!(
             "{name} is missing: the run stopped before writing it, or this is not a lockstorm run folder (remove it to clear this)"
         ),
-        (_, Some(json)) => format!(
+        ReadError::Json(json) => format!(
             "{name} is damaged ({json}): it was cut off or edited; the run's other files may still be read"
         ),
-        _ => format!("{name} cannot be read: {e}"),
+        ReadError::Io(io) => format!("{name} cannot be read: {io}"),
+    }
+}
+
+/// What the page shows of `run.json`: from a run record, what it holds;
+/// from a file that is JSON but not a run record (hand-written, or from
+/// another tool), each field as written, shown if it reads as what the page
+/// needs there and left out if not.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Shown {
+    pub started: Value,
+    pub promise: Value,
+    pub redis: Value,
+    pub interrupted: Value,
+    pub schedule: Value,
+    pub options: Loose<ShownOptions>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ShownOptions {
+    pub config: Value,
+    pub nemesis: Value,
+    pub seed: Value,
+    pub workers: Value,
+    pub time_limit: Value,
+    pub ttl_ms: Value,
+}
+
+impl From<&RunRecord> for Shown {
+    fn from(r: &RunRecord) -> Self {
+        let o = &r.options;
+        // What a record left empty, its file did not say.
+        let said = |s: &str| match s {
+            "" => Value::Null,
+            s => Value::from(s),
+        };
+        Shown {
+            started: said(&r.started),
+            promise: Value::from(r.promise.to_string()),
+            redis: said(&r.redis),
+            interrupted: Value::from(r.interrupted),
+            schedule: r.schedule.as_ref().map_or(Value::Null, |s| {
+                Value::Array(s.iter().map(|_| Value::Null).collect())
+            }),
+            options: Loose(Some(ShownOptions {
+                config: Value::from(o.config.to_string()),
+                nemesis: Value::from(o.nemesis.to_string()),
+                seed: Value::from(o.seed),
+                workers: Value::from(o.workers),
+                time_limit: Value::from(o.time_limit),
+                ttl_ms: Value::from(o.ttl_ms),
+            })),
+        }
+    }
+}
+
+impl Shown {
+    pub fn options(&self) -> &ShownOptions {
+        static NONE: ShownOptions = ShownOptions {
+            config: Value::Null,
+            nemesis: Value::Null,
+            seed: Value::Null,
+            workers: Value::Null,
+            time_limit: Value::Null,
+            ttl_ms: Value::Null,
+        };
+        self.options.0.as_ref().unwrap_or(&NONE)
+    }
+}
+
+/// A field that reads as `T`, or None: missing, null or of another type.
+#[derive(Debug)]
+pub struct Loose<T>(pub Option<T>);
+
+impl<T> Default for Loose<T> {
+    fn default() -> Self {
+        Loose(None)
+    }
+}
+
+impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for Loose<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(d)?;
+        Ok(Loose(serde_json::from_value(value).ok()))
     }
 }
 
@@ -150,7 +231,7 @@ fn display_time(started: Option<&str>, stamp: &str) -> String {
 /// Reads one run folder. Returns the history too (when readable) so the
 /// caller can redraw the pictures, and the worker count they need.
 pub fn read_run(root: &Path, rel: &str) -> (Run, Option<History>, crate::plot::Setup) {
-    let dir: PathBuf = root.join(rel);
+    let folder = StoredRun::open(root.join(rel));
     let (group, stamp) = rel.split_once('/').unwrap_or((rel, ""));
     let mut run = Run {
         rel: rel.to_owned(),
@@ -161,33 +242,39 @@ pub fn read_run(root: &Path, rel: &str) -> (Run, Option<History>, crate::plot::S
         nemesis: "?".to_owned(),
         ..Run::default()
     };
-    match read_json::<Value>(&dir.join(RUN_JSON)) {
-        Ok(meta) => run.meta = meta,
+    match folder.record() {
+        Ok(record) => run.shown = Shown::from(&record),
+        // JSON, but not a run record (hand-written, or from another tool):
+        // the page still shows what it says, as before records were typed.
+        Err(ReadError::Json(e)) if e.is_data() => {
+            run.shown = crate::store::read_json(&folder.run_json()).unwrap_or_default()
+        }
         Err(e) => run.problems.push(unreadable(RUN_JSON, &e)),
     }
-    let options = &run.meta["options"];
-    if let Some(c) = text(&options["config"]) {
+    let shown = &run.shown;
+    let o = shown.options();
+    if let Some(c) = text(&o.config) {
         run.config = c;
     }
-    if let Some(n) = text(&options["nemesis"]) {
+    if let Some(n) = text(&o.nemesis) {
         run.nemesis = n;
     }
-    run.seed = options["seed"].as_u64();
-    let lease = match options["config"].as_str() {
+    run.seed = o.seed.as_u64();
+    let lease = match o.config.as_str() {
         Some("no-lock") | None => None,
-        Some(_) => options["ttl_ms"].as_u64().map(Duration::from_millis),
+        Some(_) => o.ttl_ms.as_u64().map(Duration::from_millis),
     };
     let setup = crate::plot::Setup {
-        workers: options["workers"].as_u64().unwrap_or(0),
+        workers: o.workers.as_u64().unwrap_or(0),
         lease,
     };
-    run.started = display_time(run.meta["started"].as_str(), stamp);
-    if run.meta["interrupted"].as_bool() == Some(true) {
+    run.started = display_time(shown.started.as_str(), stamp);
+    if shown.interrupted.as_bool() == Some(true) {
         run.notes.push("interrupted".into());
     }
-    let promise = run.meta["promise"].as_str().map(str::parse::<Promise>);
+    let promise = shown.promise.as_str().map(str::parse::<Promise>);
 
-    let history = match fs::File::open(dir.join(HISTORY)) {
+    let history = match fs::File::open(folder.history()) {
         Ok(f) => match History::from_jsonl(BufReader::new(f)) {
             Ok(h) => Some(h),
             Err(e) => {
@@ -196,7 +283,7 @@ pub fn read_run(root: &Path, rel: &str) -> (Run, Option<History>, crate::plot::S
             }
         },
         Err(e) => {
-            run.problems.push(unreadable(HISTORY, &e.into()));
+            run.problems.push(unreadable(HISTORY, &ReadError::Io(e)));
             None
         }
     };
@@ -205,10 +292,9 @@ pub fn read_run(root: &Path, rel: &str) -> (Run, Option<History>, crate::plot::S
             .push("history cut off mid-line (the run crashed?)".into());
     }
 
-    let results_path = dir.join(RESULTS);
-    match read_json::<Results>(&results_path) {
+    match folder.results() {
         Ok(r) => run.results = Some(r),
-        Err(e) if results_path.exists() => run.problems.push(unreadable(RESULTS, &e)),
+        Err(e) if folder.results_json().exists() => run.problems.push(unreadable(RESULTS, &e)),
         Err(_) => {}
     }
     if run.results.is_none() {
@@ -230,7 +316,7 @@ pub fn read_run(root: &Path, rel: &str) -> (Run, Option<History>, crate::plot::S
             ));
         }
     }
-    run.files = existing(&dir, &[RESULTS, HISTORY, RUN_JSON, HARNESS_LOG]);
+    run.files = existing(&folder.path, &[RESULTS, HISTORY, RUN_JSON, HARNESS_LOG]);
     (run, history, setup)
 }
 
@@ -240,7 +326,7 @@ pub fn read_matrix(root: &Path, rel: &str) -> Matrix {
         rel: rel.to_owned(),
         ..Matrix::default()
     };
-    match read_json::<Value>(&dir.join(SUMMARY_JSON)) {
+    match crate::store::read_json::<Value>(&dir.join(SUMMARY_JSON)) {
         Ok(v) => matrix.summary = Some(v),
         Err(e) => matrix.problems.push(unreadable(SUMMARY_JSON, &e)),
     }

@@ -243,4 +243,28 @@ fn a_crashed_run_without_results_is_checked_again() {
     );
 }
 
+#[test]
+fn a_run_json_that_is_not_a_run_record_still_shows_what_it_says() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let dir = write_run(root, "odd-none/20261129T114541", "odd", "none", None);
+    let foreign = serde_json::json!({"started": "yesterday", "redis": "v=7.2.4 sha=0",
+        "schedule": [{}, {}], "options": {"config": "odd", "nemesis": ["pause", "kill"],
+        "seed": 9, "workers": "three", "ttl_ms": 900}});
+    fs::write(dir.join("run.json"), foreign.to_string()).unwrap();
+
+    let report = build(root).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let page = index(root);
+    for needle in [
+        "<td class=\"cfg\">odd</td><td>pause,kill</td><td class=\"num\">9</td>",
+        ">yesterday<",
+        "promise unknown; checked as mutual-exclusion",
+        "three workers · ttl 900 ms · Redis 7.2.4",
+        "2 scheduled fault(s)",
+    ] {
+        assert!(page.contains(needle), "{needle} missing");
+    }
+}
+
 mod page;
