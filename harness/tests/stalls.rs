@@ -124,20 +124,3 @@ fn a_worker_frozen_outside_any_fault_records_a_stall_and_takes_the_blame() {
     );
     common::assert_no_process_left(tmp.path());
 }
-
-#[test]
-fn end_to_end_runs_take_turns_through_a_counting_semaphore_of_lock_files() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().to_path_buf();
-    let slots = move || common::Slots::open(&dir, 2);
-    let first = slots().try_take().expect("a free slot");
-    let second = slots().try_take().expect("a second free slot");
-    assert!(slots().try_take().is_none(), "a third run got in");
-    drop(first);
-    let third = slots().try_take().expect("the freed slot");
-    // A run that has to wait gets in once a slot is given back.
-    let waiter = std::thread::spawn(move || slots().take());
-    drop(second);
-    let fourth = waiter.join().expect("the waiter gets a slot");
-    drop((third, fourth));
-}
