@@ -28,6 +28,12 @@ impl Process {
     }
 }
 
+/// How the history names worker `index` where it is not a client process id
+/// (its `stall` events, the nemesis's targets, its log file): `worker-<index>`.
+pub fn worker_name(index: impl std::fmt::Display) -> String {
+    format!("worker-{index}")
+}
+
 impl From<u64> for Process {
     fn from(id: u64) -> Self {
         Process::Client(id)

@@ -122,8 +122,8 @@ fn spawn(spec: &WorkerSpec, ctx: &Shared) -> Result<Worker> {
 /// `worker-3.log`; a replacement's log is named after its first process id.
 fn log_name(spec: &WorkerSpec) -> String {
     match spec.first_process {
-        None => format!("worker-{}.log", spec.index),
-        Some(p) => format!("worker-{}-from-{p}.log", spec.index),
+        None => format!("{}.log", spec.name()),
+        Some(p) => format!("{}-from-{p}.log", spec.name()),
     }
 }
 

@@ -18,7 +18,7 @@ pub async fn holder(env: &mut Env, duration: Duration) {
     let Some(pid) = env.workers.get(holder.worker) else {
         return;
     };
-    let target = json!({"target": format!("worker-{}", holder.worker), "pid": pid, "process": holder.process});
+    let target = json!({"target": checker::history::worker_name(holder.worker), "pid": pid, "process": holder.process});
     suspend_for(env, "pause", pid, duration, target, None).await;
 }
 

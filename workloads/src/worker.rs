@@ -58,7 +58,7 @@ impl WorkerSpec {
 
     /// The worker's name in the history (`stall`) and the nemesis's targets.
     pub fn name(&self) -> String {
-        format!("worker-{}", self.index)
+        checker::history::worker_name(self.index)
     }
 
     /// Clock drift allowance for a lease, as in Redlock: TTL·1% + 2 ms.
