@@ -33,7 +33,7 @@ pub fn judge_run(results: &mut Results, record: &RunRecord) {
         };
         unknown(format!(
             "the run was interrupted{at}, before its time limit of {} s",
-            record.options.time_limit
+            record.options.time_limit.as_secs()
         ));
     }
     // Runs stored before a fault had to fit the time limit have an empty

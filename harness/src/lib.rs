@@ -23,4 +23,4 @@ pub mod topology;
 mod workers;
 
 pub use error::{Error, Result};
-pub use options::RunOptions;
+pub use options::{Refusal, RunOptions, RunPlan};

@@ -1,11 +1,13 @@
-//! One run's options: parsed from the command line, resolved, and stored in
-//! `run.json` so a run can be repeated exactly.
+//! One run's options: [`RunOptions`] as parsed from the command line, and
+//! the [`RunPlan`] they resolve to, every value concrete, which is what runs
+//! and what `run.json` stores so a run can be repeated exactly.
 
-use crate::error::{Error, Result};
+use crate::error::Error;
 use clap::{Args, ValueEnum};
-use nemesis::{Action, Fault, Nemesis, ScheduleSpec, Step, Targets};
+use nemesis::{FaultParams, Nemesis, Package, ScheduleSpec, Shape, Step, Targets};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use std::time::Duration;
 use workloads::Config;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -27,16 +29,16 @@ pub enum Persistence {
     AofAlways,
 }
 
-/// Older `run.json` files lack newer options: those read as their defaults.
-#[derive(Clone, Debug, PartialEq, Args, Serialize, Deserialize)]
-#[serde(default)]
+/// One run's options as the user gave them: `None` where a default depends
+/// on other options. [`RunOptions::resolve`] turns them into a [`RunPlan`].
+#[derive(Clone, Debug, PartialEq, Args)]
 pub struct RunOptions {
     /// Lock setup to test: single, replicated, redlock, redlock-rslock, fenced,
     /// unsafe-del, unsafe-setnx, no-lock.
     #[arg(long, default_value = "single", value_parser = parse_config)]
     pub config: Config,
-    /// Faults, comma-separated: none, pause, pause-node, kill, failover, clock,
-    /// partition, all. `partition,clock` and `kill,clock` run as scenarios.
+    /// Faults, joined by `+` (or `,`): none, pause, pause-node, kill, failover,
+    /// clock, partition, all. `partition+clock` and `kill+clock` run as scenarios.
     #[arg(long, default_value = "none", value_parser = parse_nemesis)]
     pub nemesis: Nemesis,
     /// Seconds the workers run.
@@ -112,6 +114,69 @@ pub struct RunOptions {
     pub op_timeout_ms: u64,
 }
 
+/// One run, every option resolved. Durations are [`Duration`]s; `run.json`
+/// writes them in the units their options take (`ttl_ms`, `time_limit` in
+/// seconds). Older `run.json` files lack newer options: those read as the
+/// defaults.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunPlan {
+    pub config: Config,
+    pub nemesis: Nemesis,
+    #[serde(with = "secs")]
+    pub time_limit: Duration,
+    pub workers: u64,
+    #[serde(rename = "ttl_ms", with = "millis")]
+    pub ttl: Duration,
+    #[serde(rename = "work_ms", with = "millis")]
+    pub work: Duration,
+    pub seed: u64,
+    pub backend: Backend,
+    pub results: PathBuf,
+    #[serde(rename = "pause_ms", with = "millis")]
+    pub pause: Duration,
+    #[serde(rename = "node_pause_ms", with = "millis")]
+    pub node_pause: Duration,
+    #[serde(rename = "restart_ms", with = "millis")]
+    pub restart: Duration,
+    pub persistence: Persistence,
+    pub wait_replicas: u32,
+    pub targets: Targets,
+    pub clock_jump_ms: i64,
+    pub holder_skew_ms: i64,
+    #[serde(rename = "fault_ms", with = "millis")]
+    pub fault: Duration,
+    #[serde(rename = "down_after_ms", with = "millis")]
+    pub down_after: Duration,
+    #[serde(rename = "failover_timeout_ms", with = "millis")]
+    pub failover_timeout: Duration,
+    #[serde(rename = "nemesis_interval_ms", with = "millis")]
+    pub nemesis_interval: Duration,
+    pub no_validity_check: bool,
+    #[serde(rename = "acquire_timeout_ms", with = "millis")]
+    pub acquire_timeout: Duration,
+    #[serde(rename = "op_timeout_ms", with = "millis")]
+    pub op_timeout: Duration,
+}
+
+/// Why options cannot become a plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// A value out of range, or options that contradict each other.
+    Invalid(String),
+    /// The nemesis has nothing to act on in this setup, or no fault fits
+    /// the time limit: the pair tests nothing (a matrix skips it).
+    Inapplicable(String),
+}
+
+impl From<Refusal> for Error {
+    fn from(r: Refusal) -> Error {
+        match r {
+            Refusal::Invalid(m) | Refusal::Inapplicable(m) => Error::Usage(m),
+        }
+    }
+}
+
 fn parse_config(s: &str) -> Result<Config, String> {
     s.parse()
 }
@@ -127,6 +192,18 @@ fn parse_targets(s: &str) -> Result<Targets, String> {
 impl Default for RunOptions {
     fn default() -> Self {
         RunOptions::new(Config::Single, Nemesis::none())
+    }
+}
+
+/// The defaults of a plan that a `run.json` field missing from an older
+/// run reads as.
+impl Default for RunPlan {
+    fn default() -> Self {
+        let options = RunOptions {
+            seed: Some(0),
+            ..RunOptions::default()
+        };
+        options.resolve().expect("the defaults make a plan")
     }
 }
 
@@ -163,79 +240,93 @@ impl RunOptions {
 
     /// Fills every default that depends on other options and checks the
     /// combination, so `run.json` records exactly what ran.
-    pub fn resolve(mut self) -> Result<Self> {
-        let usage = |m: String| Err(Error::Usage(m));
-        let has = |f: Fault| self.nemesis.faults.contains(&f);
-        let replicated = self.config == Config::Replicated;
+    pub fn resolve(self) -> Result<RunPlan, Refusal> {
         self.check_ranges()?;
-        let node_faults = [
-            Fault::PauseNode,
-            Fault::Kill,
-            Fault::Clock,
-            Fault::Partition,
-        ];
-        if let Some(f) = node_faults.into_iter().find(|f| has(*f)) {
-            if !self.config.has_lock_node() && !self.nemesis.all {
-                return usage(format!(
-                    "--nemesis {f} needs a lock node, and config {} has none: choose another config or nemesis",
-                    self.config
-                ));
-            }
-        }
-        let scenario =
-            (has(Fault::Clock) && (has(Fault::Partition) || has(Fault::Kill))) && !self.nemesis.all;
-        if scenario && self.config.lock_nodes() < 5 {
-            return usage(format!(
-                "--nemesis {} is a Redlock scenario that needs five lock nodes, and config {} has {}: use --config redlock",
-                self.nemesis, self.config, self.config.lock_nodes()
-            ));
-        }
-        if has(Fault::Failover) && !replicated && !self.nemesis.all {
-            return usage(format!(
-                "--nemesis failover needs replicas, and config {} has none: use --config replicated",
-                self.config
-            ));
-        }
+        self.check_faults_apply()?;
+        let replicated = self.config == Config::Replicated;
         if self.wait_replicas > 0 && !replicated {
-            return usage("--wait-replicas needs replicas: use it with --config replicated".into());
+            return Err(Refusal::Invalid(
+                "--wait-replicas needs replicas: use it with --config replicated".into(),
+            ));
         }
         if self.wait_replicas > 2 {
-            return usage(format!(
+            return Err(Refusal::Invalid(format!(
                 "--wait-replicas {} is more than the 2 replicas there are: use 0, 1 or 2",
                 self.wait_replicas
-            ));
+            )));
         }
         // Kills and failovers only lose a lock whose holder is still in its
         // critical section when the lock is granted again.
-        let slow = has(Fault::Kill) || has(Fault::Failover) || has(Fault::Partition);
-        let ttl = *self.ttl_ms.get_or_insert(if slow { 6_000 } else { 2_000 });
+        let slow = self.nemesis.any(|p| p.slow());
+        let ttl = self.ttl_ms.unwrap_or(if slow { 6_000 } else { 2_000 });
         // Work follows the lease, so a given TTL never leaves every hold
         // outliving its lease before any fault: two thirds of it when the
         // faults are slow (the holder is still working when a fault strikes),
         // 200 ms (at most half the lease) otherwise.
-        self.work_ms.get_or_insert(if slow {
+        let work = self.work_ms.unwrap_or(if slow {
             ttl * 2 / 3
         } else {
             (ttl / 2).min(200)
         });
-        self.seed.get_or_insert_with(rand_seed);
-        self.pause_ms.get_or_insert(ttl * 3 / 2);
-        let node_pause = if replicated {
-            (ttl * 3 / 2).max(self.down_after_ms + 3000)
-        } else {
-            ttl * 3 / 2
+        // A paused primary must stay down long enough for Sentinel to act.
+        let node_pause = match replicated {
+            true => (ttl * 3 / 2).max(self.down_after_ms + 3000),
+            false => ttl * 3 / 2,
         };
-        self.node_pause_ms.get_or_insert(node_pause);
-        self.acquire_timeout_ms.get_or_insert(ttl * 2);
-        self.clock_jump_ms.get_or_insert(2 * ttl as i64);
-        self.fault_ms.get_or_insert(ttl);
-        self.check_schedule_fits()?;
-        Ok(self)
+        let ms = Duration::from_millis;
+        let plan = RunPlan {
+            config: self.config,
+            nemesis: self.nemesis,
+            time_limit: Duration::from_secs(self.time_limit),
+            workers: self.workers,
+            ttl: ms(ttl),
+            work: ms(work),
+            seed: self.seed.unwrap_or_else(rand_seed),
+            backend: self.backend,
+            results: self.results,
+            pause: ms(self.pause_ms.unwrap_or(ttl * 3 / 2)),
+            node_pause: ms(self.node_pause_ms.unwrap_or(node_pause)),
+            restart: ms(self.restart_ms),
+            persistence: self.persistence,
+            wait_replicas: self.wait_replicas,
+            targets: self.targets,
+            clock_jump_ms: self.clock_jump_ms.unwrap_or(2 * ttl as i64),
+            holder_skew_ms: self.holder_skew_ms,
+            fault: ms(self.fault_ms.unwrap_or(ttl)),
+            down_after: ms(self.down_after_ms),
+            failover_timeout: ms(self.failover_timeout_ms),
+            nemesis_interval: ms(self.nemesis_interval_ms),
+            no_validity_check: self.no_validity_check,
+            acquire_timeout: ms(self.acquire_timeout_ms.unwrap_or(ttl * 2)),
+            op_timeout: ms(self.op_timeout_ms),
+        };
+        plan.check_schedule_fits()?;
+        Ok(plan)
     }
 
+    /// Every fault the nemesis names explicitly must act on this config
+    /// (`all` offers every fault, and schedules those that apply).
+    fn check_faults_apply(&self) -> Result<(), Refusal> {
+        if self.nemesis.all {
+            return Ok(());
+        }
+        let shape = shape(self.config);
+        // Single faults first, so the reason names the fault that cannot act.
+        let singles = self.nemesis.faults.iter().map(|f| f.package());
+        let actions = self.nemesis.actions().into_iter().map(|a| a.package());
+        for package in singles.chain(actions) {
+            if let Err(why) = package.supports(&shape) {
+                return Err(Refusal::Inapplicable(format!(
+                    "--nemesis {} {why}",
+                    package.name()
+                )));
+            }
+        }
+        Ok(())
+    }
     /// Every number within a range that neither overflows the arithmetic
     /// built on it nor makes the run test nothing.
-    fn check_ranges(&self) -> Result<()> {
+    fn check_ranges(&self) -> Result<(), Refusal> {
         let given = |v: Option<u64>| v.unwrap_or(1);
         let unsigned: [(&str, u64, u64, u64, &str); 14] = [
             (
@@ -295,17 +386,19 @@ impl RunOptions {
         ];
         for (name, value) in signed {
             if !(-max..=max).contains(&value) {
-                return Err(Error::Usage(format!(
+                return Err(Refusal::Invalid(format!(
                     "{name} {value} is out of range: use -{MAX_MS} to {MAX_MS} (ms)"
                 )));
             }
         }
         Ok(())
     }
+}
 
+impl RunPlan {
     /// Refuses a run whose time limit fits no fault: it would test nothing
     /// and could only come out valid.
-    fn check_schedule_fits(&self) -> Result<()> {
+    fn check_schedule_fits(&self) -> Result<(), Refusal> {
         let spec = self.schedule_spec();
         if spec.actions.is_empty() || !nemesis::schedule(&spec).is_empty() {
             return Ok(());
@@ -319,10 +412,10 @@ impl RunOptions {
         // The first fault starts after up to one interval, and the run keeps
         // `settle` quiet at its end: this fits one fault whatever the seed.
         let needs_ms = spec.interval_ms + longest + spec.settle_ms;
-        Err(Error::Usage(format!(
+        Err(Refusal::Inapplicable(format!(
             "--nemesis {}: no fault fits in --time-limit {} s ({} lasts {} ms, after up to {} ms of quiet and before {} ms to settle): use --time-limit {} or more",
             self.nemesis,
-            self.time_limit,
+            self.time_limit.as_secs(),
             action.name(),
             longest,
             spec.interval_ms,
@@ -331,37 +424,24 @@ impl RunOptions {
         )))
     }
 
-    /// Each fault the run asked for, with how long it is expected to last.
+    /// Each action the run asked for that applies to its config (`all`
+    /// offers every one), with how long its package says it lasts.
     pub fn schedule_spec(&self) -> ScheduleSpec {
-        let restart = self.restart_ms + 500;
-        let hold = self.fault_ms.expect("resolved");
-        let ttl = self.ttl_ms();
+        let shape = shape(self.config);
+        let params = self.fault_params();
         let actions = self
             .nemesis
             .actions()
             .into_iter()
-            .filter(|a| supported(self.config, *a))
-            .map(|a| {
-                let ms = match a {
-                    Action::Fault(Fault::Pause) => self.pause_ms.expect("resolved"),
-                    Action::Fault(Fault::PauseNode) => self.node_pause_ms.expect("resolved"),
-                    Action::Fault(Fault::Kill) => restart,
-                    Action::Fault(Fault::Failover) => {
-                        ttl + self.down_after_ms + self.failover_timeout_ms + restart
-                    }
-                    Action::Fault(Fault::Clock | Fault::Partition) => hold,
-                    Action::SplitClock => ttl + hold,
-                    Action::KillClock => restart + hold,
-                };
-                (a, ms)
-            })
+            .filter(|a| a.package().supports(&shape).is_ok())
+            .map(|a| (a, a.package().duration(&params).as_millis() as u64))
             .collect();
         ScheduleSpec {
-            seed: self.seed(),
+            seed: self.seed,
             actions,
-            interval_ms: self.nemesis_interval_ms,
-            time_limit_ms: self.time_limit * 1000,
-            settle_ms: ttl.max(1000),
+            interval_ms: self.nemesis_interval.as_millis() as u64,
+            time_limit_ms: self.time_limit.as_millis() as u64,
+            settle_ms: self.ttl.max(Duration::from_secs(1)).as_millis() as u64,
         }
     }
 
@@ -370,25 +450,39 @@ impl RunOptions {
         nemesis::schedule(&self.schedule_spec())
     }
 
-    pub fn seed(&self) -> u64 {
-        self.seed.expect("resolved")
+    /// How each fault behaves in this run.
+    pub fn fault_params(&self) -> FaultParams {
+        FaultParams {
+            pause: self.pause,
+            node_pause: self.node_pause,
+            kill_down: self.restart,
+            promotion: self.down_after + self.failover_timeout,
+            targets: self.targets,
+            clock_jump_ns: self.clock_jump_ms * 1_000_000,
+            holder_skew_ns: self.holder_skew_ms * 1_000_000,
+            hold: self.fault,
+            lock_ttl: self.ttl,
+            quiet: self.nemesis_interval / 2,
+        }
     }
 
-    pub fn ttl_ms(&self) -> u64 {
-        self.ttl_ms.expect("resolved")
-    }
-
-    pub fn work_ms(&self) -> u64 {
-        self.work_ms.expect("resolved")
+    /// Whether any fault the run names needs this of the host or the run.
+    pub fn needs(&self, need: impl Fn(&dyn Package) -> bool) -> bool {
+        self.nemesis.any(need)
     }
 
     /// `<config>-<nemesis>`, the folder name of this kind of run.
     pub fn name(&self) -> String {
-        format!(
-            "{}-{}",
-            self.config,
-            self.nemesis.to_string().replace(',', "+")
-        )
+        format!("{}-{}", self.config, self.nemesis)
+    }
+}
+
+/// What a config offers a fault.
+fn shape(config: Config) -> Shape<'static> {
+    Shape {
+        config: config.name(),
+        lock_nodes: config.lock_nodes(),
+        replicated: config == Config::Replicated,
     }
 }
 
@@ -397,20 +491,36 @@ const MAX_MS: u64 = 3_600_000;
 /// The longest run: a day.
 const MAX_TIME_LIMIT_S: u64 = 86_400;
 
-fn out_of_range(name: &str, value: u64, lo: u64, hi: u64, unit: &str) -> Error {
-    Error::Usage(format!(
+fn out_of_range(name: &str, value: u64, lo: u64, hi: u64, unit: &str) -> Refusal {
+    Refusal::Invalid(format!(
         "{name} {value} is out of range: use {lo} to {hi} ({unit})"
     ))
 }
 
-/// Whether `action` makes sense on `config` (`all` offers every action;
-/// explicit choices were checked when the options were resolved).
-fn supported(config: Config, action: Action) -> bool {
-    match action {
-        Action::Fault(Fault::Pause) => true,
-        Action::Fault(Fault::Failover) => config == Config::Replicated,
-        Action::Fault(_) => config.has_lock_node(),
-        Action::SplitClock | Action::KillClock => config.lock_nodes() >= 5,
+/// `run.json` keeps durations in the options' own units.
+mod millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_millis() as u64)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}
+
+mod secs {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_secs())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_secs)
     }
 }
 
@@ -426,17 +536,21 @@ fn rand_seed() -> u64 {
 mod tests {
     use super::*;
 
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
     #[test]
     fn resolve_fills_derived_defaults_and_keeps_a_given_seed() {
         let mut o = RunOptions::new(Config::Single, "pause".parse().unwrap());
         o.seed = Some(7);
-        let o = o.resolve().unwrap();
+        let p = o.resolve().unwrap();
         assert_eq!(
-            (o.seed(), o.pause_ms, o.acquire_timeout_ms),
-            (7, Some(3000), Some(4000))
+            (p.seed, p.pause, p.acquire_timeout),
+            (7, ms(3000), ms(4000))
         );
-        assert_eq!((o.ttl_ms(), o.work_ms()), (2000, 200));
-        assert_eq!(o.name(), "single-pause");
+        assert_eq!((p.ttl, p.work), (ms(2000), ms(200)));
+        assert_eq!(p.name(), "single-pause");
     }
 
     #[test]
@@ -444,41 +558,109 @@ mod tests {
         for nemesis in ["pause-node", "kill"] {
             let o = RunOptions::new(Config::NoLock, nemesis.parse().unwrap());
             let err = o.resolve().unwrap_err();
-            assert_eq!(err.exit_code(), crate::exit::BAD_INPUT);
-            assert!(err.to_string().contains("config no-lock has none"), "{err}");
+            let Refusal::Inapplicable(why) = err else {
+                panic!("{err:?}")
+            };
+            assert!(why.contains("config no-lock has none"), "{why}");
         }
     }
 
     #[test]
     fn kill_and_failover_get_a_critical_section_longer_than_a_failover() {
         let o = RunOptions::new(Config::Replicated, "failover".parse().unwrap());
-        let o = o.resolve().unwrap();
-        assert_eq!((o.ttl_ms(), o.work_ms()), (6_000, 4_000));
-        assert!(o.node_pause_ms.unwrap() >= o.down_after_ms + 3000);
+        let p = o.resolve().unwrap();
+        assert_eq!((p.ttl, p.work), (ms(6_000), ms(4_000)));
+        assert!(p.node_pause >= p.down_after + ms(3000));
         let mut given = RunOptions::new(Config::Single, "kill".parse().unwrap());
         given.work_ms = Some(50);
-        assert_eq!(given.resolve().unwrap().work_ms(), 50);
+        assert_eq!(given.resolve().unwrap().work, ms(50));
     }
 
     #[test]
     fn a_given_ttl_shortens_the_default_work_so_holds_end_within_their_lease() {
         let mut o = RunOptions::new(Config::Redlock, "kill".parse().unwrap());
         o.ttl_ms = Some(2_000);
-        let o = o.resolve().unwrap();
-        assert!(o.work_ms() < o.ttl_ms(), "work {} ms", o.work_ms());
-        assert_eq!(o.work_ms(), 1_333);
+        let p = o.resolve().unwrap();
+        assert!(p.work < p.ttl, "work {:?}", p.work);
+        assert_eq!(p.work, ms(1_333));
         let mut slow = RunOptions::new(Config::Single, "pause".parse().unwrap());
         (slow.ttl_ms, slow.work_ms) = (Some(100), Some(5_000));
-        assert_eq!(slow.resolve().unwrap().work_ms(), 5_000, "given: kept");
+        assert_eq!(slow.resolve().unwrap().work, ms(5_000), "given: kept");
     }
 
     #[test]
     fn failover_and_wait_replicas_need_the_replicated_config() {
         let o = RunOptions::new(Config::Single, "failover".parse().unwrap());
-        let err = o.resolve().unwrap_err();
+        let err = Error::from(o.resolve().unwrap_err());
         assert!(err.to_string().contains("--config replicated"), "{err}");
+        assert_eq!(err.exit_code(), crate::exit::BAD_INPUT);
         let mut o = RunOptions::new(Config::Single, Nemesis::none());
         o.wait_replicas = 1;
-        assert_eq!(o.resolve().unwrap_err().exit_code(), crate::exit::BAD_INPUT);
+        assert!(matches!(o.resolve(), Err(Refusal::Invalid(_))));
+    }
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+
+    fn plan(config: Config, nemesis: &str) -> RunPlan {
+        let mut o = RunOptions::new(config, nemesis.parse().unwrap());
+        o.seed = Some(1);
+        o.resolve().unwrap()
+    }
+
+    #[test]
+    fn each_fault_lasts_what_its_package_says_from_the_plan() {
+        let spec = |c, n| plan(c, n).schedule_spec().actions;
+        let durations = |c, n| spec(c, n).into_iter().map(|(_, ms)| ms).collect::<Vec<_>>();
+        // TTL 2000: pause 1.5 TTL; TTL 6000 for the slow faults.
+        assert_eq!(durations(Config::Single, "pause"), [3_000]);
+        assert_eq!(durations(Config::Single, "kill"), [800]);
+        assert_eq!(durations(Config::Single, "clock"), [2_000]);
+        assert_eq!(durations(Config::Redlock, "partition"), [6_000]);
+        assert_eq!(
+            durations(Config::Replicated, "failover"),
+            [6_000 + 1_000 + 5_000 + 800]
+        );
+        assert_eq!(durations(Config::Redlock, "partition+clock"), [12_000]);
+        assert_eq!(durations(Config::Redlock, "kill+clock"), [6_800]);
+    }
+
+    #[test]
+    fn all_schedules_only_what_applies_to_the_config() {
+        let names = |c| -> Vec<&str> {
+            plan(c, "all")
+                .schedule_spec()
+                .actions
+                .into_iter()
+                .map(|(a, _)| a.name())
+                .collect()
+        };
+        assert_eq!(names(Config::NoLock), ["pause"]);
+        assert_eq!(names(Config::Replicated).len(), 6);
+        assert_eq!(
+            names(Config::Redlock).len(),
+            7,
+            "{:?}",
+            names(Config::Redlock)
+        );
+    }
+
+    #[test]
+    fn a_stored_plan_reads_back_as_written_and_older_runs_as_defaults() {
+        let p = plan(Config::Redlock, "clock,partition");
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!(json["ttl_ms"], 6_000);
+        assert_eq!(json["time_limit"], 30);
+        assert_eq!(json["nemesis"], "partition+clock");
+        assert_eq!(serde_json::from_value::<RunPlan>(json).unwrap(), p);
+        let old: RunPlan =
+            serde_json::from_str(r#"{"config":"fenced","nemesis":"clock,partition"}"#).unwrap();
+        assert_eq!(
+            (old.config, old.ttl),
+            (Config::Fenced, Duration::from_millis(2_000))
+        );
+        assert_eq!(old.nemesis.to_string(), "partition+clock");
     }
 }

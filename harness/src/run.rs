@@ -5,14 +5,13 @@ use crate::error::{Context, Error, Result};
 use crate::interrupt::Interrupt;
 use crate::journal::HistoryWriter;
 use crate::node::{self, RedisNode};
-use crate::options::RunOptions;
+use crate::options::{RunOptions, RunPlan};
 use crate::store::{write_json, RunDir, RunRecord};
 use crate::topology::Topology;
 use crate::{logging, workers};
 use checker::history::{f, OpType, Process};
 use checker::verdict::{Results, Validity};
 use checker::History;
-use nemesis::FaultParams;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -36,7 +35,11 @@ pub struct RunOutcome {
 /// folder is made; a run that fails before it records anything leaves no
 /// folder. The error is the caller's to show: it goes to harness.log only.
 pub async fn run(options: RunOptions) -> Result<RunOutcome> {
-    let options = options.resolve()?;
+    run_plan(options.resolve()?).await
+}
+
+/// Runs a plan already resolved (the matrix resolves each of its runs once).
+pub async fn run_plan(options: RunPlan) -> Result<RunOutcome> {
     let server = node::find_redis_server()?;
     let sentinel = match options.config {
         Config::Replicated => Some(node::find_redis_sentinel()?),
@@ -75,7 +78,7 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome> {
 }
 
 async fn run_in(
-    options: &RunOptions,
+    options: &RunPlan,
     server: &std::path::Path,
     sentinel: Option<PathBuf>,
     dir: &RunDir,
@@ -84,7 +87,7 @@ async fn run_in(
     tracing::info!(
         "run {} seed {} in {}",
         options.name(),
-        options.seed(),
+        options.seed,
         dir.path.display()
     );
     // Dropping a half-started topology kills its nodes and removes its chain.
@@ -99,7 +102,7 @@ async fn run_in(
 }
 
 async fn run_workload(
-    options: &RunOptions,
+    options: &RunPlan,
     server: &std::path::Path,
     dir: &RunDir,
     topology: &Arc<Topology>,
@@ -136,31 +139,19 @@ async fn run_workload(
         cluster: topology.clone(),
         holders,
         journal: history.clone(),
-        arm_timeout: Duration::from_millis(options.nemesis_interval_ms.max(options.ttl_ms())),
+        arm_timeout: options.nemesis_interval.max(options.ttl),
         stop: stop_rx,
-    };
-    let params = FaultParams {
-        pause: Duration::from_millis(options.pause_ms.expect("resolved")),
-        node_pause: Duration::from_millis(options.node_pause_ms.expect("resolved")),
-        kill_down: Duration::from_millis(options.restart_ms),
-        targets: options.targets,
-        clock_jump_ns: options.clock_jump_ms.expect("resolved") * 1_000_000,
-        holder_skew_ns: options.holder_skew_ms * 1_000_000,
-        hold: Duration::from_millis(options.fault_ms.expect("resolved")),
-        lock_ttl: Duration::from_millis(options.ttl_ms()),
-        quiet: Duration::from_millis(options.nemesis_interval_ms / 2),
     };
     let nemesis = tokio::spawn(nemesis::runner::run(
         steps,
         env,
-        params,
+        options.fault_params(),
         tokio::time::Instant::now(),
     ));
 
-    let limit = Duration::from_secs(options.time_limit);
     let title = options.name();
     tokio::select! {
-        _ = crate::progress::wait(&title, limit, || history.snapshot()) => {}
+        _ = crate::progress::wait(&title, options.time_limit, || history.snapshot()) => {}
         _ = interrupt.wait() => record.interrupted_at_ms = Some(clock.now() / 1_000_000),
     }
 
@@ -192,7 +183,7 @@ async fn run_workload(
     // Pictures are evidence, not the verdict: a failure to draw is logged.
     let setup = crate::plot::Setup {
         workers: options.workers,
-        lease: (options.config != Config::NoLock).then(|| Duration::from_millis(options.ttl_ms())),
+        lease: (options.config != Config::NoLock).then_some(options.ttl),
     };
     if let Err(e) = crate::plot::render(&dir.path, &history, &results, setup) {
         tracing::warn!("drawing the run's pictures failed: {e:#}");
@@ -207,12 +198,7 @@ async fn run_workload(
     })
 }
 
-fn worker_spec(
-    options: &RunOptions,
-    index: u64,
-    topology: &Topology,
-    clock: RunClock,
-) -> WorkerSpec {
+fn worker_spec(options: &RunPlan, index: u64, topology: &Topology, clock: RunClock) -> WorkerSpec {
     WorkerSpec {
         config: options.config,
         index,
@@ -223,12 +209,12 @@ fn worker_spec(
         wait_replicas: options.wait_replicas,
         source: Some(crate::topology::worker_ip(index)),
         storage_node: topology.storage.addr(),
-        ttl_ms: options.ttl_ms(),
-        work_ms: options.work_ms(),
-        acquire_timeout_ms: options.acquire_timeout_ms.expect("resolved"),
-        op_timeout_ms: options.op_timeout_ms,
+        ttl_ms: millis(options.ttl),
+        work_ms: millis(options.work),
+        acquire_timeout_ms: millis(options.acquire_timeout),
+        op_timeout_ms: millis(options.op_timeout),
         validity_check: !options.no_validity_check,
-        seed: options.seed(),
+        seed: options.seed,
         run_start_ns: clock.start_ns(),
         first_process: None,
     }
@@ -236,12 +222,13 @@ fn worker_spec(
 
 /// Long enough for a worker to finish the cycle it is in: an acquire that
 /// retries to its deadline, the work, and a few requests that time out.
-fn stop_grace(options: &RunOptions) -> Duration {
-    let ms = options.acquire_timeout_ms.expect("resolved")
-        + options.work_ms()
-        + 4 * options.op_timeout_ms
-        + 2000;
-    Duration::from_millis(ms)
+fn stop_grace(options: &RunPlan) -> Duration {
+    options.acquire_timeout + options.work + 4 * options.op_timeout + Duration::from_secs(2)
+}
+
+/// The worker's spec speaks milliseconds, as its command line does.
+fn millis(d: Duration) -> u64 {
+    d.as_millis() as u64
 }
 
 /// The harness reads the counter once every worker has stopped.
@@ -268,18 +255,14 @@ async fn final_read(history: &HistoryWriter, storage: &RedisNode) {
 }
 
 /// How late a worker's event can reach the journal: a pause holds it back.
-fn late_events(options: &RunOptions) -> Duration {
-    let pause = options
-        .pause_ms
-        .expect("resolved")
-        .max(options.node_pause_ms.expect("resolved"));
-    Duration::from_millis(pause + 1000)
+fn late_events(options: &RunPlan) -> Duration {
+    options.pause.max(options.node_pause) + Duration::from_secs(1)
 }
 
 /// A signal arrived while the nodes started: nothing ran, nothing is decided.
 /// The folder keeps run.json and results.json; `latest` is left alone.
 fn interrupted_at_startup(
-    options: &RunOptions,
+    options: &RunPlan,
     server: &std::path::Path,
     dir: &RunDir,
 ) -> Result<RunOutcome> {
@@ -301,7 +284,7 @@ fn interrupted_at_startup(
 
 impl RunRecord {
     /// The record of a run about to start: nodes, workers and schedule empty.
-    fn new(options: &RunOptions, server: &std::path::Path) -> Self {
+    fn new(options: &RunPlan, server: &std::path::Path) -> Self {
         RunRecord {
             lockstorm: env!("CARGO_PKG_VERSION").to_string(),
             redis: node::redis_version(server),

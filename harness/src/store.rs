@@ -2,7 +2,7 @@
 //! `latest` link, and the files of each run folder below.
 
 use crate::error::{Context, Result};
-use crate::options::RunOptions;
+use crate::options::RunPlan;
 use crate::topology::NodeRecord;
 use checker::verdict::{Promise, Results};
 use nemesis::Step;
@@ -123,7 +123,7 @@ pub struct RunRecord {
     pub started: String,
     pub promise: Promise,
     #[serde(default)]
-    pub options: RunOptions,
+    pub options: RunPlan,
     #[serde(default)]
     pub nodes: Vec<NodeRecord>,
     #[serde(default)]
@@ -291,8 +291,8 @@ mod tests {
         let record = run.record().unwrap();
         assert_eq!(record.promise, Promise::DataSafety);
         assert_eq!(record.options.config.to_string(), "fenced");
-        assert_eq!(record.options.nemesis.to_string(), "clock,partition");
-        assert_eq!(record.options.workers, RunOptions::default().workers);
+        assert_eq!(record.options.nemesis.to_string(), "partition+clock");
+        assert_eq!(record.options.workers, RunPlan::default().workers);
         assert_eq!((record.schedule, record.interrupted), (None, false));
         write_json(
             &run.run_json(),

@@ -6,12 +6,12 @@
 use crate::error::Context;
 use crate::error::{Error, Result};
 use crate::node::{NodeClock, NodeSpec, RedisNode, Role};
-use crate::options::RunOptions;
+use crate::options::RunPlan;
 use nemesis::clock::TimeControl;
 use nemesis::cluster::BoxFuture;
 use nemesis::net::{Firewall, Link};
+use nemesis::Targets;
 use nemesis::{Cluster, Journal, NodeRef, Source};
-use nemesis::{Fault, Targets};
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -61,8 +61,8 @@ pub fn worker_ip(worker: u64) -> Ipv4Addr {
 
 /// Whether the run cuts links; if so, iptables must be there and usable.
 /// Checked before the run's folder is made, and again when the run starts.
-pub fn needs_firewall(options: &RunOptions) -> Result<bool> {
-    if !options.nemesis.faults.iter().any(|f| f.needs_firewall()) {
+pub fn needs_firewall(options: &RunPlan) -> Result<bool> {
+    if !options.needs(|p| p.needs_firewall()) {
         return Ok(false);
     }
     let faults = options.nemesis.to_string();
@@ -74,7 +74,7 @@ pub fn needs_firewall(options: &RunOptions) -> Result<bool> {
 
 impl Topology {
     pub async fn start(
-        options: &RunOptions,
+        options: &RunPlan,
         server: &Path,
         sentinel: Option<PathBuf>,
         nodes_dir: &Path,
@@ -90,7 +90,7 @@ impl Topology {
         };
         // Data nodes run under the time shim when the clock nemesis may
         // shift their wall clocks; each gets its own control file.
-        let shim = match options.nemesis.has(Fault::Clock) {
+        let shim = match options.needs(|p| p.needs_time_shim()) {
             true => Some(nemesis::clock::install_shim().map_err(|e| match e.kind() {
                 std::io::ErrorKind::InvalidInput => Error::Usage(e.to_string()),
                 _ => Error::Io {
@@ -153,8 +153,8 @@ impl Topology {
                 let role = Role::Sentinel {
                     primary: primary.clone(),
                     quorum: 2,
-                    down_after_ms: options.down_after_ms,
-                    failover_timeout_ms: options.failover_timeout_ms,
+                    down_after_ms: options.down_after.as_millis() as u64,
+                    failover_timeout_ms: options.failover_timeout.as_millis() as u64,
                 };
                 nodes.push(
                     RedisNode::start(

@@ -10,18 +10,55 @@
 //! fault first keeps the partition for one TTL: every lock key the replicas
 //! still have from before it has then expired, and cannot hide the race.
 
+use crate::cluster::BoxFuture;
 use crate::kill::restart;
-use crate::runner::Env;
+use crate::package::{Package, Shape, RESTART_MARGIN};
+use crate::runner::{Env, FaultParams};
 use crate::verify;
 use crate::Source;
 use serde_json::json;
 use std::time::Duration;
 use tokio::time::Instant;
 
+pub struct Failover;
+
+impl Failover {
+    pub const START: &'static str = "start-failover";
+    pub const STOP: &'static str = "stop-failover";
+}
+
+impl Package for Failover {
+    fn name(&self) -> &'static str {
+        "failover"
+    }
+    fn supports(&self, shape: &Shape) -> Result<(), String> {
+        match shape.replicated {
+            true => Ok(()),
+            false => Err(format!(
+                "needs replicas, and config {} has none: use --config replicated",
+                shape.config
+            )),
+        }
+    }
+    /// One TTL of partition before the kill, Sentinel's promotion, the restart.
+    fn duration(&self, p: &FaultParams) -> Duration {
+        p.lock_ttl + p.promotion + p.kill_down + RESTART_MARGIN
+    }
+    fn slow(&self) -> bool {
+        true
+    }
+    fn needs_firewall(&self) -> bool {
+        true
+    }
+    fn run<'a>(&'a self, env: &'a mut Env, p: &'a FaultParams) -> BoxFuture<'a, ()> {
+        Box::pin(run(env, p.lock_ttl))
+    }
+}
+
 /// How long Sentinel gets to promote a replica before the fault gives up.
 const PROMOTION_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub async fn run(env: &mut Env, lock_ttl: Duration) {
+async fn run(env: &mut Env, lock_ttl: Duration) {
     let Some(primary) = env.cluster.primary().await else {
         env.journal
             .record("skip-failover", json!({"reason": "no primary known"}), None);
@@ -47,16 +84,16 @@ pub async fn run(env: &mut Env, lock_ttl: Duration) {
     let seen = verify::cut(env, &probes).await;
     let value = json!({"target": name, "pid": primary.pid, "cut-from": replicas});
     env.journal
-        .record("start-failover", verify::attach(value, seen), Some(&name));
+        .record(Failover::START, verify::attach(value, seen), Some(&name));
     env.sleep(lock_ttl).await;
 
     // A lock taken now lives on the primary alone. With `--wait-replicas`
     // no acquisition succeeds here; the failover goes ahead regardless.
-    let holder = env.await_holder("failover").await;
+    let holder = env.await_holder(Failover.name()).await;
     if env.stopping() {
         let _ = env.cluster.heal();
         env.journal.record(
-            "stop-failover",
+            Failover::STOP,
             json!({"target": name, "healed": "run ending"}),
             Some(&name),
         );
@@ -86,5 +123,5 @@ pub async fn run(env: &mut Env, lock_ttl: Duration) {
         env.journal
             .record("heal-failed", json!({"error": e.to_string()}), None);
     }
-    restart(env, killed.as_ref().unwrap_or(&primary), "stop-failover").await;
+    restart(env, killed.as_ref().unwrap_or(&primary), Failover::STOP).await;
 }

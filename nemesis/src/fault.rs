@@ -1,6 +1,14 @@
 //! The faults lockstorm can inject, `--nemesis` parsing, node targets, and
 //! the scheduled actions (single faults, and scenarios that combine them).
+//! What each fault is and does lives in its [`Package`].
 
+use crate::failover::Failover;
+use crate::kill::Kill;
+use crate::package::Package;
+use crate::partition::Partition;
+use crate::pause::{Pause, PauseNode};
+use crate::scenario::{KillClock, SplitClock};
+use crate::skew::Clock;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -33,20 +41,20 @@ impl Fault {
         Fault::Partition,
     ];
 
-    pub fn name(self) -> &'static str {
+    /// Everything else about the fault: the one line to add with a variant.
+    pub fn package(self) -> &'static dyn Package {
         match self {
-            Fault::Pause => "pause",
-            Fault::PauseNode => "pause-node",
-            Fault::Kill => "kill",
-            Fault::Failover => "failover",
-            Fault::Clock => "clock",
-            Fault::Partition => "partition",
+            Fault::Pause => &Pause,
+            Fault::PauseNode => &PauseNode,
+            Fault::Kill => &Kill,
+            Fault::Failover => &Failover,
+            Fault::Clock => &Clock,
+            Fault::Partition => &Partition,
         }
     }
 
-    /// Faults that cut links need iptables and root.
-    pub fn needs_firewall(self) -> bool {
-        matches!(self, Fault::Failover | Fault::Partition)
+    pub fn name(self) -> &'static str {
+        self.package().name()
     }
 }
 
@@ -119,12 +127,36 @@ pub enum Action {
 }
 
 impl Action {
-    pub fn name(self) -> &'static str {
+    /// The scenarios: each runs when all of its faults are asked for.
+    pub const SCENARIOS: [Action; 2] = [Action::SplitClock, Action::KillClock];
+
+    pub fn package(self) -> &'static dyn Package {
         match self {
-            Action::Fault(f) => f.name(),
-            Action::SplitClock => "partition+clock",
-            Action::KillClock => "kill+clock",
+            Action::Fault(f) => f.package(),
+            Action::SplitClock => &SplitClock,
+            Action::KillClock => &KillClock,
         }
+    }
+
+    pub fn name(self) -> &'static str {
+        self.package().name()
+    }
+
+    /// The faults `--nemesis` names to ask for this action.
+    pub fn faults(self) -> Vec<Fault> {
+        match self {
+            Action::Fault(f) => vec![f],
+            Action::SplitClock => SplitClock::FAULTS.to_vec(),
+            Action::KillClock => KillClock::FAULTS.to_vec(),
+        }
+    }
+
+    /// Every action: each fault alone, then each scenario.
+    pub fn all() -> impl Iterator<Item = Action> {
+        Fault::ALL
+            .into_iter()
+            .map(Action::Fault)
+            .chain(Action::SCENARIOS)
     }
 }
 
@@ -137,19 +169,16 @@ impl From<Action> for String {
 impl TryFrom<String> for Action {
     type Error = String;
     fn try_from(s: String) -> Result<Self, Self::Error> {
-        match s.as_str() {
-            "partition+clock" => Ok(Action::SplitClock),
-            "kill+clock" => Ok(Action::KillClock),
-            _ => Fault::ALL
-                .into_iter()
-                .find(|f| f.name() == s)
-                .map(Action::Fault)
-                .ok_or_else(|| format!("unknown action '{s}'")),
-        }
+        Action::all()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| format!("unknown action '{s}'"))
     }
 }
 
-/// What `--nemesis` asked for: a set of faults (empty for `none`).
+/// What `--nemesis` asked for: a set of faults (empty for `none`). It is
+/// written as its actions joined by `+` (`partition+clock`, `pause+kill`),
+/// in run folders, run.json, summaries and expectations alike; `,` is
+/// accepted in their place.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(into = "String", try_from = "String")]
 pub struct Nemesis {
@@ -175,27 +204,42 @@ impl Nemesis {
         self.faults.contains(&fault)
     }
 
+    /// The nemesis that asks for exactly `action`.
+    pub fn of(action: Action) -> Self {
+        let mut faults = action.faults();
+        faults.sort();
+        Nemesis { faults, all: false }
+    }
+
+    /// What a matrix's `all` stands for: no fault, each fault alone, and
+    /// each scenario.
+    pub fn each() -> Vec<Nemesis> {
+        std::iter::once(Nemesis::none())
+            .chain(Action::all().map(Nemesis::of))
+            .collect()
+    }
+
     /// The actions to schedule. Faults that form a scenario act together
-    /// (`partition,clock` is Kleppmann's scenario, not two separate faults);
+    /// (`partition+clock` is Kleppmann's scenario, not two separate faults);
     /// `all` schedules every fault alone and every scenario.
     pub fn actions(&self) -> Vec<Action> {
-        let split = self.has(Fault::Partition) && self.has(Fault::Clock);
-        let kill_clock = self.has(Fault::Kill) && self.has(Fault::Clock);
-        let mut actions = Vec::new();
-        if split {
-            actions.push(Action::SplitClock);
-        }
-        if kill_clock {
-            actions.push(Action::KillClock);
-        }
-        for &f in &self.faults {
-            let in_scenario = (split && matches!(f, Fault::Partition | Fault::Clock))
-                || (kill_clock && matches!(f, Fault::Kill | Fault::Clock));
-            if self.all || !in_scenario {
-                actions.push(Action::Fault(f));
-            }
-        }
-        actions
+        let scenarios: Vec<Action> = Action::SCENARIOS
+            .into_iter()
+            .filter(|s| s.faults().iter().all(|f| self.has(*f)))
+            .collect();
+        let in_scenario = |f: Fault| scenarios.iter().any(|s| s.faults().contains(&f));
+        let alone = self
+            .faults
+            .iter()
+            .filter(|f| self.all || !in_scenario(**f))
+            .map(|f| Action::Fault(*f));
+        scenarios.iter().copied().chain(alone).collect()
+    }
+
+    /// What the faults need from the host and the run, asked of every
+    /// action the nemesis names (also those a config will not schedule).
+    pub fn any(&self, need: impl Fn(&dyn Package) -> bool) -> bool {
+        self.actions().into_iter().any(|a| need(a.package()))
     }
 }
 
@@ -207,17 +251,17 @@ impl fmt::Display for Nemesis {
         if self.faults.is_empty() {
             return f.write_str("none");
         }
-        let names: Vec<_> = self.faults.iter().map(|f| f.name()).collect();
-        f.write_str(&names.join(","))
+        let names: Vec<_> = self.actions().into_iter().map(Action::name).collect();
+        f.write_str(&names.join("+"))
     }
 }
 
 impl FromStr for Nemesis {
     type Err = String;
-    /// A comma-separated list; `none` alone, or `all` for every fault.
+    /// Fault names joined by `+` or `,`; `none` alone, or `all` for every fault.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let mut nemesis = Nemesis::default();
-        for name in s.split(',').map(str::trim) {
+        for name in s.split([',', '+']).map(str::trim) {
             match name {
                 "none" => {}
                 "all" => {
@@ -272,7 +316,7 @@ mod tests {
         let all = nemesis("all");
         assert_eq!(all.faults, Fault::ALL.to_vec());
         assert_eq!(all.to_string(), "all");
-        assert_eq!(nemesis("pause,pause-node").to_string(), "pause,pause-node");
+        assert_eq!(nemesis("pause,pause-node").to_string(), "pause+pause-node");
     }
 
     #[test]
@@ -300,6 +344,43 @@ mod tests {
         assert_eq!(all.len(), 8);
         for a in all {
             assert_eq!(Action::try_from(String::from(a)).unwrap(), a);
+        }
+    }
+
+    #[test]
+    fn a_nemesis_has_one_spelling_whichever_way_it_was_typed() {
+        for (typed, canonical) in [
+            ("clock,partition", "partition+clock"),
+            ("partition+clock", "partition+clock"),
+            ("clock+kill", "kill+clock"),
+            ("pause,kill,clock", "kill+clock+pause"),
+            ("pause-node, pause", "pause+pause-node"),
+        ] {
+            let n = nemesis(typed);
+            assert_eq!(n.to_string(), canonical, "{typed}");
+            assert_eq!(nemesis(canonical), n, "{canonical} reads back");
+        }
+    }
+
+    #[test]
+    fn each_nemesis_is_none_every_fault_and_every_scenario() {
+        let names: Vec<String> = Nemesis::each().iter().map(|n| n.to_string()).collect();
+        assert_eq!(
+            names,
+            [
+                "none",
+                "pause",
+                "pause-node",
+                "kill",
+                "failover",
+                "clock",
+                "partition",
+                "partition+clock",
+                "kill+clock"
+            ]
+        );
+        for n in Nemesis::each().into_iter().skip(1) {
+            assert_eq!(n.actions().len(), 1, "{n} is one action");
         }
     }
 

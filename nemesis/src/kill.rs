@@ -3,15 +3,42 @@
 //! persistence is on. On Redlock, `--targets` chooses how many of the
 //! holder's nodes die.
 
+use crate::cluster::BoxFuture;
 use crate::fault::Targets;
-use crate::runner::Env;
+use crate::package::{needs_lock_node, Package, Shape, RESTART_MARGIN};
+use crate::runner::{Env, FaultParams};
 use crate::verify;
 use crate::NodeRef;
 use serde_json::json;
 use std::time::Duration;
 
-pub async fn nodes(env: &mut Env, targets: Targets, down_for: Duration) {
-    let Some(holder) = env.await_holder("kill").await else {
+pub struct Kill;
+
+impl Kill {
+    pub const START: &'static str = "start-kill";
+    pub const STOP: &'static str = "stop-kill";
+}
+
+impl Package for Kill {
+    fn name(&self) -> &'static str {
+        "kill"
+    }
+    fn supports(&self, shape: &Shape) -> Result<(), String> {
+        needs_lock_node(shape)
+    }
+    fn duration(&self, p: &FaultParams) -> Duration {
+        p.kill_down + RESTART_MARGIN
+    }
+    fn slow(&self) -> bool {
+        true
+    }
+    fn run<'a>(&'a self, env: &'a mut Env, p: &'a FaultParams) -> BoxFuture<'a, ()> {
+        Box::pin(nodes(env, p.targets, p.kill_down))
+    }
+}
+
+async fn nodes(env: &mut Env, targets: Targets, down_for: Duration) {
+    let Some(holder) = env.await_holder(Kill.name()).await else {
         return;
     };
     let nodes = env.cluster.targets(targets).await;
@@ -37,11 +64,11 @@ pub async fn nodes(env: &mut Env, targets: Targets, down_for: Duration) {
         .collect();
     let value = json!({"targets": names, "killed": pids, "holder": holder.process});
     let value = verify::attach(value, verify::gone(&killed));
-    env.journal.record("start-kill", value, single(&names));
+    env.journal.record(Kill::START, value, single(&names));
     // Restart even when the run is ending: every fault heals before the final read.
     env.sleep(down_for).await;
     for was in &killed {
-        restart(env, was, "stop-kill").await;
+        restart(env, was, Kill::STOP).await;
     }
 }
 

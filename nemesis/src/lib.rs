@@ -8,6 +8,7 @@ mod failover;
 pub mod fault;
 mod kill;
 pub mod net;
+mod package;
 pub mod partition;
 mod pause;
 pub mod process;
@@ -19,5 +20,6 @@ mod verify;
 
 pub use cluster::{Cluster, NodeRef, Source};
 pub use fault::{Action, Fault, Nemesis, Targets};
+pub use package::{Package, Shape};
 pub use runner::{Env, FaultParams, Holder, Journal, Live, WorkerClocks};
 pub use schedule::{schedule, ScheduleSpec, Step};

@@ -3,14 +3,44 @@
 //! or `ring`: Jepsen's majorities ring, where every worker still reaches a
 //! majority, but each a different one.
 
+use crate::cluster::BoxFuture;
 use crate::fault::Targets;
-use crate::runner::Env;
+use crate::package::{needs_lock_node, Package, Shape};
+use crate::runner::{Env, FaultParams};
 use crate::verify;
 use crate::Source;
 use serde_json::json;
 use std::time::Duration;
 
-pub async fn run(env: &mut Env, targets: Targets, hold: Duration) {
+pub struct Partition;
+
+impl Partition {
+    pub const START: &'static str = "start-partition";
+    pub const STOP: &'static str = "stop-partition";
+}
+
+impl Package for Partition {
+    fn name(&self) -> &'static str {
+        "partition"
+    }
+    fn supports(&self, shape: &Shape) -> Result<(), String> {
+        needs_lock_node(shape)
+    }
+    fn duration(&self, p: &FaultParams) -> Duration {
+        p.hold
+    }
+    fn slow(&self) -> bool {
+        true
+    }
+    fn needs_firewall(&self) -> bool {
+        true
+    }
+    fn run<'a>(&'a self, env: &'a mut Env, p: &'a FaultParams) -> BoxFuture<'a, ()> {
+        Box::pin(cut(env, p.targets, p.hold))
+    }
+}
+
+async fn cut(env: &mut Env, targets: Targets, hold: Duration) {
     let nodes = env.cluster.lock_nodes();
     let links = shape(targets, env.workers.len(), &nodes);
     if let Err(e) = env.cluster.cut_workers(&links) {
@@ -21,13 +51,13 @@ pub async fn run(env: &mut Env, targets: Targets, hold: Duration) {
     let value = json!({"targets": format!("{targets:?}").to_lowercase(), "cut": links});
     let seen = verify::cut(env, &worker_links(&links)).await;
     env.journal
-        .record("start-partition", verify::attach(value.clone(), seen), None);
+        .record(Partition::START, verify::attach(value.clone(), seen), None);
     env.sleep(hold).await;
     if let Err(e) = env.cluster.heal() {
         env.journal
             .record("heal-failed", json!({"error": e.to_string()}), None);
     }
-    env.journal.record("stop-partition", value, None);
+    env.journal.record(Partition::STOP, value, None);
 }
 
 /// The probes that show `links` are cut: from each worker's address.

@@ -5,25 +5,72 @@
 //! millisecond after it acquired): Kleppmann's GC-pause window, where the
 //! write that follows the pause is the stale one.
 
+use crate::cluster::BoxFuture;
+use crate::package::{needs_lock_node, Package, Shape};
 use crate::process::Suspended;
-use crate::runner::Env;
+use crate::runner::{Env, FaultParams};
 use serde_json::{json, Value};
 use std::time::Duration;
 
+pub struct Pause;
+
+impl Pause {
+    pub const START: &'static str = "start-pause";
+    pub const STOP: &'static str = "stop-pause";
+}
+
+impl Package for Pause {
+    fn name(&self) -> &'static str {
+        "pause"
+    }
+    fn supports(&self, _: &Shape) -> Result<(), String> {
+        Ok(())
+    }
+    fn duration(&self, p: &FaultParams) -> Duration {
+        p.pause
+    }
+    fn run<'a>(&'a self, env: &'a mut Env, p: &'a FaultParams) -> BoxFuture<'a, ()> {
+        Box::pin(holder(env, p.pause))
+    }
+}
+
+pub struct PauseNode;
+
+impl PauseNode {
+    pub const START: &'static str = "start-pause-node";
+    pub const STOP: &'static str = "stop-pause-node";
+}
+
+impl Package for PauseNode {
+    fn name(&self) -> &'static str {
+        "pause-node"
+    }
+    fn supports(&self, shape: &Shape) -> Result<(), String> {
+        needs_lock_node(shape)
+    }
+    fn duration(&self, p: &FaultParams) -> Duration {
+        p.node_pause
+    }
+    fn run<'a>(&'a self, env: &'a mut Env, p: &'a FaultParams) -> BoxFuture<'a, ()> {
+        Box::pin(node(env, p.node_pause))
+    }
+}
+
 /// Waits for the next holder to enter its critical section, then freezes it.
-pub async fn holder(env: &mut Env, duration: Duration) {
-    let Some(holder) = env.await_holder("pause").await else {
+async fn holder(env: &mut Env, duration: Duration) {
+    let Some(holder) = env.await_holder(Pause.name()).await else {
         return;
     };
     let Some(pid) = env.workers.get(holder.worker) else {
         return;
     };
     let target = json!({"target": checker::history::worker_name(holder.worker), "pid": pid, "process": holder.process});
-    suspend_for(env, "pause", pid, duration, target, None).await;
+    let events = (Pause::START, Pause::STOP);
+    suspend_for(env, Pause.name(), events, pid, duration, target, None).await;
 }
 
 /// Freezes the node the lock lives on (the primary, for `replicated`).
-pub async fn node(env: &mut Env, duration: Duration) {
+async fn node(env: &mut Env, duration: Duration) {
     let Some(node) = env.cluster.primary().await else {
         env.journal.record(
             "skip-pause-node",
@@ -35,7 +82,8 @@ pub async fn node(env: &mut Env, duration: Duration) {
     let target = json!({"target": node.name, "pid": node.pid});
     suspend_for(
         env,
-        "pause-node",
+        PauseNode.name(),
+        (PauseNode::START, PauseNode::STOP),
         node.pid,
         duration,
         target,
@@ -47,6 +95,7 @@ pub async fn node(env: &mut Env, duration: Duration) {
 async fn suspend_for(
     env: &mut Env,
     fault: &str,
+    (start_event, stop_event): (&str, &str),
     pid: u32,
     duration: Duration,
     target: Value,
@@ -62,8 +111,8 @@ async fn suspend_for(
     };
     let seen = crate::verify::stopped(pid).await;
     let start = crate::verify::attach(target.clone(), seen);
-    env.journal.record(&format!("start-{fault}"), start, node);
+    env.journal.record(start_event, start, node);
     env.sleep(duration).await;
     drop(paused);
-    env.journal.record(&format!("stop-{fault}"), target, node);
+    env.journal.record(stop_event, target, node);
 }

@@ -1,8 +1,8 @@
 //! Runs a schedule against a live run and heals every fault before returning.
 
 use crate::cluster::Cluster;
-use crate::fault::{Action, Targets};
-use crate::{failover, kill, partition, pause, scenario, skew, Fault, Step};
+use crate::fault::Targets;
+use crate::Step;
 use serde_json::{json, Value};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -92,6 +92,9 @@ pub struct FaultParams {
     pub pause: Duration,
     pub node_pause: Duration,
     pub kill_down: Duration,
+    /// How long Sentinel takes to notice a dead primary and promote a replica
+    /// (down-after plus failover timeout).
+    pub promotion: Duration,
     /// Which lock nodes node faults hit (Redlock).
     pub targets: Targets,
     /// How far `clock` jumps node clocks, and for how long.
@@ -156,29 +159,7 @@ pub async fn run(steps: Vec<Step>, mut env: Env, p: FaultParams, start: Instant)
         {
             return;
         }
-        match step.action {
-            Action::Fault(Fault::Pause) => pause::holder(&mut env, p.pause).await,
-            Action::Fault(Fault::PauseNode) => pause::node(&mut env, p.node_pause).await,
-            Action::Fault(Fault::Kill) => kill::nodes(&mut env, p.targets, p.kill_down).await,
-            Action::Fault(Fault::Failover) => failover::run(&mut env, p.lock_ttl).await,
-            Action::Fault(Fault::Clock) => {
-                skew::jump(
-                    &mut env,
-                    p.targets,
-                    p.clock_jump_ns,
-                    p.holder_skew_ns,
-                    p.hold,
-                )
-                .await
-            }
-            Action::Fault(Fault::Partition) => partition::run(&mut env, p.targets, p.hold).await,
-            Action::SplitClock => {
-                scenario::split_clock(&mut env, p.lock_ttl, p.clock_jump_ns, p.hold).await
-            }
-            Action::KillClock => {
-                scenario::kill_clock(&mut env, p.kill_down, p.clock_jump_ns, p.hold).await
-            }
-        }
+        step.action.package().run(&mut env, &p).await;
         if env.stopping() {
             return;
         }

@@ -2,18 +2,95 @@
 //! Redlock: each leaves the holder with a bare majority and then takes one
 //! node of it away with a clock jump.
 
-use crate::runner::{Env, Holder};
-use crate::skew::jump_nodes;
+use crate::cluster::BoxFuture;
+use crate::kill::Kill;
+use crate::package::{Package, Shape, RESTART_MARGIN};
+use crate::partition::Partition;
+use crate::runner::{Env, FaultParams, Holder};
+use crate::skew::{jump_nodes, Clock};
 use crate::verify;
+use crate::Fault;
 use serde_json::json;
 use std::time::Duration;
+
+/// Both scenarios need a bare majority to take a node from.
+fn needs_five_nodes(shape: &Shape) -> Result<(), String> {
+    match shape.lock_nodes >= 5 {
+        true => Ok(()),
+        false => Err(format!(
+            "is a Redlock scenario that needs five lock nodes, and config {} has {}: use --config redlock",
+            shape.config, shape.lock_nodes
+        )),
+    }
+}
+
+pub struct SplitClock;
+
+impl SplitClock {
+    /// The faults that, asked for together, run as this scenario.
+    pub const FAULTS: [Fault; 2] = [Fault::Partition, Fault::Clock];
+}
+
+impl Package for SplitClock {
+    fn name(&self) -> &'static str {
+        "partition+clock"
+    }
+    fn supports(&self, shape: &Shape) -> Result<(), String> {
+        needs_five_nodes(shape)
+    }
+    /// One TTL of split before the jump, then the jump.
+    fn duration(&self, p: &FaultParams) -> Duration {
+        p.lock_ttl + p.hold
+    }
+    fn slow(&self) -> bool {
+        true
+    }
+    fn needs_firewall(&self) -> bool {
+        true
+    }
+    fn needs_time_shim(&self) -> bool {
+        true
+    }
+    fn run<'a>(&'a self, env: &'a mut Env, p: &'a FaultParams) -> BoxFuture<'a, ()> {
+        Box::pin(split_clock(env, p.lock_ttl, p.clock_jump_ns, p.hold))
+    }
+}
+
+pub struct KillClock;
+
+impl KillClock {
+    /// The faults that, asked for together, run as this scenario.
+    pub const FAULTS: [Fault; 2] = [Fault::Kill, Fault::Clock];
+}
+
+impl Package for KillClock {
+    fn name(&self) -> &'static str {
+        "kill+clock"
+    }
+    fn supports(&self, shape: &Shape) -> Result<(), String> {
+        needs_five_nodes(shape)
+    }
+    /// The restart, then the jump.
+    fn duration(&self, p: &FaultParams) -> Duration {
+        p.kill_down + RESTART_MARGIN + p.hold
+    }
+    fn slow(&self) -> bool {
+        true
+    }
+    fn needs_time_shim(&self) -> bool {
+        true
+    }
+    fn run<'a>(&'a self, env: &'a mut Env, p: &'a FaultParams) -> BoxFuture<'a, ()> {
+        Box::pin(kill_clock(env, p.kill_down, p.clock_jump_ns, p.hold))
+    }
+}
 
 /// The holder's side reaches n1–n3, the other side n3–n5. After one TTL (so
 /// keys from before the split have expired everywhere) a worker acquires on
 /// its side; n3's clock then jumps past the TTL, and the other side can take
 /// n3 with its own two nodes.
-pub async fn split_clock(env: &mut Env, ttl: Duration, jump_ns: i64, hold: Duration) {
-    let Some(nodes) = five_nodes(env, "partition+clock") else {
+async fn split_clock(env: &mut Env, ttl: Duration, jump_ns: i64, hold: Duration) {
+    let Some(nodes) = five_nodes(env, SplitClock.name()) else {
         return;
     };
     // Even workers keep n1–n3, odd workers keep n3–n5; n3 is shared.
@@ -29,14 +106,15 @@ pub async fn split_clock(env: &mut Env, ttl: Duration, jump_ns: i64, hold: Durat
         .collect();
     if let Err(e) = env.cluster.cut_workers(&links) {
         let reason = json!({"reason": e.to_string()});
-        env.journal.record("skip-partition+clock", reason, None);
+        env.journal
+            .record(&format!("skip-{}", SplitClock.name()), reason, None);
         return;
     }
     let seen = verify::cut(env, &crate::partition::worker_links(&links)).await;
     let value = verify::attach(json!({"cut": links}), seen);
-    env.journal.record("start-partition", value, None);
+    env.journal.record(Partition::START, value, None);
     env.sleep(ttl).await;
-    if let Some(holder) = env.await_holder("partition+clock").await {
+    if let Some(holder) = env.await_holder(SplitClock.name()).await {
         jump_one_node(env, &nodes[2], jump_ns, holder, hold).await;
     }
     if let Err(e) = env.cluster.heal() {
@@ -44,17 +122,17 @@ pub async fn split_clock(env: &mut Env, ttl: Duration, jump_ns: i64, hold: Durat
             .record("heal-failed", json!({"error": e.to_string()}), None);
     }
     env.journal
-        .record("stop-partition", json!({"cut": links}), None);
+        .record(Partition::STOP, json!({"cut": links}), None);
 }
 
 /// The holder has its key on all five nodes; n1 and n2 are killed and
 /// restarted empty at once (no persistence), leaving it n3–n5; n3's clock
 /// then jumps past the TTL, and another worker takes n1–n3.
-pub async fn kill_clock(env: &mut Env, down: Duration, jump_ns: i64, hold: Duration) {
-    let Some(nodes) = five_nodes(env, "kill+clock") else {
+async fn kill_clock(env: &mut Env, down: Duration, jump_ns: i64, hold: Duration) {
+    let Some(nodes) = five_nodes(env, KillClock.name()) else {
         return;
     };
-    let Some(holder) = env.await_holder("kill+clock").await else {
+    let Some(holder) = env.await_holder(KillClock.name()).await else {
         return;
     };
     let targets = &nodes[..2];
@@ -70,10 +148,10 @@ pub async fn kill_clock(env: &mut Env, down: Duration, jump_ns: i64, hold: Durat
     }
     let value = json!({"targets": targets, "holder": holder.process});
     let value = verify::attach(value, verify::gone(&killed));
-    env.journal.record("start-kill", value, None);
+    env.journal.record(Kill::START, value, None);
     tokio::time::sleep(down).await;
     for was in &killed {
-        crate::kill::restart(env, was, "stop-kill").await;
+        crate::kill::restart(env, was, Kill::STOP).await;
     }
     jump_one_node(env, &nodes[2], jump_ns, holder, hold).await;
 }
@@ -97,9 +175,9 @@ async fn jump_one_node(env: &mut Env, node: &str, jump_ns: i64, holder: Holder, 
     let value =
         json!({"targets": shared, "jump_ms": jump_ns / 1_000_000, "holder": holder.process});
     env.journal
-        .record("start-clock", verify::attach(value.clone(), moved), None);
+        .record(Clock::START, verify::attach(value.clone(), moved), None);
     env.sleep(hold).await;
     let back = jump_nodes(env, &shared, 0).await;
     env.journal
-        .record("stop-clock", verify::attach(value, back), None);
+        .record(Clock::STOP, verify::attach(value, back), None);
 }

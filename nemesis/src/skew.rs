@@ -2,14 +2,47 @@
 //! holds the lock (their copies of the key expire early), optionally skew the
 //! holder's own lease clock, then set every clock right again.
 
+use crate::cluster::BoxFuture;
 use crate::fault::Targets;
-use crate::runner::Env;
+use crate::package::{needs_lock_node, Package, Shape};
+use crate::runner::{Env, FaultParams};
 use crate::verify;
 use serde_json::json;
 use std::time::Duration;
 
-pub async fn jump(env: &mut Env, targets: Targets, jump_ns: i64, skew_ns: i64, hold: Duration) {
-    let Some(holder) = env.await_holder("clock").await else {
+pub struct Clock;
+
+impl Clock {
+    pub const START: &'static str = "start-clock";
+    pub const STOP: &'static str = "stop-clock";
+}
+
+impl Package for Clock {
+    fn name(&self) -> &'static str {
+        "clock"
+    }
+    fn supports(&self, shape: &Shape) -> Result<(), String> {
+        needs_lock_node(shape)
+    }
+    fn duration(&self, p: &FaultParams) -> Duration {
+        p.hold
+    }
+    fn needs_time_shim(&self) -> bool {
+        true
+    }
+    fn run<'a>(&'a self, env: &'a mut Env, p: &'a FaultParams) -> BoxFuture<'a, ()> {
+        Box::pin(jump(
+            env,
+            p.targets,
+            p.clock_jump_ns,
+            p.holder_skew_ns,
+            p.hold,
+        ))
+    }
+}
+
+async fn jump(env: &mut Env, targets: Targets, jump_ns: i64, skew_ns: i64, hold: Duration) {
+    let Some(holder) = env.await_holder(Clock.name()).await else {
         return;
     };
     let nodes: Vec<String> = env
@@ -25,14 +58,14 @@ pub async fn jump(env: &mut Env, targets: Targets, jump_ns: i64, skew_ns: i64, h
     }
     let value = json!({"targets": nodes, "jump_ms": jump_ns / 1_000_000, "holder": holder.process, "holder_skew_ms": skew_ns / 1_000_000});
     env.journal
-        .record("start-clock", verify::attach(value.clone(), moved), None);
+        .record(Clock::START, verify::attach(value.clone(), moved), None);
     env.sleep(hold).await;
     let back = jump_nodes(env, &nodes, 0).await;
     if skew_ns != 0 {
         env.skew(holder.worker, 0, 1.0);
     }
     env.journal
-        .record("stop-clock", verify::attach(value, back), None);
+        .record(Clock::STOP, verify::attach(value, back), None);
 }
 
 /// Sets every node in `nodes` to `offset_ns` from real time and reads their

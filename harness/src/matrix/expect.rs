@@ -6,7 +6,7 @@
 //! [fenced]
 //! pause = "valid"
 //! [redlock]
-//! "partition,clock" = "invalid"
+//! "partition+clock" = "invalid"
 //! ```
 
 use super::summary::Row;
@@ -40,8 +40,9 @@ impl Expectations {
         for (config, nemeses) in table {
             let c: Config = config.parse().map_err(|e| format!("[{config}]: {e}"))?;
             for (nemesis, expected) in nemeses {
-                let n =
-                    parse_nemesis(&nemesis).map_err(|e| format!("[{config}] {nemesis}: {e}"))?;
+                let n: Nemesis = nemesis
+                    .parse()
+                    .map_err(|e| format!("[{config}] {nemesis}: {e}"))?;
                 by_pair.insert((c.to_string(), n.to_string()), expected);
             }
         }
@@ -50,7 +51,9 @@ impl Expectations {
 
     /// The expectation for a pair, whichever way its nemesis is spelled.
     pub fn get(&self, config: &str, nemesis: &str) -> Option<Expected> {
-        let nemesis = parse_nemesis(nemesis).map_or(nemesis.to_string(), |n| n.to_string());
+        let nemesis = nemesis
+            .parse::<Nemesis>()
+            .map_or(nemesis.to_string(), |n| n.to_string());
         self.by_pair.get(&(config.to_string(), nemesis)).copied()
     }
 
@@ -59,12 +62,6 @@ impl Expectations {
             .iter()
             .map(|((c, n), e)| (c.as_str(), n.as_str(), *e))
     }
-}
-
-/// A nemesis as the matrix and expectations name it: `+` may join the faults
-/// of one nemesis (`partition+clock`, as in folder names) instead of `,`.
-pub fn parse_nemesis(name: &str) -> Result<Nemesis, String> {
-    name.replace('+', ",").parse()
 }
 
 /// Whether a row's verdicts meet its expectation.
@@ -110,6 +107,10 @@ mod tests {
         assert_eq!(e.get("redlock", "clock,partition"), Some(Expected::Invalid));
         assert_eq!(e.get("fenced", "kill"), None);
         assert_eq!(e.pairs().count(), 2);
+        assert!(
+            e.pairs().any(|(_, n, _)| n == "partition+clock"),
+            "one spelling"
+        );
     }
 
     #[test]

@@ -7,9 +7,9 @@ pub mod expect;
 pub mod summary;
 
 use crate::error::{Context, Error, Result};
-use crate::options::RunOptions;
+use crate::options::{Refusal, RunOptions, RunPlan};
 use crate::{node, plot, run};
-use expect::{parse_nemesis, Expectations};
+use expect::Expectations;
 use nemesis::Nemesis;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -24,7 +24,7 @@ pub struct MatrixArgs {
     /// Configs, comma-separated, or `all`.
     #[arg(long, default_value = "all")]
     pub configs: String,
-    /// Nemeses, comma-separated, or `all` (each fault alone, plus the
+    /// Nemeses, comma-separated, or `all` (none, each fault alone, plus the
     /// `partition+clock` and `kill+clock` scenarios). Join the faults of one
     /// nemesis with `+`. Pairs that do not apply (failover without replicas)
     /// are skipped and listed.
@@ -60,25 +60,13 @@ pub struct MatrixOutcome {
     pub interrupted: bool,
 }
 
-/// Every nemesis `all` stands for in a matrix: one fault at a time, and the
-/// two Redlock scenarios.
-const ALL_NEMESES: [&str; 9] = [
-    "none",
-    "pause",
-    "pause-node",
-    "kill",
-    "failover",
-    "clock",
-    "partition",
-    "partition,clock",
-    "kill,clock",
-];
-
 pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     let configs = parse_list(&args.configs, &Config::ALL.map(|c| c.to_string()), |s| {
         s.parse::<Config>()
     })?;
-    let nemeses = parse_list(&args.nemeses, &ALL_NEMESES.map(String::from), parse_nemesis)?;
+    // `all` is what `Nemesis::each` lists; `+` joins one nemesis's faults.
+    let each: Vec<String> = Nemesis::each().iter().map(|n| n.to_string()).collect();
+    let nemeses = parse_list(&args.nemeses, &each, |s| s.parse::<Nemesis>())?;
     if args.runs == 0 {
         return Err(Error::Usage("--runs 0 runs nothing: use at least 1".into()));
     }
@@ -91,15 +79,14 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     let mut skipped = Vec::new();
     for &config in &configs {
         for nemesis in &nemeses {
-            let options = options_for(&args, config, nemesis.clone());
-            match refusal(&options, &args) {
-                None => plan.push(options),
-                Some(Error::Usage(reason)) => skipped.push(Skipped {
+            match plans(&args, config, nemesis) {
+                Ok(runs) => plan.push(runs),
+                Err(Refusal::Inapplicable(reason)) => skipped.push(Skipped {
                     config: config.to_string(),
                     nemesis: nemesis.to_string(),
                     reason,
                 }),
-                Some(e) => return Err(e),
+                Err(refusal) => return Err(refusal.into()),
             }
         }
     }
@@ -132,20 +119,16 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     };
     let total = plan.len() * args.runs as usize;
     let mut interrupted = false;
-    'pairs: for (i, options) in plan.into_iter().enumerate() {
-        let mut row = Row::new(&options.config.to_string(), &options.nemesis.to_string());
-        for k in 0..args.runs {
-            let mut options = options.clone();
-            options.seed = Some(args.seed + u64::from(k));
-            let n = i * args.runs as usize + k as usize + 1;
+    'pairs: for (i, runs) in plan.into_iter().enumerate() {
+        let mut row = Row::new(&runs[0].config.to_string(), &runs[0].nemesis.to_string());
+        for (k, options) in runs.into_iter().enumerate() {
+            let n = i * args.runs as usize + k + 1;
             let title = format!(
                 "[{n}/{total}] {} × {} (seed {})",
-                row.config,
-                row.nemesis,
-                args.seed + u64::from(k)
+                row.config, row.nemesis, options.seed
             );
             let start = Instant::now();
-            match run::run(options).await {
+            match run::run_plan(options).await {
                 Ok(outcome) => {
                     // Progress lines: a reader that has gone must not stop the matrix.
                     let _ = writeln!(
@@ -187,18 +170,25 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     })
 }
 
-/// Why a pair cannot run as `run` would refuse it, for any of its seeds.
-fn refusal(options: &RunOptions, args: &MatrixArgs) -> Option<Error> {
-    (0..args.runs).find_map(|k| {
-        let mut options = options.clone();
-        options.seed = Some(args.seed + u64::from(k));
-        options.resolve().err()
-    })
+/// A pair's runs, each resolved once as `run` resolves it: run k uses seed
+/// `--seed` + k. A pair that `run` would refuse for any seed is refused.
+fn plans(
+    args: &MatrixArgs,
+    config: Config,
+    nemesis: &Nemesis,
+) -> std::result::Result<Vec<RunPlan>, Refusal> {
+    (0..args.runs)
+        .map(|k| {
+            let mut options = options_for(args, config, nemesis.clone());
+            options.seed = Some(args.seed + u64::from(k));
+            options.resolve()
+        })
+        .collect()
 }
 
 /// What will run, and roughly how long it takes: each run's time limit
 /// plus its setup, stop and check.
-fn print_plan(plan: &[RunOptions], skipped: &[Skipped], args: &MatrixArgs) {
+fn print_plan(plan: &[Vec<RunPlan>], skipped: &[Skipped], args: &MatrixArgs) {
     let runs = plan.len() as u64 * u64::from(args.runs);
     let secs = runs * (args.time_limit + RUN_OVERHEAD_S);
     println!(
@@ -208,8 +198,8 @@ fn print_plan(plan: &[RunOptions], skipped: &[Skipped], args: &MatrixArgs) {
         args.time_limit,
         secs.div_ceil(60)
     );
-    for o in plan {
-        println!("  {} × {}", o.config, o.nemesis);
+    for runs in plan {
+        println!("  {} × {}", runs[0].config, runs[0].nemesis);
     }
     for s in skipped {
         println!("  skipped {} × {}: {}", s.config, s.nemesis, s.reason);

@@ -162,8 +162,8 @@ impl From<&RunRecord> for Shown {
                 nemesis: Value::from(o.nemesis.to_string()),
                 seed: Value::from(o.seed),
                 workers: Value::from(o.workers),
-                time_limit: Value::from(o.time_limit),
-                ttl_ms: Value::from(o.ttl_ms),
+                time_limit: Value::from(o.time_limit.as_secs()),
+                ttl_ms: Value::from(o.ttl.as_millis() as u64),
             })),
         }
     }

@@ -1,0 +1,72 @@
+//! A fault is one package, as in Jepsen's `nemesis/combined`: its name, the
+//! setups it applies to, how long it lasts, what it needs from the host, and
+//! its effect (which records its own `start-…`/`stop-…` events and heals
+//! what it did). The harness, the schedule and the matrix ask the package;
+//! none of them knows a fault by name.
+//!
+//! Adding a fault: a module with a unit struct implementing [`Package`] (and
+//! its `START`/`STOP` event names), a [`Fault`](crate::Fault) variant, its
+//! entry in `Fault::ALL` and its line in `Fault::package`. A scenario (faults
+//! that act together) is an [`Action`](crate::Action) the same way.
+
+use crate::cluster::BoxFuture;
+use crate::runner::{Env, FaultParams};
+use std::time::Duration;
+
+/// What a run's lock setup offers a fault deciding whether it applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape<'a> {
+    /// The config's name, for the reason a fault gives when it does not apply.
+    pub config: &'a str,
+    /// Nodes that hold the lock (0 for a setup without a lock node).
+    pub lock_nodes: usize,
+    /// The lock node is a primary with replicas and Sentinel.
+    pub replicated: bool,
+}
+
+pub trait Package: Sync {
+    /// The name `--nemesis` takes and the schedule records.
+    fn name(&self) -> &'static str;
+
+    /// `Err(why)` when the fault cannot act on this setup: the rest of the
+    /// sentence after `--nemesis <name>`, ending in what to choose instead.
+    fn supports(&self, shape: &Shape) -> Result<(), String>;
+
+    /// How long the fault lasts once it has started, for the schedule.
+    fn duration(&self, p: &FaultParams) -> Duration;
+
+    /// The fault takes seconds to act (a restart, a promotion, a cut): it
+    /// only loses a lock whose holder is still in its critical section, so
+    /// the run's default lease and work are long.
+    fn slow(&self) -> bool {
+        false
+    }
+
+    /// The fault cuts links with iptables.
+    fn needs_firewall(&self) -> bool {
+        false
+    }
+
+    /// The fault moves node clocks, so nodes run under the time shim.
+    fn needs_time_shim(&self) -> bool {
+        false
+    }
+
+    /// Acts once on the live run, records its events, and heals before it
+    /// returns, also when the run ends early (`env.stop`).
+    fn run<'a>(&'a self, env: &'a mut Env, p: &'a FaultParams) -> BoxFuture<'a, ()>;
+}
+
+/// Why a fault that acts on lock nodes cannot act on a setup without one.
+pub(crate) fn needs_lock_node(shape: &Shape) -> Result<(), String> {
+    match shape.lock_nodes {
+        0 => Err(format!(
+            "needs a lock node, and config {} has none: choose another config or nemesis",
+            shape.config
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A killed node is back within this long after its restart is asked for.
+pub(crate) const RESTART_MARGIN: Duration = Duration::from_millis(500);
