@@ -12,15 +12,18 @@ pub const VERIFIED: &str = "verified";
 /// The key of a fault event's value that says why its effect was not seen.
 pub const UNVERIFIED: &str = "unverified";
 
-/// Every nemesis event that carries [`UNVERIFIED`], in time order.
+/// Every nemesis event that carries [`UNVERIFIED`], in time order, and
+/// every strike that did not land at its point.
 #[derive(Default)]
 pub struct Faults {
     /// (event index, fault event name, reason).
     pub unverified: Vec<(u64, String, String)>,
+    placement: crate::strike::Placement,
 }
 
 impl OnEvent for Faults {
     fn on_event(&mut self, e: &Event, _invoke: Option<&Invoked>) {
+        self.placement.on_event(e);
         if !e.is_nemesis() {
             return;
         }
@@ -33,7 +36,10 @@ impl OnEvent for Faults {
 
 impl Faults {
     /// The checker's report and one note per unverified fault.
-    pub fn finish(self) -> (CheckerReport, Vec<String>) {
+    pub fn finish(mut self) -> (CheckerReport, Vec<String>) {
+        // A strike elsewhere than it says did not test what it claims.
+        self.unverified.append(&mut self.placement.misplaced);
+        self.unverified.sort_by_key(|(index, _, _)| *index);
         let valid = match self.unverified.is_empty() {
             true => Validity::True,
             false => Validity::Unknown,

@@ -20,6 +20,7 @@ pub mod linear;
 pub mod mutex;
 pub mod ops;
 pub mod stats;
+pub mod strike;
 pub mod verdict;
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use crate::error::Error;
 use clap::{Args, ValueEnum};
-use nemesis::{FaultParams, Nemesis, Package, ScheduleSpec, Shape, Step, Targets};
+use nemesis::{At, FaultParams, Nemesis, Package, ScheduleSpec, Shape, Step, Targets};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -41,6 +41,11 @@ pub struct RunOptions {
     /// clock, partition, all. `partition+clock` and `kill+clock` run as scenarios.
     #[arg(long, default_value = "none", value_parser = parse_nemesis)]
     pub nemesis: Nemesis,
+    /// Where `pause` and `crash` strike a worker: acquiring, acquired, read,
+    /// checked (after its last lease check, right before its write), releasing,
+    /// or random (one per strike, seeded) [default: checked].
+    #[arg(long, value_parser = parse_at)]
+    pub at: Option<At>,
     /// Seconds the workers run.
     #[arg(long, default_value_t = 30)]
     pub time_limit: u64,
@@ -123,6 +128,7 @@ pub struct RunOptions {
 pub struct RunPlan {
     pub config: Config,
     pub nemesis: Nemesis,
+    pub at: At,
     #[serde(with = "secs")]
     pub time_limit: Duration,
     pub workers: u64,
@@ -189,6 +195,10 @@ fn parse_targets(s: &str) -> Result<Targets, String> {
     s.parse()
 }
 
+fn parse_at(s: &str) -> Result<At, String> {
+    s.parse()
+}
+
 impl Default for RunOptions {
     fn default() -> Self {
         RunOptions::new(Config::Single, Nemesis::none())
@@ -213,6 +223,7 @@ impl RunOptions {
         RunOptions {
             config,
             nemesis,
+            at: None,
             time_limit: 30,
             workers: 5,
             ttl_ms: None,
@@ -243,6 +254,12 @@ impl RunOptions {
     pub fn resolve(self) -> Result<RunPlan, Refusal> {
         self.check_ranges()?;
         self.check_faults_apply()?;
+        if self.at.is_some() && !self.nemesis.any(|p| p.strikes()) {
+            return Err(Refusal::Invalid(format!(
+                "--at places a fault that strikes a worker, and --nemesis {} has none: add pause or crash, or drop --at",
+                self.nemesis
+            )));
+        }
         let replicated = self.config == Config::Replicated;
         if self.wait_replicas > 0 && !replicated {
             return Err(Refusal::Invalid(
@@ -277,6 +294,7 @@ impl RunOptions {
         let plan = RunPlan {
             config: self.config,
             nemesis: self.nemesis,
+            at: self.at.unwrap_or_default(),
             time_limit: Duration::from_secs(self.time_limit),
             workers: self.workers,
             ttl: ms(ttl),
@@ -445,9 +463,12 @@ impl RunPlan {
         }
     }
 
-    /// The run's faults: pure, so it is known before anything starts.
+    /// The run's faults and where each strike lands: pure, so it is known
+    /// before anything starts.
     pub fn schedule(&self) -> Vec<Step> {
-        nemesis::schedule(&self.schedule_spec())
+        let mut steps = nemesis::schedule(&self.schedule_spec());
+        nemesis::place_strikes(&mut steps, self.at, self.seed);
+        steps
     }
 
     /// How each fault behaves in this run.
@@ -462,6 +483,11 @@ impl RunPlan {
             holder_skew_ns: self.holder_skew_ms * 1_000_000,
             hold: self.fault,
             lock_ttl: self.ttl,
+            // Each step names its own point; this is the fallback.
+            at: match self.at {
+                At::Point(p) => p,
+                At::Random => At::default_point(),
+            },
             quiet: self.nemesis_interval / 2,
         }
     }

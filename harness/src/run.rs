@@ -135,7 +135,8 @@ async fn run_workload(
     let (stop_tx, stop_rx) = watch::channel(false);
     let env = nemesis::Env {
         workers: pool.pids.clone(),
-        worker_clocks: Arc::new(pool.controls.clone()),
+        worker_control: Arc::new(pool.controls.clone()),
+        parked: pool.parked(),
         cluster: topology.clone(),
         holders,
         journal: history.clone(),

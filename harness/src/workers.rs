@@ -1,5 +1,6 @@
 //! Worker processes: `lockstorm worker --spec …`, one per `--workers`. Their
-//! stdout carries history events; their stdin carries control messages
+//! stdout carries history events, and [`Parked`] lines when one stops at an
+//! armed strike point; their stdin carries control messages
 //! ([`ControlMessage`], one line each).
 //!
 //! Each worker index has a supervisor for the whole run: a worker that dies
@@ -9,7 +10,8 @@
 use crate::error::{Context, Result};
 use crate::journal::HistoryWriter;
 use checker::history::{error, f, Event, OpType, Process};
-use nemesis::{process, Live};
+use checker::strike::Point;
+use nemesis::{process, AtPoint, Live};
 use serde_json::json;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -20,6 +22,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Child;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use workloads::strike::Parked;
 use workloads::worker::ControlMessage;
 use workloads::WorkerSpec;
 
@@ -82,18 +85,28 @@ fn spawn(spec: &WorkerSpec, ctx: &Shared) -> Result<Worker> {
     let pid = child.id().expect("a just-spawned child has a pid");
     let stdout = child.stdout.take().expect("stdout is piped");
     let history = ctx.history.clone();
+    let parked = ctx.parked.clone();
+    let first_process = spec.first_process();
     let reader = tokio::spawn(async move {
         let mut seen = Seen::default();
         let mut lines = BufReader::new(stdout).lines();
         while let Ok(Some(line)) = lines.next_line().await {
-            match serde_json::from_str::<Event>(&line) {
-                Ok(event) => {
-                    seen.on_event(&event);
-                    history.append(event, Some(index));
-                }
-                Err(e) => {
-                    tracing::warn!("worker {index} wrote a line that is not an event ({e}): {line}")
-                }
+            if let Ok(event) = serde_json::from_str::<Event>(&line) {
+                seen.on_event(&event);
+                history.append(event, Some(index));
+            } else if let Ok(at) = serde_json::from_str::<Parked>(&line) {
+                let process = seen.last_process.unwrap_or(first_process);
+                parked.send_modify(|p| {
+                    *p = AtPoint {
+                        seq: p.seq + 1,
+                        worker: index,
+                        process,
+                        point: at.parked,
+                        arm: at.arm,
+                    }
+                });
+            } else {
+                tracing::warn!("worker {index} wrote a line that is neither an event nor a strike: {line}")
             }
         }
         seen
@@ -134,18 +147,34 @@ struct Shared {
     history: Arc<HistoryWriter>,
     pids: Live<u32>,
     controls: Live<mpsc::UnboundedSender<ControlMessage>>,
+    /// The latest worker parked at an armed strike point, for the nemesis.
+    parked: watch::Sender<AtPoint>,
 }
 
 /// Worker index → its current control channel: how the nemesis skews a
-/// worker's lease clock.
+/// worker's lease clock and arms strike points.
 #[derive(Clone)]
 pub struct Controls(Live<mpsc::UnboundedSender<ControlMessage>>);
 
-impl nemesis::WorkerClocks for Controls {
+impl Controls {
+    fn broadcast(&self, message: ControlMessage) {
+        for control in self.0.snapshot() {
+            let _ = control.send(message);
+        }
+    }
+}
+
+impl nemesis::WorkerControl for Controls {
     fn skew(&self, worker: usize, offset_ns: i64, rate: f64) {
         if let Some(control) = self.0.get(worker) {
             let _ = control.send(ControlMessage::Skew { offset_ns, rate });
         }
+    }
+    fn arm(&self, point: Point, arm: u64) {
+        self.broadcast(ControlMessage::Arm { point, arm });
+    }
+    fn release(&self, arm: u64) {
+        self.broadcast(ControlMessage::Release { arm });
     }
 }
 
@@ -155,6 +184,7 @@ pub struct Pool {
     pub pids: Live<u32>,
     /// Worker index → its current control channel, for the nemesis.
     pub controls: Controls,
+    parked: watch::Receiver<AtPoint>,
     stop: watch::Sender<Option<Duration>>,
     supervisors: Vec<JoinHandle<()>>,
 }
@@ -167,12 +197,14 @@ impl Pool {
         run_dir: &Path,
         history: Arc<HistoryWriter>,
     ) -> Result<Pool> {
+        let (parked_tx, parked) = watch::channel(AtPoint::default());
         let mut ctx = Shared {
             exe: exe.to_path_buf(),
             run_dir: run_dir.to_path_buf(),
             history,
             pids: Live::new(Vec::new()),
             controls: Live::new(Vec::new()),
+            parked: parked_tx,
         };
         let first: Vec<Worker> = specs
             .iter()
@@ -190,9 +222,15 @@ impl Pool {
         Ok(Pool {
             pids: ctx.pids.clone(),
             controls: Controls(ctx.controls.clone()),
+            parked,
             stop,
             supervisors,
         })
+    }
+
+    /// Workers parked at an armed strike point, as they announce themselves.
+    pub fn parked(&self) -> watch::Receiver<AtPoint> {
+        self.parked.clone()
     }
 
     /// Asks every worker to finish its cycle and exit; one that has not exited

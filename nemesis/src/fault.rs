@@ -2,6 +2,7 @@
 //! the scheduled actions (single faults, and scenarios that combine them).
 //! What each fault is and does lives in its [`Package`].
 
+use crate::crash::Crash;
 use crate::failover::Failover;
 use crate::kill::Kill;
 use crate::package::Package;
@@ -9,6 +10,7 @@ use crate::partition::Partition;
 use crate::pause::{Pause, PauseNode};
 use crate::scenario::{KillClock, SplitClock};
 use crate::skew::Clock;
+use checker::strike::Point;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -20,6 +22,8 @@ pub enum Fault {
     Pause,
     /// SIGSTOP the node the lock lives on (the primary, for `replicated`).
     PauseNode,
+    /// SIGKILL a worker's process group at a strike point; it is replaced.
+    Crash,
     /// SIGKILL lock nodes right after an acquisition; restart them later.
     Kill,
     /// Partition the primary from its replicas, kill it after an
@@ -32,9 +36,10 @@ pub enum Fault {
 }
 
 impl Fault {
-    pub const ALL: [Fault; 6] = [
+    pub const ALL: [Fault; 7] = [
         Fault::Pause,
         Fault::PauseNode,
+        Fault::Crash,
         Fault::Kill,
         Fault::Failover,
         Fault::Clock,
@@ -46,6 +51,7 @@ impl Fault {
         match self {
             Fault::Pause => &Pause,
             Fault::PauseNode => &PauseNode,
+            Fault::Crash => &Crash,
             Fault::Kill => &Kill,
             Fault::Failover => &Failover,
             Fault::Clock => &Clock,
@@ -109,6 +115,63 @@ impl FromStr for Targets {
                 Targets::NAMES
             )),
         }
+    }
+}
+
+/// `--at`: where a fault that strikes a worker lands: one strike point, or
+/// `random` (each strike draws one, seeded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum At {
+    Point(Point),
+    Random,
+}
+
+impl At {
+    /// After the holder's last lease check: the gap no check closes.
+    pub fn default_point() -> Point {
+        Point::Checked
+    }
+}
+
+impl Default for At {
+    fn default() -> Self {
+        At::Point(At::default_point())
+    }
+}
+
+impl fmt::Display for At {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            At::Point(p) => p.fmt(f),
+            At::Random => f.write_str("random"),
+        }
+    }
+}
+
+impl FromStr for At {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "random" => Ok(At::Random),
+            _ => s
+                .parse()
+                .map(At::Point)
+                .map_err(|e: String| format!("{e}, random")),
+        }
+    }
+}
+
+impl From<At> for String {
+    fn from(a: At) -> String {
+        a.to_string()
+    }
+}
+
+impl TryFrom<String> for At {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
     }
 }
 

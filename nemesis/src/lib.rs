@@ -4,6 +4,7 @@
 
 pub mod clock;
 pub mod cluster;
+mod crash;
 mod failover;
 pub mod fault;
 mod kill;
@@ -19,7 +20,7 @@ mod skew;
 mod verify;
 
 pub use cluster::{Cluster, NodeRef, Source};
-pub use fault::{Action, Fault, Nemesis, Targets};
+pub use fault::{Action, At, Fault, Nemesis, Targets};
 pub use package::{Package, Shape};
-pub use runner::{Env, FaultParams, Holder, Journal, Live, WorkerClocks};
-pub use schedule::{schedule, ScheduleSpec, Step};
+pub use runner::{AtPoint, Env, FaultParams, Holder, Journal, Live, WorkerControl};
+pub use schedule::{place_strikes, schedule, ScheduleSpec, Step};

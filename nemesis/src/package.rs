@@ -42,6 +42,11 @@ pub trait Package: Sync {
         false
     }
 
+    /// The fault strikes a worker at a strike point (`--at`).
+    fn strikes(&self) -> bool {
+        false
+    }
+
     /// The fault cuts links with iptables.
     fn needs_firewall(&self) -> bool {
         false

@@ -1,14 +1,13 @@
-//! `pause`: SIGSTOP the lock holder in its critical section, for longer than
-//! its TTL. `pause-node`: SIGSTOP a lock node.
-//!
-//! The holder is frozen right after it has read the counter (well under a
-//! millisecond after it acquired): Kleppmann's GC-pause window, where the
-//! write that follows the pause is the stale one.
+//! `pause`: SIGSTOP a worker at a strike point (`--at`, by default after its
+//! last lease check, right before its write: Kleppmann's GC-pause window,
+//! where the write that follows the pause is the stale one), for longer
+//! than its TTL. `pause-node`: SIGSTOP a lock node.
 
 use crate::cluster::BoxFuture;
 use crate::package::{needs_lock_node, Package, Shape};
 use crate::process::Suspended;
 use crate::runner::{Env, FaultParams};
+use checker::strike::{Point, AT, PROCESS};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -29,8 +28,11 @@ impl Package for Pause {
     fn duration(&self, p: &FaultParams) -> Duration {
         p.pause
     }
+    fn strikes(&self) -> bool {
+        true
+    }
     fn run<'a>(&'a self, env: &'a mut Env, p: &'a FaultParams) -> BoxFuture<'a, ()> {
-        Box::pin(holder(env, p.pause))
+        Box::pin(holder(env, p.pause, p.at))
     }
 }
 
@@ -56,17 +58,39 @@ impl Package for PauseNode {
     }
 }
 
-/// Waits for the next holder to enter its critical section, then freezes it.
-async fn holder(env: &mut Env, duration: Duration) {
-    let Some(holder) = env.await_holder(Pause.name()).await else {
+/// Arms the strike point on every worker and freezes the first to park
+/// there, with its whole process group.
+async fn holder(env: &mut Env, duration: Duration, at: Point) {
+    let Some(parked) = env.await_strike(Pause.name(), at).await else {
         return;
     };
-    let Some(pid) = env.workers.get(holder.worker) else {
+    let Some(pid) = env.workers.get(parked.worker) else {
+        env.release(&parked);
         return;
     };
-    let target = json!({"target": checker::history::worker_name(holder.worker), "pid": pid, "process": holder.process});
-    let events = (Pause::START, Pause::STOP);
-    suspend_for(env, Pause.name(), events, pid, duration, target, None).await;
+    let target = json!({
+        "target": checker::history::worker_name(parked.worker),
+        "pid": pid,
+        PROCESS: parked.process,
+        AT: at,
+    });
+    let paused = match Suspended::group(pid) {
+        Ok(p) => p,
+        Err(e) => {
+            env.release(&parked);
+            let reason = json!({"pid": pid, "reason": e.to_string()});
+            env.journal.record(&format!("skip-{}", Pause.name()), reason, None);
+            return;
+        }
+    };
+    let seen = crate::verify::stopped(pid).await;
+    env.journal
+        .record(Pause::START, crate::verify::attach(target.clone(), seen), None);
+    // Queued while it is frozen: it goes on from the point once resumed.
+    env.release(&parked);
+    env.sleep(duration).await;
+    drop(paused);
+    env.journal.record(Pause::STOP, target, None);
 }
 
 /// Freezes the node the lock lives on (the primary, for `replicated`).

@@ -13,6 +13,18 @@ fn signal(pid: u32, sig: Signal) -> io::Result<()> {
     kill(Pid::from_raw(pid as i32), sig).map_err(io::Error::from)
 }
 
+/// Signals the process group `leader` leads: [`isolate`] makes every child
+/// its own group's leader, so a worker's own children (a client adapter)
+/// and threads are struck with it.
+fn signal_group(leader: u32, sig: Signal) -> io::Result<()> {
+    nix::sys::signal::killpg(Pid::from_raw(leader as i32), sig).map_err(io::Error::from)
+}
+
+/// SIGKILL to a whole process group (a worker and its children).
+pub fn kill_group(leader: u32) -> io::Result<()> {
+    signal_group(leader, Signal::SIGKILL)
+}
+
 /// Freezes a process exactly where it is, as a GC pause or VM stall would.
 pub fn suspend(pid: u32) -> io::Result<()> {
     signal(pid, Signal::SIGSTOP)
@@ -62,12 +74,21 @@ pub fn isolate(cmd: &mut std::process::Command) {
 /// the task that injected it is cancelled.
 pub struct Suspended {
     pid: u32,
+    group: bool,
 }
 
 impl Suspended {
     pub fn new(pid: u32) -> io::Result<Self> {
         suspend(pid)?;
-        Ok(Suspended { pid })
+        Ok(Suspended { pid, group: false })
+    }
+    /// Freezes the whole group `leader` leads.
+    pub fn group(leader: u32) -> io::Result<Self> {
+        signal_group(leader, Signal::SIGSTOP)?;
+        Ok(Suspended {
+            pid: leader,
+            group: true,
+        })
     }
     pub fn pid(&self) -> u32 {
         self.pid
@@ -76,7 +97,10 @@ impl Suspended {
 
 impl Drop for Suspended {
     fn drop(&mut self) {
-        let _ = resume(self.pid);
+        let _ = match self.group {
+            true => signal_group(self.pid, Signal::SIGCONT),
+            false => resume(self.pid),
+        };
     }
 }
 
@@ -117,5 +141,30 @@ mod tests {
         let status = child.wait().unwrap();
         assert!(!status.success());
         assert_eq!(state(pid), None);
+    }
+
+    #[test]
+    fn a_group_is_frozen_and_killed_with_its_leader() {
+        // The leader starts a child of its own, as a worker starts an adapter.
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "sleep 30 & echo $!; wait"]);
+        cmd.stdout(std::process::Stdio::piped());
+        isolate(&mut cmd);
+        let mut leader = cmd.spawn().unwrap();
+        let mut line = String::new();
+        use std::io::BufRead;
+        std::io::BufReader::new(leader.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let child: u32 = line.trim().parse().unwrap();
+        {
+            let _paused = Suspended::group(leader.id()).unwrap();
+            assert!(wait_for_state(leader.id(), 'T'), "leader not stopped");
+            assert!(wait_for_state(child, 'T'), "its child not stopped");
+        }
+        assert!(wait_for_state(child, 'S'), "child not resumed");
+        kill_group(leader.id()).unwrap();
+        assert!(!leader.wait().unwrap().success());
+        assert!(wait_for_state(child, 'Z') || state(child).is_none(), "child survived");
     }
 }

@@ -3,6 +3,7 @@
 use crate::cluster::Cluster;
 use crate::fault::Targets;
 use crate::Step;
+use checker::strike::Point;
 use serde_json::{json, Value};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -62,20 +63,50 @@ impl<T: Clone> Live<T> {
     }
 }
 
-/// How the nemesis reaches a worker's lease clock: the harness sends it a
-/// control message (workloads' `ControlMessage::Skew`).
-pub trait WorkerClocks: Send + Sync {
+/// A worker parked at an armed strike point, as the harness heard it.
+/// `seq` grows with each one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AtPoint {
+    pub seq: u64,
+    pub worker: usize,
+    /// The client process id it was using.
+    pub process: u64,
+    pub point: Point,
+    pub arm: u64,
+}
+
+impl Default for AtPoint {
+    fn default() -> Self {
+        AtPoint {
+            seq: 0,
+            worker: 0,
+            process: 0,
+            point: Point::Checked,
+            arm: 0,
+        }
+    }
+}
+
+/// How the nemesis reaches running workers: the harness sends each a control
+/// message (workloads' `ControlMessage`). A worker already gone is skipped.
+pub trait WorkerControl: Send + Sync {
     /// Skews worker `worker`'s lease clock `offset_ns` off real time, running
-    /// at `rate`; a worker already gone is skipped.
+    /// at `rate`.
     fn skew(&self, worker: usize, offset_ns: i64, rate: f64);
+    /// Arms `point` on every worker: the first to reach it parks there.
+    fn arm(&self, point: Point, arm: u64);
+    /// Ends arm `arm` on every worker: disarmed, or a parked one goes on.
+    fn release(&self, arm: u64);
 }
 
 /// What the nemesis may act on.
 pub struct Env {
     /// Worker index → PID of its current process.
     pub workers: Live<u32>,
-    /// The workers' lease clocks (the clock nemesis, client side).
-    pub worker_clocks: Arc<dyn WorkerClocks>,
+    /// The workers' lease clocks and strike points.
+    pub worker_control: Arc<dyn WorkerControl>,
+    /// The latest worker parked at an armed strike point.
+    pub parked: watch::Receiver<AtPoint>,
     /// The lock's nodes. The storage node is never part of it.
     pub cluster: Arc<dyn Cluster>,
     pub holders: watch::Receiver<Holder>,
@@ -105,6 +136,8 @@ pub struct FaultParams {
     pub hold: Duration,
     /// The lock's TTL: how long a key can outlive the partition that hid its deletion.
     pub lock_ttl: Duration,
+    /// Where a fault that strikes a worker lands (this step's point).
+    pub at: Point,
     /// Least quiet time after a fault. A fault that waited for a holder ends
     /// later than the schedule planned; the next one still waits this long.
     pub quiet: Duration,
@@ -125,7 +158,7 @@ impl Env {
 
     /// Skews worker `worker`'s lease clock (the worker may already be gone).
     pub(crate) fn skew(&self, worker: usize, offset_ns: i64, rate: f64) {
-        self.worker_clocks.skew(worker, offset_ns, rate);
+        self.worker_control.skew(worker, offset_ns, rate);
         let value = json!({"worker": worker, "offset_ms": offset_ns / 1_000_000, "rate": rate});
         self.journal.record("skew", value, None);
     }
@@ -148,6 +181,40 @@ impl Env {
     }
 }
 
+impl Env {
+    /// Arms `point` on every worker and waits for the first to park there.
+    /// `None` (and a `no-holder-<fault>` note) if none does within the arm
+    /// timeout or the run ends; every worker is then disarmed. The caller
+    /// strikes the parked worker, then calls [`Env::release`].
+    pub(crate) async fn await_strike(&mut self, fault: &str, point: Point) -> Option<AtPoint> {
+        // Unique in the process, so a late message of an old arm never
+        // matches a new one.
+        static ARMS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let arm = ARMS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        self.parked.borrow_and_update();
+        self.worker_control.arm(point, arm);
+        let parked = tokio::select! {
+            p = tokio::time::timeout(self.arm_timeout, self.parked.wait_for(|p| p.arm == arm)) => p.ok().and_then(Result::ok).map(|p| *p),
+            _ = self.stop.wait_for(|s| *s) => None,
+        };
+        if parked.is_none() {
+            self.worker_control.release(arm);
+            if !self.stopping() {
+                let reason = json!({"reason": format!("no worker reached {point} in time")});
+                self.journal
+                    .record(&format!("no-holder-{fault}"), reason, None);
+            }
+        }
+        parked
+    }
+
+    /// Ends a strike's arm everywhere: the others are disarmed, and the
+    /// struck worker goes on when it next runs.
+    pub(crate) fn release(&self, parked: &AtPoint) {
+        self.worker_control.release(parked.arm);
+    }
+}
+
 /// Runs `steps` relative to `start` until they are done or the run ends.
 pub async fn run(steps: Vec<Step>, mut env: Env, p: FaultParams, start: Instant) {
     let mut earliest = start;
@@ -159,6 +226,10 @@ pub async fn run(steps: Vec<Step>, mut env: Env, p: FaultParams, start: Instant)
         {
             return;
         }
+        let p = FaultParams {
+            at: step.at.unwrap_or(p.at),
+            ..p
+        };
         step.action.package().run(&mut env, &p).await;
         if env.stopping() {
             return;

@@ -1,7 +1,8 @@
 //! The fault schedule: a pure function of the seed, so the same seed gives the
 //! same faults at the same offsets.
 
-use crate::fault::Action;
+use crate::fault::{Action, At};
+use checker::strike::Point;
 #[cfg(test)]
 use crate::Fault;
 use rand::{Rng, SeedableRng};
@@ -26,6 +27,9 @@ pub struct Step {
     pub at_ms: u64,
     pub action: Action,
     pub duration_ms: u64,
+    /// Where a fault that strikes a worker lands (`pause`, `crash`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<Point>,
 }
 
 /// Faults separated by a quiet time drawn from [interval/2, 3·interval/2],
@@ -47,10 +51,24 @@ pub fn schedule(spec: &ScheduleSpec) -> Vec<Step> {
             at_ms: at,
             action,
             duration_ms,
+            at: None,
         });
         at += duration_ms + rng.random_range(spec.interval_ms / 2..=spec.interval_ms * 3 / 2);
     }
     steps
+}
+
+/// Gives each step whose fault strikes a worker its point: `at` itself, or
+/// for `random` a draw from a stream of its own, so the faults and their
+/// times are those of the same seed without strike points.
+pub fn place_strikes(steps: &mut [Step], at: At, seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5354_5249_4b45);
+    for step in steps.iter_mut().filter(|s| s.action.package().strikes()) {
+        step.at = Some(match at {
+            At::Point(point) => point,
+            At::Random => Point::ALL[rng.random_range(0..Point::ALL.len())],
+        });
+    }
 }
 
 #[cfg(test)]
@@ -87,6 +105,25 @@ mod tests {
             let last = steps.last().unwrap();
             assert!(last.at_ms + last.duration_ms <= 28_000);
         }
+    }
+
+    #[test]
+    fn strikes_get_their_point_and_random_is_seeded() {
+        let mut steps = schedule(&spec(3));
+        place_strikes(&mut steps, At::Point(Point::Read), 3);
+        for s in &steps {
+            let strikes = s.action == Action::Fault(Fault::Pause);
+            assert_eq!(s.at, strikes.then_some(Point::Read), "{s:?}");
+        }
+        let random = |seed| {
+            let mut steps = schedule(&spec(seed));
+            place_strikes(&mut steps, At::Random, seed);
+            steps
+        };
+        assert_eq!(random(3), random(3));
+        let points: std::collections::HashSet<_> =
+            (0..20).flat_map(random).filter_map(|s| s.at).collect();
+        assert_eq!(points.len(), Point::ALL.len(), "{points:?}");
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod conn;
 pub mod lock;
 pub mod stall;
 pub mod storage;
+pub mod strike;
 pub mod worker;
 
 pub use config::Config;

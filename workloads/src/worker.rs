@@ -5,8 +5,10 @@
 use crate::clock::{monotonic_ns, LockClock, RunClock};
 use crate::lock::{self, Grant, LockClient, LockParams};
 use crate::storage::Storage;
+use crate::strike::{Hook, Strikes};
 use crate::{Config, Outcome};
 use checker::history::{error, f, Event, OpType, Process};
+use checker::strike::Point;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -77,7 +79,12 @@ struct Emitter<W: Write> {
 
 impl<W: Write> Emitter<W> {
     fn emit(&self, event: Event) {
-        let mut line = serde_json::to_vec(&event).expect("events always serialise");
+        self.line(&event);
+    }
+
+    /// One JSON line: an event, or a [`Parked`] announcement.
+    fn line(&self, item: &impl Serialize) {
+        let mut line = serde_json::to_vec(item).expect("lines always serialise");
         line.push(b'\n');
         let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
         // The harness reading our stdout is gone: nobody can record what we
@@ -93,8 +100,8 @@ impl<W: Write> Emitter<W> {
 }
 
 /// One message the harness sends a running worker, one line each on its
-/// stdin: `stop`, or `skew <offset-ns> <rate>`. Written by [`Display`] and
-/// read by [`FromStr`], here only.
+/// stdin: `stop`, `skew <offset-ns> <rate>`, `arm <point> <id>` or
+/// `release <id>`. Written by [`Display`] and read by [`FromStr`], here only.
 ///
 /// [`Display`]: std::fmt::Display
 /// [`FromStr`]: std::str::FromStr
@@ -105,6 +112,10 @@ pub enum ControlMessage {
     /// Set the lease clock `offset_ns` off the monotonic clock, running at
     /// `rate` (the clock nemesis, client side).
     Skew { offset_ns: i64, rate: f64 },
+    /// Park at `point` when next there, and say so (the nemesis strikes).
+    Arm { point: Point, arm: u64 },
+    /// Arm `arm` is over: disarm it, or go on if parked on it.
+    Release { arm: u64 },
 }
 
 impl std::fmt::Display for ControlMessage {
@@ -112,6 +123,8 @@ impl std::fmt::Display for ControlMessage {
         match self {
             ControlMessage::Stop => f.write_str("stop"),
             ControlMessage::Skew { offset_ns, rate } => write!(f, "skew {offset_ns} {rate}"),
+            ControlMessage::Arm { point, arm } => write!(f, "arm {point} {arm}"),
+            ControlMessage::Release { arm } => write!(f, "release {arm}"),
         }
     }
 }
@@ -126,6 +139,14 @@ impl std::str::FromStr for ControlMessage {
                 (Ok(offset_ns), Ok(rate)) => Ok(ControlMessage::Skew { offset_ns, rate }),
                 _ => Err(format!("a skew needs an offset in ns and a rate: {line}")),
             },
+            ["arm", point, arm] => match (point.parse(), arm.parse()) {
+                (Ok(point), Ok(arm)) => Ok(ControlMessage::Arm { point, arm }),
+                _ => Err(format!("an arm needs a strike point and an id: {line}")),
+            },
+            ["release", arm] => arm
+                .parse()
+                .map(|arm| ControlMessage::Release { arm })
+                .map_err(|_| format!("a release needs an id: {line}")),
             _ => Err(format!("not a control message: {line}")),
         }
     }
@@ -137,6 +158,8 @@ pub struct Control {
     pub stop: Arc<AtomicBool>,
     /// Skewed by [`ControlMessage::Skew`].
     pub clock: Arc<LockClock>,
+    /// Armed and released by [`ControlMessage::Arm`] and [`ControlMessage::Release`].
+    pub strikes: Strikes,
 }
 
 /// Reads control lines on a thread of its own, so a worker in the middle of
@@ -145,8 +168,10 @@ pub fn watch_control(input: impl BufRead + Send + 'static) -> Control {
     let control = Control {
         stop: Arc::new(AtomicBool::new(false)),
         clock: Arc::new(LockClock::default()),
+        strikes: Strikes::default(),
     };
     let (stop, clock) = (control.stop.clone(), control.clock.clone());
+    let strikes = control.strikes.clone();
     std::thread::spawn(move || {
         for line in input.lines() {
             let Ok(line) = line else { break };
@@ -154,9 +179,13 @@ pub fn watch_control(input: impl BufRead + Send + 'static) -> Control {
             match line.parse() {
                 Ok(ControlMessage::Stop) => break,
                 Ok(ControlMessage::Skew { offset_ns, rate }) => clock.set(offset_ns, rate),
+                Ok(ControlMessage::Arm { point, arm }) => strikes.arm(point, arm),
+                Ok(ControlMessage::Release { arm }) => strikes.release(arm),
                 Err(_) => {}
             }
         }
+        // A stopping worker parks nowhere: it must finish its cycle.
+        strikes.release_all();
         stop.store(true, Ordering::SeqCst);
     });
     control
@@ -174,6 +203,8 @@ struct Worker<W: Write> {
     /// An op of this cycle hit an error (not one of the `ANSWERS`).
     errored: bool,
     backoff: Backoff,
+    /// Parks the worker at an armed strike point (shared with the lock client).
+    strike: Hook,
 }
 
 /// Refusals that are the lock's or the storage's answer, not a failure to
@@ -213,8 +244,23 @@ impl Backoff {
 /// Runs cycles until `stop` is set, then finishes the cycle in progress (so
 /// no lock is left held) and returns.
 pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control) {
-    let Control { stop, clock } = control;
+    let Control {
+        stop,
+        clock,
+        strikes,
+    } = control;
     let op_timeout = Duration::from_millis(spec.op_timeout_ms);
+    let out = Arc::new(Mutex::new(out));
+    let run_clock = RunClock::from_start(spec.run_start_ns);
+    let strike: Hook = {
+        let announce = Emitter {
+            out: out.clone(),
+            clock: run_clock,
+        };
+        Arc::new(move |point| {
+            strikes.at(point, |parked| announce.line(&parked));
+        })
+    };
     let params = LockParams {
         nodes: spec.lock_nodes.clone(),
         sentinels: spec.sentinels.clone(),
@@ -223,6 +269,7 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
         wait_replicas: spec.wait_replicas,
         clock: clock.clone(),
         source: spec.source,
+        strike: strike.clone(),
     };
     let storage = if spec.config.fenced() {
         Storage::fenced(&spec.storage_node, op_timeout)
@@ -230,8 +277,6 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
         Storage::plain(&spec.storage_node, op_timeout)
     };
     let first = spec.first_process();
-    let out = Arc::new(Mutex::new(out));
-    let run_clock = RunClock::from_start(spec.run_start_ns);
     let stalls = Emitter {
         out: out.clone(),
         clock: run_clock,
@@ -247,6 +292,7 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
         clock,
         errored: false,
         backoff: Backoff::default(),
+        strike,
         emitter: Emitter {
             out,
             clock: run_clock,
@@ -305,8 +351,12 @@ impl<W: Write> Worker<W> {
         let Some((grant, lease_start)) = self.acquire(&token, stop) else {
             return;
         };
+        (self.strike)(Point::Acquired);
         self.critical_section(grant, lease_start);
         self.emit(OpType::Invoke, f::RELEASE, |e| e.with_token(token.as_str()));
+        if !self.lock.marks().contains(&Point::Releasing) {
+            (self.strike)(Point::Releasing);
+        }
         let released = self.lock.release(&token);
         self.complete(f::RELEASE, &released, |e| e.with_token(token.as_str()));
     }
@@ -321,6 +371,9 @@ impl<W: Write> Worker<W> {
             let sent = self.clock.now_ns();
             let outcome: Outcome<()> = match self.lock.try_acquire(token) {
                 Outcome::Ok(Some(grant)) => {
+                    if !self.lock.marks().contains(&Point::Acquiring) {
+                        (self.strike)(Point::Acquiring);
+                    }
                     let done = Outcome::Ok(());
                     let value = self.granted_by(&grant);
                     self.complete(f::ACQUIRE, &done, |e| {
@@ -376,6 +429,7 @@ impl<W: Write> Worker<W> {
             _ => e.with_fence(fence),
         });
         let Outcome::Ok(value) = read else { return };
+        (self.strike)(Point::Read);
 
         std::thread::sleep(Duration::from_millis(self.spec.work_ms));
 
@@ -386,6 +440,8 @@ impl<W: Write> Worker<W> {
         let write = if self.spec.validity_check && !self.lease_valid(lease_start) {
             Outcome::Fail(error::LEASE_EXPIRED.to_string())
         } else {
+            // The gap no check closes: the lease was valid a moment ago.
+            (self.strike)(Point::Checked);
             self.storage.write(next, fence)
         };
         self.complete(f::WRITE, &write, |e| {
@@ -418,6 +474,11 @@ mod tests {
                 offset_ns: 7,
                 rate: 0.1 + 0.2,
             },
+            ControlMessage::Arm {
+                point: Point::Checked,
+                arm: 3,
+            },
+            ControlMessage::Release { arm: 3 },
         ];
         for m in messages {
             let line = m.to_string();
@@ -430,7 +491,15 @@ mod tests {
             rate: 1.0,
         };
         assert_eq!(skew.to_string(), "skew -5 1");
-        for bad in ["", "halt", "skew 1", "skew x 1", "stop now"] {
+        for bad in [
+            "",
+            "halt",
+            "skew 1",
+            "skew x 1",
+            "stop now",
+            "arm later 1",
+            "release",
+        ] {
             assert!(bad.parse::<ControlMessage>().is_err(), "{bad:?}");
         }
     }

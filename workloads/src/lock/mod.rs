@@ -12,7 +12,9 @@ mod unsafe_setnx;
 
 use crate::clock::LockClock;
 use crate::conn::Conn;
+use crate::strike::Hook;
 use crate::{Config, Outcome};
+use checker::strike::Point;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,10 +38,17 @@ pub trait LockClient: Send {
     fn try_acquire(&mut self, token: &str) -> Outcome<Option<Grant>>;
     /// Releases the lock held under `token`; `Fail("not-held")` if it was not.
     fn release(&mut self, token: &str) -> Outcome<()>;
+    /// The strike points this client marks itself, inside its own steps
+    /// (through [`LockParams::strike`]). The worker strikes the others: a
+    /// successful acquisition's `acquiring` just before it returns, and
+    /// `releasing` just before the release is sent.
+    fn marks(&self) -> &'static [Point] {
+        &[]
+    }
 }
 
 /// Where a lock client finds its nodes and how long its leases are.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct LockParams {
     /// The lock's nodes, for configs that address them directly.
     pub nodes: Vec<String>,
@@ -53,6 +62,8 @@ pub struct LockParams {
     pub clock: Arc<LockClock>,
     /// The worker's own loopback address, so partitions can single it out.
     pub source: Option<Ipv4Addr>,
+    /// Called at the strike points the client marks (see [`LockClient::marks`]).
+    pub strike: Hook,
 }
 
 impl LockParams {

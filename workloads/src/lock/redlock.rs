@@ -12,8 +12,10 @@ use super::single::Single;
 use super::{Grant, LockClient, LockParams, COMPARE_AND_DELETE, LOCK_KEY};
 use crate::clock::LockClock;
 use crate::conn::Conn;
+use crate::strike::Hook;
 use crate::Outcome;
 use checker::history::error::NOT_HELD;
+use checker::strike::Point;
 use redis::Script;
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,6 +68,7 @@ pub struct Redlock {
     ttl: Duration,
     clock: Arc<LockClock>,
     release: Script,
+    strike: Hook,
 }
 
 impl Redlock {
@@ -82,13 +85,18 @@ impl Redlock {
             ttl: params.ttl,
             clock: params.clock.clone(),
             release: Script::new(COMPARE_AND_DELETE),
+            strike: params.strike.clone(),
         }
     }
 
-    /// Compare-and-delete on every node: (deleted, unanswered).
-    fn unlock_all(&mut self, token: &str) -> (usize, usize) {
+    /// Compare-and-delete on every node: (deleted, unanswered). A release
+    /// marks `releasing` after the first node, mid-round.
+    fn unlock_all(&mut self, token: &str, releasing: bool) -> (usize, usize) {
         let (mut deleted, mut unanswered) = (0, 0);
-        for conn in &mut self.nodes {
+        for (i, conn) in self.nodes.iter_mut().enumerate() {
+            if releasing && i == 1 {
+                (self.strike)(Point::Releasing);
+            }
             let script = &self.release;
             match conn.run(|c| script.key(LOCK_KEY).arg(token).invoke::<i64>(c)) {
                 Outcome::Ok(1) => deleted += 1,
@@ -106,6 +114,11 @@ impl LockClient for Redlock {
         let ttl_ms = self.ttl.as_millis() as u64;
         let (mut granted, mut unanswered) = (Vec::new(), 0);
         for (i, conn) in self.nodes.iter_mut().enumerate() {
+            // Mid-round, the first node's vote in hand: a pause here ages
+            // the whole round, which the validity check must then refuse.
+            if i == 1 && granted == [0] {
+                (self.strike)(Point::Acquiring);
+            }
             match Single::set_nx_px(conn, token, ttl_ms) {
                 Outcome::Ok(Some(_)) => granted.push(i),
                 Outcome::Ok(None) => {}
@@ -119,7 +132,7 @@ impl LockClient for Redlock {
                 ..Grant::default()
             })),
             Err(refusal) => {
-                self.unlock_all(token);
+                self.unlock_all(token, false);
                 match refusal {
                     // Every node answered and others hold the key: contention.
                     Refusal::NoQuorum { .. } if unanswered == 0 => Outcome::Ok(None),
@@ -133,13 +146,17 @@ impl LockClient for Redlock {
     /// minority frees nothing (the lock was no longer ours).
     fn release(&mut self, token: &str) -> Outcome<()> {
         let needed = quorum(self.nodes.len());
-        match self.unlock_all(token) {
+        match self.unlock_all(token, true) {
             (deleted, _) if deleted >= needed => Outcome::Ok(()),
             (deleted, unanswered) if deleted + unanswered >= needed => Outcome::Info(format!(
                 "partial-release: deleted on {deleted}, {unanswered} did not answer"
             )),
             _ => Outcome::Fail(NOT_HELD.into()),
         }
+    }
+
+    fn marks(&self) -> &'static [Point] {
+        &[Point::Acquiring, Point::Releasing]
     }
 }
 

@@ -228,6 +228,7 @@ mod tests {
             wait_replicas: 0,
             clock: Default::default(),
             source: None,
+            strike: crate::strike::no_hook(),
         }
     }
 

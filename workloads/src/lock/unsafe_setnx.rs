@@ -3,13 +3,16 @@
 
 use super::{first_node, released, Grant, LockClient, LockParams, COMPARE_AND_DELETE, LOCK_KEY};
 use crate::conn::Conn;
+use crate::strike::Hook;
 use crate::Outcome;
+use checker::strike::Point;
 use redis::Script;
 
 pub struct UnsafeSetnx {
     conn: Conn,
     ttl_ms: u64,
     release: Script,
+    strike: Hook,
 }
 
 impl UnsafeSetnx {
@@ -18,6 +21,7 @@ impl UnsafeSetnx {
             conn: params.connect(first_node(params), params.op_timeout),
             ttl_ms: params.ttl.as_millis() as u64,
             release: Script::new(COMPARE_AND_DELETE),
+            strike: params.strike.clone(),
         }
     }
 }
@@ -33,6 +37,9 @@ impl LockClient for UnsafeSetnx {
             Outcome::Fail(e) => return Outcome::Fail(e),
             Outcome::Info(e) => return Outcome::Info(e),
         }
+        // The gap this control exists for: a holder that stops here holds
+        // a key that never expires.
+        (self.strike)(Point::Acquiring);
         // The key is ours but has no expiry yet; if this step is lost the
         // acquisition is still real, so a lost reply is `info`, not `fail`.
         let ttl_ms = self.ttl_ms;
@@ -50,5 +57,9 @@ impl LockClient for UnsafeSetnx {
     fn release(&mut self, token: &str) -> Outcome<()> {
         let script = &self.release;
         released(self.conn.run(|c| script.key(LOCK_KEY).arg(token).invoke(c)))
+    }
+
+    fn marks(&self) -> &'static [Point] {
+        &[Point::Acquiring]
     }
 }
