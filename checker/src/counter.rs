@@ -6,9 +6,9 @@
 //! harness's final read should be at least the number of acknowledged writes.
 
 use crate::bounds::{Bounds, BoundsCheck};
-use crate::feed::{Invoked, OnEvent};
 use crate::history::{error, f, Event, OpType, Process};
 use crate::verdict::{Anomaly, CheckerReport, Validity, Witness, MAX_EXAMPLES};
+use crate::{Invoked, OnEvent};
 use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};

@@ -3,9 +3,9 @@
 //! under `unverified`; a run whose fault may not have happened proves
 //! nothing, so any `unverified` makes the verdict unknown.
 
-use crate::feed::{Invoked, OnEvent};
 use crate::history::Event;
 use crate::verdict::{CheckerReport, Validity};
+use crate::{Invoked, OnEvent};
 
 /// The key of a fault event's value that holds the evidence of its effect.
 pub const VERIFIED: &str = "verified";

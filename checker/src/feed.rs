@@ -15,24 +15,10 @@ use crate::mutex::Mutex;
 use crate::ops::InFlight;
 use crate::stats::StatsCheck;
 use crate::verdict::Stats;
+use crate::{Invoked, OnEvent};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::BufRead;
-
-/// A checker fed events in time order. `invoke` is the matching invocation
-/// when `e` completes an op.
-pub trait OnEvent {
-    fn on_event(&mut self, e: &Event, invoke: Option<&Invoked>);
-}
-
-/// What a completion's checkers need of its invocation: kept per op in
-/// flight without copying the event's strings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Invoked {
-    pub time: u64,
-    pub index: u64,
-    pub fence: Option<u64>,
-}
 
 /// Pairs each completion with its process's op in flight, as
 /// [`crate::ops::Pairs`] does for a whole history.

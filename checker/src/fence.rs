@@ -5,9 +5,9 @@
 //! before this op was invoked. Ops that overlap in time may have reached the
 //! storage in either order, so they prove nothing.
 
-use crate::feed::{Invoked, OnEvent};
 use crate::history::{f, Event, OpType, Process};
 use crate::verdict::{Anomaly, Witness};
+use crate::{Invoked, OnEvent};
 use rustc_hash::FxHashMap;
 
 /// Fed in time order: keeps the highest fence accepted so far, and for each

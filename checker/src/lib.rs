@@ -33,6 +33,23 @@ pub use verdict::{Anomaly, CheckerReport, Promise, Results, Stats, Validity, Wit
 use std::collections::BTreeMap;
 use verdict::{anomaly, checker};
 
+/// A checker fed events one at a time, in time order (stateright's
+/// `on_invoke`/`on_return` in one call). `invoke` is the matching invocation
+/// when `e` completes an op; [`feed::Pairing`] finds it. Checkers keep only
+/// what is still open, so a history can be checked as it streams past.
+pub trait OnEvent {
+    fn on_event(&mut self, e: &Event, invoke: Option<&Invoked>);
+}
+
+/// What a completion's checkers need of its invocation: kept per op in
+/// flight without copying the event's strings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Invoked {
+    pub time: u64,
+    pub index: u64,
+    pub fence: Option<u64>,
+}
+
 /// Checks `history` against `promise`. Every anomaly looked for is reported,
 /// with count 0 when absent.
 /// The lock operations as an owner-aware mutex (Wing–Gong/Lowe search),

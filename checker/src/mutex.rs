@@ -6,10 +6,10 @@
 //! memory follows the concurrency (plus holds that never end), not the
 //! history's length.
 
-use crate::feed::{Invoked, OnEvent};
 use crate::history::{f, Event, OpType, Process};
 use crate::holds::Hold;
 use crate::verdict::{Anomaly, Witness};
+use crate::{Invoked, OnEvent};
 use rustc_hash::FxHashMap;
 
 /// A hold still open (not yet ended by a release invoke).

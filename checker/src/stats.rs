@@ -1,8 +1,8 @@
 //! Throughput and outcome counts for the report.
 
-use crate::feed::{Invoked, OnEvent};
 use crate::history::{f, Event, OpType};
 use crate::verdict::Stats;
+use crate::{Invoked, OnEvent};
 
 /// Order does not matter here; fed like the others so one pass does all.
 #[derive(Default)]
