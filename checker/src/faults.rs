@@ -7,6 +7,11 @@ use crate::history::Event;
 use crate::verdict::{CheckerReport, Validity};
 use crate::{Invoked, OnEvent};
 
+/// The checker's key under `results.json`'s `checkers`. Not in the registry:
+/// a fault that may not have happened leaves any verdict unknown, whatever
+/// the promise.
+pub const NAME: &str = "faults";
+
 /// The key of a fault event's value that holds the evidence of its effect.
 pub const VERIFIED: &str = "verified";
 /// The key of a fault event's value that says why its effect was not seen.
