@@ -3,6 +3,7 @@
 //! under `unverified`; a run whose fault may not have happened proves
 //! nothing, so any `unverified` makes the verdict unknown.
 
+use crate::history::fault::UNVERIFIED;
 use crate::history::Event;
 use crate::verdict::{CheckerReport, Validity};
 use crate::{Invoked, OnEvent};
@@ -11,11 +12,6 @@ use crate::{Invoked, OnEvent};
 /// a fault that may not have happened leaves any verdict unknown, whatever
 /// the promise.
 pub const NAME: &str = "faults";
-
-/// The key of a fault event's value that holds the evidence of its effect.
-pub const VERIFIED: &str = "verified";
-/// The key of a fault event's value that says why its effect was not seen.
-pub const UNVERIFIED: &str = "unverified";
 
 /// Every nemesis event that carries [`UNVERIFIED`], in time order.
 #[derive(Default)]

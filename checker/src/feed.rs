@@ -8,7 +8,7 @@
 
 use crate::cause::Causes;
 use crate::faults::Faults;
-use crate::history::{next_line, Event, History, OpType, ParseError};
+use crate::history::{next_line, Event, OpType, ParseError};
 use crate::ops::InFlight;
 use crate::registry::{CheckerEntry, Fed, Finding};
 use crate::stats::StatsCheck;
@@ -47,8 +47,10 @@ impl Pairing {
     }
 }
 
-/// Feeds a whole history in time order to a fresh `T`.
-pub fn feed<T: OnEvent + Default>(history: &History) -> T {
+/// Feeds a whole history in time order to a fresh `T`: how a checker's own
+/// tests run it alone.
+#[cfg(test)]
+pub fn feed<T: OnEvent + Default>(history: &crate::History) -> T {
     let mut checker = T::default();
     let mut pairing = Pairing::default();
     for e in history.in_time_order() {

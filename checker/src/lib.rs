@@ -2,41 +2,63 @@
 //! beyond reading a history from any `BufRead`.
 //!
 //! [`check`] runs every checker and combines their findings into the
-//! `results.json` verdict (the README, "Reading the results").
+//! `results.json` verdict (the README, "Reading the results");
+//! [`check_jsonl`] does the same for a history streamed from a file. The
+//! public API is what this page lists: the history format ([`history`]),
+//! the results types, the anomaly names ([`anomaly`], and [`anomalies`] in
+//! the order a reader scans for them), and the one pass ([`OnePass`] fed
+//! through [`Pairing`]) for a live tally. The checkers themselves are
+//! private modules.
 //!
-//! The checkers are listed once, in [`CHECKERS`]: each with the anomalies it
-//! reports and how it is fed. Adding one is a module implementing
-//! [`Checker`] (or a whole-history check) and a line there.
+//! The checkers are listed once, in `CHECKERS` below: each with the
+//! anomalies it reports and how it is fed. Adding one is a module
+//! implementing `Checker` (or a whole-history check), its anomalies' names
+//! in [`anomaly`], and a line there.
 
 #![forbid(unsafe_code)]
 
-pub mod bounds;
-pub mod cause;
-mod check;
-pub mod counter;
-pub mod edn;
-pub mod faults;
-pub mod feed;
-pub mod fence;
+// The data contract: the history format, and histories to test with.
 pub mod generate;
 pub mod history;
-pub mod holds;
-pub mod linear;
-pub mod mutex;
-pub mod ops;
+
+mod bounds;
+mod cause;
+mod check;
+mod counter;
+mod edn;
+mod faults;
+mod feed;
+mod fence;
+mod holds;
+mod linear;
+mod mutex;
+mod ops;
 mod registry;
-pub mod stats;
-pub mod verdict;
+mod stats;
+mod verdict;
 
 #[cfg(test)]
 mod testing;
 
+// Checking a history, and what it gives back (the `results.json` contract).
 pub use check::{check, check_jsonl, StreamStats};
 pub use counter::CounterReport;
+pub use edn::from_edn;
 pub use history::{Event, History, OpType, Process};
-pub use holds::{holds, Hold};
 pub use registry::{anomalies, AnomalyKind, Breaks};
-pub use verdict::{Anomaly, CheckerReport, Promise, Results, Stats, Validity, Witness};
+pub use verdict::{
+    Anomaly, CheckerReport, Promise, Results, Stats, UnknownPromise, Validity, Witness,
+};
+
+// Feeding checkers as events arrive (the harness's live tally).
+pub use feed::{OnePass, Pairing, Reorder};
+
+// What the pictures draw: lock holds, ops paired with their completions.
+pub use holds::{holds, Hold};
+pub use ops::Pairs;
+
+// The linearizability search on its own, with its budget (benchmarks).
+pub use linear::{check as check_linearizability, Budget};
 
 use registry::{CheckerEntry, Fed, Finding};
 
@@ -73,7 +95,7 @@ pub(crate) trait Checker: OnEvent + Send {
 
 /// Anomaly names: the keys of `results.json`'s `anomalies` (contract). What
 /// each means is in the README, "Reading the results"; which checker
-/// reports it, in [`CHECKERS`].
+/// reports it, in `CHECKERS`.
 pub mod anomaly {
     pub const LOCK_OVERLAP: &str = "lock-overlap";
     pub const UNSAFE_ACTION: &str = "unsafe-action";

@@ -162,14 +162,14 @@ pub struct Anomaly {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_time: Option<u64>,
     /// How many occurrences each fault preceded: a nemesis fault's name
-    /// (`pause`, `kill`…), `stall`, or `none` (see [`crate::cause`]).
+    /// (`pause`, `kill`…), `stall`, or `none` (see `cause.rs`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub causes: BTreeMap<String, u64>,
     /// The cause of each example, in the order of `examples`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub example_causes: Vec<String>,
     /// Every occurrence's witness time, until the whole history is seen and
-    /// [`crate::cause::attribute`] turns them into `causes`: a stall is
+    /// attribution (`cause.rs`) turns them into `causes`: a stall is
     /// recorded when it ends, after the anomaly it may explain.
     #[serde(skip)]
     pub times: Vec<u64>,

@@ -6,8 +6,8 @@
 //! paused worker delivers its events late), so the tally lags by that much.
 //! A live hint: the verdict is computed from the stored history at the end.
 
-use checker::feed::{OnePass, Pairing, Reorder};
 use checker::history::{Event, OpType};
+use checker::{OnePass, Pairing, Reorder};
 use indicatif::{ProgressBar, ProgressFinish, ProgressStyle};
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
