@@ -289,6 +289,24 @@ mod tests {
     }
 
     #[test]
+    fn the_live_tally_counts_what_is_known_before_the_end_in_registry_order() {
+        let names: Vec<_> = OnePass::default()
+            .so_far()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "lock-overlap",
+                "unsafe-action",
+                "foreign-release",
+                "stale-fence-accepted"
+            ]
+        );
+    }
+
+    #[test]
     fn pairing_hands_a_completion_its_invocation() {
         #[derive(Default)]
         struct Seen(Vec<Option<u64>>);

@@ -64,7 +64,7 @@ use registry::{CheckerEntry, Fed, Finding};
 
 /// A checker fed events one at a time, in time order (stateright's
 /// `on_invoke`/`on_return` in one call). `invoke` is the matching invocation
-/// when `e` completes an op; [`feed::Pairing`] finds it. Checkers keep only
+/// when `e` completes an op; [`Pairing`] finds it. Checkers keep only
 /// what is still open, so a history can be checked as it streams past.
 pub trait OnEvent {
     fn on_event(&mut self, e: &Event, invoke: Option<&Invoked>);

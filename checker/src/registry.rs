@@ -149,5 +149,11 @@ mod tests {
                 "nonlinearizable",
             ]
         );
+        // The comparison picture's cells: all but `nonlinearizable`.
+        let shorts: Vec<_> = anomalies().iter().filter_map(|a| a.short).collect();
+        assert_eq!(
+            shorts,
+            ["overlap", "unsafe", "lost", "stale fence", "foreign"]
+        );
     }
 }
