@@ -89,6 +89,22 @@ pub mod error {
     pub const LOCK_BUSY: &str = "lock-busy";
     /// The process died with the op in flight (completed by its observer).
     pub const CRASHED: &str = "crashed";
+
+    /// The kind of an error: what comes before its first `:` (the rest is
+    /// detail, such as which nodes answered), so the stats group like with like.
+    pub fn kind(error: &str) -> &str {
+        error.split(':').next().unwrap_or(error).trim()
+    }
+}
+
+/// Keys of a fault event's `value`: the nemesis shows there whether the
+/// fault took effect, and the checker reads it (a fault that may not have
+/// happened leaves the verdict unknown).
+pub mod fault {
+    /// The key that holds the evidence of its effect.
+    pub const VERIFIED: &str = "verified";
+    /// The key that says why its effect was not seen.
+    pub const UNVERIFIED: &str = "unverified";
 }
 
 /// One line of the history.

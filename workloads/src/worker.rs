@@ -289,7 +289,7 @@ impl<W: Write> Worker<W> {
         }
         self.errored |= match outcome {
             Outcome::Ok(_) => false,
-            Outcome::Fail(e) => !ANSWERS.contains(&checker::stats::error_kind(e)),
+            Outcome::Fail(e) => !ANSWERS.contains(&checker::history::error::kind(e)),
             Outcome::Info(_) => true,
         };
     }

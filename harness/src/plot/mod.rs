@@ -14,7 +14,7 @@ pub use comparison::{comparison, PNG as COMPARISON_PNG, SVG as COMPARISON_SVG};
 pub use latency::{latency, rate};
 pub use timeline::{timeline, timeline_svg};
 
-use checker::ops::Pairs;
+use checker::Pairs;
 use checker::{History, OpType, Results};
 use plotters::style::RGBColor;
 use std::collections::HashMap;
