@@ -97,10 +97,21 @@ pub mod error {
     }
 }
 
-/// Keys of a fault event's `value`: the nemesis shows there whether the
+/// Fault events: their names (`start-<fault>` / `stop-<fault>`, read here
+/// only) and the keys of their `value`: the nemesis shows there whether the
 /// fault took effect, and the checker reads it (a fault that may not have
 /// happened leaves the verdict unknown).
 pub mod fault {
+    /// `start-<fault>`: the fault has taken effect. Returns the fault's name.
+    pub fn started(f: &str) -> Option<&str> {
+        f.strip_prefix("start-")
+    }
+
+    /// `stop-<fault>`: the fault is healed. Returns the fault's name.
+    pub fn stopped(f: &str) -> Option<&str> {
+        f.strip_prefix("stop-")
+    }
+
     /// The key that holds the evidence of its effect.
     pub const VERIFIED: &str = "verified";
     /// The key that says why its effect was not seen.

@@ -18,7 +18,7 @@ impl OnEvent for StatsCheck {
             (lo.min(e.time), hi.max(e.time))
         }));
         if e.is_nemesis() {
-            if e.f.starts_with("start-") {
+            if crate::history::fault::started(&e.f).is_some() {
                 s.first_fault_time = Some(s.first_fault_time.map_or(e.time, |t| t.min(e.time)));
             }
             return;
