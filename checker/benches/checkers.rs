@@ -7,11 +7,11 @@
 // The counting allocator implements `GlobalAlloc`, an unsafe trait.
 #![allow(unsafe_code)]
 
-use checker::feed::{Linear, Pairing};
 use checker::generate::valid_history;
-use checker::linear::{self, Budget};
-use checker::verdict::Promise;
 use checker::History;
+use checker::Promise;
+use checker::{check_linearizability, Budget};
+use checker::{OnePass, Pairing};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -61,12 +61,12 @@ fn history_of(events: u64) -> History {
 }
 
 fn linear_checkers(h: &History) -> usize {
-    let mut linear = Linear::default();
+    let mut pass = OnePass::default();
     let mut pairing = Pairing::default();
     for e in h.in_time_order() {
-        pairing.feed(e, &mut linear);
+        pairing.feed(e, &mut pass);
     }
-    linear.finish().mutex.overlap.count as usize
+    pass.counts().iter().map(|(_, n)| *n as usize).sum()
 }
 
 fn to_jsonl(h: &History) -> Vec<u8> {
@@ -138,12 +138,12 @@ fn linearizability(c: &mut Criterion) {
             // 2% of releases end `info`.
             let history = valid_history(7, processes, ops / 3, 20);
             let id = format!("linearizability/{processes}-processes/{ops}");
-            let outcome = report_peak(&id, || linear::check(&history, Budget::default()));
+            let outcome = report_peak(&id, || check_linearizability(&history, Budget::default()));
             assert_eq!(outcome.valid, checker::Validity::True, "{id}: {outcome:?}");
             group.throughput(Throughput::Elements(ops));
             let id = BenchmarkId::new(format!("{processes}-processes"), ops);
             group.bench_with_input(id, &history, |b, h| {
-                b.iter(|| linear::check(h, Budget::default()))
+                b.iter(|| check_linearizability(h, Budget::default()))
             });
         }
     }

@@ -71,13 +71,13 @@ impl Causes {
         if !e.is_nemesis() {
             return;
         }
-        if let Some(kind) = e.f.strip_prefix("start-") {
+        if let Some(kind) = crate::history::fault::started(&e.f) {
             self.nemesis.push(Fault {
                 kind: kind.into(),
                 start: e.time,
                 end: None,
             });
-        } else if let Some(kind) = e.f.strip_prefix("stop-") {
+        } else if let Some(kind) = crate::history::fault::stopped(&e.f) {
             // Ends the earliest open fault of its kind: faults of one kind
             // stop in the order they started.
             let open = self

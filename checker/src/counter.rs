@@ -6,12 +6,16 @@
 //! harness's final read should be at least the number of acknowledged writes.
 
 use crate::bounds::{Bounds, BoundsCheck};
-use crate::feed::{Invoked, OnEvent};
 use crate::history::{error, f, Event, OpType, Process};
+use crate::registry::Finding;
 use crate::verdict::{Anomaly, CheckerReport, Validity, Witness, MAX_EXAMPLES};
+use crate::{anomaly, Checker, Invoked, OnEvent};
 use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
+
+/// The checker's key under `results.json`'s `checkers`.
+pub const NAME: &str = "counter";
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rejected {
@@ -122,6 +126,18 @@ impl OnEvent for Counter {
                 self.lease_expired += 1
             }
             _ => {}
+        }
+    }
+}
+
+/// `lost-update`'s count rests on the final read: none before the end.
+impl Checker for Counter {
+    fn finish(self: Box<Self>) -> Finding {
+        let outcome = Counter::finish(*self);
+        Finding {
+            report: outcome.report.into(),
+            anomalies: vec![(anomaly::LOST_UPDATE, outcome.lost_update)],
+            notes: outcome.notes,
         }
     }
 }

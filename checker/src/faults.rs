@@ -3,14 +3,15 @@
 //! under `unverified`; a run whose fault may not have happened proves
 //! nothing, so any `unverified` makes the verdict unknown.
 
-use crate::feed::{Invoked, OnEvent};
+use crate::history::fault::UNVERIFIED;
 use crate::history::Event;
 use crate::verdict::{CheckerReport, Validity};
+use crate::{Invoked, OnEvent};
 
-/// The key of a fault event's value that holds the evidence of its effect.
-pub const VERIFIED: &str = "verified";
-/// The key of a fault event's value that says why its effect was not seen.
-pub const UNVERIFIED: &str = "unverified";
+/// The checker's key under `results.json`'s `checkers`. Not in the registry:
+/// a fault that may not have happened leaves any verdict unknown, whatever
+/// the promise.
+pub const NAME: &str = "faults";
 
 /// Every nemesis event that carries [`UNVERIFIED`], in time order, and
 /// every strike that did not land at its point.

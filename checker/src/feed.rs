@@ -2,37 +2,21 @@
 //! `on_invoke`/`on_return`), from a history in memory or streamed from a
 //! JSONL file whose lines arrive in file order.
 //!
-//! The linear checkers keep only what is open: ops in flight, holds not yet
+//! The event-fed checkers keep only what is open: ops in flight, holds not yet
 //! released. So a streamed check needs memory for the open ops plus the
 //! reorder window, not for the history.
 
 use crate::cause::Causes;
-use crate::counter::{Counter, CounterOutcome};
 use crate::faults::Faults;
-use crate::fence::Fences;
-use crate::history::{next_line, Event, History, OpType, ParseError};
-use crate::mutex::Mutex;
+use crate::history::{next_line, Event, OpType, ParseError};
 use crate::ops::InFlight;
+use crate::registry::{CheckerEntry, Fed, Finding};
 use crate::stats::StatsCheck;
 use crate::verdict::Stats;
+use crate::{Checker, Invoked, OnEvent, CHECKERS};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::BufRead;
-
-/// A checker fed events in time order. `invoke` is the matching invocation
-/// when `e` completes an op.
-pub trait OnEvent {
-    fn on_event(&mut self, e: &Event, invoke: Option<&Invoked>);
-}
-
-/// What a completion's checkers need of its invocation: kept per op in
-/// flight without copying the event's strings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Invoked {
-    pub time: u64,
-    pub index: u64,
-    pub fence: Option<u64>,
-}
 
 /// Pairs each completion with its process's op in flight, as
 /// [`crate::ops::Pairs`] does for a whole history.
@@ -63,8 +47,10 @@ impl Pairing {
     }
 }
 
-/// Feeds a whole history in time order to a fresh `T`.
-pub fn feed<T: OnEvent + Default>(history: &History) -> T {
+/// Feeds a whole history in time order to a fresh `T`: how a checker's own
+/// tests run it alone.
+#[cfg(test)]
+pub fn feed<T: OnEvent + Default>(history: &crate::History) -> T {
     let mut checker = T::default();
     let mut pairing = Pairing::default();
     for e in history.in_time_order() {
@@ -73,43 +59,86 @@ pub fn feed<T: OnEvent + Default>(history: &History) -> T {
     checker
 }
 
-/// Every linear checker at once: one pass over the events.
-#[derive(Default)]
-pub struct Linear {
-    pub mutex: Mutex,
-    pub counter: Counter,
-    pub fences: Fences,
-    pub stats: StatsCheck,
-    pub faults: Faults,
-    pub causes: Causes,
+/// Every event-fed checker in the registry, plus the run's own record
+/// (stats, unverified faults, what anomalies may be put down to): one pass
+/// over the events.
+pub struct OnePass {
+    checkers: Vec<(&'static CheckerEntry, Box<dyn Checker>)>,
+    stats: StatsCheck,
+    faults: Faults,
+    causes: Causes,
 }
 
-impl OnEvent for Linear {
+impl Default for OnePass {
+    fn default() -> Self {
+        let checkers = CHECKERS
+            .iter()
+            .filter_map(|c| match c.fed {
+                Fed::Events(new) => Some((c, new())),
+                Fed::Whole { .. } => None,
+            })
+            .collect();
+        OnePass {
+            checkers,
+            stats: StatsCheck::default(),
+            faults: Faults::default(),
+            causes: Causes::default(),
+        }
+    }
+}
+
+impl OnEvent for OnePass {
     fn on_event(&mut self, e: &Event, invoke: Option<&Invoked>) {
-        self.mutex.on_event(e, invoke);
-        self.counter.on_event(e, invoke);
-        self.fences.on_event(e, invoke);
+        for (_, checker) in &mut self.checkers {
+            checker.on_event(e, invoke);
+        }
         self.stats.on_event(e, invoke);
         self.faults.on_event(e, invoke);
         self.causes.on_event(e);
     }
 }
 
-pub struct LinearFindings {
-    pub mutex: Mutex,
-    pub counter: CounterOutcome,
-    pub fences: Fences,
+/// What the one pass found, each checker's finding in registry order.
+pub(crate) struct PassFindings {
+    pub checkers: Vec<(&'static CheckerEntry, Finding)>,
     pub stats: Stats,
     pub faults: Faults,
     pub causes: Causes,
 }
 
-impl Linear {
-    pub fn finish(self) -> LinearFindings {
-        LinearFindings {
-            mutex: self.mutex,
-            counter: self.counter.finish(),
-            fences: self.fences,
+impl OnePass {
+    /// The anomalies counted so far that a checker can count before the
+    /// end (a live tally), in registry order, zeros included.
+    pub fn so_far(&self) -> Vec<(&'static str, u64)> {
+        self.checkers
+            .iter()
+            .flat_map(|(entry, checker)| {
+                entry
+                    .anomalies
+                    .iter()
+                    .filter_map(|a| Some((a.name, checker.so_far(a.name)?)))
+            })
+            .collect()
+    }
+
+    /// Finishes every checker: how often each anomaly it reports occurred,
+    /// in registry order.
+    pub fn counts(self) -> Vec<(&'static str, u64)> {
+        self.finish()
+            .checkers
+            .into_iter()
+            .flat_map(|(_, finding)| finding.anomalies)
+            .map(|(name, a)| (name, a.count))
+            .collect()
+    }
+
+    pub(crate) fn finish(self) -> PassFindings {
+        PassFindings {
+            checkers: self
+                .checkers
+                .into_iter()
+                .map(|(entry, checker)| (entry, checker.finish()))
+                .collect(),
             stats: self.stats.finish(),
             faults: self.faults,
             causes: self.causes,
@@ -257,6 +286,24 @@ mod tests {
         r.drain(|e| out.push(e.time));
         assert_eq!(out, vec![10, 500, 20, 700]);
         assert_eq!(r.late, 1);
+    }
+
+    #[test]
+    fn the_live_tally_counts_what_is_known_before_the_end_in_registry_order() {
+        let names: Vec<_> = OnePass::default()
+            .so_far()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "lock-overlap",
+                "unsafe-action",
+                "foreign-release",
+                "stale-fence-accepted"
+            ]
+        );
     }
 
     #[test]

@@ -5,10 +5,14 @@
 //! before this op was invoked. Ops that overlap in time may have reached the
 //! storage in either order, so they prove nothing.
 
-use crate::feed::{Invoked, OnEvent};
 use crate::history::{f, Event, OpType, Process};
-use crate::verdict::{Anomaly, Witness};
+use crate::registry::Finding;
+use crate::verdict::{Anomaly, CheckerReport, Witness};
+use crate::{anomaly, Checker, Invoked, OnEvent};
 use rustc_hash::FxHashMap;
+
+/// The checker's key under `results.json`'s `checkers`.
+pub const NAME: &str = "fence";
 
 /// Fed in time order: keeps the highest fence accepted so far, and for each
 /// op in flight the highest accepted before its invoke. Witness:
@@ -45,6 +49,20 @@ impl OnEvent for Fences {
             OpType::Fail | OpType::Info => {
                 self.before_invoke.remove(&e.process);
             }
+        }
+    }
+}
+
+impl Checker for Fences {
+    fn so_far(&self, anomaly: &str) -> Option<u64> {
+        (anomaly == anomaly::STALE_FENCE_ACCEPTED).then_some(self.stale.count)
+    }
+
+    fn finish(self: Box<Self>) -> Finding {
+        Finding {
+            report: CheckerReport::from_anomalies([&self.stale]),
+            anomalies: vec![(anomaly::STALE_FENCE_ACCEPTED, self.stale)],
+            notes: Vec::new(),
         }
     }
 }

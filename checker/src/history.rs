@@ -89,6 +89,38 @@ pub mod error {
     pub const LOCK_BUSY: &str = "lock-busy";
     /// The process died with the op in flight (completed by its observer).
     pub const CRASHED: &str = "crashed";
+
+    /// The kind of an error: what comes before its first `:` (the rest is
+    /// detail, such as which nodes answered), so the stats group like with like.
+    pub fn kind(error: &str) -> &str {
+        error.split(':').next().unwrap_or(error).trim()
+    }
+}
+
+/// Fault events: their names (`start-<fault>` / `stop-<fault>`, read here
+/// only) and the keys of their `value`: the nemesis shows there whether the
+/// fault took effect, and the checker reads it (a fault that may not have
+/// happened leaves the verdict unknown).
+pub mod fault {
+    /// `start-<fault>`: the fault has taken effect. Returns the fault's name.
+    pub fn started(f: &str) -> Option<&str> {
+        f.strip_prefix("start-")
+    }
+
+    /// `stop-<fault>`: the fault is healed. Returns the fault's name.
+    pub fn stopped(f: &str) -> Option<&str> {
+        f.strip_prefix("stop-")
+    }
+
+    /// The key that holds the evidence of its effect.
+    pub const VERIFIED: &str = "verified";
+    /// The key that says why its effect was not seen.
+    pub const UNVERIFIED: &str = "unverified";
+    /// The key naming the strike point a fault that struck a client landed
+    /// at (a [`Point`](crate::Point)).
+    pub const AT: &str = "at";
+    /// The key naming the client process such a fault struck.
+    pub const PROCESS: &str = "process";
 }
 
 /// One line of the history.

@@ -2,434 +2,167 @@
 //! beyond reading a history from any `BufRead`.
 //!
 //! [`check`] runs every checker and combines their findings into the
-//! `results.json` verdict (the README, "Reading the results").
+//! `results.json` verdict (the README, "Reading the results");
+//! [`check_jsonl`] does the same for a history streamed from a file. The
+//! public API is what this page lists: the history format ([`history`]),
+//! the results types, the anomaly names ([`anomaly`], and [`anomalies`] in
+//! the order a reader scans for them), and the one pass ([`OnePass`] fed
+//! through [`Pairing`]) for a live tally. The checkers themselves are
+//! private modules.
+//!
+//! The checkers are listed once, in `CHECKERS` below: each with the
+//! anomalies it reports and how it is fed. Adding one is a module
+//! implementing `Checker` (or a whole-history check), its anomalies' names
+//! in [`anomaly`], and a line there.
 
 #![forbid(unsafe_code)]
 
-pub mod bounds;
-pub mod cause;
-pub mod counter;
-pub mod edn;
-pub mod faults;
-pub mod feed;
-pub mod fence;
+// The data contract: the history format, and histories to test with.
 pub mod generate;
 pub mod history;
-pub mod holds;
-pub mod linear;
-pub mod mutex;
-pub mod ops;
-pub mod stats;
-pub mod strike;
-pub mod verdict;
+
+mod bounds;
+mod cause;
+mod check;
+mod counter;
+mod edn;
+mod faults;
+mod feed;
+mod fence;
+mod holds;
+mod linear;
+mod mutex;
+mod ops;
+mod registry;
+mod stats;
+mod strike;
+mod verdict;
 
 #[cfg(test)]
 mod testing;
 
+// Checking a history, and what it gives back (the `results.json` contract).
+pub use check::{check, check_jsonl, StreamStats};
 pub use counter::CounterReport;
+pub use edn::from_edn;
 pub use history::{Event, History, OpType, Process};
+pub use registry::{anomalies, AnomalyKind, Breaks};
+pub use strike::Point;
+pub use verdict::{
+    Anomaly, CheckerReport, Promise, Results, Stats, UnknownPromise, Validity, Witness,
+};
+
+// Feeding checkers as events arrive (the harness's live tally).
+pub use feed::{OnePass, Pairing, Reorder};
+
+// What the pictures draw: lock holds, ops paired with their completions.
 pub use holds::{holds, Hold};
-pub use verdict::{Anomaly, CheckerReport, Promise, Results, Stats, Validity, Witness};
+pub use ops::Pairs;
 
-use std::collections::BTreeMap;
-use verdict::{anomaly, checker};
+// The linearizability search on its own, with its budget (benchmarks).
+pub use linear::{check as check_linearizability, Budget};
 
-/// Checks `history` against `promise`. Every anomaly looked for is reported,
-/// with count 0 when absent.
-/// The lock operations as an owner-aware mutex (Wing–Gong/Lowe search),
-/// within the default budget: the anomaly, the checker's report, and why it
-/// gave up if it did.
-fn linearizability(history: &History) -> (Anomaly, CheckerReport, Option<String>) {
-    let outcome = linear::check(history, linear::Budget::default());
-    let mut anomaly = Anomaly::default();
-    if outcome.valid == Validity::False {
-        let time = outcome
-            .witness
-            .iter()
-            .filter_map(|i| history.events.iter().find(|e| e.index == *i))
-            .map(|e| e.time)
-            .max()
-            .unwrap_or_default();
-        anomaly.record(Witness {
-            indices: outcome.witness.clone(),
-            time,
-        });
-    }
-    let mut report = CheckerReport::new(outcome.valid);
-    report
-        .details
-        .insert("states".into(), serde_json::json!(outcome.states));
-    if let Some(reason) = &outcome.reason {
-        report
-            .details
-            .insert("reason".into(), serde_json::json!(reason));
-    }
-    let note = match (outcome.valid, outcome.reason) {
-        (Validity::Unknown, Some(r)) => Some(format!("nonlinearizable: could not decide: {r}")),
-        _ => None,
-    };
-    (anomaly, report, note)
+use registry::{CheckerEntry, Fed, Finding};
+
+/// A checker fed events one at a time, in time order (stateright's
+/// `on_invoke`/`on_return` in one call). `invoke` is the matching invocation
+/// when `e` completes an op; [`Pairing`] finds it. Checkers keep only
+/// what is still open, so a history can be checked as it streams past.
+pub trait OnEvent {
+    fn on_event(&mut self, e: &Event, invoke: Option<&Invoked>);
 }
 
-pub fn check(history: &History, promise: Promise) -> Results {
-    let mut linear = feed::Linear::default();
-    let mut pairing = feed::Pairing::default();
-    for e in history.in_time_order() {
-        pairing.feed(e, &mut linear);
-    }
-    let nonlinear = linearizability(history);
-    let mut notes = Vec::new();
-    if pairing.unmatched() > 0 {
-        notes.push(format!(
-            "{} client completion(s) had no invocation before them and were skipped",
-            pairing.unmatched()
-        ));
-    }
-    assemble(
-        linear.finish(),
-        nonlinear,
-        history.truncated,
-        promise,
-        notes,
-    )
+/// What a completion's checkers need of its invocation: kept per op in
+/// flight without copying the event's strings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Invoked {
+    pub time: u64,
+    pub index: u64,
+    pub fence: Option<u64>,
 }
 
-/// How a streamed check went: what it needed to hold at most.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StreamStats {
-    pub events: u64,
-    /// Most events waiting at once in the reorder window.
-    pub peak_waiting: usize,
-    /// Events that arrived later than the window and were checked out of order.
-    pub late: u64,
+/// An event-fed checker in the registry: fed like any [`OnEvent`], then
+/// asked what it found. `Send` because the harness's live tally feeds one
+/// from its async tasks.
+pub(crate) trait Checker: OnEvent + Send {
+    /// How often `anomaly` occurred so far, for a live tally; `None` when
+    /// the count is only known at the end (or `anomaly` is not this
+    /// checker's).
+    fn so_far(&self, _anomaly: &str) -> Option<u64> {
+        None
+    }
+
+    fn finish(self: Box<Self>) -> Finding;
 }
 
-/// Checks a JSONL history as it is read, without holding it: the linear
-/// checkers see each event once, put back into time order within
-/// `window_ns`. Only the lock operations are kept, for `nonlinearizable`,
-/// and only when `linearizability` is asked for.
-pub fn check_jsonl(
-    reader: impl std::io::BufRead,
-    promise: Promise,
-    window_ns: u64,
-    linearizability_too: bool,
-) -> Result<(Results, StreamStats), history::ParseError> {
-    let mut linear = feed::Linear::default();
-    let mut pairing = feed::Pairing::default();
-    let mut reorder = feed::Reorder::new(window_ns);
-    let mut lock_ops = History::default();
-    let mut stream = StreamStats::default();
-    let mut truncated = false;
-    {
-        let mut sink = |e: Event| {
-            pairing.feed(&e, &mut linear);
-            if linearizability_too && linear::reads(&e) {
-                lock_ops.events.push(e);
-            }
-        };
-        feed::read_jsonl(reader, &mut truncated, |e| {
-            stream.events += 1;
-            reorder.push(e, &mut sink);
-        })?;
-        reorder.drain(&mut sink);
-    }
-    stream.peak_waiting = reorder.peak;
-    stream.late = reorder.late;
-    let nonlinear = match linearizability_too {
-        true => linearizability(&lock_ops),
-        false => not_checked(),
-    };
-    let mut notes = Vec::new();
-    if pairing.unmatched() > 0 {
-        notes.push(format!(
-            "{} client completion(s) had no invocation before them and were skipped",
-            pairing.unmatched()
-        ));
-    }
-    let mut results = assemble(linear.finish(), nonlinear, truncated, promise, notes);
-    if stream.late > 0 {
-        results.notes.push(format!(
-            "{} event(s) arrived more than {} ms out of time order and were checked out of order",
-            stream.late,
-            window_ns / 1_000_000
-        ));
-        // What was found out of order may be an artefact of the order: a
-        // verdict must rest on a named anomaly, or be unknown.
-        let named = results.anomalies.values().any(|a| a.found());
-        results.valid = match named {
-            true => results.valid.and(Validity::Unknown),
-            false => Validity::Unknown,
-        };
-    }
-    Ok((results, stream))
+/// Anomaly names: the keys of `results.json`'s `anomalies` (contract). What
+/// each means is in the README, "Reading the results"; which checker
+/// reports it, in `CHECKERS`.
+pub mod anomaly {
+    pub const LOCK_OVERLAP: &str = "lock-overlap";
+    pub const UNSAFE_ACTION: &str = "unsafe-action";
+    pub const LOST_UPDATE: &str = "lost-update";
+    pub const STALE_FENCE_ACCEPTED: &str = "stale-fence-accepted";
+    pub const FOREIGN_RELEASE: &str = "foreign-release";
+    pub const NONLINEARIZABLE: &str = "nonlinearizable";
 }
 
-fn not_checked() -> (Anomaly, CheckerReport, Option<String>) {
-    let mut report = CheckerReport::new(Validity::Unknown);
-    report
-        .details
-        .insert("reason".into(), serde_json::json!("not checked"));
-    (Anomaly::default(), report, None)
-}
-
-fn assemble(
-    found: feed::LinearFindings,
-    (nonlinear, linear_report, linear_note): (Anomaly, CheckerReport, Option<String>),
-    truncated: bool,
-    promise: Promise,
-    extra_notes: Vec<String>,
-) -> Results {
-    let feed::LinearFindings {
-        mutex,
-        counter,
-        fences,
-        stats,
-        faults,
-        causes,
-    } = found;
-    let mut checkers = BTreeMap::new();
-    checkers.insert(
-        checker::MUTEX.to_string(),
-        CheckerReport::from_anomalies([
-            &mutex.overlap,
-            &mutex.unsafe_action,
-            &mutex.foreign_release,
-        ]),
-    );
-    checkers.insert(checker::COUNTER.to_string(), counter.report.into());
-    checkers.insert(
-        checker::FENCE.to_string(),
-        CheckerReport::from_anomalies([&fences.stale]),
-    );
-    checkers.insert(checker::NONLINEARIZABLE.to_string(), linear_report);
-    let (faults, fault_notes) = faults.finish();
-    checkers.insert(checker::FAULTS.to_string(), faults);
-
-    let anomalies: BTreeMap<String, Anomaly> = [
-        (anomaly::LOCK_OVERLAP, mutex.overlap),
-        (anomaly::UNSAFE_ACTION, mutex.unsafe_action),
-        (anomaly::FOREIGN_RELEASE, mutex.foreign_release),
-        (anomaly::LOST_UPDATE, counter.lost_update),
-        (anomaly::STALE_FENCE_ACCEPTED, fences.stale),
-        (anomaly::NONLINEARIZABLE, nonlinear),
-    ]
-    .into_iter()
-    .map(|(name, mut a)| {
-        cause::attribute(&mut a, &causes);
-        (name.to_string(), a)
-    })
-    .collect();
-
-    let mut stats = stats;
-    (stats.stalls, stats.longest_stall_ms) = causes.unplanned();
-    let mut notes = counter.notes;
-    notes.extend(linear_note);
-    notes.extend(extra_notes);
-    notes.extend(fault_notes);
-    let valid = verdict::decide(promise, &anomalies, &checkers, truncated, &mut notes);
-    Results {
-        valid,
-        promise,
-        anomalies,
-        checkers,
-        stats,
-        notes,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::testing::Hist;
-    use serde_json::json;
-
-    use verdict::anomaly::ALL;
-
-    /// Two workers taking turns, with fences; one acquire times out and the
-    /// worker continues as process 11.
-    fn clean() -> Hist {
-        let mut h = Hist::new();
-        h.final_read(0);
-        h.acquire(1, "a").fence(1);
-        h.read(1, 0).fence(1);
-        h.write(1, 1).fence(1);
-        h.release(1, "a");
-        h.invoke(2, "acquire");
-        h.info(2, "acquire").error("timeout");
-        h.release(12, "lost"); // releasing whatever the timed-out acquire took
-        h.acquire(1, "b").fence(3);
-        h.read(1, 1).fence(3);
-        h.write(1, 2).fence(3);
-        h.release(1, "b");
-        h.final_read(2);
-        h
-    }
-
-    /// Process 1 is paused past its TTL; 2 acquires, then 1 wakes and writes.
-    fn paused_holder(fenced: bool) -> Hist {
-        let mut h = Hist::new();
-        h.acquire(1, "a").fence(1);
-        h.read(1, 0).fence(1);
-        h.nemesis("start-pause");
-        h.sleep(1_000);
-        h.acquire(2, "b").fence(2);
-        h.read(2, 0).fence(2);
-        h.write(2, 1).fence(2);
-        h.release(2, "b");
-        h.nemesis("stop-pause");
-        h.invoke(1, "write").value(1).fence(1);
-        if fenced {
-            h.fail(1, "write").fence(1).error("stale-fence");
-        } else {
-            h.ok(1, "write").value(1).fence(1);
-        }
-        h.invoke(1, "release").token("a");
-        h.fail(1, "release").token("a").error("not-held");
-        h.final_read(1);
-        h
-    }
-
-    #[test]
-    fn a_clean_run_is_valid_and_lists_every_anomaly_at_zero() {
-        let r = check(&clean().build(), Promise::MutualExclusion);
-        assert_eq!(r.valid, Validity::True, "{r:#?}");
-        for name in ALL {
-            assert_eq!(r.anomalies[name].count, 0, "{name}");
-        }
-        assert!(r.checkers.values().all(|c| c.valid == Validity::True));
-        let counter = r.counter().unwrap();
-        assert_eq!((counter.acknowledged, counter.final_value), (2, Some(2)));
-        assert_eq!(r.stats.acquired, 2);
-        assert!(r.notes.is_empty(), "{:?}", r.notes);
-    }
-
-    #[test]
-    fn a_truncated_history_cannot_be_declared_valid() {
-        let mut h = clean();
-        h.truncated();
-        let r = check(&h.build(), Promise::MutualExclusion);
-        assert_eq!(r.valid, Validity::Unknown);
-        assert!(
-            r.notes.iter().any(|n| n.contains("truncated")),
-            "{:?}",
-            r.notes
-        );
-    }
-
-    #[test]
-    fn a_missing_final_read_leaves_the_verdict_unknown() {
-        let mut h = Hist::new();
-        h.acquire(1, "a");
-        h.write(1, 1);
-        h.release(1, "a");
-        for promise in [Promise::MutualExclusion, Promise::DataSafety] {
-            let r = check(&h.build(), promise);
-            assert_eq!(r.valid, Validity::Unknown, "{promise}");
-            assert_eq!(r.checkers[checker::COUNTER].valid, Validity::Unknown);
-        }
-    }
-
-    #[test]
-    fn an_unfenced_stale_holder_breaks_mutual_exclusion() {
-        let h = paused_holder(false);
-        let r = check(&h.build(), Promise::MutualExclusion);
-        assert_eq!(r.valid, Validity::False);
-        assert_eq!(
-            r.anomalies[anomaly::LOCK_OVERLAP].examples,
-            vec![vec![1, 6]]
-        );
-        assert_eq!(
-            r.anomalies[anomaly::UNSAFE_ACTION].examples,
-            vec![vec![15, 6]]
-        );
-        // Both writes wrote 1.
-        assert_eq!(r.anomalies[anomaly::LOST_UPDATE].count, 1);
-        assert_eq!(r.checkers[checker::MUTEX].valid, Validity::False);
-        assert_eq!(r.stats.first_fault_time, Some(h.build().events[4].time));
-        // Every occurrence is put down to the pause, the lost update too.
-        for (name, a) in r.anomalies.iter().filter(|(_, a)| a.count > 0) {
-            assert_eq!(a.causes.get("pause"), Some(&a.count), "{name}: {a:?}");
-            assert_eq!(a.example_causes.len(), a.examples.len(), "{name}");
-            assert!(a.example_causes.iter().all(|c| c == "pause"), "{name}");
-        }
-    }
-
-    #[test]
-    fn a_fenced_overlap_is_reported_but_keeps_data_safety() {
-        let r = check(&paused_holder(true).build(), Promise::DataSafety);
-        assert_eq!(r.anomalies[anomaly::LOCK_OVERLAP].count, 1);
-        assert_eq!(r.checkers[checker::MUTEX].valid, Validity::False);
-        assert_eq!(r.valid, Validity::True, "{r:#?}");
-        assert!(r.notes.iter().any(|n| n.starts_with("lock-overlap")));
-        assert_eq!(r.counter().unwrap().stale_fence_rejected.writes, 1);
-        // The same history breaks the stronger promise.
-        let strict = check(&paused_holder(true).build(), Promise::MutualExclusion);
-        assert_eq!(strict.valid, Validity::False);
-    }
-
-    #[test]
-    fn a_stale_fence_accepted_breaks_data_safety() {
-        let mut h = Hist::new();
-        h.acquire(1, "a").fence(1);
-        h.acquire(2, "b").fence(2);
-        h.write(2, 1).fence(2); // ok 5
-        h.release(2, "b");
-        h.read(1, 1).fence(1); // ok 9: should have been refused
-        h.release(1, "a");
-        h.final_read(1);
-        let r = check(&h.build(), Promise::DataSafety);
-        assert_eq!(r.valid, Validity::False);
-        assert_eq!(
-            r.anomalies[anomaly::STALE_FENCE_ACCEPTED].examples,
-            vec![vec![5, 9]]
-        );
-        assert_eq!(r.checkers[checker::FENCE].valid, Validity::False);
-    }
-
-    #[test]
-    fn a_del_release_is_foreign_but_not_under_data_safety() {
-        let mut h = Hist::new();
-        h.acquire(1, "a");
-        h.acquire(2, "b"); // 3
-        h.release(1, "a"); // ok 5
-        h.release(2, "b");
-        h.final_read(0);
-        let mutex = check(&h.build(), Promise::MutualExclusion);
-        assert_eq!(
-            mutex.anomalies[anomaly::FOREIGN_RELEASE].examples,
-            vec![vec![5, 3]]
-        );
-        assert_eq!(mutex.valid, Validity::False);
-        let data = check(&h.build(), Promise::DataSafety);
-        assert_eq!(data.valid, Validity::True);
-    }
-
-    #[test]
-    fn results_json_has_the_contract_shape_and_reads_back() {
-        let cases = [
-            (clean(), Promise::MutualExclusion, json!(true)),
-            (paused_holder(false), Promise::MutualExclusion, json!(false)),
-            (
-                {
-                    let mut h = clean();
-                    h.truncated();
-                    h
-                },
-                Promise::DataSafety,
-                json!("unknown"),
+/// Every checker of the verdict, the one registry: its name, what it
+/// reports, how it is fed. Checkers' notes appear in this order; anomalies
+/// in their `rank` order wherever a reader scans them. (`faults`, stats and
+/// attribution are the run's own record, not checkers of the lock: they
+/// are in every pass, see [`feed::OnePass`].)
+static CHECKERS: &[CheckerEntry] = &[
+    CheckerEntry {
+        name: mutex::NAME,
+        anomalies: &[
+            kind(anomaly::LOCK_OVERLAP, 0, Some("overlap"), Breaks::Exclusion),
+            kind(anomaly::UNSAFE_ACTION, 1, Some("unsafe"), Breaks::Exclusion),
+            kind(
+                anomaly::FOREIGN_RELEASE,
+                4,
+                Some("foreign"),
+                Breaks::Exclusion,
             ),
-        ];
-        for (h, promise, valid) in cases {
-            let r = check(&h.build(), promise);
-            let text = serde_json::to_string_pretty(&r).unwrap();
-            let json: serde_json::Value = serde_json::from_str(&text).unwrap();
-            assert_eq!(json["valid"], valid);
-            assert_eq!(json["promise"], promise.to_string());
-            assert_eq!(json["anomalies"].as_object().unwrap().len(), ALL.len());
-            assert!(json["checkers"]["counter"]["acknowledged"].is_u64());
-            assert!(json["stats"]["ops_per_s"].is_f64());
-            let back: Results = serde_json::from_str(&text).unwrap();
-            assert_eq!(back, r);
-        }
+        ],
+        fed: Fed::Events(|| Box::<mutex::Mutex>::default()),
+    },
+    CheckerEntry {
+        name: counter::NAME,
+        anomalies: &[kind(anomaly::LOST_UPDATE, 2, Some("lost"), Breaks::Data)],
+        fed: Fed::Events(|| Box::<counter::Counter>::default()),
+    },
+    CheckerEntry {
+        name: fence::NAME,
+        anomalies: &[kind(
+            anomaly::STALE_FENCE_ACCEPTED,
+            3,
+            Some("stale fence"),
+            Breaks::Data,
+        )],
+        fed: Fed::Events(|| Box::<fence::Fences>::default()),
+    },
+    CheckerEntry {
+        name: linear::NAME,
+        anomalies: &[kind(anomaly::NONLINEARIZABLE, 5, None, Breaks::Exclusion)],
+        fed: Fed::Whole {
+            keeps: linear::reads,
+            check: linear::finding,
+        },
+    },
+];
+
+/// A registry line's anomaly, positionally to keep the table short.
+const fn kind(
+    name: &'static str,
+    rank: u8,
+    short: Option<&'static str>,
+    breaks: Breaks,
+) -> AnomalyKind {
+    AnomalyKind {
+        name,
+        rank,
+        short,
+        breaks,
     }
 }

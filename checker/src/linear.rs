@@ -28,11 +28,16 @@
 //! the holder nor any remaining acquire could give it something to release.
 //! Either way any valid completion using the op has one without it.
 
+use crate::anomaly;
 use crate::history::{f, Event, History, OpType, Process};
 use crate::ops::Pairs;
-use crate::verdict::Validity;
+use crate::registry::Finding;
+use crate::verdict::{Anomaly, CheckerReport, Validity, Witness};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
+
+/// The checker's key under `results.json`'s `checkers`.
+pub const NAME: &str = "nonlinearizable";
 
 /// Limits of one search; exceeding either gives [`Validity::Unknown`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -226,6 +231,44 @@ pub fn reads(e: &Event) -> bool {
 /// Checks `history` for linearizability against the owner-aware mutex.
 pub fn check(history: &History, budget: Budget) -> Outcome {
     Search::new(prepare(history), budget).run()
+}
+
+/// The lock operations as an owner-aware mutex, within the default budget:
+/// the anomaly, the checker's report, and why it gave up if it did.
+pub(crate) fn finding(history: &History) -> Finding {
+    let outcome = check(history, Budget::default());
+    let mut nonlinear = Anomaly::default();
+    if outcome.valid == Validity::False {
+        let time = outcome
+            .witness
+            .iter()
+            .filter_map(|i| history.events.iter().find(|e| e.index == *i))
+            .map(|e| e.time)
+            .max()
+            .unwrap_or_default();
+        nonlinear.record(Witness {
+            indices: outcome.witness.clone(),
+            time,
+        });
+    }
+    let mut report = CheckerReport::new(outcome.valid);
+    report
+        .details
+        .insert("states".into(), serde_json::json!(outcome.states));
+    if let Some(reason) = &outcome.reason {
+        report
+            .details
+            .insert("reason".into(), serde_json::json!(reason));
+    }
+    let notes = match (outcome.valid, outcome.reason) {
+        (Validity::Unknown, Some(r)) => vec![format!("nonlinearizable: could not decide: {r}")],
+        _ => Vec::new(),
+    };
+    Finding {
+        report,
+        anomalies: vec![(anomaly::NONLINEARIZABLE, nonlinear)],
+        notes,
+    }
 }
 
 const NIL: usize = usize::MAX;

@@ -6,11 +6,15 @@
 //! memory follows the concurrency (plus holds that never end), not the
 //! history's length.
 
-use crate::feed::{Invoked, OnEvent};
 use crate::history::{f, Event, OpType, Process};
 use crate::holds::Hold;
-use crate::verdict::{Anomaly, Witness};
+use crate::registry::Finding;
+use crate::verdict::{Anomaly, CheckerReport, Witness};
+use crate::{anomaly, Checker, Invoked, OnEvent};
 use rustc_hash::FxHashMap;
+
+/// The checker's key under `results.json`'s `checkers`.
+pub const NAME: &str = "mutex";
 
 /// A hold still open (not yet ended by a release invoke).
 struct Open {
@@ -82,6 +86,35 @@ impl OnEvent for Mutex {
                 self.pending.remove(&e.process);
             }
             _ => {}
+        }
+    }
+}
+
+impl Checker for Mutex {
+    fn so_far(&self, anomaly: &str) -> Option<u64> {
+        let found = match anomaly {
+            anomaly::LOCK_OVERLAP => &self.overlap,
+            anomaly::UNSAFE_ACTION => &self.unsafe_action,
+            anomaly::FOREIGN_RELEASE => &self.foreign_release,
+            _ => return None,
+        };
+        Some(found.count)
+    }
+
+    fn finish(self: Box<Self>) -> Finding {
+        let report = CheckerReport::from_anomalies([
+            &self.overlap,
+            &self.unsafe_action,
+            &self.foreign_release,
+        ]);
+        Finding {
+            report,
+            anomalies: vec![
+                (anomaly::LOCK_OVERLAP, self.overlap),
+                (anomaly::UNSAFE_ACTION, self.unsafe_action),
+                (anomaly::FOREIGN_RELEASE, self.foreign_release),
+            ],
+            notes: Vec::new(),
         }
     }
 }

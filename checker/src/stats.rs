@@ -1,8 +1,8 @@
 //! Throughput and outcome counts for the report.
 
-use crate::feed::{Invoked, OnEvent};
-use crate::history::{f, Event, OpType};
+use crate::history::{error, f, Event, OpType};
 use crate::verdict::Stats;
+use crate::{Invoked, OnEvent};
 
 /// Order does not matter here; fed like the others so one pass does all.
 #[derive(Default)]
@@ -18,7 +18,7 @@ impl OnEvent for StatsCheck {
             (lo.min(e.time), hi.max(e.time))
         }));
         if e.is_nemesis() {
-            if e.f.starts_with("start-") {
+            if crate::history::fault::started(&e.f).is_some() {
                 s.first_fault_time = Some(s.first_fault_time.map_or(e.time, |t| t.min(e.time)));
             }
             return;
@@ -39,7 +39,7 @@ impl OnEvent for StatsCheck {
         }
         if matches!(e.kind, OpType::Fail | OpType::Info) {
             if let Some(error) = &e.error {
-                *s.errors.entry(error_kind(error).to_string()).or_default() += 1;
+                *s.errors.entry(error::kind(error).to_string()).or_default() += 1;
             }
         }
     }
@@ -56,12 +56,6 @@ impl StatsCheck {
         }
         s
     }
-}
-
-/// The kind of an error: what comes before its first `:` (the rest is
-/// detail, such as which nodes answered), so the stats group like with like.
-pub fn error_kind(error: &str) -> &str {
-    error.split(':').next().unwrap_or(error).trim()
 }
 
 #[cfg(test)]

@@ -1,18 +1,15 @@
 //! Strike points: where in a client's cycle a `pause` or `crash` lands. They
 //! are part of the history's vocabulary: a fault event that struck a client
-//! carries `"at": <point>` and `"process": <id>`, and that client's own
-//! events around the fault show whether it landed there ([`Placement`]).
+//! carries `"at": <point>` and `"process": <id>` (`history::fault::{AT,
+//! PROCESS}`), and that client's own events around the fault show whether
+//! it landed there ([`Placement`]).
 
+use crate::history::fault::{AT, PROCESS};
 use crate::history::{f, Event, OpType, Process};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
-
-/// The key of a fault event's value naming the point it struck.
-pub const AT: &str = "at";
-/// The key of a fault event's value naming the client process it struck.
-pub const PROCESS: &str = "process";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -78,7 +75,10 @@ impl FromStr for Point {
             .find(|p| p.name() == s)
             .ok_or_else(|| {
                 let names: Vec<&str> = Point::ALL.map(Point::name).to_vec();
-                format!("unknown strike point '{s}': choose one of {}", names.join(", "))
+                format!(
+                    "unknown strike point '{s}': choose one of {}",
+                    names.join(", ")
+                )
             })
     }
 }
@@ -208,7 +208,11 @@ mod tests {
         h.invoke(1, f::WRITE).value(4);
         let why = misplaced(&h);
         assert_eq!(why.len(), 1, "{why:?}");
-        assert!(why[0].contains("last event before it was read ok"), "{}", why[0]);
+        assert!(
+            why[0].contains("last event before it was read ok"),
+            "{}",
+            why[0]
+        );
 
         let mut h = Hist::new();
         h.ok(2, f::ACQUIRE);
@@ -234,6 +238,9 @@ mod tests {
             assert_eq!(p.name().parse::<Point>(), Ok(p));
             assert_eq!(serde_json::to_value(p).unwrap(), json!(p.name()));
         }
-        assert!("later".parse::<Point>().unwrap_err().contains("acquiring, acquired"));
+        assert!("later"
+            .parse::<Point>()
+            .unwrap_err()
+            .contains("acquiring, acquired"));
     }
 }

@@ -8,53 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-/// Anomaly names (contract).
-pub mod anomaly {
-    pub const LOCK_OVERLAP: &str = "lock-overlap";
-    pub const UNSAFE_ACTION: &str = "unsafe-action";
-    pub const LOST_UPDATE: &str = "lost-update";
-    pub const STALE_FENCE_ACCEPTED: &str = "stale-fence-accepted";
-    pub const FOREIGN_RELEASE: &str = "foreign-release";
-    pub const NONLINEARIZABLE: &str = "nonlinearizable";
-
-    /// Every anomaly, in the order a reader scans for them.
-    pub const ALL: [&str; 6] = [
-        LOCK_OVERLAP,
-        UNSAFE_ACTION,
-        LOST_UPDATE,
-        STALE_FENCE_ACCEPTED,
-        FOREIGN_RELEASE,
-        NONLINEARIZABLE,
-    ];
-}
-
-/// Checker names: the keys of `results.json`'s `checkers`.
-pub mod checker {
-    pub const MUTEX: &str = "mutex";
-    pub const COUNTER: &str = "counter";
-    pub const FENCE: &str = "fence";
-    pub const NONLINEARIZABLE: &str = "nonlinearizable";
-    /// Whether every fault showed it took effect; counts under every promise.
-    pub const FAULTS: &str = "faults";
-}
-
-/// Which anomalies each checker looks for. A checker's own `valid` only
-/// matters to the verdict when one of its anomalies counts under the promise.
-/// Checkers missing here count under every promise, so a new checker fails
-/// safe until it is listed.
-const CHECKER_ANOMALIES: &[(&str, &[&str])] = &[
-    (
-        checker::MUTEX,
-        &[
-            anomaly::LOCK_OVERLAP,
-            anomaly::UNSAFE_ACTION,
-            anomaly::FOREIGN_RELEASE,
-        ],
-    ),
-    (checker::COUNTER, &[anomaly::LOST_UPDATE]),
-    (checker::FENCE, &[anomaly::STALE_FENCE_ACCEPTED]),
-    (checker::NONLINEARIZABLE, &[anomaly::NONLINEARIZABLE]),
-];
+use crate::registry::{self, Breaks};
 
 /// What a lock configuration claims.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -82,10 +36,7 @@ impl Promise {
         match self {
             Promise::MutualExclusion => true,
             Promise::DataSafety => {
-                matches!(
-                    anomaly,
-                    anomaly::LOST_UPDATE | anomaly::STALE_FENCE_ACCEPTED
-                )
+                registry::kind(anomaly).is_some_and(|k| k.breaks == Breaks::Data)
             }
         }
     }
@@ -211,14 +162,14 @@ pub struct Anomaly {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_time: Option<u64>,
     /// How many occurrences each fault preceded: a nemesis fault's name
-    /// (`pause`, `kill`…), `stall`, or `none` (see [`crate::cause`]).
+    /// (`pause`, `kill`…), `stall`, or `none` (see `cause.rs`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub causes: BTreeMap<String, u64>,
     /// The cause of each example, in the order of `examples`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub example_causes: Vec<String>,
     /// Every occurrence's witness time, until the whole history is seen and
-    /// [`crate::cause::attribute`] turns them into `causes`: a stall is
+    /// attribution (`cause.rs`) turns them into `causes`: a stall is
     /// recorded when it ends, after the anomaly it may explain.
     #[serde(skip)]
     pub times: Vec<u64>,
@@ -317,18 +268,11 @@ pub struct Results {
 impl Results {
     /// The counter checker's typed report, if present and well-formed.
     pub fn counter(&self) -> Option<crate::counter::CounterReport> {
-        let report = self.checkers.get(checker::COUNTER)?;
+        let report = self.checkers.get(crate::counter::NAME)?;
         serde_json::to_value(report)
             .ok()
             .and_then(|v| serde_json::from_value(v).ok())
     }
-}
-
-fn anomalies_of(checker_name: &str) -> Option<&'static [&'static str]> {
-    CHECKER_ANOMALIES
-        .iter()
-        .find(|(name, _)| *name == checker_name)
-        .map(|(_, anomalies)| *anomalies)
 }
 
 /// Combines the findings into the top-level `valid`, appending to `notes`
@@ -352,7 +296,10 @@ pub fn decide(
         }
     }
     for (name, report) in checkers {
-        let counts = anomalies_of(name).is_none_or(|names| names.iter().any(|a| promise.counts(a)));
+        // A checker the registry does not know (the run's own `faults`, or
+        // one from newer results) counts under every promise: it fails safe.
+        let counts = registry::entry(name)
+            .is_none_or(|c| c.anomalies.iter().any(|a| promise.counts(a.name)));
         if !counts {
             continue;
         }
@@ -373,6 +320,7 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::anomaly;
     use serde_json::json;
 
     #[test]
@@ -439,7 +387,7 @@ mod tests {
     fn an_unknown_checker_that_does_not_count_leaves_the_verdict_alone() {
         let mut checkers = BTreeMap::new();
         checkers.insert(
-            checker::NONLINEARIZABLE.to_string(),
+            crate::linear::NAME.to_string(),
             CheckerReport::new(Validity::Unknown),
         );
         let anomalies = BTreeMap::new();

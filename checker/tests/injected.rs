@@ -3,7 +3,7 @@
 
 use checker::generate::valid_history;
 use checker::history::{f, Event, History, OpType, Process};
-use checker::verdict::{Promise, Results, Validity};
+use checker::{Promise, Results, Validity};
 use proptest::prelude::*;
 
 /// Room made after the event at `pos` for `new` events, one ns apart, so

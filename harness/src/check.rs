@@ -3,8 +3,8 @@
 
 use crate::error::{Error, Result};
 use crate::store::{ReadError, RunRecord, StoredRun, HISTORY, RUN_JSON};
-use checker::verdict::{Promise, Results, Validity};
 use checker::History;
+use checker::{Promise, Results, Validity};
 use std::path::{Path, PathBuf};
 
 /// How a history file is written.
@@ -143,7 +143,7 @@ fn check_history(
             ));
             Ok(results)
         }
-        Format::Edn => checker::edn::from_edn(open()?)
+        Format::Edn => checker::from_edn(open()?)
             .map(|h| checker::check(&h, promise))
             .map_err(|e| e.to_string()),
     }

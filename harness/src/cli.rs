@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::matrix::MatrixArgs;
 use crate::options::RunOptions;
 use crate::{check, exit, logging, matrix, run, summary};
-use checker::verdict::{Promise, Validity};
+use checker::{Promise, Validity};
 use clap::{Parser, Subcommand};
 use std::io::{ErrorKind, Write};
 use std::path::PathBuf;

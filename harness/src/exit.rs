@@ -2,7 +2,7 @@
 //! 2 unknown, 254 bad arguments, configuration or input, 255 the harness
 //! itself failed.
 
-use checker::verdict::Validity;
+use checker::Validity;
 
 /// The history satisfies the promise (and `matrix --expect`: every
 /// expectation was met).

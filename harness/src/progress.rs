@@ -6,11 +6,8 @@
 //! paused worker delivers its events late), so the tally lags by that much.
 //! A live hint: the verdict is computed from the stored history at the end.
 
-use checker::feed::{Linear, Pairing, Reorder};
 use checker::history::{Event, OpType};
-use checker::verdict::anomaly::{
-    FOREIGN_RELEASE, LOCK_OVERLAP, STALE_FENCE_ACCEPTED, UNSAFE_ACTION,
-};
+use checker::{OnePass, Pairing, Reorder};
 use indicatif::{ProgressBar, ProgressFinish, ProgressStyle};
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
@@ -19,7 +16,7 @@ use std::time::Duration;
 pub struct Tally {
     reorder: Reorder,
     pairing: Pairing,
-    linear: Linear,
+    pass: OnePass,
     ops: u64,
 }
 
@@ -28,7 +25,7 @@ impl Tally {
         Tally {
             reorder: Reorder::new(window.as_nanos() as u64),
             pairing: Pairing::default(),
-            linear: Linear::default(),
+            pass: OnePass::default(),
             ops: 0,
         }
     }
@@ -37,23 +34,19 @@ impl Tally {
         if e.kind == OpType::Invoke && e.process.is_client() {
             self.ops += 1;
         }
-        let (pairing, linear) = (&mut self.pairing, &mut self.linear);
-        self.reorder.push(e.clone(), |e| pairing.feed(&e, linear));
+        let (pairing, pass) = (&mut self.pairing, &mut self.pass);
+        self.reorder.push(e.clone(), |e| pairing.feed(&e, pass));
     }
 
     pub fn snapshot(&self) -> Snapshot {
-        let m = &self.linear.mutex;
         Snapshot {
             ops: self.ops,
-            anomalies: [
-                (LOCK_OVERLAP, m.overlap.count),
-                (UNSAFE_ACTION, m.unsafe_action.count),
-                (FOREIGN_RELEASE, m.foreign_release.count),
-                (STALE_FENCE_ACCEPTED, self.linear.fences.stale.count),
-            ]
-            .into_iter()
-            .filter(|(_, n)| *n > 0)
-            .collect(),
+            anomalies: self
+                .pass
+                .so_far()
+                .into_iter()
+                .filter(|(_, n)| *n > 0)
+                .collect(),
         }
     }
 }

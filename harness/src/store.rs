@@ -4,7 +4,7 @@
 use crate::error::{Context, Result};
 use crate::options::RunPlan;
 use crate::topology::NodeRecord;
-use checker::verdict::{Promise, Results};
+use checker::{Promise, Results};
 use nemesis::Step;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};

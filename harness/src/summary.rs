@@ -1,6 +1,6 @@
 //! The short human summary printed at the end of a run or a check.
 
-use checker::verdict::{Anomaly, Results, Validity};
+use checker::{Anomaly, Results, Validity};
 use std::fmt::Write;
 
 pub fn verdict_word(v: Validity) -> &'static str {
@@ -100,7 +100,7 @@ pub fn render(title: &str, results: &Results, path: &str) -> String {
 }
 
 /// What preceded an anomaly's occurrences, e.g. `pause 3, stall 1`: the
-/// fault each is put down to (see `checker::cause`); `None` when it never
+/// fault each is put down to (`checker::Anomaly::causes`); `None` when it never
 /// occurred or was checked before attribution existed.
 pub fn causes(a: &Anomaly) -> Option<String> {
     if a.count == 0 || a.causes.is_empty() {

@@ -10,7 +10,7 @@
 use crate::error::{Context, Result};
 use crate::journal::HistoryWriter;
 use checker::history::{error, f, Event, OpType, Process};
-use checker::strike::Point;
+use checker::Point;
 use nemesis::{process, AtPoint, Live};
 use serde_json::json;
 use std::os::unix::process::ExitStatusExt;
@@ -106,7 +106,9 @@ fn spawn(spec: &WorkerSpec, ctx: &Shared) -> Result<Worker> {
                     }
                 });
             } else {
-                tracing::warn!("worker {index} wrote a line that is neither an event nor a strike: {line}")
+                tracing::warn!(
+                    "worker {index} wrote a line that is neither an event nor a strike: {line}"
+                )
             }
         }
         seen

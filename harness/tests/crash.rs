@@ -3,7 +3,7 @@
 
 mod common;
 
-use checker::verdict::Validity;
+use checker::Validity;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -168,7 +168,7 @@ fn a_killed_worker_is_recorded_as_crashed_and_replaced_not_blamed_as_a_second_ho
         (Some("info"), Some("crashed")),
         "the waiter's acquire in flight completes as info: {completion}"
     );
-    let results: checker::verdict::Results = serde_json::from_str(&results).unwrap();
+    let results: checker::Results = serde_json::from_str(&results).unwrap();
     assert_eq!(results.valid, Validity::True);
 }
 

@@ -3,7 +3,7 @@
 
 mod common;
 
-use checker::verdict::Validity;
+use checker::Validity;
 use harness::node::{find_redis_server, NodeSpec, RedisNode, Role};
 use harness::options::Persistence;
 use std::io::{Read, Write};
@@ -57,7 +57,7 @@ fn a_clock_jump_that_the_node_does_not_see_makes_the_run_unknown() {
     let jump = &common::events(&dir, "start-clock")[0]["value"];
     assert!(jump["unverified"].is_string(), "{jump}");
     let text = std::fs::read_to_string(dir.join("results.json")).unwrap();
-    let verdict: checker::verdict::Results = serde_json::from_str(&text).unwrap();
+    let verdict: checker::Results = serde_json::from_str(&text).unwrap();
     assert_eq!(verdict.valid, Validity::Unknown);
 }
 

@@ -3,7 +3,7 @@
 
 mod common;
 
-use checker::verdict::Results;
+use checker::Results;
 use common::{count, run_short};
 use std::path::PathBuf;
 

@@ -12,7 +12,7 @@ fn redlock(
     time_limit: &str,
 ) -> (
     common::Run,
-    checker::verdict::Results,
+    checker::Results,
     std::path::PathBuf,
     tempfile::TempDir,
 ) {
@@ -46,7 +46,7 @@ fn clock_jumps_on_a_majority_break_redlock_and_on_one_node_only_a_bare_majority(
 /// majorities share nothing but nodes that `fault_event` names as targets.
 fn overlaps_share_only_faulted_nodes(
     out: &common::Run,
-    results: &checker::verdict::Results,
+    results: &checker::Results,
     dir: &std::path::Path,
     fault_event: &str,
 ) {

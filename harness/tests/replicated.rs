@@ -32,7 +32,7 @@ fn a_primary_restarted_empty_before_sentinel_notices_loses_the_lock() {
 fn failover(
     results: &std::path::Path,
     extra: &[&'static str],
-) -> (common::Run, checker::verdict::Results, std::path::PathBuf) {
+) -> (common::Run, checker::Results, std::path::PathBuf) {
     let outcome = run_short(results, "replicated", "failover", "22", "4", extra);
     let orphans = common::orphaned_chains();
     assert!(orphans.is_empty(), "iptables rules left: {orphans:?}");

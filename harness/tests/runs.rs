@@ -4,7 +4,7 @@
 
 mod common;
 
-use checker::verdict::Validity;
+use checker::Validity;
 use common::{count, run};
 
 /// Short but with room for about four pauses of 1.5 × TTL.
@@ -155,7 +155,7 @@ fn single_without_faults_is_valid_and_rechecks_the_same() {
     // A stored run re-checks to the same verdict.
     let again = common::lockstorm(&["check", "--json", dir.to_str().unwrap()]);
     assert_eq!(again.code, 0, "{}", again.stderr);
-    let rechecked: checker::verdict::Results = serde_json::from_str(&again.stdout).unwrap();
+    let rechecked: checker::Results = serde_json::from_str(&again.stdout).unwrap();
     assert_eq!(rechecked, results);
     // And `lockstorm report` lists it, with its redrawn pictures.
     let report = common::lockstorm(&["report", tmp.path().to_str().unwrap()]);

@@ -5,7 +5,7 @@
 
 mod common;
 
-use checker::verdict::Results;
+use checker::Results;
 use common::wait_for;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;

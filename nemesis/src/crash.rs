@@ -7,7 +7,8 @@ use crate::cluster::BoxFuture;
 use crate::package::{Package, Shape};
 use crate::process;
 use crate::runner::{Env, FaultParams};
-use checker::strike::{Point, AT, PROCESS};
+use checker::history::fault::{AT, PROCESS};
+use checker::Point;
 use serde_json::json;
 use std::time::Duration;
 

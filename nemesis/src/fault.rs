@@ -10,7 +10,7 @@ use crate::partition::Partition;
 use crate::pause::{Pause, PauseNode};
 use crate::scenario::{KillClock, SplitClock};
 use crate::skew::Clock;
-use checker::strike::Point;
+use checker::Point;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;

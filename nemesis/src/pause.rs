@@ -7,7 +7,8 @@ use crate::cluster::BoxFuture;
 use crate::package::{needs_lock_node, Package, Shape};
 use crate::process::Suspended;
 use crate::runner::{Env, FaultParams};
-use checker::strike::{Point, AT, PROCESS};
+use checker::history::fault::{AT, PROCESS};
+use checker::Point;
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -79,13 +80,17 @@ async fn holder(env: &mut Env, duration: Duration, at: Point) {
         Err(e) => {
             env.release(&parked);
             let reason = json!({"pid": pid, "reason": e.to_string()});
-            env.journal.record(&format!("skip-{}", Pause.name()), reason, None);
+            env.journal
+                .record(&format!("skip-{}", Pause.name()), reason, None);
             return;
         }
     };
     let seen = crate::verify::stopped(pid).await;
-    env.journal
-        .record(Pause::START, crate::verify::attach(target.clone(), seen), None);
+    env.journal.record(
+        Pause::START,
+        crate::verify::attach(target.clone(), seen),
+        None,
+    );
     // Queued while it is frozen: it goes on from the point once resumed.
     env.release(&parked);
     env.sleep(duration).await;

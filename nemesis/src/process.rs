@@ -165,6 +165,9 @@ mod tests {
         assert!(wait_for_state(child, 'S'), "child not resumed");
         kill_group(leader.id()).unwrap();
         assert!(!leader.wait().unwrap().success());
-        assert!(wait_for_state(child, 'Z') || state(child).is_none(), "child survived");
+        assert!(
+            wait_for_state(child, 'Z') || state(child).is_none(),
+            "child survived"
+        );
     }
 }

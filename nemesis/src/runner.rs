@@ -3,7 +3,7 @@
 use crate::cluster::Cluster;
 use crate::fault::Targets;
 use crate::Step;
-use checker::strike::Point;
+use checker::Point;
 use serde_json::{json, Value};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;

@@ -2,9 +2,9 @@
 //! same faults at the same offsets.
 
 use crate::fault::{Action, At};
-use checker::strike::Point;
 #[cfg(test)]
 use crate::Fault;
+use checker::Point;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};

@@ -2,13 +2,13 @@
 //! paused process is seen stopped, a killed node's pid is gone and its
 //! restart answers with a new run id, a moved clock is read back, a cut link
 //! refuses a probe while an uncut one connects. The evidence, or why there
-//! is none, goes into the fault's event (`checker::faults` turns the latter
+//! is none, goes into the fault's event (the checker turns the latter
 //! into an unknown verdict).
 
 use crate::cluster::{NodeRef, Source};
 use crate::process;
 use crate::runner::Env;
-use checker::faults::{UNVERIFIED, VERIFIED};
+use checker::history::fault::{UNVERIFIED, VERIFIED};
 use serde_json::{json, Value};
 use std::time::Duration;
 use tokio::task::JoinSet;

@@ -1,6 +1,6 @@
 //! The lock setups lockstorm can test, and what each promises.
 
-use checker::verdict::Promise;
+use checker::Promise;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;

@@ -3,7 +3,7 @@
 //! parks there until the nemesis releases it. A pause is sent while the
 //! worker is parked, so it lands exactly at the point; a crash kills it there.
 
-use checker::strike::Point;
+use checker::Point;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -108,7 +108,13 @@ mod tests {
             let (strikes, parked) = (strikes.clone(), parked.clone());
             std::thread::spawn(move || {
                 strikes.at(Point::Checked, |p| {
-                    assert_eq!(p, Parked { parked: Point::Checked, arm: 1 });
+                    assert_eq!(
+                        p,
+                        Parked {
+                            parked: Point::Checked,
+                            arm: 1
+                        }
+                    );
                     parked.store(true, Ordering::SeqCst);
                 })
             })
@@ -135,7 +141,11 @@ mod tests {
 
     #[test]
     fn the_parked_line_is_one_json_object() {
-        let line = serde_json::to_string(&Parked { parked: Point::Releasing, arm: 9 }).unwrap();
+        let line = serde_json::to_string(&Parked {
+            parked: Point::Releasing,
+            arm: 9,
+        })
+        .unwrap();
         assert_eq!(line, r#"{"parked":"releasing","arm":9}"#);
     }
 }

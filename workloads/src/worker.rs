@@ -8,7 +8,7 @@ use crate::storage::Storage;
 use crate::strike::{Hook, Strikes};
 use crate::{Config, Outcome};
 use checker::history::{error, f, Event, OpType, Process};
-use checker::strike::Point;
+use checker::Point;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -335,7 +335,7 @@ impl<W: Write> Worker<W> {
         }
         self.errored |= match outcome {
             Outcome::Ok(_) => false,
-            Outcome::Fail(e) => !ANSWERS.contains(&checker::stats::error_kind(e)),
+            Outcome::Fail(e) => !ANSWERS.contains(&checker::history::error::kind(e)),
             Outcome::Info(_) => true,
         };
     }

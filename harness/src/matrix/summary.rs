@@ -4,7 +4,7 @@
 
 use super::expect::{self, Expectations, Expected};
 use crate::summary::verdict_word;
-use checker::verdict::{Results, Validity};
+use checker::{Results, Validity};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -218,7 +218,7 @@ impl Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use checker::verdict::{Anomaly, Promise};
+    use checker::{Anomaly, Promise};
 
     fn results(valid: Validity, overlaps: u64, ops_per_s: f64) -> Results {
         let mut r = Results {

@@ -5,7 +5,6 @@
 
 use super::font::{self, FAMILY};
 use crate::matrix::summary::{Row, Summary};
-use checker::verdict::anomaly;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -25,15 +24,6 @@ const INVALID: RGBColor = RGBColor(245, 190, 185);
 const MIXED: RGBColor = RGBColor(250, 225, 170);
 const UNKNOWN: RGBColor = RGBColor(220, 220, 220);
 const EMPTY: RGBColor = RGBColor(248, 248, 248);
-
-/// The anomalies a cell lists, with short names to fit.
-const SHOWN: [(&str, &str); 5] = [
-    (anomaly::LOCK_OVERLAP, "overlap"),
-    (anomaly::UNSAFE_ACTION, "unsafe"),
-    (anomaly::LOST_UPDATE, "lost"),
-    (anomaly::STALE_FENCE_ACCEPTED, "stale fence"),
-    (anomaly::FOREIGN_RELEASE, "foreign"),
-];
 
 /// Writes both pictures into `dir`.
 pub fn comparison(dir: &Path, summary: &Summary) -> anyhow::Result<()> {
@@ -174,10 +164,12 @@ where
         let font = (FAMILY, 20).into_font().color(&colour);
         root.draw(&Text::new(mark, (x + CELL_W - 24, y + 4), font))?;
     }
-    let found: Vec<String> = SHOWN
+    // The anomalies with a short name, to fit, in the reader's order.
+    let found: Vec<String> = checker::anomalies()
         .iter()
-        .filter_map(|(name, short)| {
-            let n = *row.anomalies.get(*name)?;
+        .filter_map(|a| {
+            let short = a.short?;
+            let n = *row.anomalies.get(a.name)?;
             (n > 0).then(|| format!("{short} {n}"))
         })
         .collect();

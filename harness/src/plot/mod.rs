@@ -14,7 +14,8 @@ pub use comparison::{comparison, PNG as COMPARISON_PNG, SVG as COMPARISON_SVG};
 pub use latency::{latency, rate};
 pub use timeline::{timeline, timeline_svg};
 
-use checker::ops::Pairs;
+use checker::history::fault;
+use checker::Pairs;
 use checker::{History, OpType, Results};
 use plotters::style::RGBColor;
 use std::collections::HashMap;
@@ -80,9 +81,9 @@ fn faults(history: &History) -> Vec<Fault> {
     let mut open: HashMap<&str, u64> = HashMap::new();
     let mut faults = Vec::new();
     for e in history.by_time().into_iter().filter(|e| e.is_nemesis()) {
-        if let Some(name) = e.f.strip_prefix("start-") {
+        if let Some(name) = fault::started(&e.f) {
             open.entry(name).or_insert(e.time);
-        } else if let Some(name) = e.f.strip_prefix("stop-") {
+        } else if let Some(name) = fault::stopped(&e.f) {
             if let Some(start) = open.remove(name) {
                 faults.push(Fault {
                     name: name.to_owned(),

@@ -2,7 +2,7 @@
 //! which holds (a large run merges neighbours), where the ✗ marks go.
 
 use super::end_time;
-use checker::verdict::anomaly::{LOCK_OVERLAP, UNSAFE_ACTION};
+use checker::anomaly::{LOCK_OVERLAP, UNSAFE_ACTION};
 use checker::{History, Hold, Process, Results};
 use std::collections::{HashMap, HashSet};
 

@@ -1,6 +1,6 @@
 use super::timeline::{HOLD_COLOR, OPEN_HOLD_COLOR, OVERLAP_COLOR};
 use super::*;
-use checker::verdict::anomaly::LOCK_OVERLAP;
+use checker::anomaly::LOCK_OVERLAP;
 use checker::{Anomaly, Promise, Validity};
 use std::collections::BTreeMap;
 

@@ -3,15 +3,10 @@
 
 use super::scan::Run;
 use super::{matrix, runs};
-use checker::verdict::anomaly;
 use checker::Validity;
 use std::fmt::Write;
 
 const STYLE: &str = include_str!("style.css");
-
-/// The contract's anomalies first; others found in older or newer results
-/// follow alphabetically.
-const ANOMALY_ORDER: [&str; 6] = anomaly::ALL;
 
 pub fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -51,18 +46,17 @@ pub fn anchor(rel: &str) -> String {
     format!("run-{id}")
 }
 
+/// The registry's anomalies first, in the order a reader scans for them;
+/// others found in older or newer results follow alphabetically.
 pub fn anomaly_names<'a>(seen: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let known: Vec<&str> = checker::anomalies().iter().map(|a| a.name).collect();
     let mut extra: Vec<String> = seen
-        .filter(|n| !ANOMALY_ORDER.contains(n))
+        .filter(|n| !known.contains(n))
         .map(str::to_owned)
         .collect();
     extra.sort();
     extra.dedup();
-    ANOMALY_ORDER
-        .iter()
-        .map(|s| s.to_string())
-        .chain(extra)
-        .collect()
+    known.iter().map(|s| s.to_string()).chain(extra).collect()
 }
 
 /// A count cell: grey when zero, red when it breaks the promise, amber when

@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-use checker::verdict::{Results, Validity};
+use checker::{Results, Validity};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

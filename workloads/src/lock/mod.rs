@@ -14,7 +14,7 @@ use crate::clock::LockClock;
 use crate::conn::Conn;
 use crate::strike::Hook;
 use crate::{Config, Outcome};
-use checker::strike::Point;
+use checker::Point;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;

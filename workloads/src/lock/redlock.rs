@@ -15,7 +15,7 @@ use crate::conn::Conn;
 use crate::strike::Hook;
 use crate::Outcome;
 use checker::history::error::NOT_HELD;
-use checker::strike::Point;
+use checker::Point;
 use redis::Script;
 use std::sync::Arc;
 use std::time::Duration;

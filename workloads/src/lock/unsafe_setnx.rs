@@ -5,7 +5,7 @@ use super::{first_node, released, Grant, LockClient, LockParams, COMPARE_AND_DEL
 use crate::conn::Conn;
 use crate::strike::Hook;
 use crate::Outcome;
-use checker::strike::Point;
+use checker::Point;
 use redis::Script;
 
 pub struct UnsafeSetnx {

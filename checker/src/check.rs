@@ -1,0 +1,380 @@
+//! Checking a whole history: every registered checker, then the verdict.
+//! [`check`] takes a history in memory, [`check_jsonl`] one streamed from a
+//! file; both end in [`assemble`], so they give the same results for the
+//! same events.
+
+use crate::feed::{self, OnePass, Pairing, PassFindings, Reorder};
+use crate::history::{self, Event, History};
+use crate::registry::{CheckerEntry, Fed, Finding};
+use crate::verdict::{self, Anomaly, Promise, Results, Validity};
+use crate::{cause, faults, CHECKERS};
+use std::collections::BTreeMap;
+
+/// Checks `history` against `promise`. Every anomaly looked for is reported,
+/// with count 0 when absent.
+pub fn check(history: &History, promise: Promise) -> Results {
+    let mut pass = OnePass::default();
+    let mut pairing = Pairing::default();
+    for e in history.in_time_order() {
+        pairing.feed(e, &mut pass);
+    }
+    let whole = CHECKERS
+        .iter()
+        .filter_map(|c| match c.fed {
+            Fed::Whole { check, .. } => Some((c, check(history))),
+            Fed::Events(_) => None,
+        })
+        .collect();
+    let mut notes = Vec::new();
+    if pairing.unmatched() > 0 {
+        notes.push(format!(
+            "{} client completion(s) had no invocation before them and were skipped",
+            pairing.unmatched()
+        ));
+    }
+    assemble(pass.finish(), whole, history.truncated, promise, notes)
+}
+
+/// How a streamed check went: what it needed to hold at most.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StreamStats {
+    pub events: u64,
+    /// Most events waiting at once in the reorder window.
+    pub peak_waiting: usize,
+    /// Events that arrived later than the window and were checked out of order.
+    pub late: u64,
+}
+
+/// Checks a JSONL history as it is read, without holding it: the event-fed
+/// checkers see each event once, put back into time order within
+/// `window_ns`. Only the events a whole-history checker (`nonlinearizable`:
+/// the lock operations) reads are kept, and only when `linearizability_too`
+/// asks for those checkers.
+pub fn check_jsonl(
+    reader: impl std::io::BufRead,
+    promise: Promise,
+    window_ns: u64,
+    linearizability_too: bool,
+) -> Result<(Results, StreamStats), history::ParseError> {
+    let mut pass = OnePass::default();
+    let mut pairing = Pairing::default();
+    let mut reorder = Reorder::new(window_ns);
+    // Each whole-history checker with the events it reads.
+    let mut kept: Vec<(&CheckerEntry, History)> = CHECKERS
+        .iter()
+        .filter(|c| matches!(c.fed, Fed::Whole { .. }))
+        .map(|c| (c, History::default()))
+        .collect();
+    let mut stream = StreamStats::default();
+    let mut truncated = false;
+    {
+        let mut sink = |e: Event| {
+            pairing.feed(&e, &mut pass);
+            if linearizability_too {
+                keep(&mut kept, e);
+            }
+        };
+        feed::read_jsonl(reader, &mut truncated, |e| {
+            stream.events += 1;
+            reorder.push(e, &mut sink);
+        })?;
+        reorder.drain(&mut sink);
+    }
+    stream.peak_waiting = reorder.peak;
+    stream.late = reorder.late;
+    let whole = kept
+        .into_iter()
+        .map(|(c, h)| match (linearizability_too, &c.fed) {
+            (true, Fed::Whole { check, .. }) => (c, check(&h)),
+            _ => (c, c.not_checked()),
+        })
+        .collect();
+    let mut notes = Vec::new();
+    if pairing.unmatched() > 0 {
+        notes.push(format!(
+            "{} client completion(s) had no invocation before them and were skipped",
+            pairing.unmatched()
+        ));
+    }
+    let mut results = assemble(pass.finish(), whole, truncated, promise, notes);
+    if stream.late > 0 {
+        results.notes.push(format!(
+            "{} event(s) arrived more than {} ms out of time order and were checked out of order",
+            stream.late,
+            window_ns / 1_000_000
+        ));
+        // What was found out of order may be an artefact of the order: a
+        // verdict must rest on a named anomaly, or be unknown.
+        let named = results.anomalies.values().any(|a| a.found());
+        results.valid = match named {
+            true => results.valid.and(Validity::Unknown),
+            false => Validity::Unknown,
+        };
+    }
+    Ok((results, stream))
+}
+
+/// Gives `e` to each whole-history checker that reads it: a copy to all but
+/// the last, which takes the event itself.
+fn keep(kept: &mut [(&CheckerEntry, History)], e: Event) {
+    let reads = |c: &CheckerEntry| matches!(c.fed, Fed::Whole { keeps, .. } if keeps(&e));
+    let mut readers = kept.iter_mut().filter(|(c, _)| reads(c)).peekable();
+    while let Some((_, h)) = readers.next() {
+        match readers.peek() {
+            Some(_) => h.events.push(e.clone()),
+            None => {
+                h.events.push(e);
+                return;
+            }
+        }
+    }
+}
+
+/// Builds `Results` from every checker's finding: the event-fed ones from
+/// the pass, then `whole` (the whole-history ones), both in registry order.
+/// Notes come in that order too, then the run's own (`extra_notes`, faults),
+/// then the verdict's.
+fn assemble(
+    pass: PassFindings,
+    whole: Vec<(&'static CheckerEntry, Finding)>,
+    truncated: bool,
+    promise: Promise,
+    extra_notes: Vec<String>,
+) -> Results {
+    let PassFindings {
+        checkers: event_fed,
+        stats,
+        faults,
+        causes,
+    } = pass;
+    let findings = event_fed.into_iter().chain(whole);
+
+    let mut checkers = BTreeMap::new();
+    let mut anomalies: BTreeMap<String, Anomaly> = BTreeMap::new();
+    let mut notes = Vec::new();
+    for (c, finding) in findings {
+        checkers.insert(c.name.to_string(), finding.report);
+        for (anomaly, mut a) in finding.anomalies {
+            cause::attribute(&mut a, &causes);
+            anomalies.insert(anomaly.to_string(), a);
+        }
+        notes.extend(finding.notes);
+    }
+    let (faults, fault_notes) = faults.finish();
+    checkers.insert(faults::NAME.to_string(), faults);
+
+    let mut stats = stats;
+    (stats.stalls, stats.longest_stall_ms) = causes.unplanned();
+    notes.extend(extra_notes);
+    notes.extend(fault_notes);
+    let valid = verdict::decide(promise, &anomalies, &checkers, truncated, &mut notes);
+    Results {
+        valid,
+        promise,
+        anomalies,
+        checkers,
+        stats,
+        notes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::Hist;
+    use crate::{anomaly, counter, fence, mutex};
+    use serde_json::json;
+
+    /// Every anomaly's name, in the order a reader scans for them.
+    fn all() -> Vec<&'static str> {
+        crate::anomalies().iter().map(|a| a.name).collect()
+    }
+
+    /// Two workers taking turns, with fences; one acquire times out and the
+    /// worker continues as process 11.
+    fn clean() -> Hist {
+        let mut h = Hist::new();
+        h.final_read(0);
+        h.acquire(1, "a").fence(1);
+        h.read(1, 0).fence(1);
+        h.write(1, 1).fence(1);
+        h.release(1, "a");
+        h.invoke(2, "acquire");
+        h.info(2, "acquire").error("timeout");
+        h.release(12, "lost"); // releasing whatever the timed-out acquire took
+        h.acquire(1, "b").fence(3);
+        h.read(1, 1).fence(3);
+        h.write(1, 2).fence(3);
+        h.release(1, "b");
+        h.final_read(2);
+        h
+    }
+
+    /// Process 1 is paused past its TTL; 2 acquires, then 1 wakes and writes.
+    fn paused_holder(fenced: bool) -> Hist {
+        let mut h = Hist::new();
+        h.acquire(1, "a").fence(1);
+        h.read(1, 0).fence(1);
+        h.nemesis("start-pause");
+        h.sleep(1_000);
+        h.acquire(2, "b").fence(2);
+        h.read(2, 0).fence(2);
+        h.write(2, 1).fence(2);
+        h.release(2, "b");
+        h.nemesis("stop-pause");
+        h.invoke(1, "write").value(1).fence(1);
+        if fenced {
+            h.fail(1, "write").fence(1).error("stale-fence");
+        } else {
+            h.ok(1, "write").value(1).fence(1);
+        }
+        h.invoke(1, "release").token("a");
+        h.fail(1, "release").token("a").error("not-held");
+        h.final_read(1);
+        h
+    }
+
+    #[test]
+    fn a_clean_run_is_valid_and_lists_every_anomaly_at_zero() {
+        let r = check(&clean().build(), Promise::MutualExclusion);
+        assert_eq!(r.valid, Validity::True, "{r:#?}");
+        for name in all() {
+            assert_eq!(r.anomalies[name].count, 0, "{name}");
+        }
+        assert!(r.checkers.values().all(|c| c.valid == Validity::True));
+        let counter = r.counter().unwrap();
+        assert_eq!((counter.acknowledged, counter.final_value), (2, Some(2)));
+        assert_eq!(r.stats.acquired, 2);
+        assert!(r.notes.is_empty(), "{:?}", r.notes);
+    }
+
+    #[test]
+    fn a_truncated_history_cannot_be_declared_valid() {
+        let mut h = clean();
+        h.truncated();
+        let r = check(&h.build(), Promise::MutualExclusion);
+        assert_eq!(r.valid, Validity::Unknown);
+        assert!(
+            r.notes.iter().any(|n| n.contains("truncated")),
+            "{:?}",
+            r.notes
+        );
+    }
+
+    #[test]
+    fn a_missing_final_read_leaves_the_verdict_unknown() {
+        let mut h = Hist::new();
+        h.acquire(1, "a");
+        h.write(1, 1);
+        h.release(1, "a");
+        for promise in [Promise::MutualExclusion, Promise::DataSafety] {
+            let r = check(&h.build(), promise);
+            assert_eq!(r.valid, Validity::Unknown, "{promise}");
+            assert_eq!(r.checkers[counter::NAME].valid, Validity::Unknown);
+        }
+    }
+
+    #[test]
+    fn an_unfenced_stale_holder_breaks_mutual_exclusion() {
+        let h = paused_holder(false);
+        let r = check(&h.build(), Promise::MutualExclusion);
+        assert_eq!(r.valid, Validity::False);
+        assert_eq!(
+            r.anomalies[anomaly::LOCK_OVERLAP].examples,
+            vec![vec![1, 6]]
+        );
+        assert_eq!(
+            r.anomalies[anomaly::UNSAFE_ACTION].examples,
+            vec![vec![15, 6]]
+        );
+        // Both writes wrote 1.
+        assert_eq!(r.anomalies[anomaly::LOST_UPDATE].count, 1);
+        assert_eq!(r.checkers[mutex::NAME].valid, Validity::False);
+        assert_eq!(r.stats.first_fault_time, Some(h.build().events[4].time));
+        // Every occurrence is put down to the pause, the lost update too.
+        for (name, a) in r.anomalies.iter().filter(|(_, a)| a.count > 0) {
+            assert_eq!(a.causes.get("pause"), Some(&a.count), "{name}: {a:?}");
+            assert_eq!(a.example_causes.len(), a.examples.len(), "{name}");
+            assert!(a.example_causes.iter().all(|c| c == "pause"), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_fenced_overlap_is_reported_but_keeps_data_safety() {
+        let r = check(&paused_holder(true).build(), Promise::DataSafety);
+        assert_eq!(r.anomalies[anomaly::LOCK_OVERLAP].count, 1);
+        assert_eq!(r.checkers[mutex::NAME].valid, Validity::False);
+        assert_eq!(r.valid, Validity::True, "{r:#?}");
+        assert!(r.notes.iter().any(|n| n.starts_with("lock-overlap")));
+        assert_eq!(r.counter().unwrap().stale_fence_rejected.writes, 1);
+        // The same history breaks the stronger promise.
+        let strict = check(&paused_holder(true).build(), Promise::MutualExclusion);
+        assert_eq!(strict.valid, Validity::False);
+    }
+
+    #[test]
+    fn a_stale_fence_accepted_breaks_data_safety() {
+        let mut h = Hist::new();
+        h.acquire(1, "a").fence(1);
+        h.acquire(2, "b").fence(2);
+        h.write(2, 1).fence(2); // ok 5
+        h.release(2, "b");
+        h.read(1, 1).fence(1); // ok 9: should have been refused
+        h.release(1, "a");
+        h.final_read(1);
+        let r = check(&h.build(), Promise::DataSafety);
+        assert_eq!(r.valid, Validity::False);
+        assert_eq!(
+            r.anomalies[anomaly::STALE_FENCE_ACCEPTED].examples,
+            vec![vec![5, 9]]
+        );
+        assert_eq!(r.checkers[fence::NAME].valid, Validity::False);
+    }
+
+    #[test]
+    fn a_del_release_is_foreign_but_not_under_data_safety() {
+        let mut h = Hist::new();
+        h.acquire(1, "a");
+        h.acquire(2, "b"); // 3
+        h.release(1, "a"); // ok 5
+        h.release(2, "b");
+        h.final_read(0);
+        let mutex = check(&h.build(), Promise::MutualExclusion);
+        assert_eq!(
+            mutex.anomalies[anomaly::FOREIGN_RELEASE].examples,
+            vec![vec![5, 3]]
+        );
+        assert_eq!(mutex.valid, Validity::False);
+        let data = check(&h.build(), Promise::DataSafety);
+        assert_eq!(data.valid, Validity::True);
+    }
+
+    #[test]
+    fn results_json_has_the_contract_shape_and_reads_back() {
+        let cases = [
+            (clean(), Promise::MutualExclusion, json!(true)),
+            (paused_holder(false), Promise::MutualExclusion, json!(false)),
+            (
+                {
+                    let mut h = clean();
+                    h.truncated();
+                    h
+                },
+                Promise::DataSafety,
+                json!("unknown"),
+            ),
+        ];
+        for (h, promise, valid) in cases {
+            let r = check(&h.build(), promise);
+            let text = serde_json::to_string_pretty(&r).unwrap();
+            let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(json["valid"], valid);
+            assert_eq!(json["promise"], promise.to_string());
+            assert_eq!(json["anomalies"].as_object().unwrap().len(), all().len());
+            assert!(json["checkers"]["counter"]["acknowledged"].is_u64());
+            assert!(json["stats"]["ops_per_s"].is_f64());
+            let back: Results = serde_json::from_str(&text).unwrap();
+            assert_eq!(back, r);
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! How a line of the registry ([`crate::CHECKERS`]) is read: a checker's
+//! name, the anomalies it reports and how it is fed. Everything that lists
+//! checkers or anomalies (the verdict, the one pass, reports, plots, the live
+//! tally) reads them from there, so a new checker is one module and one line.
+
+use crate::history::{Event, History};
+use crate::verdict::{Anomaly, CheckerReport};
+use crate::{Checker, CHECKERS};
+
+/// One checker in the registry.
+pub(crate) struct CheckerEntry {
+    /// Its key under `results.json`'s `checkers`.
+    pub name: &'static str,
+    /// What it reports, each anomaly reported by this checker alone. Its own
+    /// `valid` matters to the verdict only when one of these counts under
+    /// the promise.
+    pub anomalies: &'static [AnomalyKind],
+    pub fed: Fed,
+}
+
+/// An anomaly as the registry describes it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct AnomalyKind {
+    /// Its key under `results.json`'s `anomalies` (see [`crate::anomaly`]).
+    pub name: &'static str,
+    /// Its place in the order a reader scans for anomalies (reports, plots):
+    /// ascending, and unique across the registry.
+    pub rank: u8,
+    /// Its name where room is short (a cell of the comparison picture);
+    /// `None` leaves it out there.
+    pub short: Option<&'static str>,
+    /// Which promise it breaks.
+    pub breaks: Breaks,
+}
+
+/// What an anomaly breaks, so which promises it counts under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Breaks {
+    /// Mutual exclusion: an overlap, or what follows from one (actions and
+    /// releases of a stale holder). Expected under data safety.
+    Exclusion,
+    /// The data itself: counts under every promise.
+    Data,
+}
+
+/// How a checker sees the history.
+pub(crate) enum Fed {
+    /// Each event in time order, in the one pass the event-fed checkers
+    /// share (a history in memory or streamed).
+    Events(fn() -> Box<dyn Checker>),
+    /// After that pass, the events `keeps` accepts, all at once: a search
+    /// that needs them together. A streamed check may leave it out.
+    Whole {
+        keeps: fn(&Event) -> bool,
+        check: fn(&History) -> Finding,
+    },
+}
+
+/// What a checker found: its entry under `checkers`, each of its anomalies
+/// by name, and notes for the reader.
+pub(crate) struct Finding {
+    pub report: CheckerReport,
+    pub anomalies: Vec<(&'static str, Anomaly)>,
+    pub notes: Vec<String>,
+}
+
+impl CheckerEntry {
+    /// What a checker that was not run reports: unknown, and none of its
+    /// anomalies.
+    pub fn not_checked(&self) -> Finding {
+        let mut report = CheckerReport::new(crate::Validity::Unknown);
+        report
+            .details
+            .insert("reason".into(), serde_json::json!("not checked"));
+        Finding {
+            report,
+            anomalies: self
+                .anomalies
+                .iter()
+                .map(|a| (a.name, Anomaly::default()))
+                .collect(),
+            notes: Vec::new(),
+        }
+    }
+}
+
+/// Every anomaly in the registry, in the order a reader scans for them.
+pub fn anomalies() -> Vec<&'static AnomalyKind> {
+    let mut all: Vec<&AnomalyKind> = CHECKERS.iter().flat_map(|c| c.anomalies).collect();
+    all.sort_by_key(|a| a.rank);
+    all
+}
+
+/// The registered checker called `name`.
+pub(crate) fn entry(name: &str) -> Option<&'static CheckerEntry> {
+    CHECKERS.iter().find(|c| c.name == name)
+}
+
+/// The registry's description of the anomaly called `name`.
+pub(crate) fn kind(name: &str) -> Option<&'static AnomalyKind> {
+    CHECKERS
+        .iter()
+        .flat_map(|c| c.anomalies)
+        .find(|a| a.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn each_anomaly_has_one_checker_one_name_and_one_rank() {
+        let all = anomalies();
+        let names: HashSet<_> = all.iter().map(|a| a.name).collect();
+        let ranks: HashSet<_> = all.iter().map(|a| a.rank).collect();
+        assert_eq!((names.len(), ranks.len()), (all.len(), all.len()));
+        let checkers: HashSet<_> = CHECKERS.iter().map(|c| c.name).collect();
+        assert_eq!(checkers.len(), CHECKERS.len());
+    }
+
+    #[test]
+    fn each_checker_reports_exactly_its_registered_anomalies() {
+        let empty = History::default();
+        for c in CHECKERS {
+            let finding = match &c.fed {
+                Fed::Events(new) => new().finish(),
+                Fed::Whole { check, .. } => check(&empty),
+            };
+            let found: Vec<_> = finding.anomalies.iter().map(|(n, _)| *n).collect();
+            let listed: Vec<_> = c.anomalies.iter().map(|a| a.name).collect();
+            assert_eq!(found, listed, "{}", c.name);
+            let skipped: Vec<_> = c.not_checked().anomalies.iter().map(|(n, _)| *n).collect();
+            assert_eq!(skipped, listed, "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn a_reader_scans_for_anomalies_in_this_order() {
+        let names: Vec<_> = anomalies().iter().map(|a| a.name).collect();
+        assert_eq!(
+            names,
+            [
+                "lock-overlap",
+                "unsafe-action",
+                "lost-update",
+                "stale-fence-accepted",
+                "foreign-release",
+                "nonlinearizable",
+            ]
+        );
+        // The comparison picture's cells: all but `nonlinearizable`.
+        let shorts: Vec<_> = anomalies().iter().filter_map(|a| a.short).collect();
+        assert_eq!(
+            shorts,
+            ["overlap", "unsafe", "lost", "stale fence", "foreign"]
+        );
+    }
+}
