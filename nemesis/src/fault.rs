@@ -387,7 +387,7 @@ mod tests {
         let err = "pause,gc".parse::<Nemesis>().unwrap_err();
         assert_eq!(
             err,
-            "unknown nemesis 'gc': choose from none, pause, pause-node, kill, failover, clock, partition, all"
+            "unknown nemesis 'gc': choose from none, pause, pause-node, crash, kill, failover, clock, partition, all"
         );
     }
 
@@ -404,7 +404,7 @@ mod tests {
         );
         let all = nemesis("all").actions();
         assert!(all.contains(&Action::SplitClock) && all.contains(&Action::Fault(Fault::Clock)));
-        assert_eq!(all.len(), 8);
+        assert_eq!(all.len(), 9);
         for a in all {
             assert_eq!(Action::try_from(String::from(a)).unwrap(), a);
         }
@@ -434,6 +434,7 @@ mod tests {
                 "none",
                 "pause",
                 "pause-node",
+                "crash",
                 "kill",
                 "failover",
                 "clock",
