@@ -148,7 +148,9 @@ fn run_command(options: RunOptions) -> Result<Validity> {
     let outcome = runtime()?.block_on(run::run(options))?;
     let title = format!(
         "{} × {} (seed {})",
-        outcome.record.options.config, outcome.record.options.nemesis, outcome.record.options.seed
+        outcome.record.options.config,
+        outcome.record.options.aimed(),
+        outcome.record.options.seed
     );
     let path = outcome.dir.display().to_string();
     say(&summary::render(&title, &outcome.results, &path))?;

@@ -4,7 +4,7 @@
 
 use crate::error::Error;
 use clap::{Args, ValueEnum};
-use nemesis::{At, FaultParams, Nemesis, Package, ScheduleSpec, Shape, Step, Targets};
+use nemesis::{Aimed, At, FaultParams, Nemesis, Package, ScheduleSpec, Shape, Step, Targets};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -497,9 +497,17 @@ impl RunPlan {
         self.nemesis.any(need)
     }
 
-    /// `<config>-<nemesis>`, the folder name of this kind of run.
+    /// The nemesis and where it strikes: `pause@read`, or `pause` at the default point.
+    pub fn aimed(&self) -> Aimed {
+        Aimed {
+            nemesis: self.nemesis.clone(),
+            at: self.at,
+        }
+    }
+
+    /// `<config>-<nemesis>[@<point>]`, the folder name of this kind of run.
     pub fn name(&self) -> String {
-        format!("{}-{}", self.config, self.nemesis)
+        format!("{}-{}", self.config, self.aimed())
     }
 }
 

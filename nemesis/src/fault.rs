@@ -175,6 +175,44 @@ impl TryFrom<String> for At {
     }
 }
 
+/// A nemesis and where its strikes land, as run folders, matrices and
+/// expectations name it: `pause@read`. The default point is not written
+/// (`pause` is `pause@checked`), nor a point for a nemesis that strikes no
+/// worker.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Aimed {
+    pub nemesis: Nemesis,
+    pub at: At,
+}
+
+impl fmt::Display for Aimed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.nemesis.fmt(f)?;
+        let strikes = self.nemesis.any(|p| p.strikes());
+        match strikes && self.at != At::default() {
+            true => write!(f, "@{}", self.at),
+            false => Ok(()),
+        }
+    }
+}
+
+impl FromStr for Aimed {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (nemesis, at) = match s.split_once('@') {
+            Some((n, at)) => (n, at.trim().parse()?),
+            None => (s, At::default()),
+        };
+        let nemesis: Nemesis = nemesis.parse()?;
+        if s.contains('@') && !nemesis.any(|p| p.strikes()) {
+            return Err(format!(
+                "'{s}': @ places a fault that strikes a worker, and {nemesis} has none: use pause or crash"
+            ));
+        }
+        Ok(Aimed { nemesis, at })
+    }
+}
+
 /// One scheduled action: a single fault, or a scenario that needs two faults
 /// acting together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -446,6 +484,29 @@ mod tests {
         for n in Nemesis::each().into_iter().skip(1) {
             assert_eq!(n.actions().len(), 1, "{n} is one action");
         }
+    }
+
+    #[test]
+    fn a_strike_point_is_written_after_an_at_unless_it_is_the_default() {
+        for (typed, canonical) in [
+            ("pause", "pause"),
+            ("pause@checked", "pause"),
+            ("pause@read", "pause@read"),
+            ("crash@random", "crash@random"),
+            ("kill,pause@releasing", "pause+kill@releasing"),
+        ] {
+            let aimed: Aimed = typed.parse().unwrap();
+            assert_eq!(aimed.to_string(), canonical, "{typed}");
+            assert_eq!(canonical.parse::<Aimed>().unwrap(), aimed);
+        }
+        assert!("kill@read"
+            .parse::<Aimed>()
+            .unwrap_err()
+            .contains("pause or crash"));
+        assert!("pause@later"
+            .parse::<Aimed>()
+            .unwrap_err()
+            .contains("later"));
     }
 
     #[test]

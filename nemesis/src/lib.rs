@@ -20,7 +20,7 @@ mod skew;
 mod verify;
 
 pub use cluster::{Cluster, NodeRef, Source};
-pub use fault::{Action, At, Fault, Nemesis, Targets};
+pub use fault::{Action, Aimed, At, Fault, Nemesis, Targets};
 pub use package::{Package, Shape};
 pub use runner::{AtPoint, Env, FaultParams, Holder, Journal, Live, WorkerControl};
 pub use schedule::{place_strikes, schedule, ScheduleSpec, Step};

@@ -10,7 +10,7 @@
 //! ```
 
 use super::summary::Row;
-use nemesis::Nemesis;
+use nemesis::Aimed;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use workloads::Config;
@@ -40,7 +40,7 @@ impl Expectations {
         for (config, nemeses) in table {
             let c: Config = config.parse().map_err(|e| format!("[{config}]: {e}"))?;
             for (nemesis, expected) in nemeses {
-                let n: Nemesis = nemesis
+                let n: Aimed = nemesis
                     .parse()
                     .map_err(|e| format!("[{config}] {nemesis}: {e}"))?;
                 by_pair.insert((c.to_string(), n.to_string()), expected);
@@ -52,7 +52,7 @@ impl Expectations {
     /// The expectation for a pair, whichever way its nemesis is spelled.
     pub fn get(&self, config: &str, nemesis: &str) -> Option<Expected> {
         let nemesis = nemesis
-            .parse::<Nemesis>()
+            .parse::<Aimed>()
             .map_or(nemesis.to_string(), |n| n.to_string());
         self.by_pair.get(&(config.to_string(), nemesis)).copied()
     }

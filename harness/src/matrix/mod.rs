@@ -10,7 +10,7 @@ use crate::error::{Context, Error, Result};
 use crate::options::{Refusal, RunOptions, RunPlan};
 use crate::{node, plot, run};
 use expect::Expectations;
-use nemesis::Nemesis;
+use nemesis::{Aimed, Nemesis};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,7 +26,8 @@ pub struct MatrixArgs {
     pub configs: String,
     /// Nemeses, comma-separated, or `all` (none, each fault alone, plus the
     /// `partition+clock` and `kill+clock` scenarios). Join the faults of one
-    /// nemesis with `+`. Pairs that do not apply (failover without replicas)
+    /// nemesis with `+`; `@point` says where a pause or crash strikes
+    /// (`pause@read`; default `checked`). Pairs that do not apply (failover without replicas)
     /// are skipped and listed.
     #[arg(long, default_value = "all")]
     pub nemeses: String,
@@ -64,9 +65,10 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     let configs = parse_list(&args.configs, &Config::ALL.map(|c| c.to_string()), |s| {
         s.parse::<Config>()
     })?;
-    // `all` is what `Nemesis::each` lists; `+` joins one nemesis's faults.
+    // `all` is what `Nemesis::each` lists; `+` joins one nemesis's faults,
+    // `@` names where a pause or crash strikes.
     let each: Vec<String> = Nemesis::each().iter().map(|n| n.to_string()).collect();
-    let nemeses = parse_list(&args.nemeses, &each, |s| s.parse::<Nemesis>())?;
+    let nemeses = parse_list(&args.nemeses, &each, |s| s.parse::<Aimed>())?;
     if args.runs == 0 {
         return Err(Error::Usage("--runs 0 runs nothing: use at least 1".into()));
     }
@@ -120,7 +122,7 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     let total = plan.len() * args.runs as usize;
     let mut interrupted = false;
     'pairs: for (i, runs) in plan.into_iter().enumerate() {
-        let mut row = Row::new(&runs[0].config.to_string(), &runs[0].nemesis.to_string());
+        let mut row = Row::new(&runs[0].config.to_string(), &runs[0].aimed().to_string());
         for (k, options) in runs.into_iter().enumerate() {
             let n = i * args.runs as usize + k + 1;
             let title = format!(
@@ -175,11 +177,15 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
 fn plans(
     args: &MatrixArgs,
     config: Config,
-    nemesis: &Nemesis,
+    nemesis: &Aimed,
 ) -> std::result::Result<Vec<RunPlan>, Refusal> {
     (0..args.runs)
         .map(|k| {
-            let mut options = options_for(args, config, nemesis.clone());
+            let mut options = options_for(args, config, nemesis.nemesis.clone());
+            // The default point stays unset: `run` refuses `--at` without a strike.
+            if nemesis.at != nemesis::At::default() {
+                options.at = Some(nemesis.at);
+            }
             options.seed = Some(args.seed + u64::from(k));
             options.resolve()
         })
@@ -199,7 +205,7 @@ fn print_plan(plan: &[Vec<RunPlan>], skipped: &[Skipped], args: &MatrixArgs) {
         secs.div_ceil(60)
     );
     for runs in plan {
-        println!("  {} × {}", runs[0].config, runs[0].nemesis);
+        println!("  {} × {}", runs[0].config, runs[0].aimed());
     }
     for s in skipped {
         println!("  skipped {} × {}: {}", s.config, s.nemesis, s.reason);

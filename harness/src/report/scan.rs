@@ -159,7 +159,7 @@ impl From<&RunRecord> for Shown {
             }),
             options: Loose(Some(ShownOptions {
                 config: Value::from(o.config.to_string()),
-                nemesis: Value::from(o.nemesis.to_string()),
+                nemesis: Value::from(r.options.aimed().to_string()),
                 seed: Value::from(o.seed),
                 workers: Value::from(o.workers),
                 time_limit: Value::from(o.time_limit.as_secs()),

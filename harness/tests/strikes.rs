@@ -1,0 +1,145 @@
+//! Strike points: where `pause` lands decides what it shows. After the
+//! holder's last lease check (the default) no check can save the write; after
+//! the read, the check notices; with fencing the storage refuses the write;
+//! mid-Redlock-round, the validity check refuses the aged grant.
+
+mod common;
+
+use checker::{Results, Validity};
+use common::{assert_valid, assert_verified, count, events, run_short};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// Runs `config` under `pause` (with `extra`) for seeds 1, 2, 3 until
+/// `caught` holds: a race may need more than one seed. Returns the last run.
+fn pause_until(
+    config: &str,
+    extra: &[&str],
+    caught: impl Fn(&Results) -> bool,
+) -> (Results, PathBuf, tempfile::TempDir) {
+    let mut last = None;
+    for seed in ["1", "2", "3"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (_, results, dir) = run_short(tmp.path(), config, "pause", "15", seed, extra);
+        let done = caught(&results);
+        last = Some((results, dir, tmp));
+        if done {
+            break;
+        }
+    }
+    last.expect("three seeds ran")
+}
+
+/// Every `start-pause` names the point it struck, and it is `point`.
+fn assert_struck_at(dir: &Path, point: &str) {
+    assert_verified(dir, "start-pause");
+    for e in events(dir, "start-pause") {
+        assert_eq!(e["value"]["at"], point, "{e}");
+        assert!(e["value"]["process"].is_u64(), "{e}");
+    }
+}
+
+fn errors(results: &Results, kind: &str) -> u64 {
+    results.stats.errors.get(kind).copied().unwrap_or(0)
+}
+
+#[test]
+fn a_pause_after_the_lease_check_loses_an_update_that_no_check_prevents() {
+    let (results, dir, _tmp) = pause_until("single", &[], |r| count(r, "lost-update") > 0);
+    assert_struck_at(&dir, "checked");
+    assert_eq!(results.valid, Validity::False, "{}", dir.display());
+    assert!(
+        count(&results, "lost-update") > 0,
+        "no lost update in three seeds: {:?} in {}",
+        results.anomalies,
+        dir.display()
+    );
+}
+
+#[test]
+fn a_pause_after_the_read_overlaps_but_the_lease_check_stops_the_write() {
+    let (results, dir, _tmp) = pause_until("single", &["--at", "read"], |r| {
+        count(r, "lock-overlap") > 0
+    });
+    assert_struck_at(&dir, "read");
+    assert!(count(&results, "lock-overlap") > 0, "{}", dir.display());
+    assert_eq!(count(&results, "lost-update"), 0, "{}", dir.display());
+    assert!(
+        errors(&results, "lease-expired") > 0,
+        "the holder's check refused no write: {:?}",
+        results.stats.errors
+    );
+}
+
+#[test]
+fn fenced_storage_refuses_the_write_of_a_holder_paused_after_its_check() {
+    let (results, dir, _tmp) = pause_until("fenced", &[], |r| errors(r, "stale-fence") > 0);
+    assert_struck_at(&dir, "checked");
+    assert_valid(&results, &dir);
+    assert!(
+        errors(&results, "stale-fence") > 0,
+        "no stale write reached the storage in three seeds: {:?}",
+        results.stats.errors
+    );
+}
+
+#[test]
+fn redlock_refuses_a_grant_whose_round_a_pause_aged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, results, dir) = run_short(
+        tmp.path(),
+        "redlock",
+        "pause",
+        "15",
+        "1",
+        &["--at", "acquiring"],
+    );
+    assert_struck_at(&dir, "acquiring");
+    assert_valid(&results, &dir);
+    // The struck round went on after the pause, longer than the TTL: its
+    // acquire must not have been granted.
+    let history: Vec<Value> = std::fs::read_to_string(dir.join("history.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for start in events(&dir, "start-pause") {
+        let process = &start["value"]["process"];
+        let after = |e: &&Value| e["time"].as_u64() > start["time"].as_u64();
+        let completion = history
+            .iter()
+            .filter(after)
+            .find(|e| &e["process"] == process && e["f"] == "acquire")
+            .unwrap_or_else(|| panic!("process {process}'s acquire never completed"));
+        assert_ne!(
+            completion["type"], "ok",
+            "an aged round was granted: {completion}"
+        );
+    }
+}
+
+#[test]
+fn random_strikes_land_where_they_say() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, results, dir) = run_short(
+        tmp.path(),
+        "single",
+        "pause",
+        "20",
+        "4",
+        &["--at", "random"],
+    );
+    let points: std::collections::BTreeSet<String> = events(&dir, "start-pause")
+        .iter()
+        .map(|e| e["value"]["at"].as_str().unwrap().to_string())
+        .collect();
+    assert!(points.len() >= 2, "one point only: {points:?}");
+    // The checker holds each strike to its point's bounding events.
+    let misplaced: Vec<&String> = results
+        .notes
+        .iter()
+        .filter(|n| n.contains("struck at"))
+        .collect();
+    assert!(misplaced.is_empty(), "{misplaced:?}");
+    assert_ne!(results.valid, Validity::Unknown, "{:?}", results.notes);
+}
