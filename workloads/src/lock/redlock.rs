@@ -106,7 +106,7 @@ impl LockClient for Redlock {
         let ttl_ms = self.ttl.as_millis() as u64;
         let (mut granted, mut unanswered) = (Vec::new(), 0);
         for (i, conn) in self.nodes.iter_mut().enumerate() {
-            match Single::set_nx_px(conn, token, ttl_ms) {
+            match Single::set_nx_px(conn, LOCK_KEY, token, ttl_ms) {
                 Outcome::Ok(Some(_)) => granted.push(i),
                 Outcome::Ok(None) => {}
                 Outcome::Fail(_) | Outcome::Info(_) => unanswered += 1,
