@@ -16,6 +16,13 @@ use rustc_hash::FxHashMap;
 /// The checker's key under `results.json`'s `checkers`.
 pub const NAME: &str = "mutex";
 
+/// A release that may have deleted a lock granted while it was in flight.
+struct Suspect {
+    release_ok: u64,
+    /// Start index of the lock granted during the release.
+    granted: u64,
+}
+
 /// A hold still open (not yet ended by a release invoke).
 struct Open {
     hold: Hold,
@@ -33,6 +40,12 @@ pub struct Mutex {
     /// Per process, the intruding acquire-ok that makes its op in flight
     /// unsafe (a read or write) or foreign (a release), if it succeeds.
     pending: FxHashMap<Process, u64>,
+    /// Per process, its release in flight: (invoke time, the hold it ends).
+    releasing: FxHashMap<Process, (u64, u64)>,
+    /// A release that succeeded after another lock was granted during it:
+    /// it may have deleted that lock. Confirmed when a third lock is granted
+    /// while that one is still held (its key was gone).
+    suspects: Vec<Suspect>,
     /// Two holds at once; witness `[earlier acquire-ok, later acquire-ok]`.
     pub overlap: Anomaly,
     /// A read or write the storage accepted from a process after someone else
@@ -71,6 +84,7 @@ impl OnEvent for Mutex {
                 };
             }
             (OpType::Ok, _) if data_op || e.f == f::RELEASE => {
+                let in_flight = self.releasing.remove(&e.process);
                 if let Some(other) = self.pending.remove(&e.process) {
                     let witness = Witness {
                         indices: vec![e.index, other],
@@ -80,10 +94,13 @@ impl OnEvent for Mutex {
                         true => self.unsafe_action.record(witness),
                         false => self.foreign_release.record(witness),
                     }
+                } else if let Some((invoked, mine)) = in_flight {
+                    self.suspect(e, invoked, mine);
                 }
             }
             (OpType::Fail | OpType::Info, _) => {
                 self.pending.remove(&e.process);
+                self.releasing.remove(&e.process);
             }
             _ => {}
         }
@@ -123,6 +140,7 @@ impl Mutex {
     fn acquired(&mut self, e: &Event) {
         // Open: its end is not known yet, and nothing here reads it.
         let new = Hold::granted(e, u64::MAX);
+        self.confirm_suspects(&new, e);
         for a in &mut self.open {
             if a.hold.same_lock(&new) {
                 continue;
@@ -151,6 +169,8 @@ impl Mutex {
             return;
         };
         let mine = &mine.hold;
+        self.releasing
+            .insert(e.process.clone(), (e.time, mine.start_index));
         let other = self
             .open
             .iter()
@@ -162,6 +182,50 @@ impl Mutex {
             None => self.pending.remove(&e.process),
         };
         self.open.retain(|o| !o.hold.ended_by(e));
+    }
+
+    /// A release ok with no other lock held at its invoke: if one was granted
+    /// while it was in flight and is still held, the release may have
+    /// deleted it (a plain `DEL` after a `GET`, say).
+    fn suspect(&mut self, e: &Event, invoked: u64, mine: u64) {
+        let granted = self
+            .open
+            .iter()
+            .map(|o| &o.hold)
+            .find(|h| h.start > invoked && h.start_index != mine && h.process != e.process);
+        if let Some(h) = granted {
+            self.suspects.push(Suspect {
+                release_ok: e.index,
+                granted: h.start_index,
+            });
+        }
+    }
+
+    /// A lock granted while a suspect's lock is still held: that lock's key
+    /// was gone, so the suspect release deleted it. Suspects whose lock has
+    /// ended are dropped.
+    fn confirm_suspects(&mut self, new: &Hold, e: &Event) {
+        if self.suspects.is_empty() {
+            return;
+        }
+        let open: Vec<(u64, Hold)> = self
+            .open
+            .iter()
+            .map(|o| (o.hold.start_index, o.hold.clone()))
+            .collect();
+        self.suspects.retain(|s| {
+            let Some((_, held)) = open.iter().find(|(i, _)| *i == s.granted) else {
+                return false;
+            };
+            if held.same_lock(new) {
+                return true;
+            }
+            self.foreign_release.record(Witness {
+                indices: vec![s.release_ok, s.granted, e.index],
+                time: e.time,
+            });
+            false
+        });
     }
 
     /// The hold `p` acts under: its latest, if still open.
@@ -346,6 +410,33 @@ mod tests {
         h.release(2, "b");
         h.release(1, "a");
         assert!(!run(&h).2.found());
+    }
+
+    #[test]
+    fn a_release_that_deleted_a_lock_granted_during_it_is_caught_by_the_next_grant() {
+        let mut h = Hist::new();
+        h.acquire(1, "a"); // 0, 1
+        h.invoke(1, "release").token("a"); // 2: GET saw "a", then paused
+        h.acquire(2, "b"); // 3, 4: a's key expired meanwhile
+        h.ok(1, "release").token("a"); // 5: the DEL took b's key
+        h.acquire(3, "c"); // 6, 7: granted while b still holds
+        let (o, _, f) = run(&h);
+        assert_eq!(indices(&f), vec![vec![5, 4, 7]]);
+        assert!(o.found(), "b and c overlap too");
+    }
+
+    #[test]
+    fn a_release_during_which_a_lock_was_granted_but_not_lost_is_not_foreign() {
+        let mut h = Hist::new();
+        h.acquire(1, "a");
+        h.invoke(1, "release").token("a"); // deleted a's key at once; its reply was slow
+        h.acquire(2, "b");
+        h.ok(1, "release").token("a");
+        h.release(2, "b"); // b kept its lock to the end
+        h.acquire(3, "c");
+        h.release(3, "c");
+        let (o, _, f) = run(&h);
+        assert!(!f.found() && !o.found(), "{f:?} {o:?}");
     }
 
     #[test]

@@ -34,7 +34,8 @@ pub enum Persistence {
 #[derive(Clone, Debug, PartialEq, Args)]
 pub struct RunOptions {
     /// Lock setup to test: single, replicated, redlock, redlock-rslock, fenced,
-    /// unsafe-del, unsafe-setnx, no-lock.
+    /// watchdog, and the negative controls unsafe-del, unsafe-get-del,
+    /// unsafe-setnx, unsafe-key-per-worker, no-lock.
     #[arg(long, default_value = "single", value_parser = parse_config)]
     pub config: Config,
     /// Faults, joined by `+` (or `,`): none, pause, pause-node, kill, failover,

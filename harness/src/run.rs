@@ -184,7 +184,7 @@ async fn run_workload(
     // Pictures are evidence, not the verdict: a failure to draw is logged.
     let setup = crate::plot::Setup {
         workers: options.workers,
-        lease: (options.config != Config::NoLock).then_some(options.ttl),
+        lease: options.config.lease_is_ttl().then_some(options.ttl),
     };
     if let Err(e) = crate::plot::render(&dir.path, &history, &results, setup) {
         tracing::warn!("drawing the run's pictures failed: {e:#}");

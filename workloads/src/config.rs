@@ -19,23 +19,32 @@ pub enum Config {
     RedlockRslock,
     /// `single` plus a fencing token checked by the storage.
     Fenced,
+    /// `single` plus a renewal thread that keeps extending the held lease.
+    Watchdog,
     /// Negative control: release with a plain `DEL`.
     UnsafeDel,
+    /// Negative control: release as `GET`, compare in the client, `DEL`.
+    UnsafeGetDel,
     /// Negative control: `SETNX` then `PEXPIRE` as two commands.
     UnsafeSetnx,
+    /// Negative control: each worker locks a key of its own.
+    UnsafeKeyPerWorker,
     /// Negative control: a "lock" that grants every request.
     NoLock,
 }
 
 impl Config {
-    pub const ALL: [Config; 8] = [
+    pub const ALL: [Config; 11] = [
         Config::Single,
         Config::Replicated,
         Config::Redlock,
         Config::RedlockRslock,
         Config::Fenced,
+        Config::Watchdog,
         Config::UnsafeDel,
+        Config::UnsafeGetDel,
         Config::UnsafeSetnx,
+        Config::UnsafeKeyPerWorker,
         Config::NoLock,
     ];
 
@@ -46,8 +55,11 @@ impl Config {
             Config::Redlock => "redlock",
             Config::RedlockRslock => "redlock-rslock",
             Config::Fenced => "fenced",
+            Config::Watchdog => "watchdog",
             Config::UnsafeDel => "unsafe-del",
+            Config::UnsafeGetDel => "unsafe-get-del",
             Config::UnsafeSetnx => "unsafe-setnx",
+            Config::UnsafeKeyPerWorker => "unsafe-key-per-worker",
             Config::NoLock => "no-lock",
         }
     }
@@ -68,6 +80,12 @@ impl Config {
 
     pub fn has_lock_node(self) -> bool {
         self != Config::NoLock
+    }
+
+    /// A hold's key lives at most one TTL after it was granted. Not so for
+    /// `watchdog`, which extends it while held, nor without a lock node.
+    pub fn lease_is_ttl(self) -> bool {
+        self.has_lock_node() && self != Config::Watchdog
     }
 
     /// How many independent lock nodes the config runs (replicas aside).
@@ -115,8 +133,14 @@ mod tests {
         }
         let err = "redlok".parse::<Config>().unwrap_err();
         assert!(
-            err.contains("single, replicated, redlock, redlock-rslock, fenced, unsafe-del, unsafe-setnx, no-lock"),
+            err.contains(
+                "single, replicated, redlock, redlock-rslock, fenced, watchdog, unsafe-del, \
+                 unsafe-get-del, unsafe-setnx, unsafe-key-per-worker, no-lock"
+            ),
             "{err}"
         );
+        assert!(Config::Single.lease_is_ttl());
+        assert!(!Config::Watchdog.lease_is_ttl(), "renewed while held");
+        assert!(!Config::NoLock.lease_is_ttl(), "no key at all");
     }
 }

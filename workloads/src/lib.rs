@@ -7,6 +7,7 @@ pub mod clock;
 pub mod config;
 pub mod conn;
 pub mod lock;
+pub mod recorder;
 pub mod stall;
 pub mod storage;
 pub mod strike;

@@ -3,7 +3,8 @@
 //! stdout. A separate process per worker so SIGSTOP freezes it like a GC pause.
 
 use crate::clock::{monotonic_ns, LockClock, RunClock};
-use crate::lock::{self, Grant, LockClient, LockParams};
+use crate::lock::{self, Grant, LockClient, LockParams, Renewal};
+use crate::recorder::Recorder;
 use crate::storage::Storage;
 use crate::strike::{Hook, Strikes};
 use crate::{Config, Outcome};
@@ -250,6 +251,7 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
         strikes,
     } = control;
     let op_timeout = Duration::from_millis(spec.op_timeout_ms);
+    let first = spec.first_process();
     let out = Arc::new(Mutex::new(out));
     let run_clock = RunClock::from_start(spec.run_start_ns);
     let strike: Hook = {
@@ -261,6 +263,10 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
             strikes.at(point, |parked| announce.line(&parked));
         })
     };
+    let renewals = Emitter {
+        out: out.clone(),
+        clock: run_clock,
+    };
     let params = LockParams {
         nodes: spec.lock_nodes.clone(),
         sentinels: spec.sentinels.clone(),
@@ -270,13 +276,14 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
         clock: clock.clone(),
         source: spec.source,
         strike: strike.clone(),
+        worker: spec.index,
+        recorder: Recorder::new(run_clock, move |e| renewals.emit(e)),
     };
     let storage = if spec.config.fenced() {
         Storage::fenced(&spec.storage_node, op_timeout)
     } else {
         Storage::plain(&spec.storage_node, op_timeout)
     };
-    let first = spec.first_process();
     let stalls = Emitter {
         out: out.clone(),
         clock: run_clock,
@@ -437,24 +444,53 @@ impl<W: Write> Worker<W> {
         self.emit(OpType::Invoke, f::WRITE, |e| {
             e.with_value(next.into()).with_fence(fence)
         });
-        let write = if self.spec.validity_check && !self.lease_valid(lease_start) {
-            Outcome::Fail(error::LEASE_EXPIRED.to_string())
-        } else {
-            // The gap no check closes: the lease was valid a moment ago.
-            (self.strike)(Point::Checked);
-            self.storage.write(next, fence)
+        let refused = match self.spec.validity_check {
+            true => self.lease_refusal(lease_start),
+            false => None,
+        };
+        let write = match refused {
+            Some(why) => Outcome::Fail(why.to_string()),
+            None => {
+                // The gap no check closes: the lease was valid a moment ago.
+                (self.strike)(Point::Checked);
+                self.storage.write(next, fence)
+            }
         };
         self.complete(f::WRITE, &write, |e| {
             e.with_value(next.into()).with_fence(fence)
         });
     }
 
-    /// A careful holder's own check, on its own (skewable) lock clock: is the
-    /// lease still within TTL − drift?
-    fn lease_valid(&self, lease_start: i64) -> bool {
-        let elapsed = Duration::from_nanos((self.clock.now_ns() - lease_start).max(0) as u64);
-        let ttl = Duration::from_millis(self.spec.ttl_ms);
-        elapsed + self.spec.drift() < ttl
+    /// A careful holder's own check before it writes: why it must not, if
+    /// it must not.
+    fn lease_refusal(&self, acquired: i64) -> Option<&'static str> {
+        let lease = Lease {
+            ttl: Duration::from_millis(self.spec.ttl_ms),
+            drift: self.spec.drift(),
+        };
+        lease.refusal(self.lock.renewal(), acquired, self.clock.now_ns())
+    }
+}
+
+/// The lease a holder judges its lock by, on its own (skewable) lock clock.
+struct Lease {
+    ttl: Duration,
+    drift: Duration,
+}
+
+impl Lease {
+    /// Pure: why a holder must not write at lock-clock time `now`, if it
+    /// must not. A lock known lost is not held; otherwise the lease, from
+    /// the later of the acquisition and the last renewal (each counted from
+    /// when its request was sent), must still be within TTL − drift.
+    fn refusal(&self, renewal: Renewal, acquired: i64, now: i64) -> Option<&'static str> {
+        let start = match renewal {
+            Renewal::Lost => return Some(error::NOT_HELD),
+            Renewal::Unrenewed => acquired,
+            Renewal::Renewed(at) => at.max(acquired),
+        };
+        let elapsed = Duration::from_nanos((now - start).max(0) as u64);
+        (elapsed + self.drift >= self.ttl).then_some(error::LEASE_EXPIRED)
     }
 }
 
@@ -519,6 +555,28 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(control.clock.now_ns() > monotonic_ns() as i64 + 900_000_000_000);
+    }
+
+    #[test]
+    fn the_lease_runs_from_the_latest_renewal_and_a_lost_lock_is_not_held() {
+        let ms = |n: i64| n * 1_000_000;
+        let lease = Lease {
+            ttl: Duration::from_millis(1_000),
+            drift: Duration::from_millis(12),
+        };
+        let check = |renewal, now| lease.refusal(renewal, ms(100), ms(now));
+        assert_eq!(check(Renewal::Unrenewed, 1_087), None);
+        assert_eq!(check(Renewal::Unrenewed, 1_088), Some(error::LEASE_EXPIRED));
+        // Renewed at 900: good until 1 888, whatever the acquisition's age.
+        assert_eq!(check(Renewal::Renewed(ms(900)), 1_887), None);
+        let late = check(Renewal::Renewed(ms(900)), 1_888);
+        assert_eq!(late, Some(error::LEASE_EXPIRED), "a frozen renewer");
+        // A renewal cannot move the lease back before the acquisition.
+        assert_eq!(
+            check(Renewal::Renewed(ms(0)), 1_088),
+            Some(error::LEASE_EXPIRED)
+        );
+        assert_eq!(check(Renewal::Lost, 101), Some(error::NOT_HELD));
     }
 
     #[test]

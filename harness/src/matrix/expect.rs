@@ -118,13 +118,25 @@ mod tests {
         let e = Expectations::parse(include_str!("../../../expectations.toml")).unwrap();
         assert_eq!(e.get("fenced", "pause"), Some(Expected::Valid));
         assert_eq!(e.get("redlock", "partition,clock"), Some(Expected::Invalid));
-        for control in ["unsafe-del", "unsafe-setnx", "no-lock"] {
+        let controls = [
+            "unsafe-del",
+            "unsafe-get-del",
+            "unsafe-setnx",
+            "unsafe-key-per-worker",
+            "no-lock",
+        ];
+        for control in controls {
             assert_eq!(
                 e.get(control, "pause"),
                 Some(Expected::Invalid),
                 "{control}"
             );
         }
+        assert_eq!(
+            e.get("unsafe-key-per-worker", "none"),
+            Some(Expected::Invalid)
+        );
+        assert_eq!(e.get("watchdog", "none"), Some(Expected::Valid));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::fs;
 use std::io::BufReader;
 use std::path::Path;
 use std::time::Duration;
+use workloads::Config;
 
 pub use crate::matrix::{SUMMARY_JSON, SUMMARY_MD};
 pub use crate::plot::{COMPARISON_PNG, COMPARISON_SVG};
@@ -260,9 +261,10 @@ pub fn read_run(root: &Path, rel: &str) -> (Run, Option<History>, crate::plot::S
         run.nemesis = n;
     }
     run.seed = o.seed.as_u64();
-    let lease = match o.config.as_str() {
-        Some("no-lock") | None => None,
-        Some(_) => o.ttl_ms.as_u64().map(Duration::from_millis),
+    let config = o.config.as_str().and_then(|c| c.parse::<Config>().ok());
+    let lease = match config {
+        Some(c) if c.lease_is_ttl() => o.ttl_ms.as_u64().map(Duration::from_millis),
+        _ => None,
     };
     let setup = crate::plot::Setup {
         workers: o.workers.as_u64().unwrap_or(0),

@@ -7,12 +7,18 @@ pub mod redlock;
 mod redlock_rslock;
 mod replicated;
 mod single;
+#[cfg(test)]
+mod test_nodes;
 mod unsafe_del;
+mod unsafe_get_del;
+mod unsafe_key_per_worker;
 mod unsafe_setnx;
+mod watchdog;
 
 use crate::clock::LockClock;
 use crate::conn::Conn;
 use crate::strike::Hook;
+use crate::recorder::Recorder;
 use crate::{Config, Outcome};
 use checker::Point;
 use std::net::Ipv4Addr;
@@ -45,6 +51,24 @@ pub trait LockClient: Send {
     fn marks(&self) -> &'static [Point] {
         &[]
     }
+
+    /// What the lock knows of the lease it holds now, for a lock that
+    /// renews it while held; the rest leave the lease to the acquisition.
+    fn renewal(&self) -> Renewal {
+        Renewal::Unrenewed
+    }
+}
+
+/// A held lease, as a lock that renews it sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Renewal {
+    /// Never renewed: the lease is the acquisition's.
+    Unrenewed,
+    /// Last extended by a renewal sent at this lock-clock time (ns): the new
+    /// lease cannot have started earlier.
+    Renewed(i64),
+    /// A renewal failed, or found the key gone or someone else's.
+    Lost,
 }
 
 /// Where a lock client finds its nodes and how long its leases are.
@@ -64,6 +88,11 @@ pub struct LockParams {
     pub source: Option<Ipv4Addr>,
     /// Called at the strike points the client marks (see [`LockClient::marks`]).
     pub strike: Hook,
+    /// The worker's index (`unsafe-key-per-worker` names its key after it,
+    /// `watchdog` its renewals' process).
+    pub worker: u64,
+    /// Where ops the lock runs on a thread of its own (renewals) are recorded.
+    pub recorder: Recorder,
 }
 
 impl LockParams {
@@ -83,8 +112,13 @@ pub fn client(config: Config, params: &LockParams) -> Box<dyn LockClient> {
         Config::Replicated => Box::new(replicated::Replicated::new(params)),
         Config::Redlock => Box::new(redlock::Redlock::new(params)),
         Config::RedlockRslock => Box::new(redlock_rslock::RedlockRslock::new(params)),
+        Config::Watchdog => Box::new(watchdog::Watchdog::new(params)),
         Config::UnsafeDel => Box::new(unsafe_del::UnsafeDel::new(params)),
+        Config::UnsafeGetDel => Box::new(unsafe_get_del::UnsafeGetDel::new(params)),
         Config::UnsafeSetnx => Box::new(unsafe_setnx::UnsafeSetnx::new(params)),
+        Config::UnsafeKeyPerWorker => {
+            Box::new(unsafe_key_per_worker::UnsafeKeyPerWorker::new(params))
+        }
         Config::NoLock => Box::new(no_lock::NoLock),
     }
 }

@@ -119,7 +119,7 @@ impl LockClient for Redlock {
             if i == 1 && granted == [0] {
                 (self.strike)(Point::Acquiring);
             }
-            match Single::set_nx_px(conn, token, ttl_ms) {
+            match Single::set_nx_px(conn, LOCK_KEY, token, ttl_ms) {
                 Outcome::Ok(Some(_)) => granted.push(i),
                 Outcome::Ok(None) => {}
                 Outcome::Fail(_) | Outcome::Info(_) => unanswered += 1,

@@ -102,7 +102,7 @@ impl LockClient for Replicated {
     fn try_acquire(&mut self, token: &str) -> Outcome<Option<Grant>> {
         let ttl_ms = self.ttl_ms;
         let set = match self.primary() {
-            Ok(conn) => Single::set_nx_px(conn, token, ttl_ms),
+            Ok(conn) => Single::set_nx_px(conn, LOCK_KEY, token, ttl_ms),
             Err(e) => return Outcome::Fail(e),
         };
         match self.settle(set) {

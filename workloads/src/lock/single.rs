@@ -20,11 +20,17 @@ impl Single {
         }
     }
 
-    /// `SET NX PX`, shared with `unsafe-del`, whose only flaw is its release.
-    pub(super) fn set_nx_px(conn: &mut Conn, token: &str, ttl_ms: u64) -> Outcome<Option<Grant>> {
+    /// `SET NX PX`, shared with the configs whose flaw lies elsewhere (the
+    /// release, the key, what happens while held).
+    pub(super) fn set_nx_px(
+        conn: &mut Conn,
+        key: &str,
+        token: &str,
+        ttl_ms: u64,
+    ) -> Outcome<Option<Grant>> {
         conn.run(|c| {
             redis::cmd("SET")
-                .arg(LOCK_KEY)
+                .arg(key)
                 .arg(token)
                 .arg("NX")
                 .arg("PX")
@@ -37,7 +43,7 @@ impl Single {
 
 impl LockClient for Single {
     fn try_acquire(&mut self, token: &str) -> Outcome<Option<Grant>> {
-        Self::set_nx_px(&mut self.conn, token, self.ttl_ms)
+        Self::set_nx_px(&mut self.conn, LOCK_KEY, token, self.ttl_ms)
     }
 
     fn release(&mut self, token: &str) -> Outcome<()> {

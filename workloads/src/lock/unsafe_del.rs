@@ -22,7 +22,7 @@ impl UnsafeDel {
 
 impl LockClient for UnsafeDel {
     fn try_acquire(&mut self, token: &str) -> Outcome<Option<Grant>> {
-        Single::set_nx_px(&mut self.conn, token, self.ttl_ms)
+        Single::set_nx_px(&mut self.conn, LOCK_KEY, token, self.ttl_ms)
     }
 
     fn release(&mut self, _token: &str) -> Outcome<()> {
