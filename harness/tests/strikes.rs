@@ -143,3 +143,18 @@ fn random_strikes_land_where_they_say() {
     assert!(misplaced.is_empty(), "{misplaced:?}");
     assert_ne!(results.valid, Validity::Unknown, "{:?}", results.notes);
 }
+
+#[test]
+fn a_pause_between_get_and_del_deletes_the_next_holders_lock() {
+    let (results, dir, _tmp) = pause_until("unsafe-get-del", &["--at", "releasing"], |r| {
+        count(r, "foreign-release") > 0
+    });
+    assert_struck_at(&dir, "releasing");
+    assert_eq!(results.valid, Validity::False, "{}", dir.display());
+    assert!(
+        count(&results, "foreign-release") > 0,
+        "no foreign release in three seeds: {:?} in {}",
+        results.anomalies,
+        dir.display()
+    );
+}

@@ -17,8 +17,8 @@ mod watchdog;
 
 use crate::clock::LockClock;
 use crate::conn::Conn;
-use crate::strike::Hook;
 use crate::recorder::Recorder;
+use crate::strike::Hook;
 use crate::{Config, Outcome};
 use checker::Point;
 use std::net::Ipv4Addr;
