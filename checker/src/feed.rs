@@ -11,6 +11,7 @@ use crate::faults::Faults;
 use crate::history::{next_line, Event, OpType, ParseError};
 use crate::ops::InFlight;
 use crate::registry::{CheckerEntry, Fed, Finding};
+use crate::settings::Settings;
 use crate::stats::StatsCheck;
 use crate::verdict::Stats;
 use crate::{Checker, Invoked, OnEvent, CHECKERS};
@@ -69,12 +70,21 @@ pub struct OnePass {
     causes: Causes,
 }
 
+/// A pass with no settings beyond a promise: what the history alone
+/// decides (the live tally's).
 impl Default for OnePass {
     fn default() -> Self {
+        OnePass::new(&Settings::default())
+    }
+}
+
+impl OnePass {
+    /// Every event-fed checker, made for `settings`.
+    pub fn new(settings: &Settings) -> Self {
         let checkers = CHECKERS
             .iter()
             .filter_map(|c| match c.fed {
-                Fed::Events(new) => Some((c, new())),
+                Fed::Events(new) => Some((c, new(settings))),
                 Fed::Whole { .. } => None,
             })
             .collect();

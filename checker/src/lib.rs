@@ -25,6 +25,8 @@ mod bounds;
 mod cause;
 mod check;
 mod counter;
+mod deadlock;
+mod demand;
 mod edn;
 mod faults;
 mod feed;
@@ -34,6 +36,7 @@ mod linear;
 mod mutex;
 mod ops;
 mod registry;
+mod settings;
 mod stats;
 mod strike;
 mod verdict;
@@ -47,6 +50,7 @@ pub use counter::CounterReport;
 pub use edn::from_edn;
 pub use history::{Event, History, OpType, Process};
 pub use registry::{anomalies, AnomalyKind, Breaks};
+pub use settings::Settings;
 pub use strike::Point;
 pub use verdict::{
     Anomaly, CheckerReport, Promise, Results, Stats, UnknownPromise, Validity, Witness,
@@ -105,6 +109,7 @@ pub mod anomaly {
     pub const STALE_FENCE_ACCEPTED: &str = "stale-fence-accepted";
     pub const FOREIGN_RELEASE: &str = "foreign-release";
     pub const NONLINEARIZABLE: &str = "nonlinearizable";
+    pub const DEADLOCK: &str = "deadlock";
 }
 
 /// Every checker of the verdict, the one registry: its name, what it
@@ -125,12 +130,12 @@ static CHECKERS: &[CheckerEntry] = &[
                 Breaks::Exclusion,
             ),
         ],
-        fed: Fed::Events(|| Box::<mutex::Mutex>::default()),
+        fed: Fed::Events(|_| Box::<mutex::Mutex>::default()),
     },
     CheckerEntry {
         name: counter::NAME,
         anomalies: &[kind(anomaly::LOST_UPDATE, 2, Some("lost"), Breaks::Data)],
-        fed: Fed::Events(|| Box::<counter::Counter>::default()),
+        fed: Fed::Events(|_| Box::<counter::Counter>::default()),
     },
     CheckerEntry {
         name: fence::NAME,
@@ -140,7 +145,7 @@ static CHECKERS: &[CheckerEntry] = &[
             Some("stale fence"),
             Breaks::Data,
         )],
-        fed: Fed::Events(|| Box::<fence::Fences>::default()),
+        fed: Fed::Events(|_| Box::<fence::Fences>::default()),
     },
     CheckerEntry {
         name: linear::NAME,
@@ -149,6 +154,16 @@ static CHECKERS: &[CheckerEntry] = &[
             keeps: linear::reads,
             check: linear::finding,
         },
+    },
+    CheckerEntry {
+        name: deadlock::NAME,
+        anomalies: &[kind(
+            anomaly::DEADLOCK,
+            6,
+            Some("deadlock"),
+            Breaks::Liveness,
+        )],
+        fed: Fed::Events(|s| Box::new(deadlock::Deadlock::new(s))),
     },
 ];
 

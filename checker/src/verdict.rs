@@ -31,12 +31,13 @@ impl Promise {
 
     /// Whether an occurrence of `anomaly` breaks this promise. Under data
     /// safety, overlaps and what follows from them (actions and releases of a
-    /// stale holder) are expected; only damage to the data counts.
+    /// stale holder) are expected; only damage to the data, and a lock that
+    /// is never granted again, count.
     pub fn counts(self, anomaly: &str) -> bool {
         match self {
             Promise::MutualExclusion => true,
             Promise::DataSafety => {
-                registry::kind(anomaly).is_some_and(|k| k.breaks == Breaks::Data)
+                registry::kind(anomaly).is_some_and(|k| k.breaks != Breaks::Exclusion)
             }
         }
     }
@@ -281,6 +282,7 @@ pub fn decide(
     promise: Promise,
     anomalies: &BTreeMap<String, Anomaly>,
     checkers: &BTreeMap<String, CheckerReport>,
+    not_asked: &[&str],
     truncated: bool,
     notes: &mut Vec<String>,
 ) -> Validity {
@@ -300,7 +302,8 @@ pub fn decide(
         // one from newer results) counts under every promise: it fails safe.
         let counts = registry::entry(name)
             .is_none_or(|c| c.anomalies.iter().any(|a| promise.counts(a.name)));
-        if !counts {
+        // Not given what it needs: its own note says so.
+        if !counts || not_asked.contains(&name.as_str()) {
             continue;
         }
         if report.valid == Validity::Unknown && valid == Validity::True {
@@ -396,6 +399,7 @@ mod tests {
             Promise::DataSafety,
             &anomalies,
             &checkers,
+            &[],
             false,
             &mut notes,
         );
@@ -404,6 +408,7 @@ mod tests {
             Promise::MutualExclusion,
             &anomalies,
             &checkers,
+            &[],
             false,
             &mut notes,
         );
