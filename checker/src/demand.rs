@@ -86,10 +86,6 @@ impl Demand {
         };
         Some((first, last.max(first)))
     }
-
-    pub fn in_flight(&self) -> bool {
-        self.in_flight > 0
-    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! released. So a streamed check needs memory for the open ops plus the
 //! reorder window, not for the history.
 
+use crate::availability::AvailabilityCheck;
 use crate::cause::Causes;
 use crate::faults::Faults;
 use crate::history::{next_line, Event, OpType, ParseError};
@@ -66,6 +67,7 @@ pub fn feed<T: OnEvent + Default>(history: &crate::History) -> T {
 pub struct OnePass {
     checkers: Vec<(&'static CheckerEntry, Box<dyn Checker>)>,
     stats: StatsCheck,
+    availability: AvailabilityCheck,
     faults: Faults,
     causes: Causes,
 }
@@ -91,6 +93,7 @@ impl OnePass {
         OnePass {
             checkers,
             stats: StatsCheck::default(),
+            availability: AvailabilityCheck::default(),
             faults: Faults::default(),
             causes: Causes::default(),
         }
@@ -103,6 +106,7 @@ impl OnEvent for OnePass {
             checker.on_event(e, invoke);
         }
         self.stats.on_event(e, invoke);
+        self.availability.on_event(e, invoke);
         self.faults.on_event(e, invoke);
         self.causes.on_event(e);
     }
@@ -149,7 +153,10 @@ impl OnePass {
                 .into_iter()
                 .map(|(entry, checker)| (entry, checker.finish()))
                 .collect(),
-            stats: self.stats.finish(),
+            stats: Stats {
+                availability: self.availability.finish(),
+                ..self.stats.finish()
+            },
             faults: self.faults,
             causes: self.causes,
         }

@@ -21,6 +21,7 @@
 pub mod generate;
 pub mod history;
 
+mod availability;
 mod bounds;
 mod cause;
 mod check;
@@ -45,6 +46,7 @@ mod verdict;
 mod testing;
 
 // Checking a history, and what it gives back (the `results.json` contract).
+pub use availability::Availability;
 pub use check::{check, check_jsonl, StreamStats};
 pub use counter::CounterReport;
 pub use edn::from_edn;

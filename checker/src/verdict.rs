@@ -251,6 +251,8 @@ pub struct Stats {
     /// How often each kind of `error` (the part before any `:`) appeared on
     /// a client `fail`/`info`.
     pub errors: BTreeMap<String, u64>,
+    /// Grants with and without faults, recovery after heals and crashes.
+    pub availability: crate::availability::Availability,
 }
 
 /// The content of `results.json`.
