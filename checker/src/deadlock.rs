@@ -18,13 +18,17 @@ use crate::demand::{ActiveFaults, Change, Demand};
 use crate::history::{f, Event, OpType, Process};
 use crate::registry::Finding;
 use crate::settings::Settings;
-use crate::verdict::{Anomaly, CheckerReport, Validity, Witness};
+use crate::verdict::{Anomaly, CheckerReport, Validity, Witness, MAX_EXAMPLES};
 use crate::{anomaly, Checker, Invoked, OnEvent};
 use rustc_hash::FxHashMap;
 use serde_json::json;
 
 /// The checker's key under `results.json`'s `checkers`.
 pub const NAME: &str = "deadlock";
+
+/// The key of the report's `[start, end]` of each interval found (ns, the
+/// first [`MAX_EXAMPLES`]).
+pub const INTERVALS: &str = "intervals";
 
 /// How many stuck acquires an occurrence names (the first of each process):
 /// enough to see who waited, bounded however many replacements came.
@@ -40,6 +44,8 @@ pub struct Deadlock {
     acquiring: FxHashMap<Process, u64>,
     /// The current interval's stuck acquires, one per process, in order.
     stuck: Vec<(Process, u64)>,
+    /// The first occurrences' intervals (history time, ns), for pictures.
+    intervals: Vec<[u64; 2]>,
     latest: u64,
     longest_ns: u64,
     found: Anomaly,
@@ -55,6 +61,7 @@ impl Deadlock {
             open: true,
             acquiring: FxHashMap::default(),
             stuck: Vec::new(),
+            intervals: Vec::new(),
             latest: 0,
             longest_ns: 0,
             found: Anomaly::default(),
@@ -95,6 +102,9 @@ impl Deadlock {
         if self.threshold_ns.is_some_and(|t| length > t) {
             let mut indices: Vec<u64> = self.stuck.iter().map(|(_, i)| *i).collect();
             indices.sort_unstable();
+            if self.intervals.len() < MAX_EXAMPLES {
+                self.intervals.push([first, last]);
+            }
             self.found.record(Witness {
                 indices,
                 time: first,
@@ -153,6 +163,11 @@ impl Checker for Deadlock {
         report
             .details
             .insert("longest_ungranted_ms".into(), json!(ms(self.longest_ns)));
+        // From its first acquire wanting the lock to its last, in the
+        // history's time: what the timeline shades.
+        report
+            .details
+            .insert(INTERVALS.into(), json!(self.intervals));
         let mut notes = Vec::new();
         if self.found.found() {
             notes.push(format!(
@@ -248,6 +263,7 @@ mod tests {
         assert_eq!(f.report.valid, Validity::False);
         assert_eq!(f.report.details["threshold_ms"], 7_000);
         assert_eq!(f.report.details["longest_ungranted_ms"], 12_000);
+        assert_eq!(f.report.details[INTERVALS], json!([[S, 13 * S]]));
         assert!(f.notes[0].contains("threshold of 7.0 s"), "{:?}", f.notes);
     }
 

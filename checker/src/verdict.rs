@@ -276,6 +276,19 @@ impl Results {
             .ok()
             .and_then(|v| serde_json::from_value(v).ok())
     }
+
+    /// When the lock was stuck (`deadlock`): each interval found as
+    /// `(start, end)` in history time, the first [`MAX_EXAMPLES`]; empty
+    /// when none was found or it was not checked.
+    pub fn deadlocks(&self) -> Vec<(u64, u64)> {
+        let intervals = self
+            .checkers
+            .get(crate::deadlock::NAME)
+            .and_then(|c| c.details.get(crate::deadlock::INTERVALS));
+        intervals
+            .and_then(|v| serde_json::from_value::<Vec<(u64, u64)>>(v.clone()).ok())
+            .unwrap_or_default()
+    }
 }
 
 /// Combines the findings into the top-level `valid`, appending to `notes`
