@@ -6,14 +6,17 @@
 use crate::feed::{self, OnePass, Pairing, PassFindings, Reorder};
 use crate::history::{self, Event, History};
 use crate::registry::{CheckerEntry, Fed, Finding};
-use crate::verdict::{self, Anomaly, Promise, Results, Validity};
+use crate::settings::Settings;
+use crate::verdict::{self, Anomaly, Results, Validity};
 use crate::{cause, faults, CHECKERS};
 use std::collections::BTreeMap;
 
-/// Checks `history` against `promise`. Every anomaly looked for is reported,
+/// Checks `history` against `settings` (a [`crate::Promise`] will do:
+/// then `deadlock` is not checked). Every anomaly looked for is reported,
 /// with count 0 when absent.
-pub fn check(history: &History, promise: Promise) -> Results {
-    let mut pass = OnePass::default();
+pub fn check(history: &History, settings: impl Into<Settings>) -> Results {
+    let settings = settings.into();
+    let mut pass = OnePass::new(&settings);
     let mut pairing = Pairing::default();
     for e in history.in_time_order() {
         pairing.feed(e, &mut pass);
@@ -32,7 +35,7 @@ pub fn check(history: &History, promise: Promise) -> Results {
             pairing.unmatched()
         ));
     }
-    assemble(pass.finish(), whole, history.truncated, promise, notes)
+    assemble(pass.finish(), whole, history.truncated, settings, notes)
 }
 
 /// How a streamed check went: what it needed to hold at most.
@@ -52,11 +55,12 @@ pub struct StreamStats {
 /// asks for those checkers.
 pub fn check_jsonl(
     reader: impl std::io::BufRead,
-    promise: Promise,
+    settings: impl Into<Settings>,
     window_ns: u64,
     linearizability_too: bool,
 ) -> Result<(Results, StreamStats), history::ParseError> {
-    let mut pass = OnePass::default();
+    let settings = settings.into();
+    let mut pass = OnePass::new(&settings);
     let mut pairing = Pairing::default();
     let mut reorder = Reorder::new(window_ns);
     // Each whole-history checker with the events it reads.
@@ -96,7 +100,7 @@ pub fn check_jsonl(
             pairing.unmatched()
         ));
     }
-    let mut results = assemble(pass.finish(), whole, truncated, promise, notes);
+    let mut results = assemble(pass.finish(), whole, truncated, settings, notes);
     if stream.late > 0 {
         results.notes.push(format!(
             "{} event(s) arrived more than {} ms out of time order and were checked out of order",
@@ -138,9 +142,10 @@ fn assemble(
     pass: PassFindings,
     whole: Vec<(&'static CheckerEntry, Finding)>,
     truncated: bool,
-    promise: Promise,
+    settings: Settings,
     extra_notes: Vec<String>,
 ) -> Results {
+    let promise = settings.promise;
     let PassFindings {
         checkers: event_fed,
         stats,
@@ -152,7 +157,11 @@ fn assemble(
     let mut checkers = BTreeMap::new();
     let mut anomalies: BTreeMap<String, Anomaly> = BTreeMap::new();
     let mut notes = Vec::new();
+    let mut not_asked = Vec::new();
     for (c, finding) in findings {
+        if finding.not_asked {
+            not_asked.push(c.name);
+        }
         checkers.insert(c.name.to_string(), finding.report);
         for (anomaly, mut a) in finding.anomalies {
             cause::attribute(&mut a, &causes);
@@ -167,7 +176,9 @@ fn assemble(
     (stats.stalls, stats.longest_stall_ms) = causes.unplanned();
     notes.extend(extra_notes);
     notes.extend(fault_notes);
-    let valid = verdict::decide(promise, &anomalies, &checkers, truncated, &mut notes);
+    let valid = verdict::decide(
+        promise, &anomalies, &checkers, &not_asked, truncated, &mut notes,
+    );
     Results {
         valid,
         promise,
@@ -182,6 +193,7 @@ fn assemble(
 mod tests {
     use super::*;
     use crate::testing::Hist;
+    use crate::verdict::Promise;
     use crate::{anomaly, counter, fence, mutex};
     use serde_json::json;
 
@@ -234,9 +246,14 @@ mod tests {
         h
     }
 
+    /// A check that knows the run's liveness threshold.
+    fn settings(promise: Promise) -> Settings {
+        Settings::new(promise).deadlock_after(std::time::Duration::from_secs(7))
+    }
+
     #[test]
     fn a_clean_run_is_valid_and_lists_every_anomaly_at_zero() {
-        let r = check(&clean().build(), Promise::MutualExclusion);
+        let r = check(&clean().build(), settings(Promise::MutualExclusion));
         assert_eq!(r.valid, Validity::True, "{r:#?}");
         for name in all() {
             assert_eq!(r.anomalies[name].count, 0, "{name}");
@@ -246,6 +263,24 @@ mod tests {
         assert_eq!((counter.acknowledged, counter.final_value), (2, Some(2)));
         assert_eq!(r.stats.acquired, 2);
         assert!(r.notes.is_empty(), "{:?}", r.notes);
+    }
+
+    #[test]
+    fn without_a_threshold_deadlock_is_not_checked_and_says_so_but_decides_nothing() {
+        let r = check(&clean().build(), Promise::MutualExclusion);
+        assert_eq!(r.valid, Validity::True, "{r:#?}");
+        let deadlock = &r.checkers[crate::deadlock::NAME];
+        assert_eq!(deadlock.valid, Validity::Unknown);
+        assert!(deadlock.details.contains_key("not_checked"), "{deadlock:?}");
+        assert_eq!(
+            r.notes,
+            ["deadlock not checked: no threshold was given, and the history does not record the lock's TTL"]
+        );
+        let with = check(&clean().build(), settings(Promise::MutualExclusion));
+        assert_eq!(
+            with.checkers[crate::deadlock::NAME].details["threshold_ms"],
+            7_000
+        );
     }
 
     #[test]

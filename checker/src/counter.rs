@@ -138,6 +138,7 @@ impl Checker for Counter {
             report: outcome.report.into(),
             anomalies: vec![(anomaly::LOST_UPDATE, outcome.lost_update)],
             notes: outcome.notes,
+            not_asked: false,
         }
     }
 }

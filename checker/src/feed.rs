@@ -6,11 +6,13 @@
 //! released. So a streamed check needs memory for the open ops plus the
 //! reorder window, not for the history.
 
+use crate::availability::AvailabilityCheck;
 use crate::cause::Causes;
 use crate::faults::Faults;
 use crate::history::{next_line, Event, OpType, ParseError};
 use crate::ops::InFlight;
 use crate::registry::{CheckerEntry, Fed, Finding};
+use crate::settings::Settings;
 use crate::stats::StatsCheck;
 use crate::verdict::Stats;
 use crate::{Checker, Invoked, OnEvent, CHECKERS};
@@ -65,22 +67,33 @@ pub fn feed<T: OnEvent + Default>(history: &crate::History) -> T {
 pub struct OnePass {
     checkers: Vec<(&'static CheckerEntry, Box<dyn Checker>)>,
     stats: StatsCheck,
+    availability: AvailabilityCheck,
     faults: Faults,
     causes: Causes,
 }
 
+/// A pass with no settings beyond a promise: what the history alone
+/// decides (the live tally's).
 impl Default for OnePass {
     fn default() -> Self {
+        OnePass::new(&Settings::default())
+    }
+}
+
+impl OnePass {
+    /// Every event-fed checker, made for `settings`.
+    pub fn new(settings: &Settings) -> Self {
         let checkers = CHECKERS
             .iter()
             .filter_map(|c| match c.fed {
-                Fed::Events(new) => Some((c, new())),
+                Fed::Events(new) => Some((c, new(settings))),
                 Fed::Whole { .. } => None,
             })
             .collect();
         OnePass {
             checkers,
             stats: StatsCheck::default(),
+            availability: AvailabilityCheck::default(),
             faults: Faults::default(),
             causes: Causes::default(),
         }
@@ -93,6 +106,7 @@ impl OnEvent for OnePass {
             checker.on_event(e, invoke);
         }
         self.stats.on_event(e, invoke);
+        self.availability.on_event(e, invoke);
         self.faults.on_event(e, invoke);
         self.causes.on_event(e);
     }
@@ -139,7 +153,10 @@ impl OnePass {
                 .into_iter()
                 .map(|(entry, checker)| (entry, checker.finish()))
                 .collect(),
-            stats: self.stats.finish(),
+            stats: Stats {
+                availability: self.availability.finish(),
+                ..self.stats.finish()
+            },
             faults: self.faults,
             causes: self.causes,
         }

@@ -63,6 +63,7 @@ impl Checker for Fences {
             report: CheckerReport::from_anomalies([&self.stale]),
             anomalies: vec![(anomaly::STALE_FENCE_ACCEPTED, self.stale)],
             notes: Vec::new(),
+            not_asked: false,
         }
     }
 }

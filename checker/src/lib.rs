@@ -21,10 +21,13 @@
 pub mod generate;
 pub mod history;
 
+mod availability;
 mod bounds;
 mod cause;
 mod check;
 mod counter;
+mod deadlock;
+mod demand;
 mod edn;
 mod faults;
 mod feed;
@@ -34,6 +37,7 @@ mod linear;
 mod mutex;
 mod ops;
 mod registry;
+mod settings;
 mod stats;
 mod strike;
 mod verdict;
@@ -42,11 +46,13 @@ mod verdict;
 mod testing;
 
 // Checking a history, and what it gives back (the `results.json` contract).
+pub use availability::Availability;
 pub use check::{check, check_jsonl, StreamStats};
 pub use counter::CounterReport;
 pub use edn::from_edn;
 pub use history::{Event, History, OpType, Process};
 pub use registry::{anomalies, AnomalyKind, Breaks};
+pub use settings::Settings;
 pub use strike::Point;
 pub use verdict::{
     Anomaly, CheckerReport, Promise, Results, Stats, UnknownPromise, Validity, Witness,
@@ -105,6 +111,7 @@ pub mod anomaly {
     pub const STALE_FENCE_ACCEPTED: &str = "stale-fence-accepted";
     pub const FOREIGN_RELEASE: &str = "foreign-release";
     pub const NONLINEARIZABLE: &str = "nonlinearizable";
+    pub const DEADLOCK: &str = "deadlock";
 }
 
 /// Every checker of the verdict, the one registry: its name, what it
@@ -125,12 +132,12 @@ static CHECKERS: &[CheckerEntry] = &[
                 Breaks::Exclusion,
             ),
         ],
-        fed: Fed::Events(|| Box::<mutex::Mutex>::default()),
+        fed: Fed::Events(|_| Box::<mutex::Mutex>::default()),
     },
     CheckerEntry {
         name: counter::NAME,
         anomalies: &[kind(anomaly::LOST_UPDATE, 2, Some("lost"), Breaks::Data)],
-        fed: Fed::Events(|| Box::<counter::Counter>::default()),
+        fed: Fed::Events(|_| Box::<counter::Counter>::default()),
     },
     CheckerEntry {
         name: fence::NAME,
@@ -140,7 +147,7 @@ static CHECKERS: &[CheckerEntry] = &[
             Some("stale fence"),
             Breaks::Data,
         )],
-        fed: Fed::Events(|| Box::<fence::Fences>::default()),
+        fed: Fed::Events(|_| Box::<fence::Fences>::default()),
     },
     CheckerEntry {
         name: linear::NAME,
@@ -149,6 +156,16 @@ static CHECKERS: &[CheckerEntry] = &[
             keeps: linear::reads,
             check: linear::finding,
         },
+    },
+    CheckerEntry {
+        name: deadlock::NAME,
+        anomalies: &[kind(
+            anomaly::DEADLOCK,
+            6,
+            Some("deadlock"),
+            Breaks::Liveness,
+        )],
+        fed: Fed::Events(|s| Box::new(deadlock::Deadlock::new(s))),
     },
 ];
 

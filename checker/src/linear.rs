@@ -268,6 +268,7 @@ pub(crate) fn finding(history: &History) -> Finding {
         report,
         anomalies: vec![(anomaly::NONLINEARIZABLE, nonlinear)],
         notes,
+        not_asked: false,
     }
 }
 

@@ -132,6 +132,7 @@ impl Checker for Mutex {
                 (anomaly::FOREIGN_RELEASE, self.foreign_release),
             ],
             notes: Vec::new(),
+            not_asked: false,
         }
     }
 }

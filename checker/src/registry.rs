@@ -4,6 +4,7 @@
 //! tally) reads them from there, so a new checker is one module and one line.
 
 use crate::history::{Event, History};
+use crate::settings::Settings;
 use crate::verdict::{Anomaly, CheckerReport};
 use crate::{Checker, CHECKERS};
 
@@ -41,13 +42,17 @@ pub enum Breaks {
     Exclusion,
     /// The data itself: counts under every promise.
     Data,
+    /// Progress: the lock must be granted eventually, even after its holder
+    /// dies. Counts under every promise.
+    Liveness,
 }
 
 /// How a checker sees the history.
 pub(crate) enum Fed {
     /// Each event in time order, in the one pass the event-fed checkers
-    /// share (a history in memory or streamed).
-    Events(fn() -> Box<dyn Checker>),
+    /// share (a history in memory or streamed); made for the check's
+    /// settings.
+    Events(fn(&Settings) -> Box<dyn Checker>),
     /// After that pass, the events `keeps` accepts, all at once: a search
     /// that needs them together. A streamed check may leave it out.
     Whole {
@@ -62,6 +67,10 @@ pub(crate) struct Finding {
     pub report: CheckerReport,
     pub anomalies: Vec<(&'static str, Anomaly)>,
     pub notes: Vec<String>,
+    /// Not checked because the check was not given what it needs (a
+    /// threshold the history cannot tell): its `unknown` leaves the verdict
+    /// alone, and its note says why.
+    pub not_asked: bool,
 }
 
 impl CheckerEntry {
@@ -80,6 +89,7 @@ impl CheckerEntry {
                 .map(|a| (a.name, Anomaly::default()))
                 .collect(),
             notes: Vec::new(),
+            not_asked: false,
         }
     }
 }
@@ -124,7 +134,7 @@ mod tests {
         let empty = History::default();
         for c in CHECKERS {
             let finding = match &c.fed {
-                Fed::Events(new) => new().finish(),
+                Fed::Events(new) => new(&Settings::default()).finish(),
                 Fed::Whole { check, .. } => check(&empty),
             };
             let found: Vec<_> = finding.anomalies.iter().map(|(n, _)| *n).collect();
@@ -147,13 +157,21 @@ mod tests {
                 "stale-fence-accepted",
                 "foreign-release",
                 "nonlinearizable",
+                "deadlock",
             ]
         );
         // The comparison picture's cells: all but `nonlinearizable`.
         let shorts: Vec<_> = anomalies().iter().filter_map(|a| a.short).collect();
         assert_eq!(
             shorts,
-            ["overlap", "unsafe", "lost", "stale fence", "foreign"]
+            [
+                "overlap",
+                "unsafe",
+                "lost",
+                "stale fence",
+                "foreign",
+                "deadlock"
+            ]
         );
     }
 }

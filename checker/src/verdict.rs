@@ -31,12 +31,13 @@ impl Promise {
 
     /// Whether an occurrence of `anomaly` breaks this promise. Under data
     /// safety, overlaps and what follows from them (actions and releases of a
-    /// stale holder) are expected; only damage to the data counts.
+    /// stale holder) are expected; only damage to the data, and a lock that
+    /// is never granted again, count.
     pub fn counts(self, anomaly: &str) -> bool {
         match self {
             Promise::MutualExclusion => true,
             Promise::DataSafety => {
-                registry::kind(anomaly).is_some_and(|k| k.breaks == Breaks::Data)
+                registry::kind(anomaly).is_some_and(|k| k.breaks != Breaks::Exclusion)
             }
         }
     }
@@ -250,6 +251,8 @@ pub struct Stats {
     /// How often each kind of `error` (the part before any `:`) appeared on
     /// a client `fail`/`info`.
     pub errors: BTreeMap<String, u64>,
+    /// Grants with and without faults, recovery after heals and crashes.
+    pub availability: crate::availability::Availability,
 }
 
 /// The content of `results.json`.
@@ -273,6 +276,19 @@ impl Results {
             .ok()
             .and_then(|v| serde_json::from_value(v).ok())
     }
+
+    /// When the lock was stuck (`deadlock`): each interval found as
+    /// `(start, end)` in history time, the first [`MAX_EXAMPLES`]; empty
+    /// when none was found or it was not checked.
+    pub fn deadlocks(&self) -> Vec<(u64, u64)> {
+        let intervals = self
+            .checkers
+            .get(crate::deadlock::NAME)
+            .and_then(|c| c.details.get(crate::deadlock::INTERVALS));
+        intervals
+            .and_then(|v| serde_json::from_value::<Vec<(u64, u64)>>(v.clone()).ok())
+            .unwrap_or_default()
+    }
 }
 
 /// Combines the findings into the top-level `valid`, appending to `notes`
@@ -281,6 +297,7 @@ pub fn decide(
     promise: Promise,
     anomalies: &BTreeMap<String, Anomaly>,
     checkers: &BTreeMap<String, CheckerReport>,
+    not_asked: &[&str],
     truncated: bool,
     notes: &mut Vec<String>,
 ) -> Validity {
@@ -300,7 +317,8 @@ pub fn decide(
         // one from newer results) counts under every promise: it fails safe.
         let counts = registry::entry(name)
             .is_none_or(|c| c.anomalies.iter().any(|a| promise.counts(a.name)));
-        if !counts {
+        // Not given what it needs: its own note says so.
+        if !counts || not_asked.contains(&name.as_str()) {
             continue;
         }
         if report.valid == Validity::Unknown && valid == Validity::True {
@@ -396,6 +414,7 @@ mod tests {
             Promise::DataSafety,
             &anomalies,
             &checkers,
+            &[],
             false,
             &mut notes,
         );
@@ -404,6 +423,7 @@ mod tests {
             Promise::MutualExclusion,
             &anomalies,
             &checkers,
+            &[],
             false,
             &mut notes,
         );

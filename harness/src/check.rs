@@ -4,8 +4,9 @@
 use crate::error::{Error, Result};
 use crate::store::{ReadError, RunRecord, StoredRun, HISTORY, RUN_JSON};
 use checker::History;
-use checker::{Promise, Results, Validity};
+use checker::{Promise, Results, Settings, Validity};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// How a history file is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -57,9 +58,16 @@ pub fn judge_run(results: &mut Results, record: &RunRecord) {
 }
 
 /// Checks a run folder or a history file. The `run.json` beside a history
-/// decides the promise (`explicit`, from `--promise`, overrides it) and
-/// judges the run as `lockstorm run` did; a bare file needs neither.
-pub fn check_path(path: &Path, explicit: Option<Promise>, format: Format) -> Result<Results> {
+/// decides the promise and the `deadlock` threshold (`explicit` and
+/// `deadlock_after`, from `--promise` and `--deadlock-ms`, override them)
+/// and judges the run as `lockstorm run` did; a bare file needs neither,
+/// but without a threshold its `deadlock` is not checked.
+pub fn check_path(
+    path: &Path,
+    explicit: Option<Promise>,
+    deadlock_after: Option<Duration>,
+    format: Format,
+) -> Result<Results> {
     let (history_path, folder) = if path.is_dir() {
         (path.join(HISTORY), Some(StoredRun::open(path)))
     } else {
@@ -91,12 +99,20 @@ pub fn check_path(path: &Path, explicit: Option<Promise>, format: Format) -> Res
             ))
         }
     };
-    let promise = explicit
-        .or(record.as_ref().map(|r| r.promise))
-        .unwrap_or(Promise::MutualExclusion);
+    let mut settings = record
+        .as_ref()
+        .map_or(Settings::new(Promise::MutualExclusion), RunRecord::settings);
+    settings.promise = explicit.unwrap_or(settings.promise);
+    settings.deadlock_after = deadlock_after.or(settings.deadlock_after);
     let mut results =
-        check_history(&history_path, promise, format).map_err(|e| bad(&history_path, e))?;
+        check_history(&history_path, settings, format).map_err(|e| bad(&history_path, e))?;
     results.notes.extend(unread);
+    if settings.deadlock_after.is_none() {
+        results.notes.push(
+            "give --deadlock-ms (the lock's TTL + its acquire timeout + 1 s) to check deadlock"
+                .into(),
+        );
+    }
     if let Some(record) = &record {
         judge_run(&mut results, record);
     }
@@ -115,7 +131,7 @@ fn read_record(folder: &StoredRun) -> std::result::Result<RunRecord, String> {
 
 fn check_history(
     path: &PathBuf,
-    promise: Promise,
+    settings: Settings,
     format: Format,
 ) -> std::result::Result<Results, String> {
     let open = || {
@@ -127,15 +143,16 @@ fn check_history(
         // Streamed: the linear checkers hold only open ops, so a long
         // history re-checks in little memory.
         Format::Jsonl => {
-            let (results, stream) = checker::check_jsonl(open()?, promise, REORDER_WINDOW_NS, true)
-                .map_err(|e| e.to_string())?;
+            let (results, stream) =
+                checker::check_jsonl(open()?, settings, REORDER_WINDOW_NS, true)
+                    .map_err(|e| e.to_string())?;
             if stream.late == 0 {
                 return Ok(results);
             }
             // Events later than the window cannot be put back in order as
             // they stream past; the file is on disk, so sort it whole.
             let history = History::from_jsonl(open()?).map_err(|e| e.to_string())?;
-            let mut results = checker::check(&history, promise);
+            let mut results = checker::check(&history, settings);
             results.notes.push(format!(
                 "{} event(s) arrived more than {} s out of file order: the history was sorted in memory and checked whole",
                 stream.late,
@@ -144,7 +161,7 @@ fn check_history(
             Ok(results)
         }
         Format::Edn => checker::from_edn(open()?)
-            .map(|h| checker::check(&h, promise))
+            .map(|h| checker::check(&h, settings))
             .map_err(|e| e.to_string()),
     }
 }

@@ -55,6 +55,12 @@ struct CheckArgs {
     /// The promise for a bare history file; a run folder's run.json decides otherwise.
     #[arg(long, value_parser = parse_promise)]
     promise: Option<Promise>,
+    /// How long acquires may go ungranted with no fault active before the
+    /// lock counts as stuck (`deadlock`), in ms; a run folder's run.json
+    /// gives TTL + acquire timeout + 1 s. A bare history without it is not
+    /// checked for deadlock.
+    #[arg(long)]
+    deadlock_ms: Option<u64>,
     #[arg(long, value_enum, default_value = "jsonl")]
     format: Format,
     /// Print results.json to stdout instead of the summary.
@@ -223,7 +229,8 @@ fn report_command(args: ReportArgs) -> Result<Validity> {
 }
 
 fn check_command(args: CheckArgs) -> Result<Validity> {
-    let results = check::check_path(&args.path, args.promise, args.format)?;
+    let deadlock = args.deadlock_ms.map(std::time::Duration::from_millis);
+    let results = check::check_path(&args.path, args.promise, deadlock, args.format)?;
     if args.json {
         let json = serde_json::to_string_pretty(&results).expect("results always serialise");
         say(&format!("{json}\n"))?;

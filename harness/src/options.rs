@@ -414,7 +414,21 @@ impl RunOptions {
     }
 }
 
+/// How long a lock may go ungranted, with acquires attempted and no fault
+/// active, before it counts as stuck (`deadlock`): a dead or stalled
+/// holder's key outlives it by at most a TTL, a waiting worker's acquire
+/// retries for up to its timeout before it tries again, and 1 s covers the
+/// hand-over and a busy host.
+pub fn deadlock_threshold(ttl: Duration, acquire_timeout: Duration) -> Duration {
+    ttl + acquire_timeout + Duration::from_secs(1)
+}
+
 impl RunPlan {
+    /// The `deadlock` threshold for this run.
+    pub fn deadlock_after(&self) -> Duration {
+        deadlock_threshold(self.ttl, self.acquire_timeout)
+    }
+
     /// Refuses a run whose time limit fits no fault: it would test nothing
     /// and could only come out valid.
     fn check_schedule_fits(&self) -> Result<(), Refusal> {

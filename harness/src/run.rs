@@ -269,7 +269,7 @@ fn interrupted_at_startup(
 ) -> Result<RunOutcome> {
     let mut record = RunRecord::new(options, server);
     record.interrupted = true;
-    let mut results = checker::check(&History::default(), record.promise);
+    let mut results = checker::check(&History::default(), record.settings());
     mark_interrupted(
         &mut results,
         "the run was interrupted by a signal while its nodes started, before any worker ran",
@@ -317,7 +317,7 @@ fn check_history(dir: &RunDir, record: &RunRecord) -> Result<(Results, History)>
             path: path.clone(),
             message: e.to_string(),
         })?;
-    let mut results = checker::check(&history, record.promise);
+    let mut results = checker::check(&history, record.settings());
     crate::check::judge_run(&mut results, record);
     Ok((results, history))
 }

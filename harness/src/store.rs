@@ -139,6 +139,14 @@ pub struct RunRecord {
     pub interrupted_at_ms: Option<u64>,
 }
 
+impl RunRecord {
+    /// What the run's history is checked against: its promise, and the
+    /// `deadlock` threshold its options give.
+    pub fn settings(&self) -> checker::Settings {
+        checker::Settings::new(self.promise).deadlock_after(self.options.deadlock_after())
+    }
+}
+
 /// A stored run folder, opened to be read back: its files' paths, and
 /// `run.json` and `results.json` typed. Nothing is read until asked, and
 /// each file fails on its own, so a damaged one never hides the others.

@@ -1,6 +1,6 @@
 //! The short human summary printed at the end of a run or a check.
 
-use checker::{Anomaly, Results, Validity};
+use checker::{Anomaly, Availability, Results, Validity};
 use std::fmt::Write;
 
 pub fn verdict_word(v: Validity) -> &'static str {
@@ -42,6 +42,9 @@ pub fn render(title: &str, results: &Results, path: &str) -> String {
         "  ops: {} ({} ok, {} fail, {} info) in {:.1} s, {:.1} ops/s, {:.1} lock cycles/s",
         s.ops, s.ok, s.fail, s.info, s.duration_s, s.ops_per_s, s.cycles_per_s
     );
+    if let Some(line) = availability_line(&s.availability) {
+        let _ = writeln!(out, "  {line}");
+    }
     if let Some(line) = counter_line(results) {
         let _ = writeln!(out, "  {line}");
     }
@@ -127,6 +130,46 @@ fn counter_line(results: &Results) -> Option<String> {
     ))
 }
 
+/// How available the lock was: grants with and without a fault active, how
+/// soon it was granted again after each heal or holder's crash, and the
+/// longest wait with no holder. `None` when no acquire was tried (or the
+/// results predate these figures).
+fn availability_line(a: &Availability) -> Option<String> {
+    if a.attempts + a.attempts_in_fault == 0 {
+        return None;
+    }
+    let share = |granted: u64, tried: u64| match tried {
+        0 => "none tried".to_string(),
+        _ => format!(
+            "{granted} of {tried} ({:.0}%)",
+            100.0 * granted as f64 / tried as f64
+        ),
+    };
+    let mut line = format!(
+        "acquires granted: {} with no fault active, {} during faults",
+        share(a.granted, a.attempts),
+        share(a.granted_in_fault, a.attempts_in_fault)
+    );
+    if let (Some(max), Some(median)) = (a.recovery_max_ms, a.recovery_median_ms) {
+        let _ = write!(
+            line,
+            "; granted again after {} heal(s) or holder crash(es) within {:.2} s (median {:.2} s)",
+            a.recoveries,
+            max as f64 / 1e3,
+            median as f64 / 1e3
+        );
+    }
+    if a.unrecovered > 0 {
+        let _ = write!(line, ", {} never", a.unrecovered);
+    }
+    let _ = write!(
+        line,
+        "; longest wait with no holder {:.2} s",
+        a.longest_unheld_ms as f64 / 1e3
+    );
+    Some(line)
+}
+
 fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
@@ -151,6 +194,29 @@ mod tests {
         );
         assert!(
             text.contains("unplanned stalls: 2, longest 412 ms"),
+            "{text}"
+        );
+        assert!(!text.contains("acquires granted"), "none tried: {text}");
+    }
+
+    #[test]
+    fn availability_is_one_line_of_grants_recoveries_and_the_longest_wait() {
+        let history = checker::History::new(Vec::new());
+        let mut results = checker::check(&history, checker::Promise::MutualExclusion);
+        results.stats.availability = Availability {
+            attempts: 40,
+            granted: 30,
+            attempts_in_fault: 10,
+            granted_in_fault: 1,
+            recoveries: 3,
+            recovery_max_ms: Some(2_310),
+            recovery_median_ms: Some(1_020),
+            unrecovered: 1,
+            longest_unheld_ms: 2_400,
+        };
+        let text = render("t", &results, "p");
+        assert!(
+            text.contains("acquires granted: 30 of 40 (75%) with no fault active, 1 of 10 (10%) during faults; granted again after 3 heal(s) or holder crash(es) within 2.31 s (median 1.02 s), 1 never; longest wait with no holder 2.40 s"),
             "{text}"
         );
     }

@@ -30,6 +30,10 @@ pub struct Scene {
     /// when to when. The storage is the one place that knows who really
     /// holds the right to write.
     pub fences: Vec<FenceSpan>,
+    /// Time and row of every worker that died (a `crash` event).
+    pub crashes: Vec<(u64, usize)>,
+    /// When the lock was stuck (`deadlock`, from the results).
+    pub stuck: Vec<(u64, u64)>,
 }
 
 /// The storage's highest accepted fence over `[start, end)`.
@@ -146,7 +150,14 @@ impl Scene {
             ));
             fences.clear();
         }
+        let crashes = history
+            .events
+            .iter()
+            .filter_map(|e| Some((e.time, rows.of(&e.crashed()?)?)))
+            .collect();
         Scene {
+            crashes,
+            stuck: results.deadlocks(),
             rows,
             holds,
             total,

@@ -1,4 +1,4 @@
-use super::timeline::{HOLD_COLOR, OPEN_HOLD_COLOR, OVERLAP_COLOR};
+use super::timeline::{CRASH_MARK, DEADLOCK_COLOR, HOLD_COLOR, OPEN_HOLD_COLOR, OVERLAP_COLOR};
 use super::*;
 use checker::anomaly::LOCK_OVERLAP;
 use checker::{Anomaly, Promise, Validity};
@@ -140,6 +140,61 @@ fn a_crashed_holder_bar_ends_at_the_crash() {
         "drawn as held at run end"
     );
     assert_eq!(bars(&svg, &[HOLD_COLOR]), 1);
+}
+
+/// A worker dies mid-acquire and the lock stays stuck: a † on the dead
+/// worker's row, and a `deadlock` band over the stuck interval.
+#[test]
+fn a_crash_is_a_mark_on_its_row_and_a_deadlock_a_band() {
+    let s = 1_000_000_000u64;
+    let mut lines = vec![
+        format!(
+            r#"{{"index":0,"time":{},"process":1,"type":"invoke","f":"acquire"}}"#,
+            s
+        ),
+        format!(
+            r#"{{"index":1,"time":{},"process":1,"type":"info","f":"acquire","error":"crashed"}}"#,
+            s + 1
+        ),
+        format!(
+            r#"{{"index":2,"time":{},"process":"harness","type":"info","f":"crash","value":{{"process":1}}}}"#,
+            s + 2
+        ),
+    ];
+    for (i, t) in (3..).step_by(2).zip((1..5).map(|k| k * 4 * s)) {
+        lines.push(format!(
+            r#"{{"index":{i},"time":{t},"process":0,"type":"invoke","f":"acquire"}}"#
+        ));
+        lines.push(format!(
+            r#"{{"index":{},"time":{},"process":0,"type":"fail","f":"acquire"}}"#,
+            i + 1,
+            t + 4 * s
+        ));
+    }
+    let history = History::from_jsonl(lines.join("\n").as_bytes()).unwrap();
+    let settings = checker::Settings::new(Promise::MutualExclusion)
+        .deadlock_after(std::time::Duration::from_secs(7));
+    let results = checker::check(&history, settings);
+    assert_eq!(results.deadlocks(), [(s, 20 * s)], "{results:#?}");
+    let svg = timeline_svg(&history, &results, 2).unwrap();
+    let texts = elements(&svg, "text");
+    let row_y = |label: &str| {
+        let (a, _) = texts.iter().find(|(_, c)| *c == label).unwrap();
+        attr(a, "y").parse::<i32>().unwrap()
+    };
+    let daggers: Vec<_> = texts.iter().filter(|(_, c)| *c == CRASH_MARK).collect();
+    assert_eq!(daggers.len(), 1, "{daggers:?}");
+    assert_eq!(
+        attr(daggers[0].0, "y").parse::<i32>().unwrap(),
+        row_y("worker 1")
+    );
+    assert_eq!(bars(&svg, &[DEADLOCK_COLOR]), 1);
+    assert!(texts.iter().any(|(_, c)| *c == "deadlock"));
+    // Without the deadlock checked there is no band, but the crash stays.
+    let results = checker::check(&history, Promise::MutualExclusion);
+    let svg = timeline_svg(&history, &results, 2).unwrap();
+    assert_eq!(bars(&svg, &[DEADLOCK_COLOR]), 0);
+    assert!(svg.contains(CRASH_MARK));
 }
 
 #[test]

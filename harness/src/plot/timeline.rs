@@ -16,13 +16,19 @@ pub const WIDTH: u32 = 1400;
 /// About how wide the time axis is, less margins and row labels.
 pub(super) const PLOT_PX: u32 = WIDTH - 130;
 const ROW_PX: u32 = 30;
-const FOOTER_PX: u32 = 60;
+const FOOTER_PX: u32 = 84;
 pub(super) const HOLD_COLOR: RGBColor = RGBColor(62, 118, 180);
 /// Holds the run ended during: their right edge is the end of the history,
 /// not a release, so they are drawn paler.
 pub(super) const OPEN_HOLD_COLOR: RGBColor = RGBColor(150, 180, 215);
 pub(super) const OVERLAP_COLOR: RGBColor = RGBColor(200, 40, 120);
 const UNSAFE_COLOR: RGBColor = RGBColor(220, 20, 20);
+/// A lock stuck with no fault active: darker than a fault, so the two
+/// bands read apart.
+pub(super) const DEADLOCK_COLOR: RGBColor = RGBColor(90, 90, 90);
+const DEADLOCK_ALPHA: f64 = 0.3;
+/// Where a worker died.
+pub(super) const CRASH_MARK: &str = "†";
 /// The storage's fence row: two greys, so neighbouring tokens stay apart.
 const FENCE_A: RGBColor = RGBColor(110, 110, 110);
 const FENCE_B: RGBColor = RGBColor(150, 150, 150);
@@ -118,6 +124,16 @@ where
         ])?;
     }
 
+    let stuck = DEADLOCK_COLOR.mix(DEADLOCK_ALPHA).filled();
+    let stuck_font = fault_font.clone().color(&DEADLOCK_COLOR);
+    for &(start, end) in &scene.stuck {
+        let (s, e) = (secs(start), secs(end));
+        chart.draw_series([Rectangle::new([(s, 0.0), (e, n as f64)], stuck)])?;
+        chart
+            .draw_series([EmptyElement::at((s, center(0)))
+                + Text::new("deadlock", (3, 0), stuck_font.clone())])?;
+    }
+
     let (x0, x1) = (
         chart.backend_coord(&(0.0, 0.0)).0,
         chart.backend_coord(&(end_s, 0.0)).0,
@@ -207,6 +223,18 @@ where
             .map(|&(t, row)| Text::new("✗", (secs(t), center(row + 1)), cross.clone())),
     )?;
 
+    let dagger = (FAMILY, 22)
+        .into_font()
+        .style(FontStyle::Bold)
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Center, VPos::Center));
+    chart.draw_series(
+        scene
+            .crashes
+            .iter()
+            .map(|&(t, row)| Text::new(CRASH_MARK, (secs(t), center(row + 1)), dagger.clone())),
+    )?;
+
     let row_font = (FAMILY, 16)
         .into_font()
         .color(&BLACK)
@@ -237,25 +265,38 @@ where
         .into_font()
         .color(&BLACK)
         .pos(Pos::new(HPos::Left, VPos::Center));
-    let items: [(&str, ShapeStyle); 6] = [
-        ("hold (acquire ok → release)", HOLD_COLOR.filled()),
-        ("held at run end", OPEN_HOLD_COLOR.filled()),
-        ("in a lock-overlap", OVERLAP_COLOR.filled()),
-        ("thin: held past its lease (TTL)", HOLD_COLOR.filled()),
-        ("fault", FAULT_COLOR.mix(FAULT_ALPHA * 2.0).filled()),
-        ("✗ unsafe action; numbers are fences", UNSAFE_COLOR.filled()),
+    // Two lines of swatches: what the lock did, then what happened to it.
+    let items: [&[(&str, ShapeStyle)]; 2] = [
+        &[
+            ("hold (acquire ok → release)", HOLD_COLOR.filled()),
+            ("held at run end", OPEN_HOLD_COLOR.filled()),
+            ("in a lock-overlap", OVERLAP_COLOR.filled()),
+            ("thin: held past its lease (TTL)", HOLD_COLOR.filled()),
+            ("✗ unsafe action; numbers are fences", UNSAFE_COLOR.filled()),
+        ],
+        &[
+            ("fault", FAULT_COLOR.mix(FAULT_ALPHA * 2.0).filled()),
+            (
+                "deadlock: acquires tried, none granted, no fault",
+                DEADLOCK_COLOR.mix(DEADLOCK_ALPHA * 2.0).filled(),
+            ),
+            ("† a worker died (crash)", BLACK.filled()),
+        ],
     ];
-    let mut x = 114;
-    for (label, style) in items {
-        let (y0, y1) = match label.starts_with("thin") {
-            true => (15, 19),
-            false => (10, 24),
-        };
-        area.draw(&Rectangle::new([(x, y0), (x + 14, y1)], style))?;
-        area.draw(&Text::new(label, (x + 20, 17), font.clone()))?;
-        x += 40 + 8 * label.chars().count() as i32;
+    for (line, items) in items.iter().enumerate() {
+        let y = 17 + 24 * line as i32;
+        let mut x = 114;
+        for (label, style) in items.iter() {
+            let (y0, y1) = match label.starts_with("thin") {
+                true => (y - 2, y + 2),
+                false => (y - 7, y + 7),
+            };
+            area.draw(&Rectangle::new([(x, y0), (x + 14, y1)], *style))?;
+            area.draw(&Text::new(*label, (x + 20, y), font.clone()))?;
+            x += 40 + 8 * label.chars().count() as i32;
+        }
     }
     let note_font = font.color(&RGBColor(90, 90, 90));
-    area.draw(&Text::new(notes.join("; "), (114, 44), note_font))?;
+    area.draw(&Text::new(notes.join("; "), (114, 68), note_font))?;
     Ok(())
 }

@@ -243,8 +243,12 @@ pub fn read_run(root: &Path, rel: &str) -> (Run, Option<History>, crate::plot::S
         nemesis: "?".to_owned(),
         ..Run::default()
     };
+    let mut settings = None;
     match folder.record() {
-        Ok(record) => run.shown = Shown::from(&record),
+        Ok(record) => {
+            run.shown = Shown::from(&record);
+            settings = Some(record.settings());
+        }
         // JSON, but not a run record (hand-written, or from another tool):
         // the page still shows what it says, as before records were typed.
         Err(ReadError::Json(e)) if e.is_data() => {
@@ -311,7 +315,13 @@ pub fn read_run(root: &Path, rel: &str) -> (Run, Option<History>, crate::plot::S
                     Promise::default()
                 }
             };
-            run.results = Some(checker::check(h, promise));
+            // The record's deadlock threshold, when it has one.
+            let settings = settings.unwrap_or_default();
+            let settings = checker::Settings {
+                promise,
+                ..settings
+            };
+            run.results = Some(checker::check(h, settings));
             run.rechecked = true;
             run.notes.push(format!(
                 "no readable {RESULTS}: verdict re-checked from the history"

@@ -1,0 +1,361 @@
+//! `deadlock`: the lock is stuck. An interval longer than a threshold in
+//! which acquires were attempted, no fault was active and none was granted,
+//! e.g. a key left without expiry by a holder that died between `SETNX` and
+//! `PEXPIRE`. A lock must be released eventually even if its holder dies,
+//! so this counts under every promise.
+//!
+//! Each interval starts at a grant or at the heal that left no fault active
+//! (or, after those, at the first acquire), and ends at the next grant or
+//! fault; within it only the time someone wanted the lock counts (from the
+//! first acquire in flight to the last). A grant is where a hold starts, so
+//! an interval holds one hold and the wait after it: a holder that dies or
+//! stalls is waited out within a TTL, and a retrying worker notices within
+//! its acquire timeout. The history does not record those, so the threshold
+//! comes from the run ([`Settings::deadlock_after`]); without one nothing is
+//! checked.
+
+use crate::demand::{ActiveFaults, Change, Demand};
+use crate::history::{f, Event, OpType, Process};
+use crate::registry::Finding;
+use crate::settings::Settings;
+use crate::verdict::{Anomaly, CheckerReport, Validity, Witness, MAX_EXAMPLES};
+use crate::{anomaly, Checker, Invoked, OnEvent};
+use rustc_hash::FxHashMap;
+use serde_json::json;
+
+/// The checker's key under `results.json`'s `checkers`.
+pub const NAME: &str = "deadlock";
+
+/// The key of the report's `[start, end]` of each interval found (ns, the
+/// first [`MAX_EXAMPLES`]).
+pub const INTERVALS: &str = "intervals";
+
+/// How many stuck acquires an occurrence names (the first of each process):
+/// enough to see who waited, bounded however many replacements came.
+const MAX_STUCK: usize = 10;
+
+pub struct Deadlock {
+    threshold_ns: Option<u64>,
+    faults: ActiveFaults,
+    demand: Demand,
+    /// An interval is running: no fault is active.
+    open: bool,
+    /// Each client's acquire in flight: its invoke's index.
+    acquiring: FxHashMap<Process, u64>,
+    /// The current interval's stuck acquires, one per process, in order.
+    stuck: Vec<(Process, u64)>,
+    /// The first occurrences' intervals (history time, ns), for pictures.
+    intervals: Vec<[u64; 2]>,
+    latest: u64,
+    longest_ns: u64,
+    found: Anomaly,
+}
+
+impl Deadlock {
+    pub fn new(settings: &Settings) -> Self {
+        Deadlock {
+            threshold_ns: settings.deadlock_after.map(|d| d.as_nanos() as u64),
+            faults: ActiveFaults::default(),
+            demand: Demand::default(),
+            // The history's start is a fresh lock, free and fault-free.
+            open: true,
+            acquiring: FxHashMap::default(),
+            stuck: Vec::new(),
+            intervals: Vec::new(),
+            latest: 0,
+            longest_ns: 0,
+            found: Anomaly::default(),
+        }
+    }
+
+    /// A new interval at `now`, unless a fault is active: the acquires in
+    /// flight are its first stuck ones.
+    fn open(&mut self, now: u64) {
+        self.stuck.clear();
+        self.open = !self.faults.any();
+        if !self.open {
+            return;
+        }
+        self.demand.open(now);
+        let mut waiting: Vec<(Process, u64)> = self
+            .acquiring
+            .iter()
+            .map(|(p, i)| (p.clone(), *i))
+            .collect();
+        waiting.sort_by_key(|(_, i)| *i);
+        waiting.truncate(MAX_STUCK);
+        self.stuck = waiting;
+    }
+
+    /// Ends the interval at `now`: was the lock wanted for longer than the
+    /// threshold? Its witness time is when it began, so attribution names
+    /// what left the lock stuck, not what happened a threshold later.
+    fn close(&mut self, now: u64) {
+        if !std::mem::take(&mut self.open) {
+            return;
+        }
+        let Some((first, last)) = self.demand.span(now) else {
+            return;
+        };
+        let length = last - first;
+        self.longest_ns = self.longest_ns.max(length);
+        if self.threshold_ns.is_some_and(|t| length > t) {
+            let mut indices: Vec<u64> = self.stuck.iter().map(|(_, i)| *i).collect();
+            indices.sort_unstable();
+            if self.intervals.len() < MAX_EXAMPLES {
+                self.intervals.push([first, last]);
+            }
+            self.found.record(Witness {
+                indices,
+                time: first,
+            });
+        }
+    }
+}
+
+impl OnEvent for Deadlock {
+    fn on_event(&mut self, e: &Event, _invoke: Option<&Invoked>) {
+        self.latest = self.latest.max(e.time);
+        match self.faults.on_event(e) {
+            Some(Change::Started) => return self.close(e.time),
+            Some(Change::Stopped) if !self.faults.any() => return self.open(e.time),
+            Some(Change::Stopped) => return,
+            None => {}
+        }
+        if e.f != f::ACQUIRE || !e.process.is_client() {
+            return;
+        }
+        let granted = e.kind == OpType::Ok;
+        if granted {
+            self.close(e.time);
+        }
+        self.demand.on_event(e);
+        match e.kind {
+            OpType::Invoke => {
+                self.acquiring.insert(e.process.clone(), e.index);
+                let known = self.stuck.iter().any(|(p, _)| *p == e.process);
+                if self.open && !known && self.stuck.len() < MAX_STUCK {
+                    self.stuck.push((e.process.clone(), e.index));
+                }
+            }
+            _ => {
+                self.acquiring.remove(&e.process);
+            }
+        }
+        if granted {
+            self.open(e.time);
+        }
+    }
+}
+
+impl Checker for Deadlock {
+    fn finish(mut self: Box<Self>) -> Finding {
+        // The history's end closes the last interval: a lock stuck until
+        // the workers stopped is stuck.
+        self.close(self.latest);
+        let Some(threshold) = self.threshold_ns else {
+            return not_asked();
+        };
+        let mut report = CheckerReport::from_anomalies([&self.found]);
+        report
+            .details
+            .insert("threshold_ms".into(), json!(ms(threshold)));
+        report
+            .details
+            .insert("longest_ungranted_ms".into(), json!(ms(self.longest_ns)));
+        // From its first acquire wanting the lock to its last, in the
+        // history's time: what the timeline shades.
+        report
+            .details
+            .insert(INTERVALS.into(), json!(self.intervals));
+        let mut notes = Vec::new();
+        if self.found.found() {
+            notes.push(format!(
+                "deadlock: {} interval(s) longer than the threshold of {:.1} s (the longest {:.1} s) in which acquires were attempted, no fault was active and none was granted",
+                self.found.count,
+                secs(threshold),
+                secs(self.longest_ns)
+            ));
+        }
+        Finding {
+            report,
+            anomalies: vec![(anomaly::DEADLOCK, self.found)],
+            notes,
+            not_asked: false,
+        }
+    }
+}
+
+/// No threshold: the history alone cannot tell a stuck lock from a long
+/// lease, so `deadlock` is not checked, and says so.
+fn not_asked() -> Finding {
+    let why = "no threshold was given, and the history does not record the lock's TTL";
+    let mut report = CheckerReport::new(Validity::Unknown);
+    report.details.insert("not_checked".into(), json!(why));
+    Finding {
+        report,
+        anomalies: vec![(anomaly::DEADLOCK, Anomaly::default())],
+        notes: vec![format!("deadlock not checked: {why}")],
+        not_asked: true,
+    }
+}
+
+fn ms(ns: u64) -> u64 {
+    ns / 1_000_000
+}
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::check;
+    use crate::testing::Hist;
+    use crate::verdict::Promise;
+    use std::time::Duration;
+
+    const S: u64 = 1_000_000_000;
+    /// TTL 2 s + acquire timeout 4 s + 1 s.
+    const THRESHOLD: Duration = Duration::from_secs(7);
+
+    fn run(h: &Hist) -> Finding {
+        let settings = Settings::new(Promise::MutualExclusion).deadlock_after(THRESHOLD);
+        let mut d = Deadlock::new(&settings);
+        let mut pairing = crate::Pairing::default();
+        for e in h.build().in_time_order() {
+            pairing.feed(e, &mut d);
+        }
+        Box::new(d).finish()
+    }
+
+    fn found(f: &Finding) -> &Anomaly {
+        &f.anomalies[0].1
+    }
+
+    /// Process 1 takes the lock at 1 s and its key never expires: 2 and 3
+    /// retry, each acquire timing out after 4 s, from 1 s to `until`.
+    fn stuck(h: &mut Hist, until: u64) {
+        h.invoke(1, "acquire").time(S);
+        h.ok(1, "acquire").token("a").time(S);
+        let mut t = S;
+        while t + 4 * S <= until {
+            for p in [2, 3] {
+                h.invoke(p, "acquire").time(t);
+                h.fail(p, "acquire").time(t + 4 * S).error("timeout");
+            }
+            t += 4 * S;
+        }
+    }
+
+    #[test]
+    fn a_lock_stuck_with_no_fault_active_is_found_with_its_threshold() {
+        let mut h = Hist::new();
+        h.nemesis("start-crash").time(S / 2);
+        h.nemesis("stop-crash").time(S / 2 + 1);
+        stuck(&mut h, 13 * S);
+        let f = run(&h);
+        let a = found(&f);
+        assert_eq!(a.count, 1, "{a:?}");
+        // The stuck acquires: the first of process 2 and of process 3.
+        assert_eq!(a.examples, [vec![4, 6]]);
+        assert_eq!(f.report.valid, Validity::False);
+        assert_eq!(f.report.details["threshold_ms"], 7_000);
+        assert_eq!(f.report.details["longest_ungranted_ms"], 12_000);
+        assert_eq!(f.report.details[INTERVALS], json!([[S, 13 * S]]));
+        assert!(f.notes[0].contains("threshold of 7.0 s"), "{:?}", f.notes);
+    }
+
+    #[test]
+    fn the_same_gap_while_a_fault_is_active_is_not_found() {
+        let mut h = Hist::new();
+        h.nemesis("start-partition").time(S / 2);
+        stuck(&mut h, 13 * S);
+        h.nemesis("stop-partition").time(13 * S);
+        let f = run(&h);
+        assert_eq!(found(&f).count, 0);
+        assert_eq!(f.report.valid, Validity::True);
+        // A fault in the middle splits it into two short ones.
+        let mut h = Hist::new();
+        stuck(&mut h, 13 * S);
+        h.nemesis("start-pause").time(6 * S);
+        h.nemesis("stop-pause").time(7 * S);
+        let f = run(&h);
+        assert_eq!(found(&f).count, 0, "{:?}", found(&f));
+    }
+
+    #[test]
+    fn a_gap_shorter_than_the_threshold_is_not_found() {
+        let mut h = Hist::new();
+        stuck(&mut h, 5 * S);
+        h.invoke(2, "acquire").time(5 * S + 1);
+        h.ok(2, "acquire").token("b").time(7 * S);
+        let f = run(&h);
+        assert_eq!(found(&f).count, 0);
+        assert_eq!(f.report.details["longest_ungranted_ms"], 6_000);
+        assert_eq!(f.report.valid, Validity::True);
+    }
+
+    #[test]
+    fn a_gap_after_a_crash_that_ends_within_the_ttl_is_not_found() {
+        // The holder dies at 1.5 s; its key expires 2 s after its grant and
+        // the waiter gets the lock at 3.1 s.
+        let mut h = Hist::new();
+        h.invoke(1, "acquire").time(S);
+        h.ok(1, "acquire").token("a").time(S);
+        h.invoke(2, "acquire").time(S + 1);
+        h.nemesis("start-crash").time(S + S / 2);
+        h.crash(1).token("a").time(S + S / 2 + 1);
+        h.nemesis("stop-crash").time(S + S / 2 + 2);
+        h.ok(2, "acquire").token("b").time(3 * S + S / 10);
+        h.invoke(2, "release").token("b").time(4 * S);
+        let f = run(&h);
+        assert_eq!(found(&f).count, 0);
+        assert_eq!(f.report.valid, Validity::True);
+    }
+
+    #[test]
+    fn no_one_waiting_is_no_deadlock() {
+        let mut h = Hist::new();
+        for (p, t) in [(1, S), (2, 40 * S)] {
+            h.invoke(p, "acquire").time(t);
+            h.ok(p, "acquire").time(t);
+            h.invoke(p, "release").time(t + 20 * S);
+            h.ok(p, "release").time(t + 20 * S);
+        }
+        assert_eq!(found(&run(&h)).count, 0);
+    }
+
+    #[test]
+    fn a_deadlock_after_a_crash_is_put_down_to_the_crash_and_fails_every_promise() {
+        let mut h = Hist::new();
+        h.invoke(1, "acquire").time(S);
+        h.nemesis("start-crash").time(S + 1);
+        h.info(1, "acquire").time(S + 2).error("crashed");
+        h.crash(1).time(S + 3);
+        h.nemesis("stop-crash").time(S + 4);
+        stuck_after(&mut h, 2 * S, 20 * S);
+        h.final_read(0);
+        for promise in [Promise::MutualExclusion, Promise::DataSafety] {
+            let settings = Settings::new(promise).deadlock_after(THRESHOLD);
+            let r = check(&h.build(), settings);
+            let a = &r.anomalies[anomaly::DEADLOCK];
+            assert_eq!(a.count, 1, "{a:?}");
+            assert_eq!(a.example_causes, ["crash"], "{a:?}");
+            assert_eq!(r.valid, Validity::False, "{promise}");
+        }
+    }
+
+    /// Processes 2 and 3 retry from `from` to `until`, never granted.
+    fn stuck_after(h: &mut Hist, from: u64, until: u64) {
+        let mut t = from;
+        while t + 4 * S <= until {
+            for p in [2, 3] {
+                h.invoke(p, "acquire").time(t);
+                h.fail(p, "acquire").time(t + 4 * S).error("timeout");
+            }
+            t += 4 * S;
+        }
+    }
+}

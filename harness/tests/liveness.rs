@@ -1,0 +1,107 @@
+//! The lock's liveness end to end: a holder SIGKILLed between `SETNX` and
+//! `PEXPIRE` leaves a key that never expires (`deadlock`), while a holder
+//! of a key with a TTL is waited out within that TTL.
+
+mod common;
+
+use checker::{Results, Validity};
+use common::{count, lockstorm, run_short};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// TTL 2000 ms and acquire timeout 2 × TTL (the defaults) + 1 s.
+const THRESHOLD_MS: u64 = 7_000;
+const TTL_MS: u64 = 2_000;
+
+/// The deadlock checker's details: its threshold, its longest interval.
+fn deadlock_report(results: &Results) -> &BTreeMap<String, serde_json::Value> {
+    &results
+        .checkers
+        .get("deadlock")
+        .expect("a deadlock report")
+        .details
+}
+
+/// Every seed from 1 to 3 strikes the first grant mid-acquire (the strike
+/// waits for a worker to reach the point): from then on every SETNX fails,
+/// no strike can land again, and the workers retry for the rest of the run
+/// (about 13 s, over the 7 s threshold). Seed 1 is kept.
+#[test]
+fn a_holder_killed_between_setnx_and_pexpire_deadlocks_the_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let at = ["--at", "acquiring"];
+    let (out, results, dir) = run_short(tmp.path(), "unsafe-setnx", "crash", "15", "1", &at);
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    let deadlock = &results.anomalies["deadlock"];
+    assert!(deadlock.count >= 1, "{}", out.stdout);
+    assert_eq!(
+        deadlock.causes.get("crash"),
+        Some(&deadlock.count),
+        "{deadlock:?}"
+    );
+    assert!(
+        !deadlock.examples[0].is_empty(),
+        "the stuck acquires are named"
+    );
+    let report = deadlock_report(&results);
+    assert_eq!(report["threshold_ms"], THRESHOLD_MS);
+    assert!(report["longest_ungranted_ms"].as_u64().unwrap() > THRESHOLD_MS);
+    assert!(out.stdout.contains("threshold of 7.0 s"), "{}", out.stdout);
+    let a = &results.stats.availability;
+    assert!(a.unrecovered >= 1, "no grant after the crash's heal: {a:?}");
+    assert!(a.longest_unheld_ms > THRESHOLD_MS, "{a:?}");
+
+    // Re-checked from the folder: run.json gives the same threshold.
+    let again = lockstorm(&["check", "--json", dir.to_str().unwrap()]);
+    let again: Results = serde_json::from_str(&again.stdout).unwrap();
+    assert_eq!(again.anomalies["deadlock"].count, deadlock.count);
+    // A bare copy of the history has no TTL to go by: not checked, and
+    // said so, unless given one.
+    let bare = tmp.path().join("bare.jsonl");
+    std::fs::copy(dir.join("history.jsonl"), &bare).unwrap();
+    bare_check(&bare, deadlock.count);
+}
+
+fn bare_check(bare: &Path, expected: u64) {
+    let out = lockstorm(&["check", "--json", bare.to_str().unwrap()]);
+    let unchecked: Results = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(unchecked.anomalies["deadlock"].count, 0);
+    assert_eq!(unchecked.checkers["deadlock"].valid, Validity::Unknown);
+    assert!(
+        unchecked.notes.iter().any(|n| n.contains("--deadlock-ms")),
+        "{:?}",
+        unchecked.notes
+    );
+    let given = lockstorm(&[
+        "check",
+        "--json",
+        "--deadlock-ms",
+        "7000",
+        bare.to_str().unwrap(),
+    ]);
+    let given: Results = serde_json::from_str(&given.stdout).unwrap();
+    assert_eq!(given.anomalies["deadlock"].count, expected);
+    assert_eq!(given.valid, Validity::False);
+}
+
+/// `single` gives its key a TTL in the same command that sets it: a holder
+/// killed after its lease check is waited out, and the next grant follows
+/// each crash's heal within the TTL (plus a second for a busy host).
+#[test]
+fn a_holder_killed_with_a_ttl_is_waited_out_within_the_ttl() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, results, _) = run_short(tmp.path(), "single", "crash", "15", "1", &[]);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert_eq!(results.valid, Validity::True);
+    assert_eq!(count(&results, "deadlock"), 0);
+    assert_eq!(deadlock_report(&results)["threshold_ms"], THRESHOLD_MS);
+    let a = &results.stats.availability;
+    assert!(a.recoveries >= 1, "{a:?}");
+    assert_eq!(a.unrecovered, 0, "{a:?}");
+    let max = a.recovery_max_ms.unwrap();
+    assert!(
+        max <= TTL_MS + 1_000,
+        "next grant {max} ms after a heal: {a:?}"
+    );
+    assert!(out.stdout.contains("granted again after"), "{}", out.stdout);
+}
