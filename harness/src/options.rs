@@ -686,11 +686,11 @@ mod plan_tests {
                 .map(|(a, _)| a.name())
                 .collect()
         };
-        assert_eq!(names(Config::NoLock), ["pause"]);
-        assert_eq!(names(Config::Replicated).len(), 6);
+        assert_eq!(names(Config::NoLock), ["pause", "crash"]);
+        assert_eq!(names(Config::Replicated).len(), 7);
         assert_eq!(
             names(Config::Redlock).len(),
-            7,
+            8,
             "{:?}",
             names(Config::Redlock)
         );
