@@ -179,9 +179,7 @@ impl Env {
         }
         Some(*self.holders.borrow_and_update())
     }
-}
 
-impl Env {
     /// Arms `point` on every worker and waits for the first to park there.
     /// `None` (and a `no-holder-<fault>` note) if none does within the arm
     /// timeout or the run ends; every worker is then disarmed. The caller
