@@ -44,10 +44,11 @@ fn watchdog_keeps_extending_the_lease_through_slow_work() {
 }
 
 #[test]
-fn watchdog_under_pause_loses_mutual_exclusion() {
+fn watchdog_under_pause_loses_mutual_exclusion_and_the_stale_write_lands() {
     let tmp = tempfile::tempdir().unwrap();
-    // The default pause strikes after the read, for 1.5 × TTL: the renewal
-    // thread is frozen with its worker, and the key expires.
+    // The default pause strikes after the holder's lease check, for 1.5 ×
+    // TTL: the renewal thread is frozen with its worker, the key expires,
+    // and the write that follows the pause is stale.
     let (out, results, dir) = run_short(
         tmp.path(),
         "watchdog",
@@ -58,11 +59,30 @@ fn watchdog_under_pause_loses_mutual_exclusion() {
     );
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
+    assert!(count(&results, "lost-update") > 0, "{}", out.stdout);
     common::assert_verified(&dir, "start-pause");
-    // Woken, the renewal found the key someone else's, and the worker's own
-    // check refused the stale write (lost: not-held; or past its lease).
+    // Woken, the renewal finds the key someone else's: too late, the
+    // write had passed its check before the pause.
     let lost = completions(&dir, "extend", "fail", Some("not-held"));
     assert!(lost >= 1, "no renewal found the lock lost\n{}", out.stdout);
+}
+
+#[test]
+fn watchdog_paused_before_its_check_refuses_the_stale_write() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Struck after the read, before the check: the renewal that wakes with
+    // the worker marks the lock lost, or the lease has run out; either way
+    // the check refuses the write.
+    let (out, results, dir) = run_short(
+        tmp.path(),
+        "watchdog",
+        "pause",
+        "15",
+        "7",
+        &["--ttl-ms", "1000", "--work-ms", "200", "--at", "read"],
+    );
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
     let refused = completions(&dir, "write", "fail", Some("not-held"))
         + completions(&dir, "write", "fail", Some("lease-expired"));
     assert!(refused >= 1, "no stale write refused\n{}", out.stdout);

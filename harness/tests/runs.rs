@@ -30,10 +30,15 @@ fn with<'a>(base: &[&'a str], more: &[&'a str]) -> Vec<&'a str> {
 #[test]
 fn single_under_pause_loses_mutual_exclusion() {
     let tmp = tempfile::tempdir().unwrap();
-    // Without the worker's own lease check the stale holder acts on the data.
+    // Without the worker's own lease check the stale holder acts on the
+    // data. Struck after its read, its write is invoked after the rival's
+    // grant: an `unsafe-action` by the history alone.
     let (out, results, dir) = run(
         tmp.path(),
-        &with(PAUSE_RUN, &["--config", "single", "--no-validity-check"]),
+        &with(
+            PAUSE_RUN,
+            &["--config", "single", "--no-validity-check", "--at", "read"],
+        ),
     );
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert_eq!(results.valid, Validity::False);

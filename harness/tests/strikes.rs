@@ -85,19 +85,22 @@ fn fenced_storage_refuses_the_write_of_a_holder_paused_after_its_check() {
 
 #[test]
 fn redlock_refuses_a_grant_whose_round_a_pause_aged() {
+    // Under contention: frozen mid-round, the holder-to-be loses nothing
+    // that matters. Valid.
     let tmp = tempfile::tempdir().unwrap();
-    let (_, results, dir) = run_short(
-        tmp.path(),
-        "redlock",
-        "pause",
-        "15",
-        "1",
-        &["--at", "acquiring"],
-    );
+    let at = ["--at", "acquiring"];
+    let (_, results, dir) = run_short(tmp.path(), "redlock", "pause", "15", "1", &at);
     assert_struck_at(&dir, "acquiring");
     assert_valid(&results, &dir);
-    // The struck round went on after the pause, longer than the TTL: its
-    // acquire must not have been granted.
+
+    // Alone, the struck round still wins every node after the pause, and
+    // only the elapsed-time check stands between it and a lease that has
+    // already run out: it must refuse the round.
+    let tmp = tempfile::tempdir().unwrap();
+    let alone = ["--at", "acquiring", "--workers", "1"];
+    let (_, results, dir) = run_short(tmp.path(), "redlock", "pause", "15", "1", &alone);
+    assert_struck_at(&dir, "acquiring");
+    assert_valid(&results, &dir);
     let history: Vec<Value> = std::fs::read_to_string(dir.join("history.jsonl"))
         .unwrap()
         .lines()
@@ -111,10 +114,12 @@ fn redlock_refuses_a_grant_whose_round_a_pause_aged() {
             .filter(after)
             .find(|e| &e["process"] == process && e["f"] == "acquire")
             .unwrap_or_else(|| panic!("process {process}'s acquire never completed"));
-        assert_ne!(
-            completion["type"], "ok",
+        assert_eq!(
+            completion["type"], "fail",
             "an aged round was granted: {completion}"
         );
+        let error = completion["error"].as_str().unwrap_or_default();
+        assert!(error.starts_with("validity-expired"), "{completion}");
     }
 }
 
