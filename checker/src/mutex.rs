@@ -6,6 +6,7 @@
 //! memory follows the concurrency (plus holds that never end), not the
 //! history's length.
 
+use crate::history::fault::{started, stopped, PROCESS};
 use crate::history::{f, Event, OpType, Process};
 use crate::holds::Hold;
 use crate::registry::Finding;
@@ -21,13 +22,54 @@ struct Suspect {
     release_ok: u64,
     /// Start index of the lock granted during the release.
     granted: u64,
+    /// When that lock was granted.
+    granted_at: u64,
+}
+
+/// What the nemesis did, as far as a lost key could be its doing instead
+/// of a release's: the workers it struck, and faults on the nodes.
+#[derive(Default)]
+struct Nemesis {
+    /// (time, client process) of every strike on a worker.
+    strikes: Vec<(u64, u64)>,
+    /// Node faults (every fault that names no struck process) open now.
+    open: usize,
+    /// When a node fault last started or stopped.
+    last_change: u64,
+}
+
+impl Nemesis {
+    fn on_event(&mut self, e: &Event) {
+        let struck = e.value.get(PROCESS).and_then(|p| p.as_u64());
+        match (started(&e.f), stopped(&e.f), struck) {
+            (Some(_), _, Some(p)) => self.strikes.push((e.time, p)),
+            (Some(_), _, None) => (self.open, self.last_change) = (self.open + 1, e.time),
+            (_, Some(_), None) => {
+                (self.open, self.last_change) = (self.open.saturating_sub(1), e.time)
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether nothing but a release can have taken `holder`'s key between
+    /// `from` and `to`: no node fault then, and no strike on the holder
+    /// (a frozen holder outlives its lease).
+    fn quiet(&self, holder: &Process, from: u64, to: u64) -> bool {
+        let struck = |&(t, p): &(u64, u64)| *holder == Process::Client(p) && t >= from && t <= to;
+        self.open == 0 && self.last_change < from && !self.strikes.iter().any(struck)
+    }
 }
 
 /// A hold still open (not yet ended by a release invoke).
 struct Open {
     hold: Hold,
-    /// `(time, index)` of the first acquire `ok` of another lock after this
-    /// hold started: from then on its holder's reads and writes are unsafe.
+    /// When its acquire op was invoked: the grant happened between then
+    /// and the `ok` (a client frozen mid-acquisition reports it late), so
+    /// only a lock invoked after another's `ok` was certainly granted after it.
+    invoked: u64,
+    /// `(time, index)` of the first acquire `ok` of another lock certainly
+    /// granted after this hold started: from then on its holder's reads and
+    /// writes are unsafe.
     intruder: Option<(u64, u64)>,
 }
 
@@ -40,12 +82,14 @@ pub struct Mutex {
     /// Per process, the intruding acquire-ok that makes its op in flight
     /// unsafe (a read or write) or foreign (a release), if it succeeds.
     pending: FxHashMap<Process, u64>,
-    /// Per process, its release in flight: (invoke time, the hold it ends).
+    /// Per process, its release in flight: (invoke time, when the hold it
+    /// ends was granted).
     releasing: FxHashMap<Process, (u64, u64)>,
     /// A release that succeeded after another lock was granted during it:
     /// it may have deleted that lock. Confirmed when a third lock is granted
     /// while that one is still held (its key was gone).
     suspects: Vec<Suspect>,
+    nemesis: Nemesis,
     /// Two holds at once; witness `[earlier acquire-ok, later acquire-ok]`.
     pub overlap: Anomaly,
     /// A read or write the storage accepted from a process after someone else
@@ -59,18 +103,19 @@ pub struct Mutex {
 }
 
 impl OnEvent for Mutex {
-    fn on_event(&mut self, e: &Event, _invoke: Option<&Invoked>) {
+    fn on_event(&mut self, e: &Event, invoke: Option<&Invoked>) {
         if e.crashed().is_some() {
             // A dead process believes nothing: its holds end here.
             self.open.retain(|o| !o.hold.ended_by(e));
             return;
         }
         if e.is_nemesis() {
+            self.nemesis.on_event(e);
             return;
         }
         let data_op = e.f == f::READ || e.f == f::WRITE;
         match (e.kind, e.f.as_str()) {
-            (OpType::Ok, f::ACQUIRE) => self.acquired(e),
+            (OpType::Ok, f::ACQUIRE) => self.acquired(e, invoke.map_or(e.time, |i| i.time)),
             (OpType::Invoke, f::RELEASE) => self.releasing(e),
             (OpType::Invoke, _) if data_op && e.process.is_client() => {
                 // Certainly after: the intruder's ok came before this invoke.
@@ -138,7 +183,7 @@ impl Checker for Mutex {
 }
 
 impl Mutex {
-    fn acquired(&mut self, e: &Event) {
+    fn acquired(&mut self, e: &Event, invoked: u64) {
         // Open: its end is not known yet, and nothing here reads it.
         let new = Hold::granted(e, u64::MAX);
         self.confirm_suspects(&new, e);
@@ -150,13 +195,14 @@ impl Mutex {
                 indices: vec![a.hold.start_index, e.index],
                 time: e.time,
             });
-            if a.intruder.is_none() && e.time > a.hold.start {
+            if a.intruder.is_none() && invoked > a.hold.start {
                 a.intruder = Some((e.time, e.index));
             }
         }
         self.latest.insert(e.process.clone(), e.index);
         self.open.push(Open {
             hold: new,
+            invoked,
             intruder: None,
         });
     }
@@ -171,13 +217,12 @@ impl Mutex {
         };
         let mine = &mine.hold;
         self.releasing
-            .insert(e.process.clone(), (e.time, mine.start_index));
+            .insert(e.process.clone(), (e.time, mine.start));
         let other = self
             .open
             .iter()
-            .map(|o| &o.hold)
-            .find(|h| h.start > mine.start && !h.same_lock(mine) && !h.ended_by(e))
-            .map(|h| h.start_index);
+            .find(|o| o.invoked > mine.start && !o.hold.same_lock(mine) && !o.hold.ended_by(e))
+            .map(|o| o.hold.start_index);
         match other {
             Some(index) => self.pending.insert(e.process.clone(), index),
             None => self.pending.remove(&e.process),
@@ -185,26 +230,31 @@ impl Mutex {
         self.open.retain(|o| !o.hold.ended_by(e));
     }
 
-    /// A release ok with no other lock held at its invoke: if one was granted
-    /// while it was in flight and is still held, the release may have
-    /// deleted it (a plain `DEL` after a `GET`, say).
+    /// A release ok with no other lock held at its invoke: if one certainly
+    /// granted after the releaser's was reported while the release was in
+    /// flight and is still held, the release may have deleted it (a plain
+    /// `DEL` after a `GET`, say).
     fn suspect(&mut self, e: &Event, invoked: u64, mine: u64) {
         let granted = self
             .open
             .iter()
+            .filter(|o| o.invoked > mine && o.hold.process != e.process)
             .map(|o| &o.hold)
-            .find(|h| h.start > invoked && h.start_index != mine && h.process != e.process);
+            .find(|h| h.start > invoked);
         if let Some(h) = granted {
             self.suspects.push(Suspect {
                 release_ok: e.index,
                 granted: h.start_index,
+                granted_at: h.start,
             });
         }
     }
 
     /// A lock granted while a suspect's lock is still held: that lock's key
-    /// was gone, so the suspect release deleted it. Suspects whose lock has
-    /// ended are dropped.
+    /// was gone, and when no fault can have taken it (no node fault, its
+    /// holder not frozen or killed) the suspect release deleted it. A
+    /// suspect is settled by the first lock granted after it, or dropped
+    /// when its lock ends.
     fn confirm_suspects(&mut self, new: &Hold, e: &Event) {
         if self.suspects.is_empty() {
             return;
@@ -221,10 +271,12 @@ impl Mutex {
             if held.same_lock(new) {
                 return true;
             }
-            self.foreign_release.record(Witness {
-                indices: vec![s.release_ok, s.granted, e.index],
-                time: e.time,
-            });
+            if self.nemesis.quiet(&held.process, s.granted_at, e.time) {
+                self.foreign_release.record(Witness {
+                    indices: vec![s.release_ok, s.granted, e.index],
+                    time: e.time,
+                });
+            }
             false
         });
     }
@@ -438,6 +490,34 @@ mod tests {
         h.release(3, "c");
         let (o, _, f) = run(&h);
         assert!(!f.found() && !o.found(), "{f:?} {o:?}");
+    }
+
+    #[test]
+    fn a_grant_reported_late_is_an_overlap_but_makes_nothing_else_unsafe() {
+        let mut h = Hist::new();
+        h.invoke(1, "acquire").token("a"); // frozen mid-acquisition
+        h.acquire(0, "b"); // a's key expired meanwhile
+        h.ok(1, "acquire").token("a"); // reported after b's grant
+        h.write(0, 1);
+        h.release(0, "b"); // b's own key: not foreign
+        let (o, u, f) = run(&h);
+        assert!(o.found(), "both believed they held it");
+        assert!(!u.found() && !f.found(), "{u:?} {f:?}");
+    }
+
+    #[test]
+    fn a_lock_lost_to_its_own_holders_pause_is_not_blamed_on_a_release() {
+        let mut h = Hist::new();
+        h.acquire(1, "a");
+        h.invoke(1, "release").token("a"); // deleted a's key; its reply was slow
+        h.acquire(2, "b"); // granted before a's release ok was recorded
+        h.ok(1, "release").token("a");
+        h.nemesis("start-pause")
+            .value(serde_json::json!({"process": 2, "at": "checked"}));
+        h.acquire(3, "c"); // b's key expired under the pause
+        let (o, _, f) = run(&h);
+        assert!(o.found(), "b and c overlap");
+        assert!(!f.found(), "{f:?}");
     }
 
     #[test]
