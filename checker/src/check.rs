@@ -28,13 +28,7 @@ pub fn check(history: &History, settings: impl Into<Settings>) -> Results {
             Fed::Events(_) => None,
         })
         .collect();
-    let mut notes = Vec::new();
-    if pairing.unmatched() > 0 {
-        notes.push(format!(
-            "{} client completion(s) had no invocation before them and were skipped",
-            pairing.unmatched()
-        ));
-    }
+    let notes: Vec<String> = unmatched_note(&pairing).into_iter().collect();
     assemble(pass.finish(), whole, history.truncated, settings, notes)
 }
 
@@ -93,13 +87,7 @@ pub fn check_jsonl(
             _ => (c, c.not_checked()),
         })
         .collect();
-    let mut notes = Vec::new();
-    if pairing.unmatched() > 0 {
-        notes.push(format!(
-            "{} client completion(s) had no invocation before them and were skipped",
-            pairing.unmatched()
-        ));
-    }
+    let notes: Vec<String> = unmatched_note(&pairing).into_iter().collect();
     let mut results = assemble(pass.finish(), whole, truncated, settings, notes);
     if stream.late > 0 {
         results.notes.push(format!(
@@ -187,6 +175,16 @@ fn assemble(
         stats,
         notes,
     }
+}
+
+/// Completions the pairing could not match, if any, as a note.
+fn unmatched_note(pairing: &Pairing) -> Option<String> {
+    (pairing.unmatched() > 0).then(|| {
+        format!(
+            "{} client completion(s) had no invocation before them and were skipped",
+            pairing.unmatched()
+        )
+    })
 }
 
 #[cfg(test)]

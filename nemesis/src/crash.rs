@@ -6,8 +6,7 @@
 use crate::cluster::BoxFuture;
 use crate::package::{Package, Shape};
 use crate::process;
-use crate::runner::{Env, FaultParams};
-use checker::history::fault::{AT, PROCESS};
+use crate::runner::{Env, FaultParams, Struck};
 use checker::Point;
 use serde_json::json;
 use std::time::Duration;
@@ -42,19 +41,14 @@ impl Package for Crash {
 }
 
 async fn crash(env: &mut Env, at: Point) {
-    let Some(parked) = env.await_strike(Crash.name(), at).await else {
+    let Some(Struck {
+        parked,
+        pid,
+        target,
+    }) = env.strike(Crash.name(), at).await
+    else {
         return;
     };
-    let Some(pid) = env.workers.get(parked.worker) else {
-        env.release(&parked);
-        return;
-    };
-    let target = json!({
-        "target": checker::history::worker_name(parked.worker),
-        "pid": pid,
-        PROCESS: parked.process,
-        AT: at,
-    });
     // Recorded before the kill, so it precedes everything the death
     // causes (the harness completes the op in flight and records `crash`);
     // the worker is parked at the point meanwhile.

@@ -6,8 +6,7 @@
 use crate::cluster::BoxFuture;
 use crate::package::{needs_lock_node, Package, Shape};
 use crate::process::Suspended;
-use crate::runner::{Env, FaultParams};
-use checker::history::fault::{AT, PROCESS};
+use crate::runner::{Env, FaultParams, Struck};
 use checker::Point;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -62,19 +61,14 @@ impl Package for PauseNode {
 /// Arms the strike point on every worker and freezes the first to park
 /// there, with its whole process group.
 async fn holder(env: &mut Env, duration: Duration, at: Point) {
-    let Some(parked) = env.await_strike(Pause.name(), at).await else {
+    let Some(Struck {
+        parked,
+        pid,
+        target,
+    }) = env.strike(Pause.name(), at).await
+    else {
         return;
     };
-    let Some(pid) = env.workers.get(parked.worker) else {
-        env.release(&parked);
-        return;
-    };
-    let target = json!({
-        "target": checker::history::worker_name(parked.worker),
-        "pid": pid,
-        PROCESS: parked.process,
-        AT: at,
-    });
     let paused = match Suspended::group(pid) {
         Ok(p) => p,
         Err(e) => {

@@ -3,6 +3,7 @@
 use crate::cluster::Cluster;
 use crate::fault::Targets;
 use crate::Step;
+use checker::history::fault::{AT, PROCESS};
 use checker::Point;
 use serde_json::{json, Value};
 use std::sync::{Arc, RwLock};
@@ -85,6 +86,14 @@ impl Default for AtPoint {
             arm: 0,
         }
     }
+}
+
+/// A worker parked at a strike point, ready to be struck.
+pub(crate) struct Struck {
+    pub parked: AtPoint,
+    pub pid: u32,
+    /// The value of the fault's events.
+    pub target: Value,
 }
 
 /// How the nemesis reaches running workers: the harness sends each a control
@@ -204,6 +213,28 @@ impl Env {
             }
         }
         parked
+    }
+
+    /// Arms `point`, waits for a worker to park there, and returns it with
+    /// its current pid and the value its fault events carry (target, pid,
+    /// struck process, point). `None` if none parked, or it is gone.
+    pub(crate) async fn strike(&mut self, fault: &str, point: Point) -> Option<Struck> {
+        let parked = self.await_strike(fault, point).await?;
+        let Some(pid) = self.workers.get(parked.worker) else {
+            self.release(&parked);
+            return None;
+        };
+        let target = json!({
+            "target": checker::history::worker_name(parked.worker),
+            "pid": pid,
+            PROCESS: parked.process,
+            AT: point,
+        });
+        Some(Struck {
+            parked,
+            pid,
+            target,
+        })
     }
 
     /// Ends a strike's arm everywhere: the others are disarmed, and the
