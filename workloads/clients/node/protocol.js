@@ -1,0 +1,152 @@
+'use strict';
+// The lockstorm adapter protocol (JSON lines on stdin/stdout) and the pieces
+// both Node adapters share. An adapter module calls `serve(adapter)` with an
+// object whose async methods are named after the ops it supports; each
+// method returns the reply without `id`, or throws.
+
+const fs = require('fs');
+const path = require('path');
+const readline = require('readline');
+
+// stdout belongs to the protocol alone: one stray line from a library (or its
+// debug output) would be read by the worker as a reply. Keep a private handle
+// for replies and send everything else that aims at stdout to stderr.
+const replyOut = process.stdout.write.bind(process.stdout);
+process.stdout.write = (chunk, encoding, cb) => process.stderr.write(chunk, encoding, cb);
+console.log = console.info = console.debug = console.error;
+
+function log(...args) {
+  process.stderr.write(`[${new Date().toISOString()}] ${args.join(' ')}\n`);
+}
+
+// A background refresh or extension that rejects with nobody awaiting it must
+// not end the process: the worker would lose its client mid-history.
+process.on('unhandledRejection', (reason) => {
+  log('unhandled rejection (ignored):', (reason && reason.stack) || String(reason));
+});
+// The worker is gone: nobody reads our replies any more.
+process.stdout.on('error', () => process.exit(0));
+
+// "<kind>: <detail>" for a reply that leaves the outcome unknown.
+function describeError(err) {
+  const detail = String((err && err.message) || err).replace(/\s+/g, ' ').trim();
+  const kind = /timed? ?out|ETIMEDOUT/i.test(detail) ? 'timeout'
+    : /ECONNREFUSED|ECONNRESET|EPIPE|ENOTCONN|EHOSTUNREACH|Connection is closed|Stream isn't writeable|max retries|LOADING|MASTERDOWN/i.test(detail) ? 'connection'
+    : 'error';
+  return `${kind}: ${detail}`;
+}
+
+function parseHostPort(s) {
+  const i = String(s).lastIndexOf(':');
+  const port = Number(s.slice(i + 1));
+  if (i <= 0 || !Number.isInteger(port) || port <= 0 || port > 65535) throw new Error(`bad node address ${s}`);
+  return { host: s.slice(0, i), port };
+}
+
+// Installed version of a package. Some packages (redlock) do not export their
+// package.json, so walk up from the resolved entry point instead.
+function packageVersion(name) {
+  let dir = path.dirname(require.resolve(name));
+  for (; dir !== path.dirname(dir); dir = path.dirname(dir)) {
+    const file = path.join(dir, 'package.json');
+    if (!fs.existsSync(file)) continue;
+    const pkg = JSON.parse(fs.readFileSync(file, 'utf8'));
+    if (pkg.name === name) return String(pkg.version).replace(/^v/, '');
+  }
+  return 'unknown';
+}
+
+// ioredis by default queues commands while disconnected and retries them
+// forever, so a killed or paused Redis would hang an op (and the worker behind
+// it) indefinitely. The harness wants ops that fail fast and are reported as
+// unknown instead: no offline queue, one retry, and a bound on every command.
+function redisClient(node) {
+  const Redis = require('ioredis');
+  const { host, port } = parseHostPort(node);
+  const client = new Redis({
+    host, port,
+    lazyConnect: false,
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 1,
+    connectTimeout: 1000,
+    commandTimeout: 1000,
+    // Keep trying to come back after a kill, but not in a tight loop.
+    retryStrategy: (times) => Math.min(50 * times, 500),
+  });
+  // Without a listener ioredis reports every reconnect failure as an unhandled
+  // error; log each distinct one once per outage.
+  let last = null;
+  client.on('error', (e) => { if (e.message !== last) log(`redis ${node}:`, e.message); last = e.message; });
+  client.on('ready', () => { last = null; });
+  return client;
+}
+
+// With the offline queue off, a command sent before the connection is ready
+// fails at once, so init waits until enough nodes are ready to work with.
+async function waitReady(clients, needed, ms = 2000) {
+  const ready = await Promise.all(clients.map((c) => c.status === 'ready' || new Promise((resolve) => {
+    const t = setTimeout(() => resolve(false), ms);
+    c.once('ready', () => { clearTimeout(t); resolve(true); });
+  })));
+  const n = ready.filter((r) => r === true).length;
+  if (n < needed) {
+    // Nothing will use these clients: stop their reconnect loops.
+    clients.forEach((c) => c.disconnect());
+    throw new Error(`only ${n} of ${clients.length} redis nodes reachable, need ${needed}`);
+  }
+}
+
+async function handle(adapter, line) {
+  let req;
+  try {
+    req = JSON.parse(line);
+  } catch (e) {
+    return { id: null, ok: false, error: `unsupported: request is not JSON: ${e.message}` };
+  }
+  const id = req && req.id !== undefined ? req.id : null;
+  const op = req && req.op;
+  const ops = ['init', 'acquire', 'release', ...(adapter.features || []).filter((f) => f === 'check')];
+  if (!ops.includes(op) || typeof adapter[op] !== 'function') return { id, ok: false, error: `unsupported: ${op}` };
+  if (op === 'init' && !adapter.topologies.includes(req.topology)) {
+    return { id, ok: false, error: `init: topology ${req.topology} is not supported by ${adapter.library}` };
+  }
+  if (op !== 'init' && !adapter.initialised) return { id, ok: false, error: `unsupported: ${op} before init` };
+  try {
+    const reply = { id, ...(await adapter[op](req)) };
+    if (op === 'init' && reply.ok) adapter.initialised = true;
+    return reply;
+  } catch (e) {
+    log(`${op} failed:`, (e && e.stack) || String(e));
+    // A failed init leaves nothing behind, so it is a definite failure; any
+    // other op may or may not have taken effect in Redis.
+    if (op === 'init') return { id, ok: false, error: `init: ${(e && e.message) || e}` };
+    return { id, ok: null, error: describeError(e) };
+  }
+}
+
+// Requests are answered strictly in order, one at a time: the next line is
+// taken from the queue only after the previous reply has been written.
+function serve(adapter) {
+  const queue = [];
+  let busy = false;
+  let closed = false;
+  const pump = async () => {
+    if (busy) return;
+    busy = true;
+    while (queue.length > 0) replyOut(JSON.stringify(await handle(adapter, queue.shift())) + '\n');
+    busy = false;
+    if (closed) process.exit(0);
+  };
+  const rl = readline.createInterface({ input: process.stdin, terminal: false });
+  rl.on('line', (line) => { if (line.trim()) { queue.push(line); pump(); } });
+  // The worker closing stdin means it is done with us: exit at once, even with
+  // refresh timers or reconnects pending. Lines already written before the
+  // close (a piped script) still get answered, but only briefly.
+  rl.on('close', () => {
+    closed = true;
+    if (!busy) process.exit(0);
+    setTimeout(() => process.exit(0), 500).unref();
+  });
+}
+
+module.exports = { serve, log, describeError, parseHostPort, packageVersion, redisClient, waitReady };

@@ -1,0 +1,145 @@
+"""The JSON-lines loop shared by lockstorm's Python lock adapters.
+
+A worker writes one request per line to our stdin and reads exactly one reply
+line per request from our stdout; stderr is the log. An adapter subclasses
+`Adapter` and calls `serve(adapter)`.
+"""
+import importlib.metadata
+import json
+import logging
+import os
+import sys
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+# Replies go to a private copy of the real stdout. fd 1 and sys.stdout now lead
+# to stderr, so a stray print (even from C code) lands in the log instead of
+# corrupting the protocol.
+_replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                    format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
+log = logging.getLogger("adapter")
+
+# pottery monkey-patches json.dumps on import; an encoder of our own is immune.
+_encode = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
+
+# Without a socket timeout a paused or partitioned node hangs us (and the worker)
+# forever. redis-py 6 retries a failed command 3 times by default; a retried
+# SET NX or release script turns a lost reply into a wrong *definite* answer
+# ("busy", "not-held"), so each command gets exactly one attempt.
+SOCKET_TIMEOUT_S = 1.0
+
+
+def redis_opts(socket_timeout=SOCKET_TIMEOUT_S):
+    return dict(socket_timeout=socket_timeout, socket_connect_timeout=SOCKET_TIMEOUT_S,
+                retry=Retry(NoBackoff(), 0))
+
+
+def host_port(addr):
+    host, _, port = addr.rpartition(":")
+    return host, int(port)
+
+
+def version(dist, name=None):
+    return f"{name or dist} {importlib.metadata.version(dist)}"
+
+
+def describe(e):
+    # pottery wraps the RedisErrors it met per master; classify by the first.
+    cause = next(iter(getattr(e, "redis_errors", None) or ()), e)
+    if isinstance(cause, (redis.TimeoutError, TimeoutError)):
+        kind = "timeout"
+    elif isinstance(cause, (redis.ConnectionError, ConnectionError)):
+        kind = "connection"
+    else:
+        kind = "error"
+    return f"{kind}: {type(e).__name__}: {e}"[:500]
+
+
+class Adapter:
+    NOT_HELD = ()  # exceptions by which release says "that lock was not ours"
+
+    def init(self, req):  # -> (client, features)
+        raise NotImplementedError
+
+    def acquire(self, timeout_s):  # -> a fresh lock object that we hold, or None if busy
+        raise NotImplementedError
+
+    def token(self, lock):
+        return None
+
+    def check(self, lock):
+        raise NotImplementedError
+
+    def release(self, lock):
+        raise NotImplementedError
+
+
+def _handle(adapter, req, state):
+    op = req.get("op")
+    if op == "init":
+        try:
+            client, features = adapter.init(req)
+        except Exception as e:
+            log.exception("init failed")
+            return {"ok": False, "error": "init: " + describe(e)}
+        state.update(features=features, timeout_ms=req.get("acquire_timeout_ms", 4000))
+        return {"ok": True, "client": client, "features": features}
+    if "features" not in state:
+        return {"ok": False, "error": "error: not initialised"}
+    if op == "acquire":
+        # A worker may acquire again after check said its lease lapsed. Dropping
+        # the old object also ends python-redis-lock's renewal (it holds a weakref).
+        if state.get("lock") is not None:
+            log.warning("acquire while still holding a lock; forgetting the old one")
+        state["lock"] = None
+        lock = adapter.acquire(req.get("timeout_ms", state["timeout_ms"]) / 1000)
+        if lock is None:
+            return {"ok": False, "error": "lock-busy"}
+        state["lock"] = lock
+        token = adapter.token(lock)
+        return {"ok": True, "token": token} if token is not None else {"ok": True}
+    if op == "check" and "check" in state["features"]:
+        lock = state.get("lock")
+        return {"ok": True, "valid": lock is not None and bool(adapter.check(lock))}
+    if op == "release":
+        lock, state["lock"] = state.get("lock"), None  # whatever the outcome, it is no longer ours
+        if lock is None:
+            return {"ok": False, "error": "not-held"}
+        try:
+            adapter.release(lock)
+        except adapter.NOT_HELD as e:
+            if getattr(e, "redis_errors", None):  # pottery: some masters failed, so unknown
+                raise
+            return {"ok": False, "error": "not-held"}
+        return {"ok": True}
+    return {"ok": False, "error": f"unsupported: {op}"}
+
+
+def serve(adapter):
+    state = {}
+    for line in iter(sys.stdin.readline, ""):
+        if not line.strip():
+            continue
+        req = {}
+        try:
+            req = json.loads(line)
+            if not isinstance(req, dict):
+                req = {}
+                raise ValueError("request is not a JSON object")
+            reply = _handle(adapter, req, state)
+        except Exception as e:
+            # An exception means we cannot tell what happened: "info", not a crash.
+            log.exception("request %s failed", line.strip())
+            reply = {"ok": None, "error": describe(e)}
+        try:
+            _replies.write(_encode({"id": req.get("id"), **reply}) + "\n")
+            _replies.flush()
+        except OSError:  # the worker is gone
+            os._exit(1)
+    # stdin closed: leave now; lock-renewal and executor threads must not keep us alive.
+    os._exit(0)
