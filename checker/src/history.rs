@@ -89,6 +89,8 @@ pub mod error {
     pub const LOCK_BUSY: &str = "lock-busy";
     /// The process died with the op in flight (completed by its observer).
     pub const CRASHED: &str = "crashed";
+    /// A client adapter hung or died with the op in flight (it was restarted).
+    pub const ADAPTER: &str = "adapter";
 
     /// The kind of an error: what comes before its first `:` (the rest is
     /// detail, such as which nodes answered), so the stats group like with like.

@@ -27,6 +27,11 @@ pub fn judge_run(results: &mut Results, record: &RunRecord) {
         results.notes.push(note);
         results.valid = results.valid.and(Validity::Unknown);
     };
+    if let Some(why) = &record.adapter_broken {
+        unknown(format!(
+            "the run ended early: a client adapter broke the protocol: {why}"
+        ));
+    }
     if record.interrupted {
         let at = match record.interrupted_at_ms {
             Some(ms) => format!(" after {:.1} s", ms as f64 / 1000.0),

@@ -4,6 +4,7 @@
 //! 2 unknown, 254 bad arguments or configuration, 255 the harness itself failed.
 
 use crate::check::Format;
+use crate::clients::Client;
 use crate::error::{Error, Result};
 use crate::matrix::MatrixArgs;
 use crate::options::RunOptions;
@@ -40,6 +41,9 @@ enum Command {
     Matrix(MatrixArgs),
     /// Redraw every stored run's pictures and write `results/index.html`.
     Report(ReportArgs),
+    /// Check a client adapter against one Redis node, without faults: each
+    /// step passes or fails (exit 0 if all pass, 1 if not).
+    ClientTest(ClientTestArgs),
     #[command(hide = true)]
     Worker {
         /// The worker's spec as JSON (written by the harness).
@@ -66,6 +70,29 @@ struct CheckArgs {
     /// Print results.json to stdout instead of the summary.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+#[group(required = true, multiple = false)]
+struct ClientChoice {
+    /// A shipped adapter: redis-py, pottery, python-redis-lock, node-redlock, redis-semaphore.
+    #[arg(long, value_parser = Client::shipped)]
+    client: Option<Client>,
+    /// Your own adapter's command (split at whitespace, run without a shell).
+    #[arg(long, value_parser = Client::command)]
+    client_cmd: Option<Client>,
+}
+
+#[derive(clap::Args, Debug)]
+struct ClientTestArgs {
+    #[command(flatten)]
+    choice: ClientChoice,
+    /// The lease the adapter is given.
+    #[arg(long, default_value_t = 1000)]
+    ttl_ms: u64,
+    /// Where `client-test-<timestamp>/` (adapter stderr, node log) goes.
+    #[arg(long, default_value = "results")]
+    results: PathBuf,
 }
 
 #[derive(clap::Args, Debug)]
@@ -97,6 +124,7 @@ pub fn main() -> ExitCode {
         Some(Command::Check(args)) => finish(check_command(args)),
         Some(Command::Matrix(args)) => finish(matrix_command(args)),
         Some(Command::Report(args)) => finish(report_command(args)),
+        Some(Command::ClientTest(args)) => finish(client_test_command(args)),
         Some(Command::Run(options)) => finish(run_command(*options)),
         None => finish(run_command(cli.run)),
     }
@@ -154,7 +182,7 @@ fn run_command(options: RunOptions) -> Result<Validity> {
     let outcome = runtime()?.block_on(run::run(options))?;
     let title = format!(
         "{} × {} (seed {})",
-        outcome.record.options.config,
+        outcome.record.options.setup(),
         outcome.record.options.aimed(),
         outcome.record.options.seed
     );
@@ -226,6 +254,28 @@ fn report_command(args: ReportArgs) -> Result<Validity> {
         });
     }
     Ok(Validity::True)
+}
+
+fn client_test_command(args: ClientTestArgs) -> Result<Validity> {
+    let client = args
+        .choice
+        .client
+        .or(args.choice.client_cmd)
+        .expect("clap requires one");
+    if !(100..=60_000).contains(&args.ttl_ms) {
+        return Err(Error::Usage(format!(
+            "--ttl-ms {} is out of range: use 100 to 60000 (ms)",
+            args.ttl_ms
+        )));
+    }
+    let ttl = std::time::Duration::from_millis(args.ttl_ms);
+    let report =
+        runtime()?.block_on(crate::client_test::client_test(&client, ttl, &args.results))?;
+    say(&report.render())?;
+    Ok(match report.passed() {
+        true => Validity::True,
+        false => Validity::False,
+    })
 }
 
 fn check_command(args: CheckArgs) -> Result<Validity> {

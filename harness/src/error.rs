@@ -46,6 +46,13 @@ pub enum Error {
     /// Every `<name>`, `<name>-1` … `<name>-999` already exists.
     #[error("too many folders named {name} in {}", .parent.display())]
     NoFreeFolder { name: String, parent: PathBuf },
+    /// A client adapter cannot start, refused `init` or broke the protocol
+    /// at it: the user's to fix.
+    #[error("{0}")]
+    Adapter(String),
+    /// A shipped adapter's environment (venv, `npm ci`) could not be set up.
+    #[error("cannot set up the client adapters: {0}")]
+    ClientSetup(String),
     /// `lockstorm report` could not write its pages or pictures.
     #[error("{0}")]
     Report(String),
@@ -55,9 +62,10 @@ impl Error {
     /// Jepsen's convention: bad input, or the harness itself failed.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::Usage(_) | Error::MissingProgram { .. } | Error::BadInput { .. } => {
-                exit::BAD_INPUT
-            }
+            Error::Usage(_)
+            | Error::MissingProgram { .. }
+            | Error::BadInput { .. }
+            | Error::Adapter(_) => exit::BAD_INPUT,
             Error::Node { .. }
             | Error::NodeStart { .. }
             | Error::Io { .. }
@@ -66,6 +74,7 @@ impl Error {
             | Error::NemesisTask(_)
             | Error::MatrixIncomplete(_)
             | Error::NoFreeFolder { .. }
+            | Error::ClientSetup(_)
             | Error::Report(_) => exit::HARNESS_FAILED,
         }
     }

@@ -5,6 +5,8 @@
 
 pub mod check;
 pub mod cli;
+pub mod client_test;
+pub mod clients;
 pub mod error;
 pub mod exit;
 mod interrupt;

@@ -2,6 +2,7 @@
 //! the [`RunPlan`] they resolve to, every value concrete, which is what runs
 //! and what `run.json` stores so a run can be repeated exactly.
 
+use crate::clients::Client;
 use crate::error::Error;
 use clap::{Args, ValueEnum};
 use nemesis::{Aimed, At, FaultParams, Nemesis, Package, ScheduleSpec, Shape, Step, Targets};
@@ -38,6 +39,15 @@ pub struct RunOptions {
     /// unsafe-setnx, unsafe-key-per-worker, no-lock.
     #[arg(long, default_value = "single", value_parser = parse_config)]
     pub config: Config,
+    /// Test a shipped lock client through its adapter: redis-py, pottery,
+    /// python-redis-lock, node-redlock, redis-semaphore. The config picks the
+    /// topology (single, replicated or redlock).
+    #[arg(long, value_parser = Client::shipped, conflicts_with = "client_cmd")]
+    pub client: Option<Client>,
+    /// Test your own lock client: the command that starts its adapter (split
+    /// at whitespace, run without a shell; see the README's protocol).
+    #[arg(long, value_parser = Client::command)]
+    pub client_cmd: Option<Client>,
     /// Faults, joined by `+` (or `,`): none, pause, pause-node, kill, failover,
     /// clock, partition, all. `partition+clock` and `kill+clock` run as scenarios.
     #[arg(long, default_value = "none", value_parser = parse_nemesis)]
@@ -128,6 +138,9 @@ pub struct RunOptions {
 #[serde(default)]
 pub struct RunPlan {
     pub config: Config,
+    /// The client adapter that is the lock client (`None`: the config's own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client: Option<Client>,
     pub nemesis: Nemesis,
     pub at: At,
     #[serde(with = "secs")]
@@ -223,6 +236,8 @@ impl RunOptions {
     pub fn new(config: Config, nemesis: Nemesis) -> Self {
         RunOptions {
             config,
+            client: None,
+            client_cmd: None,
             nemesis,
             at: None,
             time_limit: 30,
@@ -254,6 +269,7 @@ impl RunOptions {
     /// combination, so `run.json` records exactly what ran.
     pub fn resolve(self) -> Result<RunPlan, Refusal> {
         self.check_ranges()?;
+        self.check_client()?;
         self.check_faults_apply()?;
         if self.at.is_some() && !self.nemesis.any(|p| p.strikes()) {
             return Err(Refusal::Invalid(format!(
@@ -294,6 +310,7 @@ impl RunOptions {
         let ms = Duration::from_millis;
         let plan = RunPlan {
             config: self.config,
+            client: self.client.or(self.client_cmd),
             nemesis: self.nemesis,
             at: self.at.unwrap_or_default(),
             time_limit: Duration::from_secs(self.time_limit),
@@ -323,13 +340,36 @@ impl RunOptions {
         Ok(plan)
     }
 
+    /// A client adapter runs on a topology it supports, and only faults
+    /// that reach it through its process or its nodes apply.
+    fn check_client(&self) -> Result<(), Refusal> {
+        let Some(client) = self.client.as_ref().or(self.client_cmd.as_ref()) else {
+            return Ok(());
+        };
+        if let Some(why) = client.refusal(self.config) {
+            return Err(match crate::clients::topology(self.config) {
+                None => Refusal::Invalid(why),
+                Some(_) => Refusal::Inapplicable(why),
+            });
+        }
+        if self.holder_skew_ms != 0 {
+            return Err(Refusal::Invalid(
+                "--holder-skew-ms skews the worker's own lease clock, which a client adapter's library does not read: drop it (clock still jumps the nodes' clocks)".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Every fault the nemesis names explicitly must act on this config
     /// (`all` offers every fault, and schedules those that apply).
     fn check_faults_apply(&self) -> Result<(), Refusal> {
         if self.nemesis.all {
             return Ok(());
         }
-        let shape = shape(self.config);
+        let shape = shape(
+            self.config,
+            self.client.is_some() || self.client_cmd.is_some(),
+        );
         // Single faults first, so the reason names the fault that cannot act.
         let singles = self.nemesis.faults.iter().map(|f| f.package());
         let actions = self.nemesis.actions().into_iter().map(|a| a.package());
@@ -460,7 +500,7 @@ impl RunPlan {
     /// Each action the run asked for that applies to its config (`all`
     /// offers every one), with how long its package says it lasts.
     pub fn schedule_spec(&self) -> ScheduleSpec {
-        let shape = shape(self.config);
+        let shape = shape(self.config, self.client.is_some());
         let params = self.fault_params();
         let actions = self
             .nemesis
@@ -520,18 +560,28 @@ impl RunPlan {
         }
     }
 
-    /// `<config>-<nemesis>[@<point>]`, the folder name of this kind of run.
+    /// `<config>-<nemesis>[@<point>]`, the folder name of this kind of run;
+    /// `<config>.<client>-…` for a client adapter's.
     pub fn name(&self) -> String {
-        format!("{}-{}", self.config, self.aimed())
+        format!("{}-{}", self.setup(), self.aimed())
+    }
+
+    /// `single`, or `single.redis-py` for a client adapter on that topology.
+    pub fn setup(&self) -> String {
+        match &self.client {
+            Some(client) => format!("{}.{client}", self.config),
+            None => self.config.to_string(),
+        }
     }
 }
 
 /// What a config offers a fault.
-fn shape(config: Config) -> Shape<'static> {
+fn shape(config: Config, adapter: bool) -> Shape<'static> {
     Shape {
         config: config.name(),
         lock_nodes: config.lock_nodes(),
         replicated: config == Config::Replicated,
+        adapter,
     }
 }
 

@@ -1,6 +1,7 @@
 //! One run: provision nodes, start workers and the nemesis, stop them all,
 //! take the final read, check the history and store the results.
 
+use crate::clients::{ClientRecord, Prepared};
 use crate::error::{Context, Error, Result};
 use crate::interrupt::Interrupt;
 use crate::journal::HistoryWriter;
@@ -46,6 +47,12 @@ pub async fn run_plan(options: RunPlan) -> Result<RunOutcome> {
         _ => None,
     };
     crate::topology::needs_firewall(&options)?;
+    // Set up before the run's folder exists: the first use installs the
+    // shipped adapters' environment.
+    let client = match &options.client {
+        Some(client) => Some(crate::clients::prepare(client)?),
+        None => None,
+    };
     let interrupt = Interrupt::catch().context(|| "catching stop signals".into())?;
     let dir = RunDir::create(&options.results, &options.name())?;
     let log = std::fs::File::create(dir.harness_log()).and_then(|log| Ok((log.try_clone()?, log)));
@@ -57,7 +64,7 @@ pub async fn run_plan(options: RunPlan) -> Result<RunOutcome> {
         }
     };
     logging::attach(log);
-    let outcome = run_in(&options, &server, sentinel, &dir, &interrupt).await;
+    let outcome = run_in(&options, client, &server, sentinel, &dir, &interrupt).await;
     logging::detach();
     match outcome {
         Err(e) if !dir.history().exists() => {
@@ -79,6 +86,7 @@ pub async fn run_plan(options: RunPlan) -> Result<RunOutcome> {
 
 async fn run_in(
     options: &RunPlan,
+    client: Option<Prepared>,
     server: &std::path::Path,
     sentinel: Option<PathBuf>,
     dir: &RunDir,
@@ -96,19 +104,46 @@ async fn run_in(
         t = Topology::start(options, server, sentinel, &nodes) => Arc::new(t?),
         _ = interrupt.wait() => return interrupted_at_startup(options, server, dir),
     };
-    let outcome = run_workload(options, server, dir, &topology, interrupt).await;
+    let outcome = run_workload(options, client, server, dir, &topology, interrupt).await;
     topology.shutdown().await;
     outcome
 }
 
 async fn run_workload(
     options: &RunPlan,
+    client: Option<Prepared>,
     server: &std::path::Path,
     dir: &RunDir,
     topology: &Arc<Topology>,
     interrupt: &Interrupt,
 ) -> Result<RunOutcome> {
     let steps = options.schedule();
+    let adapter = |name: &str| {
+        let client = client.as_ref()?;
+        Some(client.spec(
+            options.config,
+            dir.path.join("clients").join(format!("{name}.stderr")),
+        ))
+    };
+    let mut client_record = None;
+    if let Some(spec) = adapter("preflight") {
+        let init = spec.init(
+            &topology.lock_addrs(),
+            &topology.sentinel_addrs(),
+            millis(options.ttl),
+            millis(options.acquire_timeout),
+            0,
+        );
+        let checked = spec.clone();
+        let hello = tokio::task::spawn_blocking(move || crate::clients::preflight(&checked, init))
+            .await
+            .map_err(|e| Error::Adapter(format!("the adapter check failed: {e}")))??;
+        let chosen = options
+            .client
+            .as_ref()
+            .expect("a prepared client was chosen");
+        client_record = Some(ClientRecord::new(chosen, &spec, &hello));
+    }
     let clock = RunClock::starting_now();
     let (history, holders) = HistoryWriter::create(&dir.history(), clock, late_events(options))
         .context(|| "creating history.jsonl".into())?;
@@ -120,11 +155,15 @@ async fn run_workload(
     };
     let exe = std::env::current_exe().context(|| "finding the lockstorm binary".into())?;
     let specs = (0..options.workers)
-        .map(|index| worker_spec(options, index, topology, clock))
+        .map(|index| WorkerSpec {
+            adapter: adapter(&checker::history::worker_name(index)),
+            ..worker_spec(options, index, topology, clock)
+        })
         .collect();
     let pool = workers::Pool::start(specs, &exe, &dir.path, history.clone())?;
 
     let mut record = RunRecord::new(options, server);
+    record.client = client_record;
     record.nodes = topology.records().await;
     record.worker_pids = pool.pids.snapshot();
     record.schedule = Some(steps.clone());
@@ -151,9 +190,20 @@ async fn run_workload(
     ));
 
     let title = options.name();
+    let mut broken = pool.broken();
     tokio::select! {
         _ = crate::progress::wait(&title, options.time_limit, || history.snapshot()) => {}
         _ = interrupt.wait() => record.interrupted_at_ms = Some(clock.now() / 1_000_000),
+        why = async {
+            match broken.wait_for(Option::is_some).await {
+                Ok(why) => why.clone().unwrap_or_default(),
+                // Every supervisor has ended: nothing more can break.
+                Err(_) => std::future::pending().await,
+            }
+        } => {
+            tracing::error!("a client adapter broke the protocol: {why}; ending the run");
+            record.adapter_broken = Some(why);
+        }
     }
 
     if !interrupt.happened() {
@@ -218,6 +268,7 @@ fn worker_spec(options: &RunPlan, index: u64, topology: &Topology, clock: RunClo
         seed: options.seed,
         run_start_ns: clock.start_ns(),
         first_process: None,
+        adapter: None,
     }
 }
 
@@ -297,6 +348,8 @@ impl RunRecord {
             schedule: Some(Vec::new()),
             interrupted: false,
             interrupted_at_ms: None,
+            client: None,
+            adapter_broken: None,
         }
     }
 }

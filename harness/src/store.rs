@@ -137,6 +137,12 @@ pub struct RunRecord {
     /// How far into the run it was interrupted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted_at_ms: Option<u64>,
+    /// The client adapter the run tested, as it introduced itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<crate::clients::ClientRecord>,
+    /// Why a client adapter broke the protocol, ending the run early.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter_broken: Option<String>,
 }
 
 impl RunRecord {

@@ -23,7 +23,7 @@ use tokio::process::Child;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use workloads::strike::Parked;
-use workloads::worker::ControlMessage;
+use workloads::worker::{AdapterBroken, ControlMessage, ADAPTER_BROKEN};
 use workloads::WorkerSpec;
 
 struct Worker {
@@ -86,6 +86,7 @@ fn spawn(spec: &WorkerSpec, ctx: &Shared) -> Result<Worker> {
     let stdout = child.stdout.take().expect("stdout is piped");
     let history = ctx.history.clone();
     let parked = ctx.parked.clone();
+    let broken = ctx.broken.clone();
     let first_process = spec.first_process();
     let reader = tokio::spawn(async move {
         let mut seen = Seen::default();
@@ -94,6 +95,8 @@ fn spawn(spec: &WorkerSpec, ctx: &Shared) -> Result<Worker> {
             if let Ok(event) = serde_json::from_str::<Event>(&line) {
                 seen.on_event(&event);
                 history.append(event, Some(index));
+            } else if let Ok(b) = serde_json::from_str::<AdapterBroken>(&line) {
+                broken.send_replace(Some(format!("worker {index}: {}", b.adapter_broken)));
             } else if let Ok(at) = serde_json::from_str::<Parked>(&line) {
                 let process = seen.last_process.unwrap_or(first_process);
                 parked.send_modify(|p| {
@@ -103,6 +106,7 @@ fn spawn(spec: &WorkerSpec, ctx: &Shared) -> Result<Worker> {
                         process,
                         point: at.parked,
                         arm: at.arm,
+                        how: at.how.clone(),
                     }
                 });
             } else {
@@ -151,6 +155,8 @@ struct Shared {
     controls: Live<mpsc::UnboundedSender<ControlMessage>>,
     /// The latest worker parked at an armed strike point, for the nemesis.
     parked: watch::Sender<AtPoint>,
+    /// Why a worker's client adapter broke the protocol, once one has.
+    broken: Arc<watch::Sender<Option<String>>>,
 }
 
 /// Worker index → its current control channel: how the nemesis skews a
@@ -187,6 +193,7 @@ pub struct Pool {
     /// Worker index → its current control channel, for the nemesis.
     pub controls: Controls,
     parked: watch::Receiver<AtPoint>,
+    broken: Arc<watch::Sender<Option<String>>>,
     stop: watch::Sender<Option<Duration>>,
     supervisors: Vec<JoinHandle<()>>,
 }
@@ -200,6 +207,7 @@ impl Pool {
         history: Arc<HistoryWriter>,
     ) -> Result<Pool> {
         let (parked_tx, parked) = watch::channel(AtPoint::default());
+        let broken = Arc::new(watch::Sender::new(None));
         let mut ctx = Shared {
             exe: exe.to_path_buf(),
             run_dir: run_dir.to_path_buf(),
@@ -207,6 +215,7 @@ impl Pool {
             pids: Live::new(Vec::new()),
             controls: Live::new(Vec::new()),
             parked: parked_tx,
+            broken: broken.clone(),
         };
         let first: Vec<Worker> = specs
             .iter()
@@ -225,6 +234,7 @@ impl Pool {
             pids: ctx.pids.clone(),
             controls: Controls(ctx.controls.clone()),
             parked,
+            broken,
             stop,
             supervisors,
         })
@@ -233,6 +243,11 @@ impl Pool {
     /// Workers parked at an armed strike point, as they announce themselves.
     pub fn parked(&self) -> watch::Receiver<AtPoint> {
         self.parked.clone()
+    }
+
+    /// Why a client adapter broke the protocol, once one has: the run ends.
+    pub fn broken(&self) -> watch::Receiver<Option<String>> {
+        self.broken.subscribe()
     }
 
     /// Asks every worker to finish its cycle and exit; one that has not exited
@@ -274,6 +289,11 @@ async fn supervise(
             }
         };
         let last = record_crash(&ctx.history, &spec, w.pid, status, &seen);
+        if status.code() == Some(ADAPTER_BROKEN) {
+            // Its adapter would break again: the run is ending (see `Pool::broken`).
+            tracing::error!("worker {index}: its client adapter broke the protocol; not replaced");
+            return;
+        }
         if seen.last_process.is_none() {
             // It died before doing anything: a broken worker, which a
             // replacement would repeat at once.
@@ -314,7 +334,8 @@ async fn stop(mut w: Worker, spec: &WorkerSpec, grace: Duration, ctx: &Shared) {
         Ok(Err(e)) => tracing::warn!("worker {index}: waiting for it failed ({e})"),
         Err(_) => {
             tracing::warn!("worker {index} did not stop within {grace:?}: killing it");
-            let _ = process::resume(w.pid);
+            // Its whole group: a client adapter goes with it.
+            let _ = process::kill_group(w.pid);
             let _ = w.child.kill().await;
         }
     }

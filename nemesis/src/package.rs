@@ -22,6 +22,8 @@ pub struct Shape<'a> {
     pub lock_nodes: usize,
     /// The lock node is a primary with replicas and Sentinel.
     pub replicated: bool,
+    /// The lock client is a client adapter: its connections are its own.
+    pub adapter: bool,
 }
 
 pub trait Package: Sync {

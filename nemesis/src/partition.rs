@@ -24,6 +24,9 @@ impl Package for Partition {
         "partition"
     }
     fn supports(&self, shape: &Shape) -> Result<(), String> {
+        if shape.adapter {
+            return Err("cuts a worker off by its source address, which a client adapter's own connections do not use: test adapters with the other faults".into());
+        }
         needs_lock_node(shape)
     }
     fn duration(&self, p: &FaultParams) -> Duration {

@@ -70,6 +70,24 @@ pub fn isolate(cmd: &mut std::process::Command) {
     }
 }
 
+/// Has the kernel kill the child when the thread that started it exits, so
+/// a client adapter never outlives its worker, even a worker killed while
+/// the adapter is stopped (it would not see its stdin close). The child
+/// stays in its parent's process group: a pause of the worker freezes it.
+pub fn die_with_parent(cmd: &mut std::process::Command) {
+    let parent = std::process::id();
+    // SAFETY: as in `isolate`, only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            if nix::unistd::getppid().as_raw() as u32 != parent {
+                return Err(io::Error::other("the parent exited"));
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Resumes a suspended process when dropped, so a fault is healed even when
 /// the task that injected it is cancelled.
 pub struct Suspended {

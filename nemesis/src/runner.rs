@@ -66,7 +66,7 @@ impl<T: Clone> Live<T> {
 
 /// A worker parked at an armed strike point, as the harness heard it.
 /// `seq` grows with each one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AtPoint {
     pub seq: u64,
     pub worker: usize,
@@ -74,6 +74,8 @@ pub struct AtPoint {
     pub process: u64,
     pub point: Point,
     pub arm: u64,
+    /// How the worker saw the point, when it could not see it exactly.
+    pub how: Option<String>,
 }
 
 impl Default for AtPoint {
@@ -84,6 +86,7 @@ impl Default for AtPoint {
             process: 0,
             point: Point::Checked,
             arm: 0,
+            how: None,
         }
     }
 }
@@ -201,7 +204,7 @@ impl Env {
         self.parked.borrow_and_update();
         self.worker_control.arm(point, arm);
         let parked = tokio::select! {
-            p = tokio::time::timeout(self.arm_timeout, self.parked.wait_for(|p| p.arm == arm)) => p.ok().and_then(Result::ok).map(|p| *p),
+            p = tokio::time::timeout(self.arm_timeout, self.parked.wait_for(|p| p.arm == arm)) => p.ok().and_then(Result::ok).map(|p| p.clone()),
             _ = self.stop.wait_for(|s| *s) => None,
         };
         if parked.is_none() {
@@ -224,12 +227,15 @@ impl Env {
             self.release(&parked);
             return None;
         };
-        let target = json!({
+        let mut target = json!({
             "target": checker::history::worker_name(parked.worker),
             "pid": pid,
             PROCESS: parked.process,
             AT: point,
         });
+        if let Some(how) = &parked.how {
+            target["how"] = json!(how);
+        }
         Some(Struck {
             parked,
             pid,

@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod adapter;
 pub mod clock;
 pub mod config;
 pub mod conn;

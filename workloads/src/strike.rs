@@ -15,10 +15,14 @@ const PARK_LIMIT: Duration = Duration::from_secs(10);
 /// The line a worker writes on stdout when it has parked at an armed point:
 /// `{"parked":"checked","arm":3}`. Not a history event: the harness hands
 /// it to the nemesis.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Parked {
     pub parked: Point,
     pub arm: u64,
+    /// How the worker saw the point, where it cannot see it exactly (a
+    /// client adapter's library is opaque to it): the strike records this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub how: Option<String>,
 }
 
 #[derive(Default)]
@@ -56,6 +60,12 @@ impl Strikes {
 
     /// The worker is at `point`: if it is armed here, announce (with the
     /// arm's id) and park until released. Returns whether it parked.
+    /// Whether `point` is armed now (a client that must watch for a point
+    /// only watches when it is).
+    pub fn armed(&self, point: Point) -> bool {
+        self.state().armed.is_some_and(|(p, _)| p == point)
+    }
+
     pub fn at(&self, point: Point, announce: impl FnOnce(Parked)) -> bool {
         let arm = {
             let mut state = self.state();
@@ -67,7 +77,11 @@ impl Strikes {
                 _ => return false,
             }
         };
-        announce(Parked { parked: point, arm });
+        announce(Parked {
+            parked: point,
+            arm,
+            how: None,
+        });
         let state = self.state();
         let (_state, _timeout) = self
             .0
@@ -85,11 +99,43 @@ impl Strikes {
 /// Where a lock client marks a point inside its own multi-step operations
 /// (between `SETNX` and `PEXPIRE`, between the first and last node of a
 /// Redlock round): the worker hands every client one.
-pub type Hook = Arc<dyn Fn(Point) + Send + Sync>;
+#[derive(Clone, Default)]
+pub struct Hook {
+    strikes: Strikes,
+    announce: Option<Arc<dyn Fn(Parked) + Send + Sync>>,
+}
+
+impl Hook {
+    /// Parks at armed points and announces each through `announce`.
+    pub fn new(strikes: Strikes, announce: impl Fn(Parked) + Send + Sync + 'static) -> Self {
+        Hook {
+            strikes,
+            announce: Some(Arc::new(announce)),
+        }
+    }
+
+    /// The client is at `point`: park there if it is armed.
+    pub fn at(&self, point: Point) {
+        self.at_seen(point, None);
+    }
+
+    /// As [`Hook::at`], saying how the point was seen.
+    pub fn at_seen(&self, point: Point, how: Option<String>) {
+        let Some(announce) = &self.announce else {
+            return;
+        };
+        self.strikes
+            .at(point, |parked| announce(Parked { how, ..parked }));
+    }
+
+    pub fn armed(&self, point: Point) -> bool {
+        self.announce.is_some() && self.strikes.armed(point)
+    }
+}
 
 /// A hook that never parks, for clients used outside a worker.
 pub fn no_hook() -> Hook {
-    Arc::new(|_| {})
+    Hook::default()
 }
 
 #[cfg(test)]
@@ -112,7 +158,8 @@ mod tests {
                         p,
                         Parked {
                             parked: Point::Checked,
-                            arm: 1
+                            arm: 1,
+                            how: None
                         }
                     );
                     parked.store(true, Ordering::SeqCst);
@@ -141,11 +188,16 @@ mod tests {
 
     #[test]
     fn the_parked_line_is_one_json_object() {
-        let line = serde_json::to_string(&Parked {
+        let mut parked = Parked {
             parked: Point::Releasing,
             arm: 9,
-        })
-        .unwrap();
+            how: None,
+        };
+        let line = serde_json::to_string(&parked).unwrap();
         assert_eq!(line, r#"{"parked":"releasing","arm":9}"#);
+        parked.how = Some("key seen".into());
+        let line = serde_json::to_string(&parked).unwrap();
+        assert_eq!(line, r#"{"parked":"releasing","arm":9,"how":"key seen"}"#);
+        assert_eq!(serde_json::from_str::<Parked>(&line).unwrap(), parked);
     }
 }

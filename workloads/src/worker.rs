@@ -2,6 +2,7 @@
 //! write counter+1 → release, emitting every step as a history event on
 //! stdout. A separate process per worker so SIGSTOP freezes it like a GC pause.
 
+use crate::adapter::AdapterSpec;
 use crate::clock::{monotonic_ns, LockClock, RunClock};
 use crate::lock::{self, Grant, LockClient, LockParams, Renewal};
 use crate::recorder::Recorder;
@@ -52,7 +53,20 @@ pub struct WorkerSpec {
     pub seed: u64,
     /// CLOCK_MONOTONIC at the run's start, in ns.
     pub run_start_ns: u64,
+    /// The client adapter that is the lock client, if the run tests one.
+    #[serde(default)]
+    pub adapter: Option<AdapterSpec>,
 }
+
+/// The line a worker writes when its client adapter broke the protocol,
+/// just before it exits with [`ADAPTER_BROKEN`]: `{"adapter_broken":"…"}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdapterBroken {
+    pub adapter_broken: String,
+}
+
+/// The exit status of a worker whose client adapter broke the protocol.
+pub const ADAPTER_BROKEN: i32 = 3;
 
 impl WorkerSpec {
     pub fn first_process(&self) -> u64 {
@@ -259,25 +273,39 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
             out: out.clone(),
             clock: run_clock,
         };
-        Arc::new(move |point| {
-            strikes.at(point, |parked| announce.line(&parked));
-        })
+        Hook::new(strikes, move |parked| announce.line(&parked))
     };
     let renewals = Emitter {
         out: out.clone(),
         clock: run_clock,
+    };
+    let give_up = {
+        let announce = Emitter {
+            out: out.clone(),
+            clock: run_clock,
+        };
+        Arc::new(move |why: String| {
+            eprintln!("{why}");
+            announce.line(&AdapterBroken {
+                adapter_broken: why,
+            });
+            std::process::exit(ADAPTER_BROKEN);
+        })
     };
     let params = LockParams {
         nodes: spec.lock_nodes.clone(),
         sentinels: spec.sentinels.clone(),
         ttl: Duration::from_millis(spec.ttl_ms),
         op_timeout,
+        acquire_timeout: Duration::from_millis(spec.acquire_timeout_ms),
         wait_replicas: spec.wait_replicas,
         clock: clock.clone(),
         source: spec.source,
         strike: strike.clone(),
         worker: spec.index,
         recorder: Recorder::new(run_clock, move |e| renewals.emit(e)),
+        adapter: spec.adapter.clone(),
+        give_up,
     };
     let storage = if spec.config.fenced() {
         Storage::fenced(&spec.storage_node, op_timeout)
@@ -358,11 +386,11 @@ impl<W: Write> Worker<W> {
         let Some((grant, lease_start)) = self.acquire(&token, stop) else {
             return;
         };
-        (self.strike)(Point::Acquired);
+        self.strike.at(Point::Acquired);
         self.critical_section(grant, lease_start);
         self.emit(OpType::Invoke, f::RELEASE, |e| e.with_token(token.as_str()));
         if !self.lock.marks().contains(&Point::Releasing) {
-            (self.strike)(Point::Releasing);
+            self.strike.at(Point::Releasing);
         }
         let released = self.lock.release(&token);
         self.complete(f::RELEASE, &released, |e| e.with_token(token.as_str()));
@@ -379,7 +407,7 @@ impl<W: Write> Worker<W> {
             let outcome: Outcome<()> = match self.lock.try_acquire(token) {
                 Outcome::Ok(Some(grant)) => {
                     if !self.lock.marks().contains(&Point::Acquiring) {
-                        (self.strike)(Point::Acquiring);
+                        self.strike.at(Point::Acquiring);
                     }
                     let done = Outcome::Ok(());
                     let value = self.granted_by(&grant);
@@ -414,17 +442,25 @@ impl<W: Write> Worker<W> {
         }
     }
 
-    /// `{"nodes": [...]}` for a lock granted by several nodes, else null.
+    /// `{"nodes": [...]}` for a lock granted by several nodes, with
+    /// `"client_token"` for an adapter's library that shows its own; else null.
     fn granted_by(&self, grant: &Grant) -> serde_json::Value {
-        if grant.nodes.is_empty() {
-            return serde_json::Value::Null;
+        let mut value = serde_json::Map::new();
+        if !grant.nodes.is_empty() {
+            let name = |&i: &usize| {
+                let names = &self.spec.lock_node_names;
+                names.get(i).or(self.spec.lock_nodes.get(i)).cloned()
+            };
+            let nodes: Vec<String> = grant.nodes.iter().filter_map(name).collect();
+            value.insert("nodes".into(), nodes.into());
         }
-        let name = |&i: &usize| {
-            let names = &self.spec.lock_node_names;
-            names.get(i).or(self.spec.lock_nodes.get(i)).cloned()
-        };
-        let nodes: Vec<String> = grant.nodes.iter().filter_map(name).collect();
-        serde_json::json!({ "nodes": nodes })
+        if let Some(token) = &grant.client_token {
+            value.insert("client_token".into(), token.clone().into());
+        }
+        match value.is_empty() {
+            true => serde_json::Value::Null,
+            false => value.into(),
+        }
     }
 
     fn critical_section(&mut self, grant: Grant, lease_start: i64) {
@@ -436,7 +472,7 @@ impl<W: Write> Worker<W> {
             _ => e.with_fence(fence),
         });
         let Outcome::Ok(value) = read else { return };
-        (self.strike)(Point::Read);
+        self.strike.at(Point::Read);
 
         std::thread::sleep(Duration::from_millis(self.spec.work_ms));
 
@@ -445,14 +481,14 @@ impl<W: Write> Worker<W> {
             e.with_value(next.into()).with_fence(fence)
         });
         let refused = match self.spec.validity_check {
-            true => self.lease_refusal(lease_start),
+            true => self.refusal(lease_start),
             false => None,
         };
         let write = match refused {
-            Some(why) => Outcome::Fail(why.to_string()),
+            Some(why) => Outcome::Fail(why),
             None => {
                 // The gap no check closes: the lease was valid a moment ago.
-                (self.strike)(Point::Checked);
+                self.strike.at(Point::Checked);
                 self.storage.write(next, fence)
             }
         };
@@ -462,7 +498,20 @@ impl<W: Write> Worker<W> {
     }
 
     /// A careful holder's own check before it writes: why it must not, if
-    /// it must not.
+    /// it must not. The client's own view where it has one, else the lease
+    /// on the worker's clock.
+    fn refusal(&mut self, acquired: i64) -> Option<String> {
+        match self.lock.own_view() {
+            None => self.lease_refusal(acquired).map(String::from),
+            Some(Outcome::Ok(true)) => None,
+            Some(Outcome::Ok(false)) => Some(format!(
+                "{}: the client says it no longer holds the lock",
+                error::NOT_HELD
+            )),
+            Some(Outcome::Fail(e) | Outcome::Info(e)) => Some(format!("check-failed: {e}")),
+        }
+    }
+
     fn lease_refusal(&self, acquired: i64) -> Option<&'static str> {
         let lease = Lease {
             ttl: Duration::from_millis(self.spec.ttl_ms),

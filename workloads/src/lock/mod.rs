@@ -1,6 +1,7 @@
 //! Lock clients, one module per config. Each offers one acquisition *attempt*
 //! and a release; the worker loop owns retries, timing and the history.
 
+mod adapter;
 mod fenced;
 mod no_lock;
 pub mod redlock;
@@ -15,6 +16,9 @@ mod unsafe_key_per_worker;
 mod unsafe_setnx;
 mod watchdog;
 
+pub use adapter::GiveUp;
+
+use crate::adapter::AdapterSpec;
 use crate::clock::LockClock;
 use crate::conn::Conn;
 use crate::recorder::Recorder;
@@ -37,6 +41,8 @@ pub struct Grant {
     /// recorded so a broken run shows whether two holders' majorities met
     /// only on faulty nodes.
     pub nodes: Vec<usize>,
+    /// The library's own token, from a client adapter that shows it.
+    pub client_token: Option<String>,
 }
 
 pub trait LockClient: Send {
@@ -56,6 +62,13 @@ pub trait LockClient: Send {
     /// renews it while held; the rest leave the lease to the acquisition.
     fn renewal(&self) -> Renewal {
         Renewal::Unrenewed
+    }
+
+    /// The client's own view of whether it still holds the lock, for a
+    /// client that has one (an adapter's library); `None`: the worker
+    /// judges the lease by its own clock.
+    fn own_view(&mut self) -> Option<Outcome<bool>> {
+        None
     }
 }
 
@@ -80,6 +93,9 @@ pub struct LockParams {
     pub sentinels: Vec<String>,
     pub ttl: Duration,
     pub op_timeout: Duration,
+    /// How long one acquire op may take (a client adapter's library waits
+    /// for the lock itself).
+    pub acquire_timeout: Duration,
     /// After acquiring, `WAIT` for this many replicas (0: don't wait).
     pub wait_replicas: u32,
     /// The worker's lease clock, which the clock nemesis may skew.
@@ -93,6 +109,11 @@ pub struct LockParams {
     pub worker: u64,
     /// Where ops the lock runs on a thread of its own (renewals) are recorded.
     pub recorder: Recorder,
+    /// The client adapter that holds the lock client, if any.
+    pub adapter: Option<AdapterSpec>,
+    /// Ends the worker when its client cannot go on (an adapter that broke
+    /// the protocol), saying why.
+    pub give_up: GiveUp,
 }
 
 impl LockParams {
@@ -106,6 +127,9 @@ impl LockParams {
 pub const PRIMARY_NAME: &str = "lockstorm";
 
 pub fn client(config: Config, params: &LockParams) -> Box<dyn LockClient> {
+    if let Some(spec) = &params.adapter {
+        return Box::new(adapter::Adapter::new(spec, params));
+    }
     match config {
         Config::Single => Box::new(single::Single::new(params)),
         Config::Fenced => Box::new(fenced::Fenced::new(params)),

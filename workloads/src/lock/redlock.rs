@@ -95,7 +95,7 @@ impl Redlock {
         let (mut deleted, mut unanswered) = (0, 0);
         for (i, conn) in self.nodes.iter_mut().enumerate() {
             if releasing && i == 1 {
-                (self.strike)(Point::Releasing);
+                self.strike.at(Point::Releasing);
             }
             let script = &self.release;
             match conn.run(|c| script.key(LOCK_KEY).arg(token).invoke::<i64>(c)) {
@@ -117,7 +117,7 @@ impl LockClient for Redlock {
             // Mid-round, the first node's vote in hand: a pause here ages
             // the whole round, which the validity check must then refuse.
             if i == 1 && granted == [0] {
-                (self.strike)(Point::Acquiring);
+                self.strike.at(Point::Acquiring);
             }
             match Single::set_nx_px(conn, LOCK_KEY, token, ttl_ms) {
                 Outcome::Ok(Some(_)) => granted.push(i),

@@ -99,6 +99,9 @@ impl Nodes {
             worker: 0,
             recorder: Recorder::discard(),
             strike: crate::strike::no_hook(),
+            acquire_timeout: ttl * 2,
+            adapter: None,
+            give_up: std::sync::Arc::new(|why| panic!("{why}")),
         }
     }
 

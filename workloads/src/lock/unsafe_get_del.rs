@@ -52,7 +52,7 @@ impl LockClient for UnsafeGetDel {
         }
         // The race window: the key was ours at the GET, but the DEL below
         // acts on whatever the key holds when it arrives: `releasing` strikes here.
-        (self.strike)(Point::Releasing);
+        self.strike.at(Point::Releasing);
         self.del()
     }
 

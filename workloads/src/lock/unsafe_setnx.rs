@@ -39,7 +39,7 @@ impl LockClient for UnsafeSetnx {
         }
         // The gap this control exists for: a holder that stops here holds
         // a key that never expires.
-        (self.strike)(Point::Acquiring);
+        self.strike.at(Point::Acquiring);
         // The key is ours but has no expiry yet; if this step is lost the
         // acquisition is still real, so a lost reply is `info`, not `fail`.
         let ttl_ms = self.ttl_ms;

@@ -1,0 +1,309 @@
+//! `lockstorm client-test`: an adapter's conformance to the protocol and to
+//! what a lock must do, against one real Redis node, without faults. The
+//! first thing an adapter's author runs; each step prints pass or fail.
+
+use crate::clients::{self, Client};
+use crate::error::{Context, Error, Result};
+use crate::node::{self, NodeSpec, RedisNode, Role};
+use crate::options::Persistence;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use workloads::adapter::{self, AdapterSpec, Answer, Failure, Hello, Op, Reply, Session};
+use workloads::Config;
+
+/// One step's outcome: what was seen, and whether it is what the protocol
+/// and a lock require (`pass`), or only what this library does (`note`:
+/// whether a lease outlived by its holder is noticed is for runs to judge).
+pub struct Step {
+    pub name: &'static str,
+    pub pass: bool,
+    pub note: bool,
+    pub seen: String,
+}
+
+pub struct Report {
+    pub client: String,
+    pub folder: PathBuf,
+    pub steps: Vec<Step>,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.steps.iter().all(|s| s.note || s.pass)
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = format!("client-test {}\n", self.client);
+        for s in &self.steps {
+            let mark = match (s.note, s.pass) {
+                (true, _) => "note",
+                (false, true) => "pass",
+                (false, false) => "FAIL",
+            };
+            out += &format!("  {mark}  {}: {}\n", s.name, s.seen);
+        }
+        let count = |f: fn(&Step) -> bool| self.steps.iter().filter(|s| f(s)).count();
+        out += &format!(
+            "{} passed, {} failed, {} noted; adapter stderr and node log in {}\n",
+            count(|s| !s.note && s.pass),
+            count(|s| !s.note && !s.pass),
+            count(|s| s.note),
+            self.folder.display()
+        );
+        out
+    }
+}
+
+/// Runs the steps with leases of `ttl`: one node, two adapter instances.
+pub async fn client_test(client: &Client, ttl: Duration, results: &Path) -> Result<Report> {
+    let server = node::find_redis_server()?;
+    let prepared = clients::prepare(client)?;
+    let folder =
+        crate::store::unique_dir(results, &format!("client-test-{}", crate::store::stamp()))?;
+    std::fs::create_dir_all(&folder).context(|| format!("creating {}", folder.display()))?;
+    let spec = NodeSpec {
+        name: "n1".into(),
+        role: Role::Lock,
+        ip: std::net::Ipv4Addr::new(127, 0, 0, 11),
+        program: server,
+        persistence: Persistence::None,
+        clock: None,
+    };
+    let node = RedisNode::start(spec, &folder.join("nodes")).await?;
+    let addr = node.addr();
+    let spec = prepared.spec(Config::Single, folder.join("adapter.stderr"));
+    let label = format!("{client} (`{}`) on one node at {addr}", spec.command());
+    // The adapters live on one thread from start to end: each dies with
+    // the thread that started it.
+    let steps = tokio::task::spawn_blocking(move || Steps::new(spec, addr, ttl).run())
+        .await
+        .map_err(|e| Error::Adapter(format!("the client test failed: {e}")))??;
+    drop(node);
+    Ok(Report {
+        client: label,
+        folder,
+        steps,
+    })
+}
+
+struct Steps {
+    spec: AdapterSpec,
+    addr: String,
+    ttl: Duration,
+    done: Vec<Step>,
+}
+
+/// Long enough for any step's reply: Python and Node start slowly.
+const BUDGET: Duration = Duration::from_secs(20);
+/// How long a second instance waits for a lock that is held.
+const BUSY_WAIT: Duration = Duration::from_millis(300);
+
+impl Steps {
+    fn new(spec: AdapterSpec, addr: String, ttl: Duration) -> Self {
+        Steps {
+            spec,
+            addr,
+            ttl,
+            done: Vec::new(),
+        }
+    }
+
+    fn step(&mut self, name: &'static str, pass: bool, seen: impl Into<String>) -> bool {
+        self.done.push(Step {
+            name,
+            pass,
+            note: false,
+            seen: seen.into(),
+        });
+        pass
+    }
+
+    /// What the library does where a lock may differ, shown, not judged.
+    fn note(&mut self, name: &'static str, seen: impl Into<String>) {
+        self.done.push(Step {
+            name,
+            pass: true,
+            note: true,
+            seen: seen.into(),
+        });
+    }
+
+    fn start(&self, worker: u64) -> std::result::Result<(Session, Hello), Failure> {
+        let init = self.spec.init(
+            std::slice::from_ref(&self.addr),
+            &[],
+            self.ttl.as_millis() as u64,
+            (self.ttl * 2).as_millis() as u64,
+            worker,
+        );
+        adapter::start(&self.spec, init, BUDGET)
+    }
+
+    /// Every step in order; a step that leaves nothing to build on ends it.
+    fn run(mut self) -> Result<Vec<Step>> {
+        let (mut a, hello) = match self.start(0) {
+            Ok(started) => started,
+            Err(f) => {
+                self.step("init", false, f.to_string());
+                return Ok(self.done);
+            }
+        };
+        let features = match hello.features.is_empty() {
+            true => "none".to_string(),
+            false => hello.features.join(", "),
+        };
+        self.step(
+            "init",
+            true,
+            format!("{}, features: {features}", hello.client),
+        );
+        let (mut b, _) = match self.start(1) {
+            Ok(started) => started,
+            Err(f) => {
+                self.step("init a second instance", false, f.to_string());
+                return Ok(self.done);
+            }
+        };
+        let ttl_ms = self.ttl.as_millis() as u64;
+
+        let (reply, took) = call(&mut a, Op::Acquire { timeout_ms: ttl_ms });
+        let granted = answer(&reply) == Some(Answer::Yes);
+        self.step("acquire", granted, describe(&reply, took));
+        if !granted {
+            return Ok(self.done);
+        }
+        let (reply, took) = call(
+            &mut b,
+            Op::Acquire {
+                timeout_ms: BUSY_WAIT.as_millis() as u64,
+            },
+        );
+        let refused = answer(&reply) == Some(Answer::No);
+        self.step(
+            "a second instance is refused while it is held",
+            refused,
+            describe(&reply, took),
+        );
+        if hello.has("check") {
+            let (reply, took) = call(&mut a, Op::Check);
+            let valid = matches!(&reply, Ok(r) if r.valid == Some(true));
+            self.step("check while held says valid", valid, describe(&reply, took));
+        }
+        let (reply, took) = call(&mut a, Op::Release);
+        let released = matches!(answer(&reply), Some(Answer::Yes | Answer::Unknown));
+        self.step("release", released, describe(&reply, took));
+        // Whatever the release said, the lock must now be free.
+        let (reply, took) = call(&mut b, Op::Acquire { timeout_ms: ttl_ms });
+        let free = answer(&reply) == Some(Answer::Yes);
+        self.step(
+            "after the release another instance acquires",
+            free,
+            describe(&reply, took),
+        );
+        if free {
+            let _ = call(&mut b, Op::Release);
+        }
+        let (reply, took) = call(&mut a, Op::Release);
+        let not_held = matches!(&reply, Ok(r) if r.answer == Some(Answer::No));
+        self.step(
+            "release when not held says not-held",
+            not_held,
+            describe(&reply, took),
+        );
+        self.expiry(&mut a, &mut b, &hello);
+        let started = Instant::now();
+        let exited = a.close();
+        let seen = match exited {
+            true => format!("exited in {} ms", started.elapsed().as_millis()),
+            false => "still running half a second after its stdin closed (killed)".to_string(),
+        };
+        self.step("exits when its stdin closes", exited, seen);
+        Ok(self.done)
+    }
+
+    /// A holder frozen past its TTL (as a crashed or paused one would be,
+    /// its renewals with it) loses the lock to the next, and its library
+    /// then says it no longer holds it.
+    fn expiry(&mut self, a: &mut Session, b: &mut Session, hello: &Hello) {
+        let ttl_ms = self.ttl.as_millis() as u64;
+        let (reply, _) = call(a, Op::Acquire { timeout_ms: ttl_ms });
+        if answer(&reply) != Some(Answer::Yes) {
+            self.step(
+                "acquire after TTL expiry",
+                false,
+                format!(
+                    "the holder could not acquire first: {}",
+                    describe(&reply, Duration::ZERO)
+                ),
+            );
+            return;
+        }
+        let frozen = match nemesis::process::Suspended::new(a.pid()) {
+            Ok(frozen) => frozen,
+            Err(e) => {
+                self.step(
+                    "acquire after TTL expiry",
+                    false,
+                    format!("cannot freeze the holder: {e}"),
+                );
+                return;
+            }
+        };
+        let (reply, took) = call(
+            b,
+            Op::Acquire {
+                timeout_ms: ttl_ms * 3,
+            },
+        );
+        drop(frozen);
+        let granted = answer(&reply) == Some(Answer::Yes);
+        let seen = format!(
+            "with the holder frozen, {} (TTL {ttl_ms} ms)",
+            describe(&reply, took)
+        );
+        let in_time = took < self.ttl * 2 + BUSY_WAIT;
+        self.step("acquire after TTL expiry", granted && in_time, seen);
+        if hello.has("check") {
+            let (reply, took) = call(a, Op::Check);
+            self.note("the outlived holder's check", describe(&reply, took));
+        }
+        let (reply, took) = call(a, Op::Release);
+        self.note("the outlived holder's release", describe(&reply, took));
+        let _ = call(b, Op::Release);
+    }
+}
+
+fn call(session: &mut Session, op: Op) -> (std::result::Result<Reply, Failure>, Duration) {
+    let started = Instant::now();
+    let reply = session.call(op, BUDGET, || {});
+    (reply, started.elapsed())
+}
+
+fn answer(reply: &std::result::Result<Reply, Failure>) -> Option<Answer> {
+    reply.as_ref().ok().and_then(|r| r.answer)
+}
+
+/// `ok in 3 ms`, `fail (lock-busy) in 301 ms`, or how the adapter failed.
+fn describe(reply: &std::result::Result<Reply, Failure>, took: Duration) -> String {
+    let r = match reply {
+        Ok(r) => r,
+        Err(f) => return f.to_string(),
+    };
+    let what = match r.answer {
+        Some(Answer::Yes) => "ok".to_string(),
+        Some(Answer::No) => "fail".to_string(),
+        _ => "unknown (ok: null)".to_string(),
+    };
+    let mut detail = Vec::new();
+    if let Some(e) = &r.error {
+        detail.push(e.clone());
+    }
+    if let Some(v) = r.valid {
+        detail.push(format!("valid: {v}"));
+    }
+    let detail = match detail.is_empty() {
+        true => String::new(),
+        false => format!(" ({})", detail.join(", ")),
+    };
+    format!("{what}{detail} in {} ms", took.as_millis())
+}

@@ -1,0 +1,124 @@
+//! Client adapters: any lock client, in any language, driven through a
+//! child process that speaks JSON lines (one request on its stdin, one
+//! reply on its stdout, logs on its stderr), in the manner of Maelstrom.
+//! [`protocol`] holds the messages, [`Session`] one running adapter; the
+//! worker drives it as a lock client (`lock::adapter`).
+
+pub mod protocol;
+mod session;
+
+pub use protocol::{Answer, Init, Op, Reply};
+pub use session::{Failure, Session};
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// How to start one adapter process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdapterSpec {
+    /// The program and its arguments, run without a shell.
+    pub argv: Vec<String>,
+    /// Added to its environment (a shipped adapter's `PYTHONPATH`, `NODE_PATH`).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Where it runs (the harness's folder, so a relative path in the
+    /// user's command means what it meant where they typed it).
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// Its stderr is appended here.
+    pub stderr: PathBuf,
+    /// What its `init` says of the topology.
+    pub topology: String,
+    /// The name Sentinel knows the primary by (`replicated`).
+    #[serde(default)]
+    pub master: Option<String>,
+}
+
+impl AdapterSpec {
+    /// The command as the user would type it.
+    pub fn command(&self) -> String {
+        self.argv.join(" ")
+    }
+
+    /// The last lines of its stderr, for a message about how it died.
+    pub fn stderr_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with("--- lockstorm:") && !l.trim().is_empty())
+            .collect();
+        match lines.len() {
+            0 => String::new(),
+            n => format!(
+                "; its stderr ends: {}",
+                lines[n.saturating_sub(3)..].join(" | ")
+            ),
+        }
+    }
+
+    /// The `init` request for a worker on this topology.
+    pub fn init(
+        &self,
+        nodes: &[String],
+        sentinels: &[String],
+        ttl_ms: u64,
+        acquire_timeout_ms: u64,
+        worker: u64,
+    ) -> Init {
+        let replicated = self.topology == "replicated";
+        Init {
+            topology: self.topology.clone(),
+            nodes: nodes.to_vec(),
+            sentinels: replicated.then(|| sentinels.to_vec()),
+            master: if replicated {
+                self.master.clone()
+            } else {
+                None
+            },
+            key: crate::lock::LOCK_KEY.to_string(),
+            ttl_ms,
+            acquire_timeout_ms,
+            worker,
+        }
+    }
+}
+
+/// What an adapter said of itself at `init`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// The library and its version.
+    pub client: String,
+    pub features: Vec<String>,
+}
+
+impl Hello {
+    pub fn has(&self, feature: &str) -> bool {
+        self.features.iter().any(|f| f == feature)
+    }
+}
+
+/// Starts an adapter and has it `init`: the hello, or why not. An `init`
+/// answered `ok:false` is a [`Failure::Broken`] carrying its error.
+pub fn start(
+    spec: &AdapterSpec,
+    init: Init,
+    budget: std::time::Duration,
+) -> Result<(Session, Hello), Failure> {
+    let mut session = Session::start(spec)?;
+    let reply = session.call(Op::Init(init), budget, || {})?;
+    match reply.answer {
+        Some(Answer::Yes) => {
+            let hello = Hello {
+                client: reply.client.unwrap_or_default(),
+                features: reply.features,
+            };
+            Ok((session, hello))
+        }
+        _ => Err(Failure::Broken(format!(
+            "the adapter `{}` refused init: {}",
+            spec.command(),
+            reply.error.as_deref().unwrap_or("no error given")
+        ))),
+    }
+}

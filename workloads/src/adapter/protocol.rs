@@ -1,0 +1,265 @@
+//! The adapter protocol's messages, and the one place a reply line is judged:
+//! pure, so every way an adapter can break the protocol is tested without
+//! starting one.
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// What the worker asks; `id` is added by [`Request`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum Op {
+    Init(Init),
+    Acquire { timeout_ms: u64 },
+    Check,
+    Release,
+}
+
+impl Op {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Init(_) => "init",
+            Op::Acquire { .. } => "acquire",
+            Op::Check => "check",
+            Op::Release => "release",
+        }
+    }
+}
+
+/// Where the lock lives and how long its leases are.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Init {
+    pub topology: String,
+    pub nodes: Vec<String>,
+    /// Only for `replicated`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sentinels: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub master: Option<String>,
+    pub key: String,
+    pub ttl_ms: u64,
+    pub acquire_timeout_ms: u64,
+    pub worker: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Request {
+    pub id: u64,
+    #[serde(flatten)]
+    pub op: Op,
+}
+
+impl Request {
+    /// One line, newline included.
+    pub fn line(&self) -> String {
+        let mut line = serde_json::to_string(self).expect("requests always serialise");
+        line.push('\n');
+        line
+    }
+}
+
+/// A reply's `ok`: the history's `ok`, `fail` or `info`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    Yes,
+    No,
+    Unknown,
+}
+
+/// A reply that keeps the protocol, its fields as the op needs them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Reply {
+    pub answer: Option<Answer>,
+    pub error: Option<String>,
+    pub token: Option<String>,
+    pub fence: Option<u64>,
+    /// `check`: the client's own view.
+    pub valid: Option<bool>,
+    /// `init`: the library and its version, and the features it offers.
+    pub client: Option<String>,
+    pub features: Vec<String>,
+}
+
+/// The features an adapter may offer.
+pub const FEATURES: [&str; 3] = ["check", "token", "fence"];
+
+/// Judges one line of the adapter's stdout as the reply to `expected`.
+/// The error names the line and what is wrong with it.
+pub fn parse_reply(line: &str, expected: &Request) -> Result<Reply, String> {
+    let bad = |why: String| Err(format!("{why}, in reply to {}: {line:?}", brief(expected)));
+    let Ok(value) = serde_json::from_str::<Value>(line) else {
+        return bad("a line that is not JSON".into());
+    };
+    let Value::Object(map) = value else {
+        return bad("a reply that is not a JSON object".into());
+    };
+    match map.get("id").and_then(Value::as_u64) {
+        Some(id) if id == expected.id => {}
+        Some(id) => return bad(format!("a reply with id {id}, not {}", expected.id)),
+        None => return bad("a reply without a numeric \"id\"".into()),
+    }
+    let answer = match map.get("ok") {
+        Some(Value::Bool(true)) => Answer::Yes,
+        Some(Value::Bool(false)) => Answer::No,
+        Some(Value::Null) => Answer::Unknown,
+        _ => return bad("a reply whose \"ok\" is not true, false or null".into()),
+    };
+    let text = |key: &str| map.get(key).and_then(Value::as_str).map(str::to_string);
+    let reply = Reply {
+        answer: Some(answer),
+        error: text("error"),
+        token: text("token"),
+        fence: map.get("fence").and_then(Value::as_u64),
+        valid: map.get("valid").and_then(Value::as_bool),
+        client: text("client"),
+        features: map
+            .get("features")
+            .and_then(Value::as_array)
+            .map(|f| {
+                f.iter()
+                    .filter_map(Value::as_str)
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    if answer == Answer::Yes {
+        match &expected.op {
+            Op::Init(_) if reply.client.is_none() => {
+                return bad("an init reply without \"client\"".into())
+            }
+            Op::Init(_) => {
+                if let Some(f) = reply
+                    .features
+                    .iter()
+                    .find(|f| !FEATURES.contains(&f.as_str()))
+                {
+                    return bad(format!(
+                        "an unknown feature {f:?} (known: check, token, fence)"
+                    ));
+                }
+            }
+            Op::Check if reply.valid.is_none() => {
+                return bad("a check reply without a boolean \"valid\"".into())
+            }
+            _ => {}
+        }
+    }
+    Ok(reply)
+}
+
+/// `acquire #4`, for messages.
+fn brief(request: &Request) -> String {
+    format!("{} #{}", request.op.name(), request.id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(id: u64, op: Op) -> Request {
+        Request { id, op }
+    }
+
+    #[test]
+    fn requests_are_the_documented_lines() {
+        let init = Init {
+            topology: "single".into(),
+            nodes: vec!["127.0.0.11:41000".into()],
+            sentinels: None,
+            master: None,
+            key: "lockstorm:lock".into(),
+            ttl_ms: 2000,
+            acquire_timeout_ms: 4000,
+            worker: 3,
+        };
+        assert_eq!(
+            request(0, Op::Init(init)).line(),
+            "{\"id\":0,\"op\":\"init\",\"topology\":\"single\",\"nodes\":[\"127.0.0.11:41000\"],\
+             \"key\":\"lockstorm:lock\",\"ttl_ms\":2000,\"acquire_timeout_ms\":4000,\"worker\":3}\n"
+        );
+        let acquire = request(1, Op::Acquire { timeout_ms: 4000 }).line();
+        assert_eq!(
+            acquire,
+            "{\"id\":1,\"op\":\"acquire\",\"timeout_ms\":4000}\n"
+        );
+        assert_eq!(
+            request(2, Op::Check).line(),
+            "{\"id\":2,\"op\":\"check\"}\n"
+        );
+        assert_eq!(
+            request(3, Op::Release).line(),
+            "{\"id\":3,\"op\":\"release\"}\n"
+        );
+    }
+
+    #[test]
+    fn replies_map_ok_to_the_history_and_keep_their_fields() {
+        let acquire = request(1, Op::Acquire { timeout_ms: 10 });
+        let r = parse_reply(r#"{"id":1,"ok":true,"token":"t","fence":17}"#, &acquire).unwrap();
+        assert_eq!(r.answer, Some(Answer::Yes));
+        assert_eq!((r.token.as_deref(), r.fence), (Some("t"), Some(17)));
+        let r = parse_reply(r#"{"id":1,"ok":false,"error":"lock-busy"}"#, &acquire).unwrap();
+        assert_eq!(
+            (r.answer, r.error.as_deref()),
+            (Some(Answer::No), Some("lock-busy"))
+        );
+        let r = parse_reply(r#"{"id":1,"ok":null,"error":"timeout: 5 s"}"#, &acquire).unwrap();
+        assert_eq!(r.answer, Some(Answer::Unknown));
+        let check = request(2, Op::Check);
+        let r = parse_reply(r#"{"id":2,"ok":true,"valid":false}"#, &check).unwrap();
+        assert_eq!(r.valid, Some(false));
+        let init = request(0, Op::Init(sample_init()));
+        let r = parse_reply(
+            r#"{"id":0,"ok":true,"client":"lib 1.0","features":["check","token"],"extra":1}"#,
+            &init,
+        )
+        .unwrap();
+        assert_eq!(r.client.as_deref(), Some("lib 1.0"));
+        assert_eq!(r.features, ["check", "token"]);
+    }
+
+    #[test]
+    fn every_broken_reply_is_named_with_its_line() {
+        let acquire = request(4, Op::Acquire { timeout_ms: 10 });
+        let cases = [
+            ("granted", "not JSON"),
+            ("[1]", "not a JSON object"),
+            (r#"{"id":5,"ok":true}"#, "id 5, not 4"),
+            (r#"{"ok":true}"#, "without a numeric \"id\""),
+            (r#"{"id":4,"ok":"yes"}"#, "not true, false or null"),
+            (r#"{"id":4}"#, "not true, false or null"),
+        ];
+        for (line, why) in cases {
+            let err = parse_reply(line, &acquire).unwrap_err();
+            assert!(err.contains(why), "{line}: {err}");
+            assert!(err.contains("acquire #4"), "{err}");
+            assert!(err.contains(&format!("{line:?}")), "names the line: {err}");
+        }
+        let check = request(2, Op::Check);
+        let err = parse_reply(r#"{"id":2,"ok":true}"#, &check).unwrap_err();
+        assert!(err.contains("without a boolean \"valid\""), "{err}");
+        let init = request(0, Op::Init(sample_init()));
+        let err = parse_reply(r#"{"id":0,"ok":true,"features":[]}"#, &init).unwrap_err();
+        assert!(err.contains("without \"client\""), "{err}");
+        let err = parse_reply(
+            r#"{"id":0,"ok":true,"client":"x","features":["lease"]}"#,
+            &init,
+        )
+        .unwrap_err();
+        assert!(err.contains("unknown feature \"lease\""), "{err}");
+    }
+
+    fn sample_init() -> Init {
+        Init {
+            topology: "redlock".into(),
+            nodes: vec![],
+            sentinels: None,
+            master: None,
+            key: "k".into(),
+            ttl_ms: 1,
+            acquire_timeout_ms: 1,
+            worker: 0,
+        }
+    }
+}

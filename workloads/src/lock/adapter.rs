@@ -1,0 +1,232 @@
+//! A lock client driven through an adapter process (see [`crate::adapter`]).
+//! The library inside is opaque: the worker records what the adapter
+//! answers, strikes points as closely as it can see them, restarts an
+//! adapter that hangs or dies (the op in flight is `info`), and gives up
+//! on one that breaks the protocol.
+
+use super::{Grant, LockClient, LockParams};
+use crate::adapter::{self, AdapterSpec, Answer, Failure, Hello, Init, Op, Reply, Session};
+use crate::conn::Conn;
+use crate::strike::Hook;
+use crate::Outcome;
+use checker::history::error;
+use checker::Point;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Called with why the adapter cannot go on; ends the worker.
+pub type GiveUp = Arc<dyn Fn(String) + Send + Sync>;
+
+pub struct Adapter {
+    spec: AdapterSpec,
+    init: Init,
+    session: Option<Session>,
+    hello: Hello,
+    acquire_timeout: Duration,
+    /// Added to every reply's budget: a library's own retries and timeouts
+    /// may overrun what it was asked for by this much before it counts as hung.
+    grace: Duration,
+    strike: Hook,
+    /// The lock nodes, watched for an acquisition in flight.
+    watch: Vec<(String, Conn)>,
+    give_up: GiveUp,
+}
+
+impl Adapter {
+    pub fn new(spec: &AdapterSpec, params: &LockParams) -> Self {
+        let init = spec.init(
+            &params.nodes,
+            &params.sentinels,
+            params.ttl.as_millis() as u64,
+            params.acquire_timeout.as_millis() as u64,
+            params.worker,
+        );
+        let watch = params
+            .nodes
+            .iter()
+            .map(|n| (n.clone(), params.connect(n, params.op_timeout)))
+            .collect();
+        let mut client = Adapter {
+            spec: spec.clone(),
+            init,
+            session: None,
+            hello: Hello::default(),
+            acquire_timeout: params.acquire_timeout,
+            grace: (params.op_timeout * 4).max(Duration::from_secs(5)),
+            strike: params.strike.clone(),
+            watch,
+            give_up: params.give_up.clone(),
+        };
+        // The worker cannot run without it: a first start that fails in any
+        // way is the adapter's to fix.
+        if let Err(f) = client.restart() {
+            client.broken(f.to_string());
+        }
+        client
+    }
+
+    /// A fresh adapter process, `init`ed.
+    fn restart(&mut self) -> Result<(), Failure> {
+        self.session = None;
+        let (session, hello) = adapter::start(&self.spec, self.init.clone(), self.grace)?;
+        self.session = Some(session);
+        self.hello = hello;
+        Ok(())
+    }
+
+    fn broken(&self, why: String) -> ! {
+        (self.give_up)(why.clone());
+        // `give_up` ends the process; this is for one that did not.
+        panic!("the adapter broke the protocol: {why}");
+    }
+
+    /// Sends `op`; a hung or dead adapter is replaced and the op is unknown.
+    fn call(&mut self, op: Op, budget: Duration, idle: impl FnMut()) -> Result<Reply, String> {
+        if self.session.is_none() {
+            self.restart_or_give_up()?;
+        }
+        let session = self.session.as_mut().expect("started above");
+        match session.call(op, budget + self.grace, idle) {
+            Ok(reply) => Ok(reply),
+            Err(Failure::Broken(why)) => self.broken(why),
+            Err(f @ (Failure::Hung(_) | Failure::Died(_))) => {
+                eprintln!("{f}; starting it again");
+                let _ = self.restart_or_give_up();
+                Err(format!("{}: {f}", error::ADAPTER))
+            }
+        }
+    }
+
+    fn restart_or_give_up(&mut self) -> Result<(), String> {
+        match self.restart() {
+            Ok(()) => Ok(()),
+            Err(Failure::Broken(why)) => self.broken(why),
+            Err(f) => Err(format!("{}: {f}", error::ADAPTER)),
+        }
+    }
+
+    /// Every (node, key, value) on the lock nodes now.
+    fn lock_values(watch: &mut [(String, Conn)]) -> HashSet<(String, String, String)> {
+        let mut seen = HashSet::new();
+        for (node, conn) in watch.iter_mut() {
+            let values = conn.run(|c| {
+                let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(c)?;
+                if keys.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let values: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(&keys).query(c)?;
+                Ok(keys.into_iter().zip(values).collect::<Vec<_>>())
+            });
+            if let Outcome::Ok(values) = values {
+                for (key, value) in values {
+                    if let Some(v) = value {
+                        let v = String::from_utf8_lossy(&v).into_owned();
+                        seen.insert((node.clone(), key, v));
+                    }
+                }
+            }
+        }
+        seen
+    }
+}
+
+impl LockClient for Adapter {
+    fn try_acquire(&mut self, _token: &str) -> Outcome<Option<Grant>> {
+        // `acquiring` is struck as soon as a lock value that was not there
+        // when the request went out shows on a lock node: the library's
+        // first write reached Redis (whose write it is, the worker cannot
+        // tell: the value is in the strike's `how`).
+        let armed = self.strike.armed(Point::Acquiring);
+        let mut watch = std::mem::take(&mut self.watch);
+        let before = match armed {
+            true => Self::lock_values(&mut watch),
+            false => HashSet::new(),
+        };
+        let mut struck = !armed;
+        let hook = self.strike.clone();
+        let idle = || {
+            if struck {
+                return;
+            }
+            let now = Self::lock_values(&mut watch);
+            if let Some((node, key, value)) = now.difference(&before).next() {
+                struck = true;
+                let how = format!("a new lock value appeared while the acquire was in flight: {key}={value} on {node}");
+                hook.at_seen(Point::Acquiring, Some(how));
+            }
+        };
+        let timeout_ms = self.acquire_timeout.as_millis() as u64;
+        let reply = self.call(Op::Acquire { timeout_ms }, self.acquire_timeout, idle);
+        self.watch = watch;
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(why) => return Outcome::Info(why),
+        };
+        match reply.answer {
+            Some(Answer::Yes) => {
+                // Not seen on the nodes (or armed since): struck before the grant is recorded.
+                let how = "when the adapter's grant arrived, before the worker recorded it";
+                self.strike.at_seen(Point::Acquiring, Some(how.into()));
+                Outcome::Ok(Some(Grant {
+                    fence: reply.fence,
+                    nodes: Vec::new(),
+                    client_token: reply.token,
+                }))
+            }
+            Some(Answer::No) => match reply.error {
+                Some(e) if error::kind(&e) == error::LOCK_BUSY => Outcome::Ok(None),
+                e => Outcome::Fail(e.unwrap_or_else(|| error::LOCK_BUSY.into())),
+            },
+            _ => Outcome::Info(
+                reply
+                    .error
+                    .unwrap_or_else(|| "unknown: the adapter did not say".into()),
+            ),
+        }
+    }
+
+    fn release(&mut self, _token: &str) -> Outcome<()> {
+        let reply = match self.call(Op::Release, Duration::ZERO, || {}) {
+            Ok(reply) => reply,
+            Err(why) => return Outcome::Info(why),
+        };
+        match reply.answer {
+            Some(Answer::Yes) => Outcome::Ok(()),
+            Some(Answer::No) => {
+                Outcome::Fail(reply.error.unwrap_or_else(|| error::NOT_HELD.into()))
+            }
+            _ => Outcome::Info(
+                reply
+                    .error
+                    .unwrap_or_else(|| "unknown: the adapter did not say".into()),
+            ),
+        }
+    }
+
+    fn marks(&self) -> &'static [Point] {
+        &[Point::Acquiring]
+    }
+
+    fn own_view(&mut self) -> Option<Outcome<bool>> {
+        if !self.hello.has("check") {
+            // The library cannot say: always valid (run.json says so).
+            return Some(Outcome::Ok(true));
+        }
+        let reply = match self.call(Op::Check, Duration::ZERO, || {}) {
+            Ok(reply) => reply,
+            Err(why) => return Some(Outcome::Info(why)),
+        };
+        Some(match reply.answer {
+            Some(Answer::Yes) => Outcome::Ok(reply.valid == Some(true)),
+            Some(Answer::No) => {
+                Outcome::Fail(reply.error.unwrap_or_else(|| "check refused".into()))
+            }
+            _ => Outcome::Info(
+                reply
+                    .error
+                    .unwrap_or_else(|| "unknown: the adapter did not say".into()),
+            ),
+        })
+    }
+}
