@@ -38,12 +38,24 @@ impl Expectations {
             toml::from_str(text).map_err(|e| one_line(&e.to_string()))?;
         let mut by_pair = BTreeMap::new();
         for (config, nemeses) in table {
-            let c: Config = config.parse().map_err(|e| format!("[{config}]: {e}"))?;
+            // `single`, or a client adapter on a topology: `single.redis-py`.
+            let (c, client) = match config.split_once('.') {
+                Some((c, client)) => (c, Some(client)),
+                None => (config.as_str(), None),
+            };
+            let c: Config = c.parse().map_err(|e| format!("[{config}]: {e}"))?;
+            if let Some(client) = client {
+                crate::clients::Client::shipped(client).map_err(|e| format!("[{config}]: {e}"))?;
+            }
+            let c = match client {
+                Some(client) => format!("{c}.{client}"),
+                None => c.to_string(),
+            };
             for (nemesis, expected) in nemeses {
                 let n: Aimed = nemesis
                     .parse()
                     .map_err(|e| format!("[{config}] {nemesis}: {e}"))?;
-                by_pair.insert((c.to_string(), n.to_string()), expected);
+                by_pair.insert((c.clone(), n.to_string()), expected);
             }
         }
         Ok(Expectations { by_pair })

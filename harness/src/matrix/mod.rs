@@ -6,6 +6,7 @@
 pub mod expect;
 pub mod summary;
 
+use crate::clients::{Client, SHIPPED};
 use crate::error::{Context, Error, Result};
 use crate::options::{Refusal, RunOptions, RunPlan};
 use crate::{node, plot, run};
@@ -31,6 +32,12 @@ pub struct MatrixArgs {
     /// are skipped and listed.
     #[arg(long, default_value = "all")]
     pub nemeses: String,
+    /// Client adapters, comma-separated (redis-py, pottery, python-redis-lock,
+    /// node-redlock, redis-semaphore), or `all`: each runs on every chosen
+    /// config that is a topology it supports (single, replicated, redlock),
+    /// instead of the configs' own locks.
+    #[arg(long)]
+    pub clients: Option<String>,
     /// Runs per config × nemesis; run k uses seed `--seed` + k.
     #[arg(long, default_value_t = 1)]
     pub runs: u32,
@@ -62,13 +69,25 @@ pub struct MatrixOutcome {
 }
 
 pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
-    let configs = parse_list(&args.configs, &Config::ALL.map(|c| c.to_string()), |s| {
-        s.parse::<Config>()
-    })?;
+    // A client adapter brings its own lock: `all` means every topology.
+    let all: Vec<String> = Config::ALL
+        .into_iter()
+        .filter(|&c| args.clients.is_none() || crate::clients::topology(c).is_some())
+        .map(|c| c.to_string())
+        .collect();
+    let configs = parse_list(&args.configs, &all, |s| s.parse::<Config>())?;
     // `all` is what `Nemesis::each` lists; `+` joins one nemesis's faults,
     // `@` names where a pause or crash strikes.
     let each: Vec<String> = Nemesis::each().iter().map(|n| n.to_string()).collect();
     let nemeses = parse_list(&args.nemeses, &each, |s| s.parse::<Aimed>())?;
+    let shipped: Vec<String> = SHIPPED.iter().map(|s| s.name.to_string()).collect();
+    let clients: Vec<Option<Client>> = match &args.clients {
+        None => vec![None],
+        Some(list) => parse_list(list, &shipped, Client::shipped)?
+            .into_iter()
+            .map(Some)
+            .collect(),
+    };
     if args.runs == 0 {
         return Err(Error::Usage("--runs 0 runs nothing: use at least 1".into()));
     }
@@ -79,16 +98,18 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
 
     let mut plan = Vec::new();
     let mut skipped = Vec::new();
-    for &config in &configs {
-        for nemesis in &nemeses {
-            match plans(&args, config, nemesis) {
-                Ok(runs) => plan.push(runs),
-                Err(Refusal::Inapplicable(reason)) => skipped.push(Skipped {
-                    config: config.to_string(),
-                    nemesis: nemesis.to_string(),
-                    reason,
-                }),
-                Err(refusal) => return Err(refusal.into()),
+    for client in &clients {
+        for &config in &configs {
+            for nemesis in &nemeses {
+                match plans(&args, config, client, nemesis) {
+                    Ok(runs) => plan.push(runs),
+                    Err(Refusal::Inapplicable(reason)) => skipped.push(Skipped {
+                        config: setup(config, client),
+                        nemesis: nemesis.to_string(),
+                        reason,
+                    }),
+                    Err(refusal) => return Err(refusal.into()),
+                }
             }
         }
     }
@@ -122,7 +143,7 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     let total = plan.len() * args.runs as usize;
     let mut interrupted = false;
     'pairs: for (i, runs) in plan.into_iter().enumerate() {
-        let mut row = Row::new(&runs[0].config.to_string(), &runs[0].aimed().to_string());
+        let mut row = Row::new(&runs[0].setup(), &runs[0].aimed().to_string());
         for (k, options) in runs.into_iter().enumerate() {
             let n = i * args.runs as usize + k + 1;
             let title = format!(
@@ -143,9 +164,17 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
                     let results = std::path::absolute(&args.results).unwrap_or_default();
                     let rel = outcome.dir.strip_prefix(results).unwrap_or(&outcome.dir);
                     row.add(&outcome.results, rel.display().to_string());
+                    if let Some(client) = &outcome.record.client {
+                        row.library = Some(client.library.clone());
+                    }
                 }
                 // The setup itself is wrong: every other run would fail too.
-                Err(e @ (Error::Usage(_) | Error::MissingProgram { .. })) => return Err(e),
+                Err(
+                    e @ (Error::Usage(_)
+                    | Error::MissingProgram { .. }
+                    | Error::Adapter(_)
+                    | Error::ClientSetup(_)),
+                ) => return Err(e),
                 Err(e) => {
                     let _ = writeln!(std::io::stdout(), "{title}: the harness failed: {e}");
                     row.add_error(e.to_string());
@@ -177,11 +206,13 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
 fn plans(
     args: &MatrixArgs,
     config: Config,
+    client: &Option<Client>,
     nemesis: &Aimed,
 ) -> std::result::Result<Vec<RunPlan>, Refusal> {
     (0..args.runs)
         .map(|k| {
             let mut options = options_for(args, config, nemesis.nemesis.clone());
+            options.client = client.clone();
             // The default point stays unset: `run` refuses `--at` without a strike.
             if nemesis.at != nemesis::At::default() {
                 options.at = Some(nemesis.at);
@@ -205,10 +236,18 @@ fn print_plan(plan: &[Vec<RunPlan>], skipped: &[Skipped], args: &MatrixArgs) {
         secs.div_ceil(60)
     );
     for runs in plan {
-        println!("  {} × {}", runs[0].config, runs[0].aimed());
+        println!("  {} × {}", runs[0].setup(), runs[0].aimed());
     }
     for s in skipped {
         println!("  skipped {} × {}: {}", s.config, s.nemesis, s.reason);
+    }
+}
+
+/// `single`, or `single.redis-py`: what a row names.
+fn setup(config: Config, client: &Option<Client>) -> String {
+    match client {
+        Some(client) => format!("{config}.{client}"),
+        None => config.to_string(),
     }
 }
 

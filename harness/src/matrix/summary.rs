@@ -52,6 +52,9 @@ pub struct Row {
     pub ops_per_s: f64,
     /// Run folders, relative to the results folder.
     pub run_dirs: Vec<String>,
+    /// A client adapter's library and version, as it said at `init`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub library: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -113,6 +116,51 @@ impl Row {
 }
 
 impl Summary {
+    /// One table per client adapter: its library and version, and what
+    /// each config × nemesis × strike point found.
+    fn findings(&self) -> String {
+        let mut by_client: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
+        for r in &self.rows {
+            if let Some((_, client)) = r.config.split_once('.') {
+                by_client.entry(client).or_default().push(r);
+            }
+        }
+        let mut md = String::new();
+        for (client, rows) in by_client {
+            let library = rows
+                .iter()
+                .find_map(|r| r.library.as_deref())
+                .unwrap_or("?");
+            let _ = writeln!(md, "\n## Findings: {client} ({library})\n");
+            let _ = writeln!(
+                md,
+                "| topology | nemesis | runs | verdicts | anomalies found |"
+            );
+            let _ = writeln!(md, "|---|---|---|---|---|");
+            for r in rows {
+                let found: Vec<String> = r
+                    .anomalies
+                    .iter()
+                    .filter(|(_, n)| **n > 0)
+                    .map(|(a, n)| format!("{a} {n}"))
+                    .collect();
+                let topology = r.config.split_once('.').map_or("", |(t, _)| t);
+                let found = match found.is_empty() {
+                    true => "none".to_string(),
+                    false => found.join(", "),
+                };
+                let _ = writeln!(
+                    md,
+                    "| {topology} | {} | {} | {} | {found} |",
+                    r.nemesis,
+                    r.runs,
+                    r.verdicts()
+                );
+            }
+        }
+        md
+    }
+
     /// Sets each row's expectation and match, the pairs expected but not
     /// run, and the overall `ok`.
     pub fn judge(&mut self, expectations: &Expectations) {
@@ -190,6 +238,7 @@ impl Summary {
             cells.push(format!("{:.1}", r.ops_per_s));
             let _ = writeln!(md, "| {} |", cells.join(" | "));
         }
+        md += &self.findings();
         for m in &self.missing {
             let _ = writeln!(md, "\nExpected but not run: {m}.");
         }

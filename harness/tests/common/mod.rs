@@ -19,9 +19,18 @@ pub fn lockstorm(args: &[&str]) -> Run {
 }
 
 pub fn lockstorm_with(args: &[&str], env: &[(&str, &str)]) -> Run {
+    lockstorm_at(None, args, env)
+}
+
+/// `lockstorm` run from `cwd`: a client adapter runs where the harness was
+/// started, so a test that starts one there finds any it leaves behind.
+pub fn lockstorm_at(cwd: Option<&Path>, args: &[&str], env: &[(&str, &str)]) -> Run {
     // Commands that start Redis nodes and workers wait for a slot.
-    let _slot = matches!(args.first(), Some(&"run" | &"matrix")).then(e2e_slot);
+    let _slot = matches!(args.first(), Some(&"run" | &"matrix" | &"client-test")).then(e2e_slot);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockstorm"));
+    if let Some(cwd) = cwd {
+        cmd.current_dir(cwd);
+    }
     cmd.args(args);
     for (k, v) in env {
         cmd.env(k, v);
@@ -42,9 +51,14 @@ pub fn lockstorm_with(args: &[&str], env: &[(&str, &str)]) -> Run {
 
 /// A run in its own results folder; fails the test if the harness crashed.
 pub fn run(results: &Path, args: &[&str]) -> (Run, Results, PathBuf) {
+    run_at(None, results, args)
+}
+
+/// [`run`], with the harness started in `cwd`.
+pub fn run_at(cwd: Option<&Path>, results: &Path, args: &[&str]) -> (Run, Results, PathBuf) {
     let mut all = vec!["run", "--results", results.to_str().unwrap()];
     all.extend_from_slice(args);
-    let run = lockstorm(&all);
+    let run = lockstorm_at(cwd, &all, &[]);
     assert!(
         [0, 1, 2].contains(&run.code),
         "lockstorm failed with {}:\n{}\n{}",

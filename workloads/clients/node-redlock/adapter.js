@@ -11,7 +11,10 @@ const path = require('path');
 const proto = require(path.join(__dirname, '..', 'node', 'protocol.js'));
 const { default: Redlock, ExecutionError, ResourceLockedError } = require('redlock');
 
-const RETRY_DELAY_MS = 100;
+// The library's own defaults (200 ms, jitter 100 ms): users rarely change
+// them, and less jitter makes contending clients split the votes in step.
+const RETRY_DELAY_MS = 200;
+const RETRY_JITTER_MS = 100;
 
 // beta.2 throws the same ExecutionError whether the key was busy or a node
 // failed to answer; each vote against carries its cause. Only when the nodes
@@ -47,7 +50,7 @@ const adapter = {
     await proto.waitReady(clients, Math.floor(clients.length / 2) + 1);
     // Instance settings only govern release (acquire passes its own): a
     // short retry keeps a release of a lost lock from spinning for seconds.
-    this.redlock = new Redlock(clients, { retryCount: 2, retryDelay: RETRY_DELAY_MS, retryJitter: 50 });
+    this.redlock = new Redlock(clients, { retryCount: 2, retryDelay: RETRY_DELAY_MS, retryJitter: RETRY_JITTER_MS });
     // Every vote against is emitted; log node failures, once per distinct cause.
     let last = null;
     this.redlock.on('error', (e) => {
@@ -65,7 +68,7 @@ const adapter = {
     this.lock = null;
     const retryCount = Math.max(0, Math.floor(req.timeout_ms / RETRY_DELAY_MS));
     try {
-      this.lock = await this.redlock.acquire([this.key], this.ttl, { retryCount, retryDelay: RETRY_DELAY_MS, retryJitter: 50 });
+      this.lock = await this.redlock.acquire([this.key], this.ttl, { retryCount, retryDelay: RETRY_DELAY_MS, retryJitter: RETRY_JITTER_MS });
     } catch (e) {
       if (await definitelyRefused(e)) return { ok: false, error: 'lock-busy' };
       throw await withCauses(e);

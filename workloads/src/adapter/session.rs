@@ -77,7 +77,12 @@ impl Session {
             .stdout(Stdio::piped())
             .stderr(log);
         nemesis::process::die_with_parent(&mut cmd);
-        let mut child = cmd.spawn().map_err(cannot)?;
+        let mut child = cmd.spawn().map_err(|e| {
+            Failure::Broken(format!(
+                "cannot start the adapter `{}`: {e} (check the program and its path: a relative one is taken from the folder lockstorm runs in)",
+                spec.command()
+            ))
+        })?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {

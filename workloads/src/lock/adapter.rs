@@ -4,6 +4,7 @@
 //! adapter that hangs or dies (the op in flight is `info`), and gives up
 //! on one that breaks the protocol.
 
+use super::adapter_watch;
 use super::{Grant, LockClient, LockParams};
 use crate::adapter::{self, AdapterSpec, Answer, Failure, Hello, Init, Op, Reply, Session};
 use crate::conn::Conn;
@@ -11,8 +12,8 @@ use crate::strike::Hook;
 use crate::Outcome;
 use checker::history::error;
 use checker::Point;
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 /// Called with why the adapter cannot go on; ends the worker.
@@ -98,6 +99,41 @@ impl Adapter {
         }
     }
 
+    /// The acquire, with the lock nodes watched: `acquiring` is struck as
+    /// soon as a lock value that was not there when the request went out
+    /// shows on a node (the library's write reached Redis; whose write it
+    /// is, the worker cannot tell, so the strike's `how` names the value).
+    fn acquire_watched(&mut self, op: Op) -> Result<Reply, String> {
+        if self.session.is_none() {
+            self.restart_or_give_up()?;
+        }
+        let adapter = self.session.as_ref().expect("started above").pid();
+        let mut nodes = std::mem::take(&mut self.watch);
+        let before = adapter_watch::values(&mut nodes);
+        let done = AtomicBool::new(false);
+        let (found, seen) = mpsc::channel();
+        let hook = self.strike.clone();
+        let budget = self.acquire_timeout;
+        let reply = std::thread::scope(|s| {
+            s.spawn(|| adapter_watch::watch(&mut nodes, &before, adapter, &done, found));
+            let reply = self.call(op, budget, || {
+                if let Ok(seen) = seen.try_recv() {
+                    hook.at_seen(Point::Acquiring, Some(frozen_at(seen)));
+                    let _ = nemesis::process::resume(adapter);
+                }
+            });
+            done.store(true, Ordering::SeqCst);
+            reply
+        });
+        // Frozen as the reply came in (or not struck after all): go on.
+        if let Ok(seen) = seen.try_recv() {
+            hook.at_seen(Point::Acquiring, Some(frozen_at(seen)));
+        }
+        let _ = nemesis::process::resume(adapter);
+        self.watch = nodes;
+        reply
+    }
+
     fn restart_or_give_up(&mut self) -> Result<(), String> {
         match self.restart() {
             Ok(()) => Ok(()),
@@ -105,60 +141,21 @@ impl Adapter {
             Err(f) => Err(format!("{}: {f}", error::ADAPTER)),
         }
     }
+}
 
-    /// Every (node, key, value) on the lock nodes now.
-    fn lock_values(watch: &mut [(String, Conn)]) -> HashSet<(String, String, String)> {
-        let mut seen = HashSet::new();
-        for (node, conn) in watch.iter_mut() {
-            let values = conn.run(|c| {
-                let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(c)?;
-                if keys.is_empty() {
-                    return Ok(Vec::new());
-                }
-                let values: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(&keys).query(c)?;
-                Ok(keys.into_iter().zip(values).collect::<Vec<_>>())
-            });
-            if let Outcome::Ok(values) = values {
-                for (key, value) in values {
-                    if let Some(v) = value {
-                        let v = String::from_utf8_lossy(&v).into_owned();
-                        seen.insert((node.clone(), key, v));
-                    }
-                }
-            }
-        }
-        seen
-    }
+/// The strike's `how` when the watch froze the adapter.
+fn frozen_at((node, key, value): adapter_watch::Seen) -> String {
+    format!("the adapter was frozen as a new lock value appeared while its acquire was in flight: {key}={value} on {node}")
 }
 
 impl LockClient for Adapter {
     fn try_acquire(&mut self, _token: &str) -> Outcome<Option<Grant>> {
-        // `acquiring` is struck as soon as a lock value that was not there
-        // when the request went out shows on a lock node: the library's
-        // first write reached Redis (whose write it is, the worker cannot
-        // tell: the value is in the strike's `how`).
-        let armed = self.strike.armed(Point::Acquiring);
-        let mut watch = std::mem::take(&mut self.watch);
-        let before = match armed {
-            true => Self::lock_values(&mut watch),
-            false => HashSet::new(),
-        };
-        let mut struck = !armed;
-        let hook = self.strike.clone();
-        let idle = || {
-            if struck {
-                return;
-            }
-            let now = Self::lock_values(&mut watch);
-            if let Some((node, key, value)) = now.difference(&before).next() {
-                struck = true;
-                let how = format!("a new lock value appeared while the acquire was in flight: {key}={value} on {node}");
-                hook.at_seen(Point::Acquiring, Some(how));
-            }
-        };
         let timeout_ms = self.acquire_timeout.as_millis() as u64;
-        let reply = self.call(Op::Acquire { timeout_ms }, self.acquire_timeout, idle);
-        self.watch = watch;
+        let op = Op::Acquire { timeout_ms };
+        let reply = match self.strike.armed(Point::Acquiring) {
+            true => self.acquire_watched(op),
+            false => self.call(op, self.acquire_timeout, || {}),
+        };
         let reply = match reply {
             Ok(reply) => reply,
             Err(why) => return Outcome::Info(why),

@@ -2,6 +2,7 @@
 //! and a release; the worker loop owns retries, timing and the history.
 
 mod adapter;
+mod adapter_watch;
 mod fenced;
 mod no_lock;
 pub mod redlock;

@@ -1,0 +1,408 @@
+//! Client adapters end to end: the shipped libraries, the README's example
+//! adapter, a broken one written from the README's protocol alone, and
+//! adapters that break the protocol, hang, or outlive a killed harness.
+
+mod common;
+
+use checker::{Results, Validity};
+use common::{assert_no_process_left, assert_valid, count, events, lockstorm_at, run_at, wait_for};
+use std::path::{Path, PathBuf};
+
+/// A test's folder: the harness runs in it (so its adapters do), and its
+/// runs go to `results/` inside.
+fn root() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+fn results(root: &Path) -> PathBuf {
+    root.join("results")
+}
+
+/// `lockstorm run` from `root` with a client, into a results folder of its
+/// own (`results/<n>`, one per run); no process of it may be left.
+fn run_client(root: &Path, args: &[&str]) -> (Results, PathBuf) {
+    let parent = results(root);
+    std::fs::create_dir_all(&parent).unwrap();
+    let n = std::fs::read_dir(&parent).unwrap().count();
+    let results = parent.join(n.to_string());
+    std::fs::create_dir_all(&results).unwrap();
+    let (_, r, dir) = run_at(Some(root), &results, args);
+    assert_no_process_left(root);
+    (r, dir)
+}
+
+/// `lockstorm client-test`: its exit code and report.
+fn client_test(root: &Path, client: &[&str]) -> (i32, String) {
+    let mut args = vec!["client-test", "--results", "client-tests"];
+    args.extend_from_slice(client);
+    let out = lockstorm_at(Some(root), &args, &[]);
+    assert_no_process_left(root);
+    (out.code, format!("{}{}", out.stdout, out.stderr))
+}
+
+/// No fault: valid, with enough lock cycles to mean something. Under
+/// `pause` (after the lease check, the default): the holder's lease
+/// expires while it is frozen and its write lands stale.
+fn caught_under_pause_and_valid_without(client: &str, config: &str) {
+    let root = root();
+    let (code, report) = client_test(root.path(), &["--client", client]);
+    assert_eq!(code, 0, "client-test {client} failed:\n{report}");
+    assert!(report.contains(" 0 failed"), "{report}");
+
+    let common = ["--config", config, "--client", client, "--seed", "1"];
+    let (r, dir) = run_client(
+        root.path(),
+        &[&common[..], &["--time-limit", "10"]].concat(),
+    );
+    assert_valid(&r, &dir);
+    assert!(
+        r.stats.acquired >= 20,
+        "only {} locks granted in 10 s: too few cycles to mean anything ({})",
+        r.stats.acquired,
+        dir.display()
+    );
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    assert!(
+        record["client"]["library"]
+            .as_str()
+            .is_some_and(|l| !l.is_empty()),
+        "run.json names the library: {}",
+        record["client"]
+    );
+
+    let pause = [
+        "--nemesis",
+        "pause",
+        "--time-limit",
+        "15",
+        "--nemesis-interval-ms",
+        "2000",
+    ];
+    let (r, dir) = run_client(root.path(), &[&common[..], &pause].concat());
+    assert_eq!(
+        r.valid,
+        Validity::False,
+        "{client} under pause: {}",
+        dir.display()
+    );
+    assert!(count(&r, "lock-overlap") > 0, "{}", dir.display());
+}
+
+#[test]
+fn redis_py_passes_client_test_is_valid_without_faults_and_is_caught_under_pause() {
+    caught_under_pause_and_valid_without("redis-py", "single");
+}
+
+#[test]
+fn pottery_passes_client_test_is_valid_without_faults_and_is_caught_under_pause() {
+    caught_under_pause_and_valid_without("pottery", "redlock");
+}
+
+#[test]
+fn python_redis_lock_passes_client_test_is_valid_without_faults_and_is_caught_under_pause() {
+    caught_under_pause_and_valid_without("python-redis-lock", "single");
+}
+
+#[test]
+fn node_redlock_passes_client_test_is_valid_without_faults_and_is_caught_under_pause() {
+    caught_under_pause_and_valid_without("node-redlock", "single");
+}
+
+#[test]
+fn redis_semaphore_passes_client_test_is_valid_without_faults_and_is_caught_under_pause() {
+    caught_under_pause_and_valid_without("redis-semaphore", "single");
+}
+
+/// The README's complete example adapter, as a newcomer would copy it.
+fn readme_example(dir: &Path) -> PathBuf {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let (_, after) = readme
+        .split_once("<!-- example-adapter -->\n```python\n")
+        .expect("the README has the marked example adapter");
+    let (code, _) = after.split_once("```").expect("the example block ends");
+    let path = dir.join("example_adapter.py");
+    std::fs::write(&path, code).unwrap();
+    path
+}
+
+#[test]
+fn the_readme_example_adapter_passes_client_test_and_is_valid_without_faults() {
+    let root = root();
+    let example = readme_example(root.path());
+    let cmd = format!("python3 {}", example.display());
+    let (code, report) = client_test(root.path(), &["--client-cmd", &cmd]);
+    assert_eq!(code, 0, "{report}");
+    let (r, dir) = run_client(
+        root.path(),
+        &["--client-cmd", &cmd, "--time-limit", "10", "--seed", "2"],
+    );
+    assert_valid(&r, &dir);
+    assert!(r.stats.acquired >= 20, "{}", dir.display());
+}
+
+/// Written from the README's protocol table alone: SET NX PX, and a plain
+/// `DEL` for release, which deletes whoever's key is there.
+const PLAIN_DEL: &str = r#"
+import json, socket, sys, time, uuid
+def cmd(*a):
+    s.sendall(("*%d\r\n" % len(a) + "".join("$%d\r\n%s\r\n" % (len(str(x)), x) for x in a)).encode())
+    return r.readline().decode().strip()
+held = False
+for line in sys.stdin:
+    q = json.loads(line)
+    out = {"id": q["id"], "ok": True}
+    if q["op"] == "init":
+        h, p = q["nodes"][0].rsplit(":", 1)
+        s = socket.create_connection((h, int(p))); r = s.makefile("rb")
+        key, ttl = q["key"], q["ttl_ms"]
+        out.update(client="plain-del 0", features=[])
+    elif q["op"] == "acquire":
+        end = time.time() + q["timeout_ms"] / 1000
+        while not cmd("SET", key, uuid.uuid4().hex, "NX", "PX", ttl).startswith("+OK"):
+            if time.time() > end:
+                out = {"id": q["id"], "ok": False, "error": "lock-busy"}; break
+            time.sleep(0.01)
+        held = out["ok"]
+    elif q["op"] == "release":
+        cmd("DEL", key)
+        out["ok"], held = held, False
+        if not out["ok"]: out["error"] = "not-held"
+    print(json.dumps(out), flush=True)
+"#;
+
+#[test]
+fn a_plain_del_adapter_from_the_readme_protocol_is_caught_as_foreign_release() {
+    let root = root();
+    let script = root.path().join("plain_del.py");
+    std::fs::write(&script, PLAIN_DEL).unwrap();
+    let cmd = format!("python3 {}", script.display());
+    let args = [
+        "--client-cmd",
+        &cmd,
+        "--nemesis",
+        "pause",
+        "--time-limit",
+        "20",
+        "--nemesis-interval-ms",
+        "2000",
+        "--seed",
+        "1",
+    ];
+    let (r, dir) = run_client(root.path(), &args);
+    assert_eq!(r.valid, Validity::False, "{}", dir.display());
+    assert!(
+        count(&r, "foreign-release") > 0,
+        "a plain DEL released another's lock unseen: {:?} ({})",
+        r.anomalies,
+        dir.display()
+    );
+}
+
+/// An adapter that answers `init` and then breaks the protocol its own way.
+fn breaking(root: &Path, name: &str, acquire_reply: &str) -> String {
+    let script = format!(
+        r#"
+import json, sys
+for line in sys.stdin:
+    q = json.loads(line)
+    if q["op"] == "init":
+        print(json.dumps({{"id": q["id"], "ok": True, "client": "{name} 0", "features": []}}), flush=True)
+    else:
+        print({acquire_reply}, flush=True)
+"#
+    );
+    let path = root.join(format!("{name}.py"));
+    std::fs::write(&path, script).unwrap();
+    format!("python3 {}", path.display())
+}
+
+#[test]
+fn an_adapter_that_breaks_the_protocol_ends_the_run_unknown_naming_the_line() {
+    let cases = [
+        ("bad-json", r#""granted!""#, "not JSON", "\"granted!\""),
+        (
+            "wrong-id",
+            r#"json.dumps({"id": q["id"] + 7, "ok": True})"#,
+            "id 8, not 1",
+            r#"\"id\": 8"#,
+        ),
+    ];
+    for (name, reply, why, line) in cases {
+        let root = root();
+        let cmd = breaking(root.path(), name, reply);
+        let (r, dir) = run_client(root.path(), &["--client-cmd", &cmd, "--time-limit", "10"]);
+        assert_eq!(r.valid, Validity::Unknown, "{name}: {}", dir.display());
+        let notes = r.notes.join("\n");
+        assert!(notes.contains("broke the protocol"), "{name}: {notes}");
+        assert!(notes.contains(why), "{name}: {notes}");
+        assert!(notes.contains(line), "{name} names the line: {notes}");
+    }
+}
+
+#[test]
+fn an_adapter_that_exits_at_init_is_one_clear_line_and_exit_254() {
+    let root = root();
+    let path = root.path().join("dies.py");
+    std::fs::write(
+        &path,
+        "import sys\nsys.stderr.write('cannot load the lock library\\n')\nsys.exit(3)\n",
+    )
+    .unwrap();
+    let cmd = format!("python3 {}", path.display());
+    let out = lockstorm_at(
+        Some(root.path()),
+        &[
+            "run",
+            "--results",
+            "results",
+            "--client-cmd",
+            &cmd,
+            "--time-limit",
+            "5",
+        ],
+        &[],
+    );
+    assert_eq!(out.code, 254, "{}{}", out.stdout, out.stderr);
+    let lines: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(lines.len(), 1, "one line: {}", out.stderr);
+    assert!(lines[0].contains("exited"), "{}", lines[0]);
+    assert!(
+        lines[0].contains("cannot load the lock library"),
+        "quotes its stderr: {}",
+        lines[0]
+    );
+    assert_no_process_left(root.path());
+    // Nothing ran: no run folder is left half made.
+    let runs = std::fs::read_dir(results(root.path())).map_or(0, |d| d.count());
+    assert_eq!(runs, 0, "no run folder for a run that never started");
+}
+
+/// The README example, made to hang forever on its `hang_on`-th request:
+/// the first adapter process of the run to get there, and no other.
+fn hanging(root: &Path, hang_on: u32) -> String {
+    let example = std::fs::read_to_string(readme_example(root)).unwrap();
+    let flag = root.join("hung-once");
+    let hang = format!(
+        "import itertools\n_n = itertools.count(1)\nfor line in sys.stdin:\n    if next(_n) == {hang_on} and not os.path.exists({flag:?}):\n        open({flag:?}, 'x'); time.sleep(10**6)\n"
+    );
+    // The loop's first line gains a hang on the chosen request.
+    let patched = example.replacen("for line in sys.stdin:", &hang, 1);
+    assert_ne!(patched, example, "the example has its request loop");
+    let path = root.join("hangs.py");
+    std::fs::write(&path, patched).unwrap();
+    format!("python3 {}", path.display())
+}
+
+#[test]
+fn a_hung_adapter_leaves_its_op_info_and_is_restarted_under_a_new_process() {
+    let root = root();
+    let cmd = hanging(root.path(), 4);
+    let args = [
+        "--client-cmd",
+        &cmd,
+        "--time-limit",
+        "15",
+        "--ttl-ms",
+        "1000",
+        "--workers",
+        "2",
+        "--seed",
+        "3",
+    ];
+    let (r, dir) = run_client(root.path(), &args);
+    assert_ne!(
+        r.valid,
+        Validity::False,
+        "a hang is not a violation: {}",
+        dir.display()
+    );
+    let acquires = events(&dir, "acquire");
+    let hung: Vec<_> = acquires
+        .iter()
+        .filter(|e| {
+            e["type"] == "info"
+                && e["error"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("adapter:"))
+        })
+        .collect();
+    assert!(
+        !hung.is_empty(),
+        "no acquire completed info for a hung adapter ({})",
+        dir.display()
+    );
+    let first = hung[0]["process"].as_u64().unwrap();
+    let later_ok = acquires
+        .iter()
+        .any(|e| e["type"] == "ok" && e["process"].as_u64() == Some(first + 2));
+    assert!(
+        later_ok,
+        "the worker went on as process {} ({})",
+        first + 2,
+        dir.display()
+    );
+    let stderr = std::fs::read_to_string(dir.join("clients/worker-0.stderr")).unwrap_or_default()
+        + &std::fs::read_to_string(dir.join("clients/worker-1.stderr")).unwrap_or_default();
+    assert!(
+        stderr.matches("--- lockstorm: starting").count() >= 3,
+        "a restart is logged in the adapter's stderr:\n{stderr}"
+    );
+}
+
+#[test]
+fn no_adapter_outlives_a_harness_killed_mid_run() {
+    let root = root();
+    let example = readme_example(root.path());
+    let _slot = common::e2e_slot();
+    let mut harness = std::process::Command::new(env!("CARGO_BIN_EXE_lockstorm"))
+        .current_dir(root.path())
+        .args([
+            "run",
+            "--results",
+            "results",
+            "--time-limit",
+            "60",
+            "--client-cmd",
+        ])
+        .arg(format!("python3 {}", example.display()))
+        .args([
+            "--nemesis",
+            "pause",
+            "--nemesis-interval-ms",
+            "1000",
+            "--pause-ms",
+            "30000",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Every worker's adapter is up, and a worker (with its adapter) is frozen.
+    let adapters = || {
+        common::leftover_processes(root.path())
+            .into_iter()
+            .filter(|p| p.contains("(python3"))
+            .collect::<Vec<_>>()
+    };
+    wait_for("five adapters and a frozen one", || {
+        let a = adapters();
+        (a.len() >= 5 && a.iter().any(|p| p.contains(") T "))).then_some(())
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(harness.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    harness.wait().unwrap();
+    wait_for("every process of the run to go", || {
+        common::leftover_processes(root.path())
+            .is_empty()
+            .then_some(())
+    });
+}
