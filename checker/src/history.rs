@@ -91,6 +91,9 @@ pub mod error {
     pub const CRASHED: &str = "crashed";
     /// A client adapter hung or died with the op in flight (it was restarted).
     pub const ADAPTER: &str = "adapter";
+    /// A client's library could not say whether the op took effect (an
+    /// adapter's `ok: null` for a release its library reports nothing of).
+    pub const UNKNOWN: &str = "unknown";
 
     /// The kind of an error: what comes before its first `:` (the rest is
     /// detail, such as which nodes answered), so the stats group like with like.

@@ -223,12 +223,14 @@ struct Worker<W: Write> {
 }
 
 /// Refusals that are the lock's or the storage's answer, not a failure to
-/// reach them: a cycle that meets one needs no back-off.
-const ANSWERS: [&str; 4] = [
+/// reach them, and a library's "cannot say": a cycle that meets one needs
+/// no back-off.
+const ANSWERS: [&str; 5] = [
     error::LOCK_BUSY,
     error::NOT_HELD,
     error::STALE_FENCE,
     error::LEASE_EXPIRED,
+    error::UNKNOWN,
 ];
 
 /// Capped exponential back-off after cycles that hit an error (a node down
@@ -370,8 +372,9 @@ impl<W: Write> Worker<W> {
         }
         self.errored |= match outcome {
             Outcome::Ok(_) => false,
-            Outcome::Fail(e) => !ANSWERS.contains(&checker::history::error::kind(e)),
-            Outcome::Info(_) => true,
+            Outcome::Fail(e) | Outcome::Info(e) => {
+                !ANSWERS.contains(&checker::history::error::kind(e))
+            }
         };
     }
 

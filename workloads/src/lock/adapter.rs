@@ -16,6 +16,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
+/// An `ok: null` without an error.
+const UNSAID: &str = "unknown: the adapter did not say";
+
 /// Called with why the adapter cannot go on; ends the worker.
 pub type GiveUp = Arc<dyn Fn(String) + Send + Sync>;
 
@@ -175,11 +178,7 @@ impl LockClient for Adapter {
                 Some(e) if error::kind(&e) == error::LOCK_BUSY => Outcome::Ok(None),
                 e => Outcome::Fail(e.unwrap_or_else(|| error::LOCK_BUSY.into())),
             },
-            _ => Outcome::Info(
-                reply
-                    .error
-                    .unwrap_or_else(|| "unknown: the adapter did not say".into()),
-            ),
+            _ => Outcome::Info(reply.error.unwrap_or_else(|| UNSAID.into())),
         }
     }
 
@@ -193,11 +192,7 @@ impl LockClient for Adapter {
             Some(Answer::No) => {
                 Outcome::Fail(reply.error.unwrap_or_else(|| error::NOT_HELD.into()))
             }
-            _ => Outcome::Info(
-                reply
-                    .error
-                    .unwrap_or_else(|| "unknown: the adapter did not say".into()),
-            ),
+            _ => Outcome::Info(reply.error.unwrap_or_else(|| UNSAID.into())),
         }
     }
 
@@ -219,11 +214,7 @@ impl LockClient for Adapter {
             Some(Answer::No) => {
                 Outcome::Fail(reply.error.unwrap_or_else(|| "check refused".into()))
             }
-            _ => Outcome::Info(
-                reply
-                    .error
-                    .unwrap_or_else(|| "unknown: the adapter did not say".into()),
-            ),
+            _ => Outcome::Info(reply.error.unwrap_or_else(|| UNSAID.into())),
         })
     }
 }
