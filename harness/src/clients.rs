@@ -408,3 +408,50 @@ pub fn preflight(spec: &AdapterSpec, init: adapter::Init) -> Result<Hello> {
         .map_err(|f| Error::Adapter(f.to_string()))?;
     Ok(hello)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_is_split_into_words_and_a_shipped_name_is_checked() {
+        let cmd = Client::command("  python3   my_adapter.py --fast ").unwrap();
+        assert_eq!(
+            cmd,
+            Client::Cmd(vec![
+                "python3".into(),
+                "my_adapter.py".into(),
+                "--fast".into()
+            ])
+        );
+        assert_eq!(cmd.to_string(), "custom");
+        assert!(Client::command(" ").unwrap_err().contains("empty"));
+        let err = Client::shipped("redlock").unwrap_err();
+        assert!(
+            err.contains("redis-py, pottery, python-redis-lock, node-redlock, redis-semaphore"),
+            "{err}"
+        );
+        assert_eq!(Client::shipped("pottery").unwrap().to_string(), "pottery");
+    }
+
+    #[test]
+    fn every_shipped_adapter_has_its_files_and_a_first_topology() {
+        for s in &SHIPPED {
+            let (dir, ext) = match s.family {
+                Family::Python => ("python", "py"),
+                Family::Node => ("node", "js"),
+            };
+            let files = s.family.files();
+            let adapter = format!("{}/adapter.{ext}", s.name);
+            assert!(
+                files.iter().any(|(p, _)| *p == adapter),
+                "{} lacks {adapter}",
+                s.name
+            );
+            assert!(files.iter().any(|(p, _)| p.starts_with(dir)), "{}", s.name);
+            assert!(!s.topologies.is_empty());
+        }
+        // The environment is named after the files: a changed pin is a new one.
+        assert_ne!(Family::Python.dir(), Family::Node.dir());
+    }
+}

@@ -697,6 +697,55 @@ mod tests {
         o.wait_replicas = 1;
         assert!(matches!(o.resolve(), Err(Refusal::Invalid(_))));
     }
+
+    fn with_client(config: Config, nemesis: &str, client: &str) -> Result<RunPlan, Refusal> {
+        let mut o = RunOptions::new(config, nemesis.parse().unwrap());
+        o.client = Some(Client::shipped(client).unwrap());
+        o.resolve()
+    }
+
+    #[test]
+    fn a_client_runs_on_the_topologies_it_supports_and_names_its_runs() {
+        let p = with_client(Config::Single, "pause", "redis-py").unwrap();
+        assert_eq!(p.name(), "single.redis-py-pause");
+        assert_eq!(p.setup(), "single.redis-py");
+        let Err(Refusal::Invalid(why)) = with_client(Config::UnsafeDel, "none", "redis-py") else {
+            panic!("a built-in lock is not a topology")
+        };
+        assert!(
+            why.contains("use --config single, replicated or redlock"),
+            "{why}"
+        );
+        let Err(Refusal::Inapplicable(why)) = with_client(Config::Redlock, "none", "redis-py")
+        else {
+            panic!("redis-py has no Redlock")
+        };
+        assert!(why.contains("use --config single"), "{why}");
+    }
+
+    #[test]
+    fn faults_an_adapter_cannot_feel_are_refused_and_left_out_of_all() {
+        let Err(Refusal::Inapplicable(why)) = with_client(Config::Redlock, "partition", "pottery")
+        else {
+            panic!("partition singles workers out by address")
+        };
+        assert!(why.contains("source address"), "{why}");
+        let all = with_client(Config::Redlock, "all", "pottery").unwrap();
+        let actions = all.schedule_spec().actions;
+        assert!(!actions.is_empty());
+        assert!(
+            actions
+                .iter()
+                .all(|(a, _)| a.package().name() != "partition"),
+            "{actions:?}"
+        );
+        let mut skew = RunOptions::new(Config::Single, "clock".parse().unwrap());
+        skew.client = Some(Client::shipped("redis-py").unwrap());
+        skew.holder_skew_ms = 100;
+        assert!(
+            matches!(skew.resolve(), Err(Refusal::Invalid(w)) if w.contains("--holder-skew-ms"))
+        );
+    }
 }
 
 #[cfg(test)]

@@ -126,6 +126,15 @@ mod tests {
     }
 
     #[test]
+    fn a_client_adapter_on_a_topology_is_a_setup_of_its_own() {
+        let e = Expectations::parse("[\"single.redis-py\"]\npause = \"invalid\"\n").unwrap();
+        assert_eq!(e.get("single.redis-py", "pause"), Some(Expected::Invalid));
+        assert_eq!(e.get("single", "pause"), None, "not the built-in lock");
+        let err = Expectations::parse("[\"single.redis-pie\"]\npause = \"invalid\"\n").unwrap_err();
+        assert!(err.contains("unknown client 'redis-pie'"), "{err}");
+    }
+
+    #[test]
     fn the_shipped_expectations_parse_and_keep_the_fenced_promise() {
         let e = Expectations::parse(include_str!("../../../expectations.toml")).unwrap();
         assert_eq!(e.get("fenced", "pause"), Some(Expected::Valid));

@@ -100,6 +100,11 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     let mut skipped = Vec::new();
     for client in &clients {
         for &config in &configs {
+            // `--configs all` with clients means each client's own topologies.
+            let all_configs = args.configs.trim() == "all";
+            if all_configs && client.as_ref().is_some_and(|c| c.refusal(config).is_some()) {
+                continue;
+            }
             for nemesis in &nemeses {
                 match plans(&args, config, client, nemesis) {
                     Ok(runs) => plan.push(runs),

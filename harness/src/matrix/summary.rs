@@ -302,6 +302,29 @@ mod tests {
     }
 
     #[test]
+    fn each_client_gets_a_findings_table_with_its_library() {
+        let mut s = Summary::default();
+        let mut row = Row::new("redlock.pottery", "pause@acquiring");
+        row.add(&results(Validity::True, 0, 10.0), "a".into());
+        row.library = Some("pottery 3.0.1".into());
+        s.rows.push(row);
+        let mut row = Row::new("single", "pause");
+        row.add(&results(Validity::False, 4, 10.0), "b".into());
+        s.rows.push(row);
+        let md = s.markdown();
+        assert!(md.contains("## Findings: pottery (pottery 3.0.1)"), "{md}");
+        assert!(
+            md.contains("| redlock | pause@acquiring | 1 | VALID | none |"),
+            "{md}"
+        );
+        assert_eq!(
+            md.matches("## Findings").count(),
+            1,
+            "built-in locks have none: {md}"
+        );
+    }
+
+    #[test]
     fn judging_marks_mismatches_and_expected_pairs_that_could_not_run() {
         let e = Expectations::parse(
             "[fenced]\npause = \"valid\"\nkill = \"valid\"\n[single]\npause = \"invalid\"\nnone = \"valid\"\n",
