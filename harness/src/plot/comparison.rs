@@ -45,6 +45,8 @@ pub fn comparison(dir: &Path, summary: &Summary) -> anyhow::Result<()> {
 struct Grid {
     configs: Vec<String>,
     nemeses: Vec<String>,
+    /// Wide enough for the longest row name (`single.redis-semaphore`).
+    label_w: i32,
 }
 
 impl Grid {
@@ -53,6 +55,7 @@ impl Grid {
         let mut grid = Grid {
             configs: Vec::new(),
             nemeses: Vec::new(),
+            label_w: LABEL_W,
         };
         let pairs = summary.rows.iter().map(|r| (&r.config, &r.nemesis));
         let skipped = summary.skipped.iter().map(|s| (&s.config, &s.nemesis));
@@ -64,11 +67,14 @@ impl Grid {
                 grid.nemeses.push(n.clone());
             }
         }
+        // About 9 px per character at the labels' 15 px, plus margins.
+        let longest = grid.configs.iter().map(|c| c.chars().count()).max();
+        grid.label_w = LABEL_W.max(longest.unwrap_or(0) as i32 * 9 + 20);
         grid
     }
 
     fn size(&self) -> (u32, u32) {
-        let w = LABEL_W + CELL_W * self.nemeses.len().max(1) as i32 + 20;
+        let w = self.label_w + CELL_W * self.nemeses.len().max(1) as i32 + 20;
         let h = HEADER_H + CELL_H * self.configs.len().max(1) as i32 + FOOTER_H;
         (w.max(600) as u32, h as u32)
     }
@@ -97,7 +103,7 @@ where
             .pos(Pos::new(HPos::Center, VPos::Center))
     };
     for (j, n) in grid.nemeses.iter().enumerate() {
-        let x = LABEL_W + CELL_W * j as i32 + CELL_W / 2;
+        let x = grid.label_w + CELL_W * j as i32 + CELL_W / 2;
         root.draw(&Text::new(n.clone(), (x, HEADER_H - 18), centered(15)))?;
     }
     for (i, c) in grid.configs.iter().enumerate() {
@@ -108,7 +114,7 @@ where
             .pos(Pos::new(HPos::Left, VPos::Center));
         root.draw(&Text::new(c.clone(), (10, y), left))?;
         for (j, n) in grid.nemeses.iter().enumerate() {
-            let x = LABEL_W + CELL_W * j as i32;
+            let x = grid.label_w + CELL_W * j as i32;
             let y = HEADER_H + CELL_H * i as i32;
             let row = summary
                 .rows
