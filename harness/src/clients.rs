@@ -77,6 +77,24 @@ impl Client {
     }
 }
 
+/// What a run, a matrix row and `expectations.toml` call a setup: `single`,
+/// or `single.redis-py` for a client adapter on that topology.
+pub fn setup_name(config: Config, client: Option<&Client>) -> String {
+    match client {
+        Some(client) => format!("{config}.{client}"),
+        None => config.to_string(),
+    }
+}
+
+/// Reads a [`setup_name`] back: the config and the shipped client.
+pub fn parse_setup(name: &str) -> Result<(Config, Option<Client>), String> {
+    let (config, client) = match name.split_once('.') {
+        Some((c, client)) => (c, Some(Client::shipped(client)?)),
+        None => (name, None),
+    };
+    Ok((config.parse()?, client))
+}
+
 /// The topology an adapter's `init` names for a config, if the config is a
 /// topology and not a lock of lockstorm's own.
 pub fn topology(config: Config) -> Option<&'static str> {

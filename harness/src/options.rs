@@ -568,10 +568,7 @@ impl RunPlan {
 
     /// `single`, or `single.redis-py` for a client adapter on that topology.
     pub fn setup(&self) -> String {
-        match &self.client {
-            Some(client) => format!("{}.{client}", self.config),
-            None => self.config.to_string(),
-        }
+        crate::clients::setup_name(self.config, self.client.as_ref())
     }
 }
 

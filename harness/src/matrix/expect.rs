@@ -13,7 +13,6 @@ use super::summary::Row;
 use nemesis::Aimed;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use workloads::Config;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -39,18 +38,9 @@ impl Expectations {
         let mut by_pair = BTreeMap::new();
         for (config, nemeses) in table {
             // `single`, or a client adapter on a topology: `single.redis-py`.
-            let (c, client) = match config.split_once('.') {
-                Some((c, client)) => (c, Some(client)),
-                None => (config.as_str(), None),
-            };
-            let c: Config = c.parse().map_err(|e| format!("[{config}]: {e}"))?;
-            if let Some(client) = client {
-                crate::clients::Client::shipped(client).map_err(|e| format!("[{config}]: {e}"))?;
-            }
-            let c = match client {
-                Some(client) => format!("{c}.{client}"),
-                None => c.to_string(),
-            };
+            let (c, client) =
+                crate::clients::parse_setup(&config).map_err(|e| format!("[{config}]: {e}"))?;
+            let c = crate::clients::setup_name(c, client.as_ref());
             for (nemesis, expected) in nemeses {
                 let n: Aimed = nemesis
                     .parse()

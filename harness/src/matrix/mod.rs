@@ -109,7 +109,7 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
                 match plans(&args, config, client, nemesis) {
                     Ok(runs) => plan.push(runs),
                     Err(Refusal::Inapplicable(reason)) => skipped.push(Skipped {
-                        config: setup(config, client),
+                        config: crate::clients::setup_name(config, client.as_ref()),
                         nemesis: nemesis.to_string(),
                         reason,
                     }),
@@ -245,14 +245,6 @@ fn print_plan(plan: &[Vec<RunPlan>], skipped: &[Skipped], args: &MatrixArgs) {
     }
     for s in skipped {
         println!("  skipped {} × {}: {}", s.config, s.nemesis, s.reason);
-    }
-}
-
-/// `single`, or `single.redis-py`: what a row names.
-fn setup(config: Config, client: &Option<Client>) -> String {
-    match client {
-        Some(client) => format!("{config}.{client}"),
-        None => config.to_string(),
     }
 }
 
