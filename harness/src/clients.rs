@@ -344,14 +344,14 @@ pub struct Prepared {
 }
 
 pub fn prepare(client: &Client) -> Result<Prepared> {
-    let Client::Shipped(name) = client else {
-        let Client::Cmd(argv) = client else {
-            unreachable!()
-        };
-        return Ok(Prepared {
-            argv: argv.clone(),
-            env: BTreeMap::new(),
-        });
+    let name = match client {
+        Client::Shipped(name) => name,
+        Client::Cmd(argv) => {
+            return Ok(Prepared {
+                argv: argv.clone(),
+                env: BTreeMap::new(),
+            })
+        }
     };
     let shipped = Shipped::find(name).expect("checked when parsed");
     let dir = shipped.family.set_up()?;
