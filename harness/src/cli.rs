@@ -44,6 +44,18 @@ enum Command {
     /// Check a client adapter against one Redis node, without faults: each
     /// step passes or fails (exit 0 if all pass, 1 if not).
     ClientTest(ClientTestArgs),
+    /// Build the Docker backend's local image from this machine's
+    /// redis-server (`image import`), for daemons that cannot pull.
+    Image(ImageArgs),
+    /// Removes a run's containers once its harness is gone (started by the
+    /// harness for each Docker run; see `backend::docker::reap`).
+    #[command(hide = true)]
+    Reap {
+        #[arg(long)]
+        daemon: PathBuf,
+        #[arg(long)]
+        run: String,
+    },
     #[command(hide = true)]
     Worker {
         /// The worker's spec as JSON (written by the harness).
@@ -93,6 +105,29 @@ struct ClientTestArgs {
     /// Where `client-test-<timestamp>/` (adapter stderr, node log) goes.
     #[arg(long, default_value = "results")]
     results: PathBuf,
+    /// Where the node runs: auto, local or docker (as for `run`).
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: crate::backend::Backend,
+    /// The Docker backend's image (as for `run`).
+    #[arg(long)]
+    image: Option<String>,
+}
+
+#[derive(clap::Args, Debug)]
+struct ImageArgs {
+    #[command(subcommand)]
+    command: ImageCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum ImageCommand {
+    /// Import `lockstorm/redis:local` (redis-server, redis-sentinel and the
+    /// libraries they link) into the Docker daemon, without a registry.
+    Import {
+        /// The image's name.
+        #[arg(long, default_value = "lockstorm/redis:local")]
+        tag: String,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -121,6 +156,8 @@ pub fn main() -> ExitCode {
     };
     match cli.command {
         Some(Command::Worker { spec }) => worker(&spec),
+        Some(Command::Reap { daemon, run }) => reap(&daemon, &run),
+        Some(Command::Image(args)) => finish(image_command(args)),
         Some(Command::Check(args)) => finish(check_command(args)),
         Some(Command::Matrix(args)) => finish(matrix_command(args)),
         Some(Command::Report(args)) => finish(report_command(args)),
@@ -177,8 +214,20 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .map_err(Error::Runtime)
 }
 
+/// testcontainers finds the daemon through `DOCKER_HOST`, which may only
+/// change before the runtime's threads start.
+fn route_docker(backend: crate::backend::Backend) {
+    #[cfg(feature = "docker")]
+    if backend != crate::backend::Backend::Local {
+        crate::backend::docker::route_testcontainers();
+    }
+    #[cfg(not(feature = "docker"))]
+    let _ = backend;
+}
+
 fn run_command(options: RunOptions) -> Result<Validity> {
     logging::init();
+    route_docker(options.backend);
     let outcome = runtime()?.block_on(run::run(options))?;
     let title = format!(
         "{} × {} (seed {})",
@@ -195,6 +244,7 @@ fn run_command(options: RunOptions) -> Result<Validity> {
 /// could not complete, else 0 (without --expect the verdicts are the output).
 fn matrix_command(args: MatrixArgs) -> Result<Validity> {
     logging::init();
+    route_docker(args.backend);
     let outcome = runtime()?.block_on(matrix::matrix(args))?;
     let s = &outcome.summary;
     say(&format!(
@@ -269,8 +319,14 @@ fn client_test_command(args: ClientTestArgs) -> Result<Validity> {
         )));
     }
     let ttl = std::time::Duration::from_millis(args.ttl_ms);
-    let report =
-        runtime()?.block_on(crate::client_test::client_test(&client, ttl, &args.results))?;
+    route_docker(args.backend);
+    let report = runtime()?.block_on(crate::client_test::client_test(
+        &client,
+        ttl,
+        &args.results,
+        args.backend,
+        args.image.as_deref(),
+    ))?;
     say(&report.render())?;
     Ok(match report.passed() {
         true => Validity::True,
@@ -293,6 +349,47 @@ fn check_command(args: CheckArgs) -> Result<Validity> {
         ))?;
     }
     Ok(results.valid)
+}
+
+#[cfg(feature = "docker")]
+fn image_command(args: ImageArgs) -> Result<Validity> {
+    let ImageCommand::Import { tag } = args.command;
+    let server = crate::backend::local::find_redis_server()?;
+    let imported = runtime()?.block_on(async {
+        let api = crate::backend::docker::connect_daemon().await?;
+        crate::backend::docker::image::import(&api, &server, &tag)
+            .await
+            .map_err(Error::Usage)
+    })?;
+    say(&format!(
+        "imported {} ({}, {} files, {:.1} MB) from {} in {:.1} s\n",
+        imported.image,
+        imported.redis_version,
+        imported.files,
+        imported.bytes as f64 / 1e6,
+        server.display(),
+        imported.took.as_secs_f64()
+    ))?;
+    Ok(Validity::True)
+}
+
+#[cfg(not(feature = "docker"))]
+fn image_command(_args: ImageArgs) -> Result<Validity> {
+    Err(Error::Usage(
+        "this lockstorm was built without the Docker backend: build it with `cargo build --features docker` (a default feature)".into(),
+    ))
+}
+
+/// `lockstorm reap`: exit 0 once the run's containers are removed.
+fn reap(daemon: &std::path::Path, run: &str) -> ExitCode {
+    #[cfg(feature = "docker")]
+    if let Err(e) = crate::backend::docker::reap::reap(daemon, run) {
+        complain(&format!("lockstorm reap: {e}"));
+        return ExitCode::from(exit::HARNESS_FAILED);
+    }
+    #[cfg(not(feature = "docker"))]
+    let _ = (daemon, run);
+    ExitCode::SUCCESS
 }
 
 fn worker(spec: &str) -> ExitCode {

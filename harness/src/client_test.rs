@@ -2,9 +2,10 @@
 //! what a lock must do, against one real Redis node, without faults. The
 //! first thing an adapter's author runs; each step prints pass or fail.
 
+use crate::backend::Backend;
 use crate::clients::{self, Client};
 use crate::error::{Context, Error, Result};
-use crate::node::{self, NodeSpec, RedisNode, Role};
+use crate::node::{NodeSpec, RedisNode, Role};
 use crate::options::Persistence;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -55,9 +56,27 @@ impl Report {
 }
 
 /// Runs the steps with leases of `ttl`: one node, two adapter instances.
-pub async fn client_test(client: &Client, ttl: Duration, results: &Path) -> Result<Report> {
-    let server = node::find_redis_server()?;
+pub async fn client_test(
+    client: &Client,
+    ttl: Duration,
+    results: &Path,
+    backend: Backend,
+    image: Option<&str>,
+) -> Result<Report> {
     let prepared = clients::prepare(client)?;
+    let backend = crate::backend::provision(backend, image, false).await?;
+    let report = client_test_on(client, prepared, ttl, results, backend.clone()).await;
+    backend.finish().await;
+    report
+}
+
+async fn client_test_on(
+    client: &Client,
+    prepared: clients::Prepared,
+    ttl: Duration,
+    results: &Path,
+    backend: std::sync::Arc<dyn crate::backend::Provisioner>,
+) -> Result<Report> {
     let folder =
         crate::store::unique_dir(results, &format!("client-test-{}", crate::store::stamp()))?;
     std::fs::create_dir_all(&folder).context(|| format!("creating {}", folder.display()))?;
@@ -65,11 +84,10 @@ pub async fn client_test(client: &Client, ttl: Duration, results: &Path) -> Resu
         name: "n1".into(),
         role: Role::Lock,
         ip: std::net::Ipv4Addr::new(127, 0, 0, 11),
-        program: server,
         persistence: Persistence::None,
         clock: None,
     };
-    let node = RedisNode::start(spec, &folder.join("nodes")).await?;
+    let mut node = RedisNode::start(spec, &folder.join("nodes"), backend).await?;
     let addr = node.addr();
     let spec = prepared.spec(Config::Single, folder.join("adapter.stderr"));
     let label = format!("{client} (`{}`) on one node at {addr}", spec.command());
@@ -78,7 +96,7 @@ pub async fn client_test(client: &Client, ttl: Duration, results: &Path) -> Resu
     let steps = tokio::task::spawn_blocking(move || Steps::new(spec, addr, ttl).run())
         .await
         .map_err(|e| Error::Adapter(format!("the client test failed: {e}")))??;
-    drop(node);
+    node.remove().await;
     Ok(Report {
         client: label,
         folder,

@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod backend;
 pub mod check;
 pub mod cli;
 pub mod client_test;

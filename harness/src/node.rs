@@ -1,65 +1,20 @@
-//! The local backend: each Redis node is a real `redis-server` (or
-//! `redis-sentinel`) child process on its own loopback address, in its own
-//! folder under the run, with its own log.
+//! One Redis node (`redis-server`, or `redis-sentinel`) on its own loopback
+//! address and port, in its own folder under the run with its own log: its
+//! settings, its readiness, and the proof that the process answering is the
+//! one we started. Where the process runs is the backend's business
+//! ([`crate::backend`]).
 
+use crate::backend::{Launch, NodeProcess, Program, Provisioner};
 use crate::error::{Context, Error, Result};
 use crate::options::Persistence;
-use nemesis::process;
 use serde::{Deserialize, Serialize};
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Finds `redis-server`: `$LOCKSTORM_REDIS_SERVER`, else the PATH.
-pub fn find_redis_server() -> Result<PathBuf> {
-    find_program("redis-server", "redis-server", "LOCKSTORM_REDIS_SERVER")
-}
-
-/// Finds `redis-sentinel`: `$LOCKSTORM_REDIS_SENTINEL`, else the PATH.
-pub fn find_redis_sentinel() -> Result<PathBuf> {
-    find_program(
-        "redis-sentinel",
-        "redis-sentinel",
-        "LOCKSTORM_REDIS_SENTINEL",
-    )
-}
-
-fn find_program(
-    program: &'static str,
-    package: &'static str,
-    env: &'static str,
-) -> Result<PathBuf> {
-    let missing = |looked: String| Error::MissingProgram {
-        program,
-        package,
-        env,
-        looked,
-    };
-    if let Some(path) = std::env::var_os(env) {
-        let path = PathBuf::from(path);
-        if path.is_file() {
-            return Ok(path);
-        }
-        return Err(missing(format!("{env}={} is not a file", path.display())));
-    }
-    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-        .map(|dir| dir.join(program))
-        .find(|p| p.is_file())
-        .ok_or_else(|| missing("not on PATH".into()))
-}
-
-/// `redis-server --version`, for `run.json`.
-pub fn redis_version(server: &Path) -> String {
-    Command::new(server)
-        .arg("--version")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|e| format!("unknown ({e})"))
-}
 
 /// What a node is for, and what it needs to know to play that part.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -86,7 +41,6 @@ pub struct NodeSpec {
     pub name: String,
     pub role: Role,
     pub ip: Ipv4Addr,
-    pub program: PathBuf,
     pub persistence: Persistence,
     /// The time shim and this node's control file, when the clock nemesis
     /// may shift its wall clock.
@@ -99,24 +53,40 @@ pub struct NodeClock {
     pub control: PathBuf,
 }
 
-/// A running node. Dropping it kills the process.
-#[derive(Debug)]
+/// A running node. Dropping it ends the process (each backend's process
+/// does so when dropped); [`RedisNode::remove`] does it in order.
 pub struct RedisNode {
     pub spec: NodeSpec,
     pub port: u16,
     /// Absolute (the run folder is), like every path in the node's arguments.
     pub dir: PathBuf,
-    child: Option<Child>,
+    backend: Arc<dyn Provisioner>,
+    process: Option<Box<dyn NodeProcess>>,
     /// Where this launch's output begins in each of [`RedisNode::logs`].
     marks: [u64; 2],
-    /// The `run_id` our child answered with when it became ready.
+    /// The `run_id` our process answered with when it became ready.
     run_id: String,
+}
+
+impl std::fmt::Debug for RedisNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisNode")
+            .field("name", &self.spec.name)
+            .field("addr", &self.addr())
+            .field("pid", &self.pid())
+            .finish()
+    }
 }
 
 impl RedisNode {
     /// Starts a node on a free port of its address and waits until it answers PING.
-    pub async fn start(spec: NodeSpec, nodes_dir: &Path) -> Result<Self> {
-        let dir = nodes_dir.join(&spec.name);
+    pub async fn start(
+        spec: NodeSpec,
+        nodes_dir: &Path,
+        backend: Arc<dyn Provisioner>,
+    ) -> Result<Self> {
+        let dir = std::path::absolute(nodes_dir.join(&spec.name))
+            .context(|| format!("finding the folder of node {}", spec.name))?;
         std::fs::create_dir_all(&dir).context(|| format!("creating {}", dir.display()))?;
         // A free port can be taken by someone else before redis binds it: retry.
         let mut last = None;
@@ -127,14 +97,15 @@ impl RedisNode {
                 spec: spec.clone(),
                 port,
                 dir: dir.clone(),
-                child: None,
+                backend: backend.clone(),
+                process: None,
                 marks: [0; 2],
                 run_id: String::new(),
             };
             match node.launch().await {
                 Ok(()) => return Ok(node),
                 Err(e) => {
-                    node.kill();
+                    node.remove().await;
                     let in_use = node
                         .this_launch()
                         .iter()
@@ -153,53 +124,52 @@ impl RedisNode {
     /// Without persistence it comes back empty: even a replica's synced
     /// dump is removed, since a real node without persistence keeps nothing.
     pub async fn restart(&mut self) -> Result<()> {
-        self.kill();
+        self.kill().await;
         if self.spec.persistence == Persistence::None {
             let _ = std::fs::remove_file(self.dir.join("dump.rdb"));
             let _ = std::fs::remove_dir_all(self.dir.join("appendonlydir"));
         }
-        let launched = self.launch().await;
+        self.marks = self
+            .logs()
+            .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()));
+        let Some(process) = self.process.as_mut() else {
+            return Err(self.error("was removed and cannot restart"));
+        };
+        let mut launched = process.restart().await;
+        if launched.is_ok() {
+            launched = self.ready().await;
+        }
         if launched.is_err() {
-            // Not our node: reap the child so the node counts as down (pid 0).
-            self.kill();
+            // Not our node: stop it so the node counts as down (pid 0).
+            self.kill().await;
         }
         launched
     }
 
     async fn launch(&mut self) -> Result<()> {
-        let args = self.args()?;
-        // Kept, not discarded: Redis reports a bad configuration (Sentinel's
-        // FATAL line) on stderr before it opens its log file.
-        let output = self.output_log();
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&output)
-            .context(|| format!("creating {}", output.display()))?;
-        let err = out
-            .try_clone()
-            .context(|| format!("opening {}", output.display()))?;
+        let launch = Launch {
+            name: self.spec.name.clone(),
+            program: match self.spec.role {
+                Role::Sentinel { .. } => Program::Sentinel,
+                _ => Program::Server,
+            },
+            args: self.args()?,
+            env: match &self.spec.clock {
+                Some(clock) => nemesis::clock::env_for(&clock.control, &clock.shim).to_vec(),
+                None => Vec::new(),
+            },
+            dir: self.dir.clone(),
+            reads: self.spec.clock.iter().map(|c| c.shim.clone()).collect(),
+            output: self.output_log(),
+        };
         self.marks = self
             .logs()
             .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()));
-        let mut cmd = Command::new(&self.spec.program);
-        cmd.args(&args)
-            .current_dir(&self.dir)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err);
-        if let Some(clock) = &self.spec.clock {
-            cmd.envs(nemesis::clock::env_for(&clock.control, &clock.shim));
-        }
-        process::isolate(&mut cmd);
-        let child = cmd.spawn().context(|| {
-            format!(
-                "starting {} for node {}",
-                self.spec.program.display(),
-                self.spec.name
-            )
-        })?;
-        self.child = Some(child);
+        self.process = Some(self.backend.launch(launch).await?);
+        self.ready().await
+    }
+
+    async fn ready(&mut self) -> Result<()> {
         self.wait_ready().await?;
         self.check_shim()
     }
@@ -297,7 +267,7 @@ impl RedisNode {
 
     /// The live process's PID (0 while the node is down).
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
+        self.process.as_ref().map_or(0, |p| p.pid())
     }
 
     pub fn log(&self) -> PathBuf {
@@ -350,9 +320,12 @@ impl RedisNode {
     async fn wait_ready(&mut self) -> Result<()> {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
-            let child = self.child.as_mut().expect("launched");
-            let pid = child.id();
-            if let Some(status) = child.try_wait().context(|| "waiting for redis".into())? {
+            let pid = self.pid();
+            let exited = match self.process.as_mut() {
+                Some(process) => process.exited().await,
+                None => Some("was removed".into()),
+            };
+            if let Some(status) = exited {
                 let mut why = format!("exited at start ({status})");
                 if ping(&self.addr()).await {
                     let (who, _) = self.answering().await;
@@ -369,9 +342,8 @@ impl RedisNode {
                     }
                     _ => {
                         return Err(self.error(format!(
-                            "{} is answered by {who}, not by the {} we started (pid {pid}): something else listens there",
+                            "{} is answered by {who}, not by the node we started (pid {pid}): something else listens there",
                             self.addr(),
-                            self.spec.program.display()
                         )))
                     }
                 }
@@ -414,22 +386,20 @@ impl RedisNode {
         (who, pid.zip(run_id))
     }
 
-    /// SIGKILLs and reaps the node (SIGKILL also ends a stopped process).
-    /// Returns the PID it had, if it was running.
-    pub fn kill(&mut self) -> Option<u32> {
-        let mut child = self.child.take()?;
-        let pid = child.id();
-        if let Ok(None) = child.try_wait() {
-            let _ = process::kill_now(pid);
-        }
-        let _ = child.wait();
-        Some(pid)
+    /// SIGKILLs the node and waits until it is gone (SIGKILL also ends a
+    /// stopped process). Returns the PID it had, if it was running.
+    pub async fn kill(&mut self) -> Option<u32> {
+        let pid = self.pid();
+        let process = self.process.as_mut()?;
+        process.kill().await;
+        (pid != 0).then_some(pid)
     }
-}
 
-impl Drop for RedisNode {
-    fn drop(&mut self) {
-        self.kill();
+    /// Kills the node for good and removes what held it (its container).
+    pub async fn remove(&mut self) {
+        if let Some(process) = self.process.take() {
+            process.remove().await;
+        }
     }
 }
 

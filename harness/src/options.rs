@@ -14,8 +14,12 @@ use workloads::Config;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Backend {
+    /// `local` when `redis-server` is on PATH, else `docker` when a daemon answers.
+    Auto,
     /// Each node is a `redis-server` child process on a loopback address.
     Local,
+    /// Each node is a container (host networking, same loopback addresses).
+    Docker,
 }
 
 /// What a lock node keeps across a kill and restart.
@@ -75,8 +79,13 @@ pub struct RunOptions {
     /// Seed for the fault schedule and the workers' jitter [default: random, printed].
     #[arg(long)]
     pub seed: Option<u64>,
-    #[arg(long, value_enum, default_value = "local")]
+    /// Where the nodes run: auto, local or docker.
+    #[arg(long, value_enum, default_value = "auto")]
     pub backend: Backend,
+    /// The image of the Docker backend's nodes [default: lockstorm/redis:local
+    /// when present (`lockstorm image import`), else redis:7.2].
+    #[arg(long)]
+    pub image: Option<String>,
     /// Folder that receives `<config>-<nemesis>/<timestamp>/`.
     #[arg(long, default_value = "results")]
     pub results: PathBuf,
@@ -152,6 +161,9 @@ pub struct RunPlan {
     pub work: Duration,
     pub seed: u64,
     pub backend: Backend,
+    /// `--image`, as given (the image used is in run.json's `backend`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
     pub results: PathBuf,
     #[serde(rename = "pause_ms", with = "millis")]
     pub pause: Duration,
@@ -245,7 +257,8 @@ impl RunOptions {
             ttl_ms: None,
             work_ms: None,
             seed: None,
-            backend: Backend::Local,
+            backend: Backend::Auto,
+            image: None,
             results: PathBuf::from("results"),
             pause_ms: None,
             node_pause_ms: None,
@@ -276,6 +289,11 @@ impl RunOptions {
                 "--at places a fault that strikes a worker, and --nemesis {} has none: add pause or crash, or drop --at",
                 self.nemesis
             )));
+        }
+        if self.backend == Backend::Local && self.image.is_some() {
+            return Err(Refusal::Invalid(
+                "--image chooses the Docker backend's image, and --backend is local: use --backend docker, or drop --image".into(),
+            ));
         }
         let replicated = self.config == Config::Replicated;
         if self.wait_replicas > 0 && !replicated {
@@ -319,6 +337,7 @@ impl RunOptions {
             work: ms(work),
             seed: self.seed.unwrap_or_else(rand_seed),
             backend: self.backend,
+            image: self.image.clone(),
             results: self.results,
             pause: ms(self.pause_ms.unwrap_or(ttl * 3 / 2)),
             node_pause: ms(self.node_pause_ms.unwrap_or(node_pause)),
@@ -647,6 +666,24 @@ mod tests {
         );
         assert_eq!((p.ttl, p.work), (ms(2000), ms(200)));
         assert_eq!(p.name(), "single-pause");
+    }
+
+    #[test]
+    fn an_image_is_refused_on_the_local_backend() {
+        let mut o = RunOptions::new(Config::Single, Nemesis::none());
+        o.image = Some("redis:7.2".into());
+        o.backend = Backend::Local;
+        let Err(Refusal::Invalid(why)) = o.clone().resolve() else {
+            panic!("--image with --backend local was accepted");
+        };
+        assert!(why.contains("--backend docker"), "{why}");
+        for backend in [Backend::Auto, Backend::Docker] {
+            o.backend = backend;
+            assert_eq!(
+                o.clone().resolve().unwrap().image.as_deref(),
+                Some("redis:7.2")
+            );
+        }
     }
 
     #[test]

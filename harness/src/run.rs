@@ -1,11 +1,11 @@
 //! One run: provision nodes, start workers and the nemesis, stop them all,
 //! take the final read, check the history and store the results.
 
+use crate::backend::Provisioner;
 use crate::clients::{ClientRecord, Prepared};
 use crate::error::{Context, Error, Result};
 use crate::interrupt::Interrupt;
 use crate::journal::HistoryWriter;
-use crate::node::{self, RedisNode};
 use crate::options::{RunOptions, RunPlan};
 use crate::store::{write_json, RunDir, RunRecord};
 use crate::topology::Topology;
@@ -41,11 +41,6 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome> {
 
 /// Runs a plan already resolved (the matrix resolves each of its runs once).
 pub async fn run_plan(options: RunPlan) -> Result<RunOutcome> {
-    let server = node::find_redis_server()?;
-    let sentinel = match options.config {
-        Config::Replicated => Some(node::find_redis_sentinel()?),
-        _ => None,
-    };
     crate::topology::needs_firewall(&options)?;
     // Set up before the run's folder exists: the first use installs the
     // shipped adapters' environment.
@@ -53,6 +48,23 @@ pub async fn run_plan(options: RunPlan) -> Result<RunOutcome> {
         Some(client) => Some(crate::clients::prepare(client)?),
         None => None,
     };
+    let backend = crate::backend::provision(
+        options.backend,
+        options.image.as_deref(),
+        options.config == Config::Replicated,
+    )
+    .await?;
+    let outcome = run_on(&options, client, backend.clone()).await;
+    // Whatever of the run is left on the backend goes, on every path.
+    backend.finish().await;
+    outcome
+}
+
+async fn run_on(
+    options: &RunPlan,
+    client: Option<Prepared>,
+    backend: Arc<dyn Provisioner>,
+) -> Result<RunOutcome> {
     let interrupt = Interrupt::catch().context(|| "catching stop signals".into())?;
     let dir = RunDir::create(&options.results, &options.name())?;
     let log = std::fs::File::create(dir.harness_log()).and_then(|log| Ok((log.try_clone()?, log)));
@@ -64,7 +76,7 @@ pub async fn run_plan(options: RunPlan) -> Result<RunOutcome> {
         }
     };
     logging::attach(log);
-    let outcome = run_in(&options, client, &server, sentinel, &dir, &interrupt).await;
+    let outcome = run_in(options, client, backend, &dir, &interrupt).await;
     logging::detach();
     match outcome {
         Err(e) if !dir.history().exists() => {
@@ -87,8 +99,7 @@ pub async fn run_plan(options: RunPlan) -> Result<RunOutcome> {
 async fn run_in(
     options: &RunPlan,
     client: Option<Prepared>,
-    server: &std::path::Path,
-    sentinel: Option<PathBuf>,
+    backend: Arc<dyn Provisioner>,
     dir: &RunDir,
     interrupt: &Interrupt,
 ) -> Result<RunOutcome> {
@@ -100,11 +111,18 @@ async fn run_in(
     );
     // Dropping a half-started topology kills its nodes and removes its chain.
     let nodes = dir.nodes();
+    let started = std::time::Instant::now();
     let topology = tokio::select! {
-        t = Topology::start(options, server, sentinel, &nodes) => Arc::new(t?),
-        _ = interrupt.wait() => return interrupted_at_startup(options, server, dir),
+        t = Topology::start(options, backend.clone(), &nodes) => Arc::new(t?),
+        _ = interrupt.wait() => return interrupted_at_startup(options, &*backend, dir),
     };
-    let outcome = run_workload(options, client, server, dir, &topology, interrupt).await;
+    tracing::info!(
+        "{} nodes up on the {} backend in {:.2} s",
+        topology.records().await.len(),
+        backend.record().kind,
+        started.elapsed().as_secs_f64()
+    );
+    let outcome = run_workload(options, client, &*backend, dir, &topology, interrupt).await;
     topology.shutdown().await;
     outcome
 }
@@ -112,7 +130,7 @@ async fn run_in(
 async fn run_workload(
     options: &RunPlan,
     client: Option<Prepared>,
-    server: &std::path::Path,
+    backend: &dyn Provisioner,
     dir: &RunDir,
     topology: &Arc<Topology>,
     interrupt: &Interrupt,
@@ -162,7 +180,7 @@ async fn run_workload(
         .collect();
     let pool = workers::Pool::start(specs, &exe, &dir.path, history.clone())?;
 
-    let mut record = RunRecord::new(options, server);
+    let mut record = RunRecord::new(options, backend);
     record.client = client_record;
     record.nodes = topology.records().await;
     record.worker_pids = pool.pids.snapshot();
@@ -218,7 +236,7 @@ async fn run_workload(
     if let Some(w) = watcher {
         let _ = w.join();
     }
-    final_read(&history, &topology.storage).await;
+    final_read(&history, &topology.storage_addr).await;
     drop(stalls);
     history
         .finish()
@@ -259,7 +277,7 @@ fn worker_spec(options: &RunPlan, index: u64, topology: &Topology, clock: RunClo
         sentinels: topology.sentinel_addrs(),
         wait_replicas: options.wait_replicas,
         source: Some(crate::topology::worker_ip(index)),
-        storage_node: topology.storage.addr(),
+        storage_node: topology.storage_addr.clone(),
         ttl_ms: millis(options.ttl),
         work_ms: millis(options.work),
         acquire_timeout_ms: millis(options.acquire_timeout),
@@ -284,10 +302,10 @@ fn millis(d: Duration) -> u64 {
 }
 
 /// The harness reads the counter once every worker has stopped.
-async fn final_read(history: &HistoryWriter, storage: &RedisNode) {
+async fn final_read(history: &HistoryWriter, storage: &str) {
     let harness = Process::harness();
     history.append(history.now(harness.clone(), OpType::Invoke, f::READ), None);
-    let addr = storage.addr();
+    let addr = storage.to_string();
     let read = tokio::task::spawn_blocking(move || {
         Storage::plain(&addr, Duration::from_secs(5)).read(None)
     })
@@ -315,10 +333,10 @@ fn late_events(options: &RunPlan) -> Duration {
 /// The folder keeps run.json and results.json; `latest` is left alone.
 fn interrupted_at_startup(
     options: &RunPlan,
-    server: &std::path::Path,
+    backend: &dyn Provisioner,
     dir: &RunDir,
 ) -> Result<RunOutcome> {
-    let mut record = RunRecord::new(options, server);
+    let mut record = RunRecord::new(options, backend);
     record.interrupted = true;
     let mut results = checker::check(&History::default(), record.settings());
     mark_interrupted(
@@ -336,10 +354,11 @@ fn interrupted_at_startup(
 
 impl RunRecord {
     /// The record of a run about to start: nodes, workers and schedule empty.
-    fn new(options: &RunPlan, server: &std::path::Path) -> Self {
+    fn new(options: &RunPlan, backend: &dyn Provisioner) -> Self {
         RunRecord {
             lockstorm: env!("CARGO_PKG_VERSION").to_string(),
-            redis: node::redis_version(server),
+            redis: backend.redis_version(),
+            backend: Some(backend.record()),
             started: chrono::Utc::now().to_rfc3339(),
             promise: options.config.promise(),
             options: options.clone(),

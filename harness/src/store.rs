@@ -119,6 +119,9 @@ pub struct RunRecord {
     pub lockstorm: String,
     #[serde(default)]
     pub redis: String,
+    /// Where the nodes ran (older runs: not recorded, always local).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<crate::backend::BackendRecord>,
     #[serde(default)]
     pub started: String,
     pub promise: Promise,

@@ -3,6 +3,7 @@
 //! own loopback address so a partition can cut the link between two of them.
 //! Implements [`nemesis::Cluster`], the faults' handle on the nodes.
 
+use crate::backend::Provisioner;
 use crate::error::Context;
 use crate::error::{Error, Result};
 use crate::node::{NodeClock, NodeSpec, RedisNode, Role};
@@ -39,7 +40,9 @@ pub struct Topology {
     /// Name → address, fixed for the run (a restart keeps both).
     addrs: Vec<(String, Ipv4Addr, u16)>,
     sentinels: Vec<String>,
-    pub storage: RedisNode,
+    storage: Mutex<RedisNode>,
+    /// The storage node's address (it never moves: no fault touches it).
+    pub storage_addr: String,
     firewall: Option<Firewall>,
     /// Node name → its time shim's control file (clock nemesis only).
     clocks: Vec<(String, TimeControl)>,
@@ -75,8 +78,7 @@ pub fn needs_firewall(options: &RunPlan) -> Result<bool> {
 impl Topology {
     pub async fn start(
         options: &RunPlan,
-        server: &Path,
-        sentinel: Option<PathBuf>,
+        backend: Arc<dyn Provisioner>,
         nodes_dir: &Path,
     ) -> Result<Self> {
         let firewall = if needs_firewall(options)? {
@@ -114,26 +116,19 @@ impl Topology {
                 control,
             }))
         };
-        let spec =
-            |name: &str, role: Role, ip: Ipv4Addr, program: &Path, clock: Option<NodeClock>| {
-                NodeSpec {
-                    name: name.into(),
-                    role,
-                    ip,
-                    program: program.to_path_buf(),
-                    persistence: options.persistence,
-                    clock,
-                }
-            };
+        let spec = |name: &str, role: Role, ip: Ipv4Addr, clock: Option<NodeClock>| NodeSpec {
+            name: name.into(),
+            role,
+            ip,
+            persistence: options.persistence,
+            clock,
+        };
+        let start = |spec: NodeSpec| RedisNode::start(spec, nodes_dir, backend.clone());
         let mut nodes = Vec::new();
         for n in 1..=options.config.lock_nodes() as u8 {
             let name = format!("n{n}");
             let clock = clock_for(&name)?;
-            let node = RedisNode::start(
-                spec(&name, Role::Lock, data_ip(n), server, clock),
-                nodes_dir,
-            );
-            nodes.push(node.await?);
+            nodes.push(start(spec(&name, Role::Lock, data_ip(n), clock)).await?);
         }
         if options.config == Config::Replicated {
             let primary = nodes[0].addr();
@@ -143,12 +138,9 @@ impl Topology {
                 };
                 let name = format!("n{n}");
                 let clock = clock_for(&name)?;
-                let node =
-                    RedisNode::start(spec(&name, role, data_ip(n), server, clock), nodes_dir);
-                nodes.push(node.await?);
+                nodes.push(start(spec(&name, role, data_ip(n), clock)).await?);
             }
             await_replication(&nodes[0], 2).await?;
-            let sentinel = sentinel.expect("the caller finds redis-sentinel for replicated");
             for n in 1..=3 {
                 let role = Role::Sentinel {
                     primary: primary.clone(),
@@ -156,20 +148,10 @@ impl Topology {
                     down_after_ms: options.down_after.as_millis() as u64,
                     failover_timeout_ms: options.failover_timeout.as_millis() as u64,
                 };
-                nodes.push(
-                    RedisNode::start(
-                        spec(&format!("s{n}"), role, sentinel_ip(n), &sentinel, None),
-                        nodes_dir,
-                    )
-                    .await?,
-                );
+                nodes.push(start(spec(&format!("s{n}"), role, sentinel_ip(n), None)).await?);
             }
         }
-        let storage = RedisNode::start(
-            spec("storage", Role::Storage, Ipv4Addr::LOCALHOST, server, None),
-            nodes_dir,
-        )
-        .await?;
+        let storage = start(spec("storage", Role::Storage, Ipv4Addr::LOCALHOST, None)).await?;
         let mut sentinels = Vec::new();
         for node in nodes
             .iter()
@@ -185,7 +167,8 @@ impl Topology {
                 .collect(),
             nodes: Mutex::new(nodes),
             sentinels,
-            storage,
+            storage_addr: storage.addr(),
+            storage: Mutex::new(storage),
             firewall,
             clocks,
         })
@@ -250,14 +233,16 @@ impl Topology {
             addr: n.addr(),
             pid: n.pid(),
         };
-        nodes.iter().chain([&self.storage]).map(record).collect()
+        let storage = self.storage.lock().await;
+        nodes.iter().chain([&*storage]).map(record).collect()
     }
 
-    /// Kills every node and removes the run's iptables chain.
+    /// Removes every node and the run's iptables chain.
     pub async fn shutdown(&self) {
         for node in self.nodes.lock().await.iter_mut() {
-            node.kill();
+            node.remove().await;
         }
+        self.storage.lock().await.remove().await;
         if let Some(fw) = &self.firewall {
             let _ = fw.heal();
         }
@@ -361,7 +346,7 @@ impl Cluster for Topology {
                 .find(|n| n.name() == name)
                 .ok_or_else(not_running)?;
             let was = node.node_ref();
-            node.kill().ok_or_else(not_running)?;
+            node.kill().await.ok_or_else(not_running)?;
             Ok(was)
         })
     }

@@ -134,3 +134,51 @@ fn a_partition_without_root_is_one_line_and_leaves_nothing() {
     );
     assert_clean_failure(&f, 254, "root", &results);
 }
+
+/// `image import` and `--backend docker` without a daemon, and `image
+/// import` without a `redis-server`: one line naming the fix, exit 254.
+#[test]
+fn docker_without_a_daemon_or_a_redis_server_says_how_to_fix_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nowhere = format!("unix://{}/no-docker.sock", tmp.path().display());
+    let import = |env: &[(&str, &str)]| {
+        let out = lockstorm()
+            .args(["image", "import"])
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        Failed {
+            code: out.status.code().unwrap(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    };
+    let results = tmp.path().join("results");
+    let no_daemon = import(&[("DOCKER_HOST", &nowhere)]);
+    assert_clean_failure(&no_daemon, 254, "no Docker daemon answers", &results);
+    assert!(
+        no_daemon.stderr.contains("DOCKER_HOST"),
+        "{}",
+        no_daemon.stderr
+    );
+    let no_server = import(&[("LOCKSTORM_REDIS_SERVER", "/nonexistent/redis-server")]);
+    assert_clean_failure(&no_server, 254, "redis-server not found", &results);
+
+    let f = run(
+        lockstorm().env("DOCKER_HOST", &nowhere),
+        &results,
+        &["--backend", "docker"],
+    );
+    assert_clean_failure(&f, 254, "no Docker daemon answers", &results);
+    let tcp = run(
+        lockstorm().env("DOCKER_HOST", "tcp://127.0.0.1:2375"),
+        &results,
+        &["--backend", "docker"],
+    );
+    assert_clean_failure(&tcp, 254, "not a Unix socket", &results);
+    let local = run(
+        &mut lockstorm(),
+        &results,
+        &["--backend", "local", "--image", "redis:7.2"],
+    );
+    assert_clean_failure(&local, 254, "--image", &results);
+}

@@ -4,7 +4,8 @@
 mod common;
 
 use checker::Validity;
-use harness::node::{find_redis_server, NodeSpec, RedisNode, Role};
+use harness::backend::local::{find_redis_server, Local};
+use harness::node::{NodeSpec, RedisNode, Role};
 use harness::options::Persistence;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
@@ -80,14 +81,14 @@ async fn a_restart_answered_by_a_foreign_server_is_an_error_naming_it() {
         name: "n1".into(),
         role: Role::Lock,
         ip: Ipv4Addr::new(127, 0, 0, 61),
-        program: server.clone(),
         persistence: Persistence::None,
         clock: None,
     };
-    let mut node = RedisNode::start(spec, tmp.path()).await.unwrap();
+    let local = std::sync::Arc::new(Local::find(false).unwrap());
+    let mut node = RedisNode::start(spec, tmp.path(), local).await.unwrap();
     assert_eq!(node.node_ref().pid, node.pid());
     assert!(!node.node_ref().run_id.is_empty(), "no run id kept");
-    node.kill().expect("it was running");
+    node.kill().await.expect("it was running");
 
     let (ip, port) = (node.spec.ip.to_string(), node.port.to_string());
     let intruder_dir = tmp.path().join("intruder");

@@ -221,7 +221,7 @@ fn preload_safe(path: &Path) -> bool {
 /// `/tmp/lockstorm-<uid>` when `$TMPDIR` is not [`preload_safe`]. An existing
 /// folder of that name that is not ours alone is refused: whoever can write
 /// it can replace the library every node loads.
-fn private_dir() -> io::Result<PathBuf> {
+pub fn private_dir() -> io::Result<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let uid = nix::unistd::geteuid().as_raw();
     let tmp = std::env::temp_dir();

@@ -8,8 +8,8 @@ pub mod summary;
 
 use crate::clients::{Client, SHIPPED};
 use crate::error::{Context, Error, Result};
-use crate::options::{Refusal, RunOptions, RunPlan};
-use crate::{node, plot, run};
+use crate::options::{Backend, Refusal, RunOptions, RunPlan};
+use crate::{plot, run};
 use expect::Expectations;
 use nemesis::{Aimed, Nemesis};
 use std::io::Write;
@@ -56,6 +56,12 @@ pub struct MatrixArgs {
     /// Folder that receives the runs and `matrix-<timestamp>/`.
     #[arg(long, default_value = "results")]
     pub results: PathBuf,
+    /// Where the nodes run: auto, local or docker (as for `run`).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: Backend,
+    /// The Docker backend's image (as for `run`).
+    #[arg(long)]
+    pub image: Option<String>,
 }
 
 /// The files of a matrix folder besides its pictures.
@@ -94,7 +100,11 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     // The options every pair shares are checked as `run` checks them.
     options_for(&args, Config::Single, Nemesis::none()).resolve()?;
     let expectations = args.expect.as_deref().map(load).transpose()?;
-    node::find_redis_server()?;
+    // Fail before the first run if the nodes have nowhere to run.
+    let replicated = configs.contains(&Config::Replicated);
+    let backend =
+        crate::backend::provision(args.backend, args.image.as_deref(), replicated).await?;
+    backend.finish().await;
 
     let mut plan = Vec::new();
     let mut skipped = Vec::new();
@@ -268,6 +278,8 @@ fn options_for(args: &MatrixArgs, config: Config, nemesis: Nemesis) -> RunOption
     options.time_limit = args.time_limit;
     options.results = args.results.clone();
     options.seed = Some(args.seed);
+    options.backend = args.backend;
+    options.image = args.image.clone();
     if let Some(ms) = args.nemesis_interval_ms {
         options.nemesis_interval_ms = ms;
     }

@@ -1,0 +1,197 @@
+//! The local backend: each node is a real `redis-server` (or
+//! `redis-sentinel`) child process of the harness, in its own process group
+//! and killed by the kernel if the harness dies.
+
+use super::{BackendRecord, Launch, NodeProcess, Program, Provisioner};
+use crate::error::{Context, Error, Result};
+use nemesis::cluster::BoxFuture;
+use nemesis::process;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+pub struct Local {
+    server: PathBuf,
+    sentinel: Option<PathBuf>,
+}
+
+impl Local {
+    /// Finds `redis-server`, and `redis-sentinel` when the run needs it.
+    pub fn find(sentinel: bool) -> Result<Self> {
+        Ok(Local {
+            server: find_redis_server()?,
+            sentinel: sentinel.then(find_redis_sentinel).transpose()?,
+        })
+    }
+
+    pub fn server(&self) -> &Path {
+        &self.server
+    }
+}
+
+impl Provisioner for Local {
+    fn launch(&self, launch: Launch) -> BoxFuture<'_, Result<Box<dyn NodeProcess>>> {
+        Box::pin(async move {
+            let program = match launch.program {
+                Program::Server => self.server.clone(),
+                Program::Sentinel => self.sentinel.clone().ok_or_else(|| {
+                    Error::Usage("this run did not look for redis-sentinel".into())
+                })?,
+            };
+            let mut node = LocalProcess {
+                launch,
+                program,
+                child: None,
+            };
+            node.spawn()?;
+            Ok(Box::new(node) as Box<dyn NodeProcess>)
+        })
+    }
+
+    fn record(&self) -> BackendRecord {
+        BackendRecord {
+            kind: "local".into(),
+            ..BackendRecord::default()
+        }
+    }
+
+    fn redis_version(&self) -> String {
+        redis_version(&self.server)
+    }
+
+    fn finish(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+struct LocalProcess {
+    launch: Launch,
+    program: PathBuf,
+    child: Option<Child>,
+}
+
+impl LocalProcess {
+    fn spawn(&mut self) -> Result<()> {
+        let l = &self.launch;
+        // Kept, not discarded: Redis reports a bad configuration (Sentinel's
+        // FATAL line) on stderr before it opens its log file.
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&l.output)
+            .context(|| format!("creating {}", l.output.display()))?;
+        let err = out
+            .try_clone()
+            .context(|| format!("opening {}", l.output.display()))?;
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&l.args)
+            .envs(l.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&l.dir)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
+        process::isolate(&mut cmd);
+        let child = cmd
+            .spawn()
+            .context(|| format!("starting {} for node {}", self.program.display(), l.name))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    fn kill_now(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        // SIGKILL also ends a stopped process.
+        if let Ok(None) = child.try_wait() {
+            let _ = process::kill_now(child.id());
+        }
+        let _ = child.wait();
+    }
+}
+
+impl NodeProcess for LocalProcess {
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    fn exited(&mut self) -> BoxFuture<'_, Option<String>> {
+        let status = self.child.as_mut().map(Child::try_wait);
+        Box::pin(async move {
+            match status {
+                None => Some("never started".into()),
+                Some(Ok(Some(status))) => Some(status.to_string()),
+                Some(Ok(None)) => None,
+                Some(Err(e)) => Some(format!("cannot be waited for ({e})")),
+            }
+        })
+    }
+
+    fn kill(&mut self) -> BoxFuture<'_, ()> {
+        self.kill_now();
+        Box::pin(async {})
+    }
+
+    fn restart(&mut self) -> BoxFuture<'_, Result<()>> {
+        self.kill_now();
+        let spawned = self.spawn();
+        Box::pin(async move { spawned })
+    }
+
+    fn remove(mut self: Box<Self>) -> BoxFuture<'static, ()> {
+        self.kill_now();
+        Box::pin(async {})
+    }
+}
+
+impl Drop for LocalProcess {
+    fn drop(&mut self) {
+        self.kill_now();
+    }
+}
+
+/// Finds `redis-server`: `$LOCKSTORM_REDIS_SERVER`, else the PATH.
+pub fn find_redis_server() -> Result<PathBuf> {
+    find_program("redis-server", "redis-server", "LOCKSTORM_REDIS_SERVER")
+}
+
+/// Finds `redis-sentinel`: `$LOCKSTORM_REDIS_SENTINEL`, else the PATH.
+pub fn find_redis_sentinel() -> Result<PathBuf> {
+    find_program(
+        "redis-sentinel",
+        "redis-sentinel",
+        "LOCKSTORM_REDIS_SENTINEL",
+    )
+}
+
+fn find_program(
+    program: &'static str,
+    package: &'static str,
+    env: &'static str,
+) -> Result<PathBuf> {
+    let missing = |looked: String| Error::MissingProgram {
+        program,
+        package,
+        env,
+        looked,
+    };
+    if let Some(path) = std::env::var_os(env) {
+        let path = PathBuf::from(path);
+        if path.is_file() {
+            return Ok(path);
+        }
+        return Err(missing(format!("{env}={} is not a file", path.display())));
+    }
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .ok_or_else(|| missing("not on PATH".into()))
+}
+
+/// `redis-server --version`, for `run.json`.
+pub fn redis_version(server: &Path) -> String {
+    Command::new(server)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|e| format!("unknown ({e})"))
+}

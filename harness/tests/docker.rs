@@ -1,0 +1,431 @@
+//! The Docker backend against a real daemon: the nodes are containers
+//! (host networking, the host's PID namespace) of the image `lockstorm image
+//! import` built, and every finding of the local backend holds the same way.
+//! No container outlives its run, however the run ends.
+//!
+//! These tests need a Docker daemon, so they are ignored by a plain
+//! `cargo test`; `.ci/run` starts one, imports the image and runs them with
+//! `--ignored`, where a missing daemon fails them rather than skipping them:
+//! `cargo test -p harness --test docker -- --ignored` (with `DOCKER_HOST`
+//! naming the daemon's socket, if not the default).
+
+mod common;
+
+use common::{count, wait_for};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+const NEEDS_DAEMON: &str = "needs a Docker daemon";
+
+/// The daemon must answer: a test asked to run without one fails here.
+fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{NEEDS_DAEMON}: cannot run the docker CLI ({e})"));
+    assert!(
+        out.status.success(),
+        "{NEEDS_DAEMON}: `docker {}` failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Every lockstorm container on the daemon: its id, run label and owner label.
+fn lockstorm_containers() -> Vec<String> {
+    docker(&[
+        "ps",
+        "-a",
+        "--filter",
+        "label=lockstorm.run",
+        "--format",
+        "{{.ID}} {{.Label \"lockstorm.run\"}} {{.Label \"lockstorm.owner\"}}",
+    ])
+    .lines()
+    .map(str::to_string)
+    .collect()
+}
+
+fn containers_of(run: &str) -> Vec<String> {
+    lockstorm_containers()
+        .into_iter()
+        .filter(|c| c.split_whitespace().nth(1) == Some(run))
+        .collect()
+}
+
+fn run_json(dir: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join("run.json")).expect("run.json");
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Asserts run.json says the nodes were containers; returns their run label.
+fn assert_ran_in_containers(dir: &Path) -> String {
+    let record = run_json(dir);
+    assert_eq!(record["backend"]["kind"], "docker", "{record}");
+    assert!(
+        record["backend"]["image"]
+            .as_str()
+            .is_some_and(|i| !i.is_empty()),
+        "{record}"
+    );
+    assert!(
+        record["redis"]
+            .as_str()
+            .is_some_and(|r| r.contains("image")),
+        "{record}"
+    );
+    record["backend"]["run"]
+        .as_str()
+        .expect("the containers' run label")
+        .to_string()
+}
+
+/// `lockstorm run --backend docker` with a short schedule, as the local
+/// tests run it.
+fn docker_run(
+    results: &Path,
+    config: &str,
+    nemesis: &str,
+    time_limit: &str,
+    seed: &str,
+    extra: &[&str],
+) -> (common::Run, checker::Results, PathBuf) {
+    let mut args = vec!["--backend", "docker"];
+    args.extend_from_slice(extra);
+    let outcome = common::run_short(results, config, nemesis, time_limit, seed, &args);
+    let run = assert_ran_in_containers(&outcome.2);
+    let left = containers_of(&run);
+    assert!(left.is_empty(), "containers left after the run: {left:?}");
+    outcome
+}
+
+/// The pause runs of `runs.rs`: a holder frozen for 1.5 s with a 1 s lease.
+const PAUSE: &[&str] = &[
+    "--ttl-ms",
+    "1000",
+    "--work-ms",
+    "200",
+    "--no-validity-check",
+];
+
+#[test]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p harness --test docker -- --ignored)"]
+fn single_under_pause_breaks_in_containers_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let extra = [PAUSE, &["--at", "read"]].concat();
+    let (out, results, dir) = docker_run(tmp.path(), "single", "pause", "15", "7", &extra);
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
+    common::assert_verified(&dir, "start-pause");
+}
+
+#[test]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p harness --test docker -- --ignored)"]
+fn fenced_under_pause_keeps_the_data_safe_in_containers_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, results, dir) = docker_run(tmp.path(), "fenced", "pause", "15", "7", PAUSE);
+    common::assert_valid(&results, &dir);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert_eq!(count(&results, "stale-fence-accepted"), 0);
+    let counter = results.counter().expect("a counter report");
+    assert!(
+        counter.stale_fence_rejected.writes >= 1,
+        "no stale write was refused: {}",
+        out.stdout
+    );
+}
+
+#[test]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p harness --test docker -- --ignored)"]
+fn a_primary_container_restarted_empty_loses_the_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, results, dir) = docker_run(tmp.path(), "replicated", "kill", "15", "1", &[]);
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
+    // The same container came back as a new process with a new run id.
+    common::assert_verified(&dir, "start-kill");
+    common::assert_verified(&dir, "stop-kill");
+    let log = std::fs::read_to_string(dir.join("nodes/n1/redis.log")).unwrap();
+    assert!(
+        log.matches("Ready to accept connections").count() >= 2,
+        "n1 never restarted:\n{log}"
+    );
+}
+
+#[test]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p harness --test docker -- --ignored)"]
+fn clock_jumps_on_a_majority_of_containers_break_redlock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let extra = ["--targets", "majority"];
+    let (out, results, dir) = docker_run(tmp.path(), "redlock", "clock", "15", "1", &extra);
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
+    // The shim, bind-mounted into each container, moved its clock: read back.
+    common::assert_verified(&dir, "start-clock");
+    common::assert_verified(&dir, "stop-clock");
+}
+
+/// A long docker run with long pauses, and its folder once a pause is on.
+fn start_long_run(results: &Path) -> (std::process::Child, PathBuf) {
+    let child = Command::new(env!("CARGO_BIN_EXE_lockstorm"))
+        .args([
+            "--backend",
+            "docker",
+            "--config",
+            "redlock",
+            "--nemesis",
+            "pause",
+        ])
+        .args([
+            "--ttl-ms",
+            "500",
+            "--pause-ms",
+            "60000",
+            "--time-limit",
+            "120",
+        ])
+        .args(["--nemesis-interval-ms", "200", "--seed", "9"])
+        .args(["--results", results.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let run = wait_for("a pause to start", || {
+        let group = results.join("redlock-pause");
+        let run = std::fs::read_dir(&group)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.is_dir())?;
+        let history = std::fs::read_to_string(run.join("history.jsonl")).ok()?;
+        history.contains("start-pause").then_some(run)
+    });
+    (child, run)
+}
+
+/// The run label on the containers of the harness with PID `harness`
+/// (their owner label is `<boot id>/<pid>/<start time>`).
+fn run_of(harness: u32) -> String {
+    let all = lockstorm_containers();
+    let ids: std::collections::BTreeSet<String> = all
+        .iter()
+        .map(|c| c.split_whitespace().collect::<Vec<_>>())
+        .filter(|c| c.get(2).and_then(|o| o.split('/').nth(1)) == Some(&*harness.to_string()))
+        .map(|c| c[1].to_string())
+        .collect();
+    assert_eq!(
+        ids.len(),
+        1,
+        "expected one run of harness {harness}: {all:?}"
+    );
+    ids.into_iter().next().unwrap()
+}
+
+#[test]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p harness --test docker -- --ignored)"]
+fn ctrl_c_removes_every_container_of_the_run() {
+    let _slot = common::e2e_slot();
+    let tmp = tempfile::tempdir().unwrap();
+    let (child, run) = start_long_run(tmp.path());
+    let id = run_of(child.id());
+    assert_eq!(
+        containers_of(&id).len(),
+        6,
+        "five lock nodes and the storage"
+    );
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let history = std::fs::read_to_string(run.join("history.jsonl")).unwrap();
+    assert!(history.contains("stop-pause"), "the pause was not healed");
+    assert!(containers_of(&id).is_empty(), "{:?}", containers_of(&id));
+    common::assert_no_process_left(tmp.path());
+}
+
+#[test]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p harness --test docker -- --ignored)"]
+fn a_killed_harness_leaves_no_container() {
+    let _slot = common::e2e_slot();
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut child, _run) = start_long_run(tmp.path());
+    let id = run_of(child.id());
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+    child.wait().unwrap();
+    // The reaper sees its stdin close and removes the run's containers
+    // (one of them frozen by the pause).
+    wait_for("the killed run's containers to be removed", || {
+        containers_of(&id).is_empty().then_some(())
+    });
+    wait_for("the run's processes to end", || {
+        common::leftover_processes(tmp.path())
+            .is_empty()
+            .then_some(())
+    });
+}
+
+#[test]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p harness --test docker -- --ignored)"]
+fn a_later_start_removes_containers_of_runs_that_are_gone() {
+    // A container as a run whose harness and reaper both died would leave it:
+    // its owner a process that has exited.
+    let mut gone = Command::new("true").spawn().unwrap();
+    let pid = gone.id();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let start = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .to_string();
+    gone.wait().unwrap();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let owner = format!("lockstorm.owner={}/{pid}/{start}", boot.trim());
+    let stale = docker(&[
+        "create",
+        "--label",
+        &owner,
+        "--label",
+        "lockstorm.run=gone-1",
+        IMAGE,
+    ]);
+    // An owner label that cannot be read proves nothing: that one stays.
+    let unproven = docker(&[
+        "create",
+        "--label",
+        "lockstorm.owner=unreadable",
+        "--label",
+        "lockstorm.run=unproven-1",
+        IMAGE,
+    ]);
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, _, dir) = docker_run_keep(tmp.path());
+    assert_ran_in_containers(&dir);
+    let left = lockstorm_containers();
+    docker(&["rm", "-f", unproven.trim()]);
+    assert!(
+        !left.iter().any(|c| stale
+            .trim()
+            .starts_with(c.split_whitespace().next().unwrap())),
+        "the gone run's container is still there: {left:?}\n{}",
+        out.stderr
+    );
+    assert!(
+        left.iter().any(|c| c.contains("unproven-1")),
+        "a container whose owner is not provably gone was removed: {left:?}"
+    );
+}
+
+/// The image the tests run (the one `.ci/run` imported).
+const IMAGE: &str = "lockstorm/redis:local";
+
+/// A short docker run that may leave other runs' containers in place.
+fn docker_run_keep(results: &Path) -> (common::Run, checker::Results, PathBuf) {
+    let args = [
+        "--backend",
+        "docker",
+        "--config",
+        "single",
+        "--nemesis",
+        "none",
+        "--time-limit",
+        "3",
+        "--seed",
+        "1",
+    ];
+    common::run(results, &args)
+}
+
+#[test]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p harness --test docker -- --ignored)"]
+fn auto_picks_local_then_docker_then_says_how_to_fix_neither() {
+    let none = [
+        "--config",
+        "single",
+        "--nemesis",
+        "none",
+        "--time-limit",
+        "3",
+        "--seed",
+        "1",
+    ];
+    let backend_of = |env: &[(&str, &str)]| {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut args = vec!["run", "--results", tmp.path().to_str().unwrap()];
+        args.extend_from_slice(&none);
+        let out = common::lockstorm_with(&args, env);
+        assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+        let group = tmp.path().join("single-none/latest");
+        run_json(&group)["backend"]["kind"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    // redis-server on PATH: local.
+    assert_eq!(backend_of(&[]), "local");
+    // No redis-server on PATH (an empty PATH: the harness needs nothing
+    // else from it), a daemon: docker.
+    let empty = tempfile::tempdir().unwrap();
+    let path = empty.path().to_str().unwrap();
+    assert_eq!(backend_of(&[("PATH", path)]), "docker");
+    // Neither: one line naming both ways out, exit 254, nothing left.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args = vec!["run", "--results", tmp.path().to_str().unwrap()];
+    args.extend_from_slice(&none);
+    let out = common::lockstorm_with(
+        &args,
+        &[
+            ("PATH", path),
+            ("DOCKER_HOST", "unix:///nonexistent/docker.sock"),
+        ],
+    );
+    assert_eq!(out.code, 254, "{}{}", out.stdout, out.stderr);
+    assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+    for fix in ["redis-server", "Docker", "--backend"] {
+        assert!(out.stderr.contains(fix), "{fix}: {}", out.stderr);
+    }
+    assert!(
+        std::fs::read_dir(tmp.path()).unwrap().next().is_none(),
+        "a run folder was left"
+    );
+}
+
+#[test]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p harness --test docker -- --ignored)"]
+fn an_image_that_cannot_be_pulled_is_one_line_naming_image_import() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = [
+        "run",
+        "--results",
+        tmp.path().to_str().unwrap(),
+        "--backend",
+        "docker",
+        "--image",
+        "127.0.0.1:9/lockstorm-no-such-image:1",
+        "--nemesis",
+        "none",
+        "--time-limit",
+        "3",
+    ];
+    let out = common::lockstorm(&args);
+    assert_eq!(out.code, 254, "{}{}", out.stdout, out.stderr);
+    assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("lockstorm image import"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        std::fs::read_dir(tmp.path()).unwrap().next().is_none(),
+        "a run folder was left"
+    );
+}
