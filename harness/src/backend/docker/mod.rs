@@ -76,6 +76,21 @@ fn bridge_socket() -> std::io::Result<PathBuf> {
     Ok(nemesis::clock::private_dir()?.join(format!("docker-{}.sock", std::process::id())))
 }
 
+/// Removes the bridge sockets in `dir` of harnesses that died without
+/// removing theirs (a SIGKILL): those whose PID no longer exists.
+fn remove_stale_sockets(dir: &Path) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("docker-")?.strip_suffix(".sock"))
+            .and_then(|pid| pid.parse::<u32>().ok());
+        if pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// The daemon, or why not, for `--backend auto` and every error message.
 fn daemon() -> Result<PathBuf> {
     DAEMON
@@ -131,6 +146,9 @@ impl Docker {
             context: "finding a folder for the Docker bridge's socket".into(),
             source: e,
         })?;
+        if let Some(dir) = path.parent() {
+            remove_stale_sockets(dir);
+        }
         if std::env::var("DOCKER_HOST").ok() != Some(format!("unix://{}", path.display())) {
             return Err(Error::Usage(
                 "the Docker backend was not routed before the runtime started (a lockstorm bug): call docker::route_testcontainers first".into(),
@@ -441,6 +459,29 @@ mod tests {
             split("127.0.0.1:5000/redis:7"),
             ("127.0.0.1:5000/redis".into(), "7".into())
         );
+    }
+
+    #[test]
+    fn only_the_bridge_sockets_of_dead_harnesses_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let dead = gone.id();
+        gone.wait().unwrap();
+        let me = std::process::id();
+        for name in [
+            format!("docker-{dead}.sock"),
+            format!("docker-{me}.sock"),
+            "other".into(),
+        ] {
+            std::fs::write(dir.path().join(name), b"").unwrap();
+        }
+        remove_stale_sockets(dir.path());
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, [format!("docker-{me}.sock"), "other".into()]);
     }
 
     #[test]
