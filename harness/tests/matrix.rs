@@ -26,7 +26,15 @@ fn matrix(results: &Path, expect: &str, extra: &[&str]) -> (common::Run, PathBuf
     args.extend_from_slice(extra);
     let run = lockstorm(&args);
     assert_no_process_left(results);
-    let dir = std::fs::read_dir(results)
+    let dir = matrix_folders(results)
+        .pop()
+        .unwrap_or_else(|| panic!("no matrix folder:\n{}\n{}", run.stdout, run.stderr));
+    (run, dir)
+}
+
+/// The `matrix-*` folders in `results`, oldest first.
+fn matrix_folders(results: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(results)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| {
@@ -35,9 +43,9 @@ fn matrix(results: &Path, expect: &str, extra: &[&str]) -> (common::Run, PathBuf
                 .to_string_lossy()
                 .starts_with("matrix-")
         })
-        .max()
-        .unwrap_or_else(|| panic!("no matrix folder:\n{}\n{}", run.stdout, run.stderr));
-    (run, dir)
+        .collect();
+    found.sort();
+    found
 }
 
 #[test]
@@ -91,6 +99,11 @@ fn bad_input_is_one_line_and_starts_nothing() {
         (vec!["--configs", "single,fencd"], "fencd"),
         (vec!["--nemeses", "pause,explode"], "explode"),
         (vec!["--runs", "0"], "--runs 0"),
+        (vec!["--shard", "3/2"], "K/N"),
+        (
+            vec!["--configs", "single", "--nemeses", "none", "--shard", "2/2"],
+            "no pair",
+        ),
         (vec!["--expect", "/nonexistent/expect.toml"], "expect.toml"),
     ] {
         let mut all = vec!["matrix", "--results", results];
@@ -123,4 +136,106 @@ fn bad_input_is_one_line_and_starts_nothing() {
         .filter(|n| n != "bad.toml")
         .collect();
     assert!(made.is_empty(), "{made:?}");
+}
+
+/// The matrix in two shards, gathered in one results folder and merged by
+/// `lockstorm report`, gives the unsharded matrix's rows (same pairs, same
+/// order, same seeds, same verdicts against the same expectations).
+#[test]
+fn two_shards_merge_into_the_unsharded_matrix() {
+    let expect = "[single]\nnone = \"valid\"\n[no-lock]\nnone = \"invalid\"\n\
+                  [unsafe-key-per-worker]\nnone = \"invalid\"\n";
+    let args = |results: &Path, shard: Option<&str>| {
+        let file = results.join("expect.toml");
+        std::fs::write(&file, expect).unwrap();
+        let mut args: Vec<String> = [
+            "matrix",
+            "--configs",
+            "single,no-lock,unsafe-key-per-worker",
+            "--nemeses",
+            "none",
+            "--time-limit",
+            "3",
+            "--seed",
+            "5",
+            "--results",
+        ]
+        .map(String::from)
+        .to_vec();
+        args.push(results.to_str().unwrap().into());
+        args.extend(["--expect".into(), file.to_str().unwrap().into()]);
+        if let Some(shard) = shard {
+            args.extend(["--shard".into(), shard.into()]);
+        }
+        let run = lockstorm(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+        run
+    };
+    let summary = |dir: PathBuf| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap()
+    };
+    // The verdict columns: timing makes counts and rates differ run to run.
+    let verdicts = |s: &serde_json::Value| -> Vec<String> {
+        s["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let f = |k: &str| r[k].to_string();
+                [
+                    f("pair"),
+                    f("config"),
+                    f("nemesis"),
+                    f("runs"),
+                    f("valid"),
+                    f("invalid"),
+                    f("unknown"),
+                    f("expected"),
+                    f("matches"),
+                ]
+                .join(" ")
+            })
+            .collect()
+    };
+
+    let whole = tempfile::tempdir().unwrap();
+    args(whole.path(), None);
+    let unsharded = summary(matrix_folders(whole.path()).remove(0));
+
+    let sharded = tempfile::tempdir().unwrap();
+    let first = args(sharded.path(), Some("1/2"));
+    assert!(
+        first
+            .stdout
+            .contains("2 pair(s) (shard 1/2 of the 3 pair(s))"),
+        "{}",
+        first.stdout
+    );
+    args(sharded.path(), Some("2/2"));
+    let shards = matrix_folders(sharded.path());
+    assert_eq!(shards.len(), 2);
+    let rows = |s: serde_json::Value| s["rows"].as_array().unwrap().len();
+    assert_eq!(
+        rows(summary(shards[0].clone())) + rows(summary(shards[1].clone())),
+        3
+    );
+
+    let report = lockstorm(&["report", sharded.path().to_str().unwrap()]);
+    assert_eq!(report.code, 0, "{}\n{}", report.stdout, report.stderr);
+    let merged_dir = matrix_folders(sharded.path())
+        .into_iter()
+        .find(|p| p.to_string_lossy().contains("-merged-2"))
+        .expect("a merged matrix folder");
+    let merged = summary(merged_dir.clone());
+    assert_eq!(verdicts(&merged), verdicts(&unsharded));
+    assert_eq!(merged["ok"], true);
+    assert_eq!(merged["merged_from"].as_array().unwrap().len(), 2);
+    for file in ["summary.md", "comparison.svg", "comparison.png"] {
+        assert!(merged_dir.join(file).is_file(), "no {file}");
+    }
+    let index = std::fs::read_to_string(sharded.path().join("index.html")).unwrap();
+    assert!(
+        index.contains("-merged-2"),
+        "the index does not list the merged matrix"
+    );
 }

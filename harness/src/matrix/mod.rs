@@ -4,6 +4,8 @@
 //! `expectations.toml`.
 
 pub mod expect;
+pub mod merge;
+pub mod shard;
 pub mod summary;
 
 use crate::clients::{Client, SHIPPED};
@@ -12,6 +14,7 @@ use crate::options::{Backend, Refusal, RunOptions, RunPlan};
 use crate::{plot, run};
 use expect::Expectations;
 use nemesis::{Aimed, Nemesis};
+use shard::Shard;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,6 +65,10 @@ pub struct MatrixArgs {
     /// The Docker backend's image (as for `run`).
     #[arg(long)]
     pub image: Option<String>,
+    /// Run only shard K of N (pair i of the whole matrix is shard i mod N + 1),
+    /// one per CI runner; the shards together run every pair once.
+    #[arg(long)]
+    pub shard: Option<Shard>,
 }
 
 /// The files of a matrix folder besides its pictures.
@@ -128,7 +135,21 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
             }
         }
     }
-    if plan.is_empty() {
+    let pairs: Vec<String> = plan
+        .iter()
+        .map(|runs| format!("{} × {}", runs[0].setup(), runs[0].aimed()))
+        .collect();
+    let plan: Vec<(usize, Vec<RunPlan>)> = match args.shard {
+        Some(shard) => {
+            // Skipped pairs are listed once, by the first shard.
+            if shard.k != 1 {
+                skipped.clear();
+            }
+            shard.take(plan)
+        }
+        None => plan.into_iter().enumerate().collect(),
+    };
+    if pairs.is_empty() {
         let why: Vec<String> = skipped
             .iter()
             .map(|s| format!("{} × {}: {}", s.config, s.nemesis, s.reason))
@@ -138,7 +159,14 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
             why.join("; ")
         )));
     }
-    print_plan(&plan, &skipped, &args);
+    if plan.is_empty() {
+        let shard = args.shard.map(|s| s.to_string()).unwrap_or_default();
+        return Err(Error::Usage(format!(
+            "--shard {shard} has no pair: the matrix has {n} pair(s), so use at most {n} shards",
+            n = pairs.len()
+        )));
+    }
+    print_plan(&plan, pairs.len(), &skipped, &args);
     // Listened for from the start, so a Ctrl-C between or during the
     // startup of runs still stops the matrix as interrupted.
     let stop = interrupt_flag();
@@ -153,12 +181,14 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
         seed: args.seed,
         expect: args.expect.as_ref().map(|p| p.display().to_string()),
         skipped,
+        shard: args.shard.map(|shard| summary::ShardOf { shard, pairs }),
         ..Summary::default()
     };
     let total = plan.len() * args.runs as usize;
     let mut interrupted = false;
-    'pairs: for (i, runs) in plan.into_iter().enumerate() {
+    'pairs: for (i, (pair, runs)) in plan.into_iter().enumerate() {
         let mut row = Row::new(&runs[0].setup(), &runs[0].aimed().to_string());
+        row.pair = pair;
         for (k, options) in runs.into_iter().enumerate() {
             let n = i * args.runs as usize + k + 1;
             let title = format!(
@@ -240,17 +270,26 @@ fn plans(
 
 /// What will run, and roughly how long it takes: each run's time limit
 /// plus its setup, stop and check.
-fn print_plan(plan: &[Vec<RunPlan>], skipped: &[Skipped], args: &MatrixArgs) {
+fn print_plan(
+    plan: &[(usize, Vec<RunPlan>)],
+    pairs: usize,
+    skipped: &[Skipped],
+    args: &MatrixArgs,
+) {
     let runs = plan.len() as u64 * u64::from(args.runs);
     let secs = runs * (args.time_limit + RUN_OVERHEAD_S);
+    let shard = match args.shard {
+        Some(shard) => format!(" (shard {shard} of the {pairs} pair(s))"),
+        None => String::new(),
+    };
     println!(
-        "matrix: {} pair(s) × {} run(s) of {} s, about {} min:",
+        "matrix: {} pair(s){shard} × {} run(s) of {} s, about {} min:",
         plan.len(),
         args.runs,
         args.time_limit,
         secs.div_ceil(60)
     );
-    for runs in plan {
+    for (_, runs) in plan {
         println!("  {} × {}", runs[0].setup(), runs[0].aimed());
     }
     for s in skipped {
@@ -312,7 +351,7 @@ fn load(path: &Path) -> Result<Expectations> {
     Expectations::parse(&text).map_err(bad)
 }
 
-fn write(dir: &Path, summary: &Summary) -> Result<()> {
+pub(crate) fn write(dir: &Path, summary: &Summary) -> Result<()> {
     crate::store::write_json(&dir.join(SUMMARY_JSON), summary)?;
     let path = dir.join(SUMMARY_MD);
     std::fs::write(&path, summary.markdown()).context(|| format!("writing {}", path.display()))?;

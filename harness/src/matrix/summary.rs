@@ -31,6 +31,21 @@ pub struct Summary {
     /// Stopped by Ctrl-C: the rows after the last are missing.
     #[serde(default)]
     pub interrupted: bool,
+    /// `--shard K/N`: which part of the whole matrix this is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardOf>,
+    /// A matrix merged by `lockstorm report` from its shards: their folders.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged_from: Vec<String>,
+}
+
+/// A shard, and the whole matrix it is part of: shards of one matrix have
+/// the same `pairs` (and seed, time limit and runs per pair).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShardOf {
+    pub shard: super::shard::Shard,
+    /// Every pair of the whole matrix, `config × nemesis`, in its order.
+    pub pairs: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -55,6 +70,9 @@ pub struct Row {
     /// A client adapter's library and version, as it said at `init`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub library: Option<String>,
+    /// Its place in the whole matrix (a shard runs some of them).
+    #[serde(default)]
+    pub pair: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -194,13 +212,21 @@ impl Summary {
         let mut md = String::new();
         let _ = writeln!(
             md,
-            "# lockstorm matrix {}\n\n{}{} pair(s), {} run(s) each, {} s per run, seeds from {}; wall time {:.0} s.{}\n",
+            "# lockstorm matrix {}\n\n{}{}, {} run(s) each, {} s per run, seeds from {}; wall time {:.0} s.{}\n",
             self.started,
             match self.interrupted {
                 true => "**Interrupted** (Ctrl-C): the verdicts below are incomplete. ",
                 false => "",
             },
-            self.rows.len(),
+            match &self.shard {
+                Some(s) => format!(
+                    "{} pair(s) (shard {} of the matrix's {})",
+                    self.rows.len(),
+                    s.shard,
+                    s.pairs.len()
+                ),
+                None => format!("{} pair(s)", self.rows.len()),
+            },
             self.runs_per_pair,
             self.time_limit_s,
             self.seed,

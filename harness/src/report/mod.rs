@@ -1,4 +1,5 @@
-//! `lockstorm report`: redraws every stored run's pictures and writes one
+//! `lockstorm report`: redraws every stored run's pictures, merges the
+//! shards of a matrix into one (`crate::matrix::merge`), and writes one
 //! static `index.html` over a results folder (laid out as [`crate::store`] says).
 //!
 //! The page has no scripts and no external resources, and links only
@@ -30,8 +31,15 @@ pub struct Report {
 /// Rebuilds every run's pictures and writes `<root>/index.html`.
 pub fn build(root: &Path) -> anyhow::Result<Report> {
     use anyhow::Context;
-    let (run_dirs, matrix_dirs) =
+    let (run_dirs, mut matrix_dirs) =
         scan::find(root).with_context(|| format!("reading {}", root.display()))?;
+    // The shards of a matrix run on several machines, gathered here: one
+    // matrix again.
+    for merged in crate::matrix::merge::merge(root, &matrix_dirs)? {
+        if !matrix_dirs.contains(&merged) {
+            matrix_dirs.push(merged);
+        }
+    }
 
     let mut runs = Vec::with_capacity(run_dirs.len());
     let mut redrawn = 0;
