@@ -50,6 +50,9 @@ fn a_missing_redis_server_exits_254_saying_how_to_install_it() {
             tmp.path().to_str().unwrap(),
             "--time-limit",
             "1",
+            // Local: `auto` would go on to Docker where a daemon answers.
+            "--backend",
+            "local",
         ],
         &[("LOCKSTORM_REDIS_SERVER", "/nonexistent/redis-server")],
     );
