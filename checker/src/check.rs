@@ -324,6 +324,11 @@ mod tests {
         assert_eq!(r.anomalies[anomaly::LOST_UPDATE].count, 1);
         assert_eq!(r.checkers[mutex::NAME].valid, Validity::False);
         assert_eq!(r.stats.first_fault_time, Some(h.build().events[4].time));
+        assert_eq!(r.stats.faults, 1);
+        // The first counted anomaly, and how long after the fault it came.
+        let first = r.first_anomaly_time().expect("an anomaly");
+        assert_eq!(r.detection_ns(), Some(first - h.build().events[4].time));
+        assert!(r.counted_anomalies() >= 2, "{:?}", r.anomalies);
         // Every occurrence is put down to the pause, the lost update too.
         for (name, a) in r.anomalies.iter().filter(|(_, a)| a.count > 0) {
             assert_eq!(a.causes.get("pause"), Some(&a.count), "{name}: {a:?}");

@@ -20,6 +20,7 @@ impl OnEvent for StatsCheck {
         if e.is_nemesis() {
             if crate::history::fault::started(&e.f).is_some() {
                 s.first_fault_time = Some(s.first_fault_time.map_or(e.time, |t| t.min(e.time)));
+                s.faults += 1;
             }
             return;
         }

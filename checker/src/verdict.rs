@@ -244,6 +244,8 @@ pub struct Stats {
     /// Time of the first `start-*` nemesis event.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_fault_time: Option<u64>,
+    /// Faults injected: `start-*` nemesis events.
+    pub faults: u64,
     /// Stalls of a worker or the harness that no nemesis fault explains (a
     /// busy host), and the longest of them in ms.
     pub stalls: u64,
@@ -269,6 +271,31 @@ pub struct Results {
 }
 
 impl Results {
+    /// When the first anomaly that breaks the promise happened, in history time.
+    pub fn first_anomaly_time(&self) -> Option<u64> {
+        self.anomalies
+            .iter()
+            .filter(|(name, _)| self.promise.counts(name))
+            .filter_map(|(_, a)| a.first_time)
+            .min()
+    }
+
+    /// How long after the first fault the first anomaly that breaks the
+    /// promise came, in ns: `None` without both, or with the anomaly first.
+    pub fn detection_ns(&self) -> Option<u64> {
+        self.first_anomaly_time()?
+            .checked_sub(self.stats.first_fault_time?)
+    }
+
+    /// Occurrences of the anomalies that break the promise.
+    pub fn counted_anomalies(&self) -> u64 {
+        self.anomalies
+            .iter()
+            .filter(|(name, _)| self.promise.counts(name))
+            .map(|(_, a)| a.count)
+            .sum()
+    }
+
     /// The counter checker's typed report, if present and well-formed.
     pub fn counter(&self) -> Option<crate::counter::CounterReport> {
         let report = self.checkers.get(crate::counter::NAME)?;

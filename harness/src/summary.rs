@@ -52,12 +52,7 @@ pub fn render(title: &str, results: &Results, path: &str) -> String {
         let errors: Vec<String> = s.errors.iter().map(|(e, n)| format!("{e} {n}")).collect();
         let _ = writeln!(out, "  errors: {}", errors.join(", "));
     }
-    let first_anomaly = results
-        .anomalies
-        .iter()
-        .filter(|(name, _)| results.promise.counts(name))
-        .filter_map(|(_, a)| a.first_time)
-        .min();
+    let first_anomaly = results.first_anomaly_time();
     match (s.first_fault_time, first_anomaly) {
         (Some(fault), Some(anomaly)) if anomaly < fault => {
             let _ = writeln!(

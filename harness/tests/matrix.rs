@@ -239,3 +239,39 @@ fn two_shards_merge_into_the_unsharded_matrix() {
         "the index does not list the merged matrix"
     );
 }
+
+/// `--until-invalid` stops a pair at its first invalid run; the detection
+/// table says what was found how fast.
+#[test]
+fn until_invalid_stops_a_caught_pair_and_the_summary_measures_detection() {
+    let tmp = tempfile::tempdir().unwrap();
+    let results = tmp.path().to_str().unwrap();
+    let args = [
+        "matrix",
+        "--configs",
+        "no-lock",
+        "--nemeses",
+        "none",
+        "--runs",
+        "3",
+    ];
+    let more = ["--until-invalid", "--time-limit", "3", "--results", results];
+    let run = lockstorm(&[&args[..], &more[..]].concat());
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let dir = matrix_folders(tmp.path()).pop().expect("a matrix folder");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let row = &summary["rows"][0];
+    assert_eq!(
+        (row["runs"].as_u64(), row["invalid"].as_u64()),
+        (Some(1), Some(1)),
+        "{row}"
+    );
+    assert!(row["counted_anomalies"].as_u64().unwrap() > 0, "{row}");
+    assert_eq!(row["faults"], 0, "{row}");
+    let md = std::fs::read_to_string(dir.join("summary.md")).unwrap();
+    assert!(
+        md.contains("## Detection") && md.contains("| no-lock | none | 1 | 1 | 0 | – |"),
+        "{md}"
+    );
+}

@@ -62,6 +62,7 @@ fn combine(parts: Vec<(String, Summary)>) -> Summary {
         seed: first.seed,
         expect: first.expect.clone(),
         interrupted: parts.iter().any(|(_, s)| s.interrupted),
+        until_invalid: first.until_invalid,
         merged_from: parts.iter().map(|(rel, _)| rel.clone()).collect(),
         ..Summary::default()
     };

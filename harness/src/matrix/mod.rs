@@ -12,6 +12,7 @@ use crate::clients::{Client, SHIPPED};
 use crate::error::{Context, Error, Result};
 use crate::options::{Backend, Refusal, RunOptions, RunPlan};
 use crate::{plot, run};
+use checker::Validity;
 use expect::Expectations;
 use nemesis::{Aimed, Nemesis};
 use shard::Shard;
@@ -65,6 +66,10 @@ pub struct MatrixArgs {
     /// The Docker backend's image (as for `run`).
     #[arg(long)]
     pub image: Option<String>,
+    /// Stop a pair's runs at its first invalid one: enough to show an
+    /// expected-invalid pair is caught, and the time goes to the others.
+    #[arg(long)]
+    pub until_invalid: bool,
     /// Run only shard K of N (pair i of the whole matrix is shard i mod N + 1),
     /// one per CI runner; the shards together run every pair once.
     #[arg(long)]
@@ -182,6 +187,7 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
         expect: args.expect.as_ref().map(|p| p.display().to_string()),
         skipped,
         shard: args.shard.map(|shard| summary::ShardOf { shard, pairs }),
+        until_invalid: args.until_invalid,
         ..Summary::default()
     };
     let total = plan.len() * args.runs as usize;
@@ -189,6 +195,7 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     'pairs: for (i, (pair, runs)) in plan.into_iter().enumerate() {
         let mut row = Row::new(&runs[0].setup(), &runs[0].aimed().to_string());
         row.pair = pair;
+        let mut caught = false;
         for (k, options) in runs.into_iter().enumerate() {
             let n = i * args.runs as usize + k + 1;
             let title = format!(
@@ -212,6 +219,9 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
                     if let Some(client) = &outcome.record.client {
                         row.library = Some(client.library.clone());
                     }
+                    if args.until_invalid && outcome.results.valid == Validity::False {
+                        caught = true;
+                    }
                 }
                 // The setup itself is wrong: every other run would fail too.
                 Err(
@@ -229,6 +239,9 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
                 interrupted = true;
                 summary.rows.push(row);
                 break 'pairs;
+            }
+            if caught {
+                break;
             }
         }
         summary.rows.push(row);

@@ -34,6 +34,9 @@ pub struct Summary {
     /// `--shard K/N`: which part of the whole matrix this is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<ShardOf>,
+    /// `--until-invalid`: a pair's runs stopped at its first invalid one.
+    #[serde(default)]
+    pub until_invalid: bool,
     /// A matrix merged by `lockstorm report` from its shards: their folders.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub merged_from: Vec<String>,
@@ -73,6 +76,17 @@ pub struct Row {
     /// Its place in the whole matrix (a shard runs some of them).
     #[serde(default)]
     pub pair: usize,
+    /// Detection: faults injected over the runs, the runs' length, the
+    /// anomalies that break the promise, and per run that found one after a
+    /// fault, how long after its first fault the first anomaly came.
+    #[serde(default)]
+    pub faults: u64,
+    #[serde(default)]
+    pub duration_s: f64,
+    #[serde(default)]
+    pub counted_anomalies: u64,
+    #[serde(default)]
+    pub detection_s: Vec<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -104,6 +118,32 @@ impl Row {
         }
         self.ops_per_s = (ops + results.stats.ops_per_s) / f64::from(self.runs);
         self.run_dirs.push(dir);
+        self.faults += results.stats.faults;
+        self.duration_s += results.stats.duration_s;
+        self.counted_anomalies += results.counted_anomalies();
+        if let Some(ns) = results.detection_ns() {
+            self.detection_s.push(ns as f64 / 1e9);
+        }
+    }
+
+    /// The median time from a run's first fault to its first anomaly.
+    pub fn median_detection_s(&self) -> Option<f64> {
+        let mut times = self.detection_s.clone();
+        times.sort_by(f64::total_cmp);
+        let n = times.len();
+        match n {
+            0 => None,
+            _ if n % 2 == 1 => Some(times[n / 2]),
+            _ => Some((times[n / 2 - 1] + times[n / 2]) / 2.0),
+        }
+    }
+
+    /// Anomalies that break the promise per minute of running.
+    pub fn anomalies_per_min(&self) -> f64 {
+        match self.duration_s > 0.0 {
+            true => self.counted_anomalies as f64 * 60.0 / self.duration_s,
+            false => 0.0,
+        }
     }
 
     pub fn add_error(&mut self, error: String) {
@@ -134,6 +174,30 @@ impl Row {
 }
 
 impl Summary {
+    /// How fast each cell finds what it can find: runs, invalid runs,
+    /// faults injected, the median time from a run's first fault to its
+    /// first anomaly, and anomalies (that break the promise) per minute.
+    fn detection(&self) -> String {
+        let mut md = String::from(
+            "\n## Detection\n\n| config | nemesis | runs | invalid | faults | first fault → first anomaly (median) | anomalies/min |\n|---|---|---|---|---|---|---|\n",
+        );
+        for r in &self.rows {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {:.1} |",
+                r.config,
+                r.nemesis,
+                r.runs,
+                r.invalid,
+                r.faults,
+                r.median_detection_s()
+                    .map_or("–".into(), |s| format!("{s:.1} s")),
+                r.anomalies_per_min()
+            );
+        }
+        md
+    }
+
     /// One table per client adapter: its library and version, and what
     /// each config × nemesis × strike point found.
     fn findings(&self) -> String {
@@ -232,6 +296,9 @@ impl Summary {
             self.seed,
             self.wall_s,
             match (self.ok, &self.expect) {
+                _ if self.until_invalid && self.ok.is_none() => {
+                    " A pair's runs stop at its first invalid one.".to_string()
+                }
                 (Some(true), Some(f)) => format!(" Every expectation in `{f}` met."),
                 (Some(false), Some(f)) => format!(" **Expectations in `{f}` NOT met.**"),
                 _ => String::new(),
@@ -264,6 +331,7 @@ impl Summary {
             cells.push(format!("{:.1}", r.ops_per_s));
             let _ = writeln!(md, "| {} |", cells.join(" | "));
         }
+        md += &self.detection();
         md += &self.findings();
         for m in &self.missing {
             let _ = writeln!(md, "\nExpected but not run: {m}.");
@@ -325,6 +393,38 @@ mod tests {
         row.add_error("redis-server crashed".into());
         assert_eq!((row.runs, row.unknown), (3, 1));
         assert_eq!(row.ops_per_s, 10.0);
+    }
+
+    #[test]
+    fn a_row_measures_detection_over_its_runs() {
+        let s = 1_000_000_000;
+        let run = |faults: u64, fault: Option<u64>, anomaly: Option<u64>, overlaps: u64| {
+            let mut r = results(Validity::False, overlaps, 1.0);
+            r.stats.faults = faults;
+            r.stats.duration_s = 30.0;
+            r.stats.first_fault_time = fault;
+            r.anomalies.get_mut("lock-overlap").unwrap().first_time = anomaly;
+            r
+        };
+        let mut row = Row::new("single", "pause");
+        row.add(&run(4, Some(2 * s), Some(5 * s), 6), "a".into());
+        row.add(&run(3, Some(2 * s), Some(3 * s), 2), "b".into());
+        // Before any fault: counted, but no detection time.
+        row.add(&run(0, None, Some(s), 1), "c".into());
+        assert_eq!((row.faults, row.counted_anomalies), (7, 9));
+        assert_eq!(row.detection_s, [3.0, 1.0]);
+        assert_eq!(row.median_detection_s(), Some(2.0));
+        assert_eq!(row.anomalies_per_min(), 6.0); // 9 in 90 s
+        let md = Summary {
+            rows: vec![row],
+            ..Summary::default()
+        }
+        .markdown();
+        assert!(
+            md.contains("| single | pause | 3 | 3 | 7 | 2.0 s | 6.0 |"),
+            "{md}"
+        );
+        assert_eq!(Row::new("x", "none").median_detection_s(), None);
     }
 
     #[test]

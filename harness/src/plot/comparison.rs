@@ -17,7 +17,7 @@ const CELL_W: i32 = 150;
 const CELL_H: i32 = 84;
 const LABEL_W: i32 = 130;
 const HEADER_H: i32 = 90;
-const FOOTER_H: i32 = 50;
+const FOOTER_H: i32 = 67;
 
 const VALID: RGBColor = RGBColor(200, 235, 205);
 const INVALID: RGBColor = RGBColor(245, 190, 185);
@@ -126,6 +126,7 @@ where
     let legend = [
         "green: every run valid · red: every run invalid · amber: runs disagree",
         "grey: unknown · n/a: does not apply · ✓ / ✗: expectation met or not",
+        "1st in: median time from a run's first fault to its first anomaly · /min: anomalies per minute",
     ];
     let y = HEADER_H + CELL_H * grid.configs.len() as i32 + 8;
     for (k, line) in legend.into_iter().enumerate() {
@@ -183,7 +184,10 @@ where
         true => vec!["no anomaly".to_string()],
         false => found.chunks(2).map(|pair| pair.join(", ")).collect(),
     };
-    for (k, line) in lines.iter().take(3).enumerate() {
+    // The detection rate takes the last line when there is one.
+    let detection = detection(row);
+    let room = if detection.is_some() { 2 } else { 3 };
+    for (k, line) in lines.iter().take(room).enumerate() {
         let font = (FAMILY, 13).into_font();
         root.draw(&Text::new(
             line.clone(),
@@ -191,7 +195,24 @@ where
             font,
         ))?;
     }
+    if let Some(line) = detection {
+        let font = (FAMILY, 12).into_font().color(&RGBColor(60, 60, 60));
+        root.draw(&Text::new(line, (x + 8, y + 28 + 17 * 2), font))?;
+    }
     Ok(())
+}
+
+/// `1st in 2.1 s · 6.0/min`: the median time from a run's first fault to its
+/// first anomaly, and anomalies per minute; none for a cell that found nothing.
+fn detection(row: &Row) -> Option<String> {
+    if row.counted_anomalies == 0 {
+        return None;
+    }
+    let rate = format!("{:.1}/min", row.anomalies_per_min());
+    Some(match row.median_detection_s() {
+        Some(s) => format!("1st in {s:.1} s · {rate}"),
+        None => rate,
+    })
 }
 
 #[cfg(test)]
@@ -223,6 +244,9 @@ mod tests {
             row("single", "kill", 1, 1, 2),
         ];
         summary.rows[0].matches = Some(true);
+        summary.rows[0].counted_anomalies = 5;
+        summary.rows[0].duration_s = 30.0;
+        summary.rows[0].detection_s = vec![2.25];
         summary.rows[1].matches = Some(false);
         summary.skipped.push(Skipped {
             config: "fenced".into(),
@@ -244,6 +268,7 @@ mod tests {
             "n/a",
             "✓",
             "✗",
+            "1st in 2.2 s · 10.0/min",
         ] {
             assert!(svg.contains(text), "no {text:?} in the SVG");
         }
@@ -251,6 +276,6 @@ mod tests {
         let png = std::fs::read(tmp.path().join(PNG)).unwrap();
         assert!(png.starts_with(b"\x89PNG"));
         // 3 nemeses, 2 configs.
-        assert_eq!(Grid::new(&summary).size(), (600, 90 + 2 * 84 + 50));
+        assert_eq!(Grid::new(&summary).size(), (600, 90 + 2 * 84 + 67));
     }
 }
