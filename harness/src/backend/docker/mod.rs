@@ -150,9 +150,13 @@ impl Docker {
             remove_stale_sockets(dir);
         }
         if std::env::var("DOCKER_HOST").ok() != Some(format!("unix://{}", path.display())) {
-            return Err(Error::Usage(
-                "the Docker backend was not routed before the runtime started (a lockstorm bug): call docker::route_testcontainers first".into(),
-            ));
+            // The harness's own fault, not the user's: exit 255.
+            return Err(Error::Io {
+                context: "starting the Docker backend".into(),
+                source: std::io::Error::other(
+                    "DOCKER_HOST was not pointed at the bridge before the runtime started (a lockstorm bug: call route_testcontainers first)",
+                ),
+            });
         }
         let bridge = bridge::Bridge::start(socket.clone(), path)
             .await
