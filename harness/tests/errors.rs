@@ -66,7 +66,14 @@ fn a_missing_redis_sentinel_is_one_line_and_leaves_nothing() {
         lockstorm().env("LOCKSTORM_REDIS_SENTINEL", tmp.path().join("no-sentinel")),
         &results,
         // Local: `auto` would go on to Docker where a daemon answers.
-        &["--config", "replicated", "--nemesis", "none", "--backend", "local"],
+        &[
+            "--config",
+            "replicated",
+            "--nemesis",
+            "none",
+            "--backend",
+            "local",
+        ],
     );
     assert_clean_failure(&f, 254, "LOCKSTORM_REDIS_SENTINEL", &results);
 }
