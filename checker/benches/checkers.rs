@@ -1,17 +1,18 @@
 //! Checker throughput on generated histories of a correct lock (so every
 //! checker has to look at everything): `cargo bench -p checker`.
 //!
-//! Besides criterion's timings, each case prints its peak heap once, from a
-//! counting allocator: the figure memory targets are about.
+//! Besides criterion's timings, each case prints once how fast it went and
+//! its peak heap, from a counting allocator: the figures the speed and
+//! memory targets are about (`whole-check-streamed` is `lockstorm check`).
 
 // The counting allocator implements `GlobalAlloc`, an unsafe trait.
 #![allow(unsafe_code)]
 
 use checker::generate::valid_history;
 use checker::History;
-use checker::Promise;
 use checker::{check_linearizability, Budget};
 use checker::{OnePass, Pairing};
+use checker::{Promise, Window};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -39,8 +40,9 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-/// Runs `f` once and prints how much heap it needed beyond what was live.
-fn report_peak<T>(label: &str, f: impl FnOnce() -> T) -> T {
+/// Runs `f` once over `n` events (or ops) and prints how fast, and how much
+/// heap it needed beyond what was live.
+fn report_peak<T>(label: &str, n: u64, f: impl FnOnce() -> T) -> T {
     let base = LIVE.load(Relaxed);
     PEAK.store(base, Relaxed);
     let start = std::time::Instant::now();
@@ -48,8 +50,9 @@ fn report_peak<T>(label: &str, f: impl FnOnce() -> T) -> T {
     let elapsed = start.elapsed();
     let peak = PEAK.load(Relaxed) - base;
     eprintln!(
-        "{label}: {:.2} s once, peak heap {:.1} MB above the input",
+        "{label}: {:.2} s once ({:.2} M/s), peak heap {:.1} MB above the input",
         elapsed.as_secs_f64(),
+        n as f64 / elapsed.as_secs_f64() / 1e6,
         peak as f64 / 1e6
     );
     out
@@ -84,7 +87,7 @@ fn linear(c: &mut Criterion) {
     for events in [1_000_000u64, 10_000_000] {
         let history = history_of(events);
         let n = history.events.len() as u64;
-        report_peak(&format!("linear-checkers/{n}"), || {
+        report_peak(&format!("linear-checkers/{n}"), n, || {
             linear_checkers(&history)
         });
         group.throughput(Throughput::Elements(n));
@@ -104,8 +107,10 @@ fn linear(c: &mut Criterion) {
     // Generated events are ~500 ns apart: a 1 ms window holds ~2000.
     let window = 1_000_000;
     let stream = |t: &[u8]| checker::check_jsonl(t, Promise::MutualExclusion, window, false);
-    let (results, _) =
-        report_peak(&format!("linear-checkers-streamed/{n}"), || stream(&text)).unwrap();
+    let (results, _) = report_peak(&format!("linear-checkers-streamed/{n}"), n, || {
+        stream(&text)
+    })
+    .unwrap();
     assert!(results.anomalies.values().all(|a| a.count == 0));
     group.throughput(Throughput::Elements(n));
     group.bench_with_input(BenchmarkId::from_parameter(n), &text, |b, t| {
@@ -114,12 +119,43 @@ fn linear(c: &mut Criterion) {
     group.finish();
 }
 
+/// The whole check as `lockstorm check` runs it on a history file: parsed
+/// from JSONL, every checker, linearizability too, in the harness's first
+/// window (120 s, at most 65 536 events waiting). Events/s and peak heap
+/// once for 1 M and 10 M events; criterion's timing for 1 M.
+fn whole_streamed(c: &mut Criterion) {
+    let window = Window {
+        ns: 120_000_000_000,
+        events: 1 << 16,
+    };
+    let stream = |t: &[u8]| checker::check_jsonl(t, Promise::MutualExclusion, window, true);
+    let mut group = c.benchmark_group("whole-check-streamed");
+    group.sample_size(10);
+    for events in [1_000_000u64, 10_000_000] {
+        let text = to_jsonl(&history_of(events));
+        let n = text.iter().filter(|&&b| b == b'\n').count() as u64;
+        let label = format!("whole-check-streamed/{n}");
+        let (results, stats) = report_peak(&label, n, || stream(&text)).unwrap();
+        assert_eq!(results.valid, checker::Validity::True, "{results:?}");
+        assert_eq!(stats.late, 0);
+        if events > 1_000_000 {
+            // About 10 s a run: the figure above is the one to read.
+            continue;
+        }
+        group.throughput(Throughput::Elements(n));
+        group.bench_with_input(BenchmarkId::from_parameter(n), &text, |b, t| {
+            b.iter(|| stream(t))
+        });
+    }
+    group.finish();
+}
+
 fn all_checkers(c: &mut Criterion) {
     let mut group = c.benchmark_group("all-checkers");
     group.sample_size(10);
     let history = history_of(1_000_000);
     let n = history.events.len() as u64;
-    report_peak(&format!("all-checkers/{n}"), || {
+    report_peak(&format!("all-checkers/{n}"), n, || {
         checker::check(&history, Promise::MutualExclusion)
     });
     group.throughput(Throughput::Elements(n));
@@ -138,7 +174,9 @@ fn linearizability(c: &mut Criterion) {
             // 2% of releases end `info`.
             let history = valid_history(7, processes, ops / 3, 20);
             let id = format!("linearizability/{processes}-processes/{ops}");
-            let outcome = report_peak(&id, || check_linearizability(&history, Budget::default()));
+            let outcome = report_peak(&id, ops, || {
+                check_linearizability(&history, Budget::default())
+            });
             assert_eq!(outcome.valid, checker::Validity::True, "{id}: {outcome:?}");
             group.throughput(Throughput::Elements(ops));
             let id = BenchmarkId::new(format!("{processes}-processes"), ops);
@@ -150,5 +188,11 @@ fn linearizability(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, linear, all_checkers, linearizability);
+criterion_group!(
+    benches,
+    linear,
+    whole_streamed,
+    all_checkers,
+    linearizability
+);
 criterion_main!(benches);

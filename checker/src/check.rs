@@ -1,11 +1,11 @@
 //! Checking a whole history: every registered checker, then the verdict.
 //! [`check`] takes a history in memory, [`check_jsonl`] one streamed from a
-//! file; both end in [`assemble`], so they give the same results for the
-//! same events.
+//! file; both feed every checker the events in time order and end in
+//! [`assemble`], so they give the same results for the same events.
 
 use crate::feed::{self, OnePass, Pairing, PassFindings, Reorder};
 use crate::history::{self, Event, History};
-use crate::registry::{CheckerEntry, Fed, Finding};
+use crate::registry::{CheckerEntry, Fed, Finding, Whole};
 use crate::settings::Settings;
 use crate::verdict::{self, Anomaly, Results, Validity};
 use crate::{cause, faults, CHECKERS};
@@ -18,18 +18,44 @@ pub fn check(history: &History, settings: impl Into<Settings>) -> Results {
     let settings = settings.into();
     let mut pass = OnePass::new(&settings);
     let mut pairing = Pairing::default();
+    let mut wholes = whole_checkers();
     for e in history.in_time_order() {
         pairing.feed(e, &mut pass);
+        wholes.iter_mut().for_each(|(_, w)| w.keep(e));
     }
-    let whole = CHECKERS
-        .iter()
-        .filter_map(|c| match c.fed {
-            Fed::Whole { check, .. } => Some((c, check(history))),
-            Fed::Events(_) => None,
-        })
-        .collect();
+    let whole = wholes.into_iter().map(|(c, w)| (c, w.finish())).collect();
     let notes: Vec<String> = unmatched_note(&pairing).into_iter().collect();
     assemble(pass.finish(), whole, history.truncated, settings, notes)
+}
+
+/// Each whole-history checker, ready to be fed.
+fn whole_checkers() -> Vec<(&'static CheckerEntry, Box<dyn Whole>)> {
+    CHECKERS
+        .iter()
+        .filter_map(|c| match c.fed {
+            Fed::Whole(new) => Some((c, new())),
+            Fed::Events(_) => None,
+        })
+        .collect()
+}
+
+/// How far out of time order a streamed history's events may arrive and
+/// still be checked in order: until the newest event seen is `ns` past
+/// them, and at most `events` wait at once (the earliest goes on when one
+/// more arrives). A bare number is a window in time alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    pub ns: u64,
+    pub events: usize,
+}
+
+impl From<u64> for Window {
+    fn from(ns: u64) -> Self {
+        Window {
+            ns,
+            events: usize::MAX,
+        }
+    }
 }
 
 /// How a streamed check went: what it needed to hold at most.
@@ -40,37 +66,36 @@ pub struct StreamStats {
     pub peak_waiting: usize,
     /// Events that arrived later than the window and were checked out of order.
     pub late: u64,
+    /// How far behind the newest event before it an event arrived, at most
+    /// (ns): a window of this much time alone puts the file in order.
+    pub lateness_ns: u64,
 }
 
-/// Checks a JSONL history as it is read, without holding it: the event-fed
-/// checkers see each event once, put back into time order within
-/// `window_ns`. Only the events a whole-history checker (`nonlinearizable`:
-/// the lock operations) reads are kept, and only when `linearizability_too`
-/// asks for those checkers.
+/// Checks a JSONL history as it is read, without holding it: every checker
+/// sees each event once, put back into time order within `window`. The
+/// whole-history checker (`nonlinearizable`) keeps a compact record of
+/// each lock event, and only when `linearizability_too` asks for it.
 pub fn check_jsonl(
     reader: impl std::io::BufRead,
     settings: impl Into<Settings>,
-    window_ns: u64,
+    window: impl Into<Window>,
     linearizability_too: bool,
 ) -> Result<(Results, StreamStats), history::ParseError> {
     let settings = settings.into();
+    let window = window.into();
     let mut pass = OnePass::new(&settings);
     let mut pairing = Pairing::default();
-    let mut reorder = Reorder::new(window_ns);
-    // Each whole-history checker with the events it reads.
-    let mut kept: Vec<(&CheckerEntry, History)> = CHECKERS
-        .iter()
-        .filter(|c| matches!(c.fed, Fed::Whole { .. }))
-        .map(|c| (c, History::default()))
-        .collect();
+    let mut reorder = Reorder::new(window.ns).holding_at_most(window.events);
+    let mut wholes = match linearizability_too {
+        true => whole_checkers(),
+        false => Vec::new(),
+    };
     let mut stream = StreamStats::default();
     let mut truncated = false;
     {
         let mut sink = |e: Event| {
             pairing.feed(&e, &mut pass);
-            if linearizability_too {
-                keep(&mut kept, e);
-            }
+            wholes.iter_mut().for_each(|(_, w)| w.keep(&e));
         };
         feed::read_jsonl(reader, &mut truncated, |e| {
             stream.events += 1;
@@ -80,20 +105,22 @@ pub fn check_jsonl(
     }
     stream.peak_waiting = reorder.peak;
     stream.late = reorder.late;
-    let whole = kept
-        .into_iter()
-        .map(|(c, h)| match (linearizability_too, &c.fed) {
-            (true, Fed::Whole { check, .. }) => (c, check(&h)),
-            _ => (c, c.not_checked()),
-        })
-        .collect();
+    stream.lateness_ns = reorder.lateness;
+    let mut whole: Vec<_> = wholes.into_iter().map(|(c, w)| (c, w.finish())).collect();
+    if !linearizability_too {
+        let skipped = CHECKERS.iter().filter(|c| matches!(c.fed, Fed::Whole(_)));
+        whole.extend(skipped.map(|c| (c, c.not_checked())));
+    }
     let notes: Vec<String> = unmatched_note(&pairing).into_iter().collect();
     let mut results = assemble(pass.finish(), whole, truncated, settings, notes);
     if stream.late > 0 {
+        let bound = match window.events {
+            usize::MAX => format!("{} ms", window.ns / 1_000_000),
+            n => format!("{} ms or {n} events", window.ns / 1_000_000),
+        };
         results.notes.push(format!(
-            "{} event(s) arrived more than {} ms out of time order and were checked out of order",
+            "{} event(s) arrived more than {bound} out of time order and were checked out of order",
             stream.late,
-            window_ns / 1_000_000
         ));
         // What was found out of order may be an artefact of the order: a
         // verdict must rest on a named anomaly, or be unknown.
@@ -104,22 +131,6 @@ pub fn check_jsonl(
         };
     }
     Ok((results, stream))
-}
-
-/// Gives `e` to each whole-history checker that reads it: a copy to all but
-/// the last, which takes the event itself.
-fn keep(kept: &mut [(&CheckerEntry, History)], e: Event) {
-    let reads = |c: &CheckerEntry| matches!(c.fed, Fed::Whole { keeps, .. } if keeps(&e));
-    let mut readers = kept.iter_mut().filter(|(c, _)| reads(c)).peekable();
-    while let Some((_, h)) = readers.next() {
-        match readers.peek() {
-            Some(_) => h.events.push(e.clone()),
-            None => {
-                h.events.push(e);
-                return;
-            }
-        }
-    }
 }
 
 /// Builds `Results` from every checker's finding: the event-fed ones from
@@ -385,6 +396,54 @@ mod tests {
         assert_eq!(mutex.valid, Validity::False);
         let data = check(&h.build(), Promise::DataSafety);
         assert_eq!(data.valid, Validity::True);
+    }
+
+    /// `h` as JSONL, with the event at `late` written `by` lines later (as a
+    /// paused worker delivers it), re-indexed in file order.
+    fn jsonl_with_a_late_event(h: &History, late: usize, by: usize) -> (History, Vec<u8>) {
+        let mut events = h.events.clone();
+        let e = events.remove(late);
+        events.insert(late + by, e);
+        for (i, e) in events.iter_mut().enumerate() {
+            e.index = i as u64;
+        }
+        let mut text = Vec::new();
+        for e in &events {
+            serde_json::to_writer(&mut text, e).unwrap();
+            text.push(b'\n');
+        }
+        (History::new(events), text)
+    }
+
+    #[test]
+    fn a_window_bounded_in_events_checks_as_memory_does_until_an_event_outruns_it() {
+        for (h, promise) in [
+            (clean(), Promise::MutualExclusion),
+            (paused_holder(false), Promise::MutualExclusion),
+            (paused_holder(true), Promise::DataSafety),
+        ] {
+            // The second event, five lines late.
+            let (h, text) = jsonl_with_a_late_event(&h.build(), 1, 5);
+            let in_memory = serde_json::to_value(check(&h, settings(promise))).unwrap();
+            let stream = |window: Window| check_jsonl(&text[..], settings(promise), window, true);
+            let roomy = Window {
+                ns: u64::MAX,
+                events: 6,
+            };
+            let (results, stats) = stream(roomy).unwrap();
+            assert_eq!((stats.late, stats.peak_waiting), (0, 7));
+            assert_eq!(serde_json::to_value(results).unwrap(), in_memory);
+            // Past the bound it is late, and says how late it came: a window
+            // of that much time alone puts it back in order.
+            let tight = Window { events: 4, ..roomy };
+            let (results, stats) = stream(tight).unwrap();
+            assert_eq!(stats.late, 1);
+            assert_ne!(results.valid, Validity::True);
+            assert!(results.notes.iter().any(|n| n.contains("or 4 events")));
+            let (results, again) = stream(stats.lateness_ns.into()).unwrap();
+            assert_eq!((again.late, again.lateness_ns), (0, stats.lateness_ns));
+            assert_eq!(serde_json::to_value(results).unwrap(), in_memory);
+        }
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::stats::StatsCheck;
 use crate::verdict::Stats;
 use crate::{Checker, Invoked, OnEvent, CHECKERS};
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::io::BufRead;
 
 /// Pairs each completion with its process's op in flight, as
@@ -165,10 +165,20 @@ impl OnePass {
 
 /// Puts events that arrive in file order back into time order. A worker
 /// paused between taking a timestamp and writing its event delivers it late,
-/// so events wait until the newest time seen is `window_ns` past them.
-/// One arriving later than that is fed out of order and counted in `late`.
+/// so events wait until the newest time seen is `window_ns` past them, or
+/// (when [`Reorder::holding_at_most`] bounds it) until too many wait: a
+/// history dense in time would otherwise wait whole. One arriving after a
+/// later event was released is fed out of order and counted in `late`.
+///
+/// Most events arrive in order: those wait in a queue, in arrival order;
+/// only the others go through a heap.
 pub struct Reorder {
     window_ns: u64,
+    max_waiting: usize,
+    /// Waiting events that arrived in (time, index) order.
+    run: VecDeque<Event>,
+    /// Waiting events that arrived after one they precede in time:
+    /// (time, index, slot) of each.
     heap: BinaryHeap<Reverse<(u64, u64, usize)>>,
     slots: Vec<Option<Event>>,
     free: Vec<usize>,
@@ -176,12 +186,17 @@ pub struct Reorder {
     released: u64,
     pub late: u64,
     pub peak: usize,
+    /// How far behind the newest time seen an event arrived, at most (ns):
+    /// a window this wide (and unbounded in events) puts the events in order.
+    pub lateness: u64,
 }
 
 impl Reorder {
     pub fn new(window_ns: u64) -> Self {
         Reorder {
             window_ns,
+            max_waiting: usize::MAX,
+            run: VecDeque::new(),
             heap: BinaryHeap::new(),
             slots: Vec::new(),
             free: Vec::new(),
@@ -189,51 +204,88 @@ impl Reorder {
             released: 0,
             late: 0,
             peak: 0,
+            lateness: 0,
         }
+    }
+
+    /// Releases the earliest event whenever more than `events` wait,
+    /// whatever their time: bounds the memory a dense history takes.
+    pub fn holding_at_most(mut self, events: usize) -> Self {
+        self.max_waiting = events;
+        self
     }
 
     /// Takes `e`; hands every event now safe to release to `out`.
     pub fn push(&mut self, e: Event, mut out: impl FnMut(Event)) {
+        self.lateness = self.lateness.max(self.newest.saturating_sub(e.time));
         if e.time < self.released {
             self.late += 1;
             out(e);
             return;
         }
         self.newest = self.newest.max(e.time);
-        let key = (e.time, e.index);
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                self.slots[slot] = Some(e);
-                slot
-            }
-            None => {
-                self.slots.push(Some(e));
-                self.slots.len() - 1
-            }
-        };
-        self.heap.push(Reverse((key.0, key.1, slot)));
-        self.peak = self.peak.max(self.heap.len());
+        let in_order = self
+            .run
+            .back()
+            .is_none_or(|last| (last.time, last.index) <= (e.time, e.index));
+        if in_order {
+            self.run.push_back(e);
+        } else {
+            let key = (e.time, e.index);
+            let slot = match self.free.pop() {
+                Some(slot) => {
+                    self.slots[slot] = Some(e);
+                    slot
+                }
+                None => {
+                    self.slots.push(Some(e));
+                    self.slots.len() - 1
+                }
+            };
+            self.heap.push(Reverse((key.0, key.1, slot)));
+        }
+        let waiting = self.run.len() + self.heap.len();
+        self.peak = self.peak.max(waiting);
         let horizon = self.newest.saturating_sub(self.window_ns);
-        while let Some(&Reverse((time, _, _))) = self.heap.peek() {
-            if time >= horizon {
+        while let Some((time, heaped)) = self.earliest() {
+            let waiting = self.run.len() + self.heap.len();
+            if time >= horizon && waiting <= self.max_waiting {
                 break;
             }
-            out(self.pop());
+            out(self.pop(heaped));
         }
     }
 
     /// Releases everything still waiting, in time order.
     pub fn drain(&mut self, mut out: impl FnMut(Event)) {
-        while !self.heap.is_empty() {
-            out(self.pop());
+        while let Some((_, heaped)) = self.earliest() {
+            out(self.pop(heaped));
         }
     }
 
-    fn pop(&mut self) -> Event {
-        let Reverse((time, _, slot)) = self.heap.pop().expect("peeked");
-        self.released = time;
-        self.free.push(slot);
-        self.slots[slot].take().expect("each slot is filled once")
+    /// The time of the earliest event waiting, by (time, index), and
+    /// whether it is in the heap.
+    fn earliest(&self) -> Option<(u64, bool)> {
+        let queued = self.run.front().map(|e| (e.time, e.index));
+        let heaped = self.heap.peek().map(|Reverse((t, i, _))| (*t, *i));
+        match (queued, heaped) {
+            (Some(q), Some(h)) if h < q => Some((h.0, true)),
+            (Some(q), _) => Some((q.0, false)),
+            (None, h) => h.map(|h| (h.0, true)),
+        }
+    }
+
+    fn pop(&mut self, heaped: bool) -> Event {
+        let e = match heaped {
+            true => {
+                let Reverse((_, _, slot)) = self.heap.pop().expect("peeked");
+                self.free.push(slot);
+                self.slots[slot].take().expect("each slot is filled once")
+            }
+            false => self.run.pop_front().expect("peeked"),
+        };
+        self.released = e.time;
+        e
     }
 }
 
@@ -249,6 +301,18 @@ pub fn read_jsonl(
     let mut n = 0;
     while next_line(&mut reader, &mut buf, n + 1)? {
         n += 1;
+        // The common line, well-formed: scanned, or parsed from the bytes as
+        // they are. Anything else takes the careful path below, so what it
+        // accepts (invalid UTF-8 replaced, Unicode spaces trimmed) and the
+        // errors it gives are unchanged.
+        if let Some(event) = crate::scan::event(&buf) {
+            each(event);
+            continue;
+        }
+        if let Ok(event) = serde_json::from_slice::<Event>(&buf) {
+            each(event);
+            continue;
+        }
         let text = String::from_utf8_lossy(&buf);
         let text = text.trim();
         if text.is_empty() {
@@ -303,6 +367,29 @@ mod tests {
         r.drain(|e| out.push(e.time));
         assert_eq!(out, vec![10, 500, 20, 700]);
         assert_eq!(r.late, 1);
+    }
+
+    #[test]
+    fn a_bound_in_events_releases_the_earliest_whatever_its_time() {
+        let mut r = Reorder::new(1_000).holding_at_most(2);
+        let mut out = Vec::new();
+        // 30 comes one event late: within the bound. 20 comes three late:
+        // 40 went on before it, so it is late, and 40 − 20 behind.
+        for (t, i) in [(10, 0), (40, 1), (30, 2), (50, 3), (60, 4), (20, 5)] {
+            r.push(at(t, i), |e| out.push(e.time));
+        }
+        r.drain(|e| out.push(e.time));
+        assert_eq!(out, vec![10, 30, 40, 20, 50, 60]);
+        assert_eq!((r.late, r.peak, r.lateness), (1, 3, 40));
+        // A window of that much time alone puts them in order.
+        let mut r = Reorder::new(40);
+        let mut out = Vec::new();
+        for (t, i) in [(10, 0), (40, 1), (30, 2), (50, 3), (60, 4), (20, 5)] {
+            r.push(at(t, i), |e| out.push(e.time));
+        }
+        r.drain(|e| out.push(e.time));
+        assert_eq!(out, vec![10, 20, 30, 40, 50, 60]);
+        assert_eq!(r.late, 0);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::io::BufRead;
 
 /// Who performed an operation: a client process id, or a named actor
 /// (`"nemesis"` for faults, `"harness"` for setup and the final read).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(untagged)]
 pub enum Process {
     Client(u64),
@@ -32,6 +32,35 @@ impl Process {
 /// (its `stall` events, the nemesis's targets, its log file): `worker-<index>`.
 pub fn worker_name(index: impl std::fmt::Display) -> String {
     format!("worker-{index}")
+}
+
+/// Read as serde's `untagged` would (a number, else a string), without
+/// first buffering the value as `untagged` does: every history line has one.
+impl<'de> Deserialize<'de> for Process {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Process;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a client process id or a name")
+            }
+            fn visit_u64<E>(self, id: u64) -> Result<Process, E> {
+                Ok(Process::Client(id))
+            }
+            fn visit_i64<E: serde::de::Error>(self, id: i64) -> Result<Process, E> {
+                u64::try_from(id)
+                    .map(Process::Client)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(id), &self))
+            }
+            fn visit_str<E>(self, name: &str) -> Result<Process, E> {
+                Ok(Process::Named(name.to_owned()))
+            }
+            fn visit_string<E>(self, name: String) -> Result<Process, E> {
+                Ok(Process::Named(name))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 impl From<u64> for Process {

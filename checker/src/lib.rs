@@ -12,8 +12,8 @@
 //!
 //! The checkers are listed once, in `CHECKERS` below: each with the
 //! anomalies it reports and how it is fed. Adding one is a module
-//! implementing `Checker` (or a whole-history check), its anomalies' names
-//! in [`anomaly`], and a line there.
+//! implementing `Checker` (or `Whole`, for a whole-history check), its
+//! anomalies' names in [`anomaly`], and a line there.
 
 #![forbid(unsafe_code)]
 
@@ -37,6 +37,7 @@ mod linear;
 mod mutex;
 mod ops;
 mod registry;
+mod scan;
 mod settings;
 mod stats;
 mod strike;
@@ -47,7 +48,7 @@ mod testing;
 
 // Checking a history, and what it gives back (the `results.json` contract).
 pub use availability::Availability;
-pub use check::{check, check_jsonl, StreamStats};
+pub use check::{check, check_jsonl, StreamStats, Window};
 pub use counter::CounterReport;
 pub use edn::from_edn;
 pub use history::{Event, History, OpType, Process};
@@ -152,10 +153,7 @@ static CHECKERS: &[CheckerEntry] = &[
     CheckerEntry {
         name: linear::NAME,
         anomalies: &[kind(anomaly::NONLINEARIZABLE, 5, None, Breaks::Exclusion)],
-        fed: Fed::Whole {
-            keeps: linear::reads,
-            check: linear::finding,
-        },
+        fed: Fed::Whole(|| Box::<linear::Linear>::default()),
     },
     CheckerEntry {
         name: deadlock::NAME,

@@ -22,19 +22,28 @@
 //! Search: Wing–Gong/Lowe just-in-time linearization (as in porcupine) over a
 //! time-ordered list of call/return entries, with backtracking and a memo of
 //! visited (linearized set, holder). The linearized set is kept as a 128-bit
-//! Zobrist hash, so a memo entry is a few words whatever the history's size.
+//! Zobrist hash, the holder folded in, so a memo entry is 16 bytes whatever
+//! the history's size ([`search`]).
 //! Uncertain ops that can no longer matter are pruned: an uncertain acquire
 //! once no `ok` release could release it, an uncertain release once neither
 //! the holder nor any remaining acquire could give it something to release.
 //! Either way any valid completion using the op has one without it.
+//!
+//! Fed: the events are kept as they go by, in time order and compactly
+//! ([`kept`]), then paired and searched at the end, so a streamed check
+//! holds 32 bytes per lock event rather than the events themselves.
 
 use crate::anomaly;
-use crate::history::{f, Event, History, OpType, Process};
-use crate::ops::Pairs;
-use crate::registry::Finding;
+use crate::history::{Event, History, OpType};
+use crate::registry::{Finding, Whole};
 use crate::verdict::{Anomaly, CheckerReport, Validity, Witness};
-use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
+use kept::{Does, Kept, NONE};
+use rustc_hash::FxHashMap;
+use search::Search;
+use std::time::Duration;
+
+mod kept;
+mod search;
 
 /// The checker's key under `results.json`'s `checkers`.
 pub const NAME: &str = "nonlinearizable";
@@ -62,6 +71,8 @@ pub struct Outcome {
     /// `index` of the events of ops that cannot be ordered (completion for
     /// `ok` ops, invocation otherwise), sorted; empty unless invalid.
     pub witness: Vec<u64>,
+    /// When the latest of those events happened.
+    pub witness_time: Option<u64>,
     pub reason: Option<String>,
     /// Distinct states visited.
     pub states: usize,
@@ -73,32 +84,64 @@ enum Kind {
     Release,
 }
 
-/// One lock operation, ready for the search.
+/// One lock operation, ready for the search: 32 bytes, as there may be
+/// millions.
 #[derive(Clone, Debug)]
 struct Op {
-    kind: Kind,
-    owner: usize,
     invoke: u64,
-    /// Completion time of an `ok` op; `None` = may happen at any time after `invoke`.
-    ret: Option<u64>,
+    /// Time of an `ok` op's completion; `u64::MAX` = may happen at any
+    /// time after `invoke`.
+    done: u64,
     /// The event index that names this op in a witness.
     index: u64,
+    owner: u32,
+    kind: Kind,
 }
 
 impl Op {
     fn certain(&self) -> bool {
-        self.ret.is_some()
+        self.done != u64::MAX
+    }
+
+    /// When a certain op returned (never before its invocation).
+    fn ret(&self) -> Option<u64> {
+        self.certain().then(|| self.done.max(self.invoke))
+    }
+
+    /// When the event named by `index` happened.
+    fn at(&self) -> u64 {
+        if self.certain() {
+            self.done
+        } else {
+            self.invoke
+        }
     }
 }
 
-#[derive(Clone, Copy, Debug, Default)]
+/// No owner, no holder.
+const NIL: u32 = u32::MAX;
+
+#[derive(Clone, Copy, Debug)]
 struct OwnerInfo {
     /// Owner of a tokenless uncertain acquire: its real token is unknown.
     wild: bool,
     /// For a wild owner: the owner id of its process (tokenless releases).
-    proc_owner: Option<usize>,
+    proc_owner: u32,
+    /// For a process's owner: the wild owner of the same process, if any.
+    wild_twin: u32,
     /// A token that no acquire carries: it may release a wild holder.
     orphan: bool,
+}
+
+impl Default for OwnerInfo {
+    fn default() -> Self {
+        OwnerInfo {
+            wild: false,
+            proc_owner: NIL,
+            wild_twin: NIL,
+            orphan: false,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -109,53 +152,73 @@ struct Prepared {
 
 impl Prepared {
     /// Whether a release by `o` releases `holder`.
-    fn releases(&self, holder: usize, o: usize) -> bool {
+    fn releases(&self, holder: u32, o: u32) -> bool {
         holder == o || {
-            let h = &self.owners[holder];
-            h.wild && (self.owners[o].orphan || h.proc_owner == Some(o))
+            let h = &self.owners[holder as usize];
+            h.wild && (self.owners[o as usize].orphan || h.proc_owner == o)
         }
     }
 
-    /// The model's step, or `None` if `op` cannot take effect in `holder`.
-    fn step(&self, holder: Option<usize>, op: &Op) -> Option<Option<usize>> {
-        match (op.kind, holder) {
-            (Kind::Acquire, None) => Some(Some(op.owner)),
-            (Kind::Release, Some(h)) if self.releases(h, op.owner) => Some(None),
+    /// The model's step: the next holder (`NIL`: free), or `None` if `op`
+    /// cannot take effect with `holder` holding.
+    fn step(&self, holder: u32, op: &Op) -> Option<u32> {
+        match op.kind {
+            Kind::Acquire if holder == NIL => Some(op.owner),
+            Kind::Release if holder != NIL && self.releases(holder, op.owner) => Some(NIL),
             _ => None,
         }
     }
 }
 
-#[derive(Clone, PartialEq, Eq, Hash)]
+/// Who an op acts for, by interned token or process.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum OwnerKey {
-    Token(String),
-    Process(Process),
-    Wild(Process),
+    Token(u32),
+    Process(u32),
+    Wild(u32),
 }
 
-/// Pairs invocations with completions and resolves owners. Failed ops,
-/// non-lock ops and non-client events are left out.
-fn prepare(history: &History) -> Prepared {
-    let pairs = Pairs::new(history);
-    let mut ids: HashMap<OwnerKey, usize> = HashMap::new();
+/// Pairs invocations with completions and resolves owners. Failed ops and
+/// completions without an invocation are left out. Pairing follows
+/// [`crate::ops::InFlight`]'s rule: a completion belongs to its process's
+/// op in flight if it does the same.
+fn prepare(kept: Kept) -> Prepared {
+    // Only the ids are needed now: the interning tables go first.
+    let (processes, tokens, events) = kept.into_ids();
+    let mut completion_of = vec![NIL; events.len()];
+    let mut in_flight: Vec<Option<(Does, u32)>> = vec![None; processes];
+    for (pos, e) in events.iter().enumerate() {
+        let slot = &mut in_flight[e.process as usize];
+        if e.kind == OpType::Invoke {
+            *slot = Some((e.does, pos as u32));
+        } else if let Some((does, invoke)) = *slot {
+            if does == e.does {
+                completion_of[invoke as usize] = pos as u32;
+                *slot = None;
+            }
+        }
+    }
+    drop(in_flight);
+
+    let mut ids: FxHashMap<OwnerKey, u32> = FxHashMap::default();
     let mut owners: Vec<OwnerInfo> = Vec::new();
-    let mut intern = |key: OwnerKey, owners: &mut Vec<OwnerInfo>| -> usize {
+    let mut intern = |key: OwnerKey, owners: &mut Vec<OwnerInfo>| -> u32 {
         *ids.entry(key).or_insert_with(|| {
             owners.push(OwnerInfo::default());
-            owners.len() - 1
+            u32::try_from(owners.len() - 1).expect("fewer than 4 G owners")
         })
     };
     let mut ops = Vec::new();
-    let mut acquire_tokens: HashSet<&str> = HashSet::new();
-    let mut release_tokens: Vec<(usize, &str)> = Vec::new();
+    let mut acquire_tokens = vec![false; tokens];
+    let mut release_tokens: Vec<(u32, u32)> = Vec::new();
     // Per process, the owners of its acquires so far: what a crash releases.
-    let mut acquired: HashMap<&Process, Vec<usize>> = HashMap::new();
-    for (pos, e) in history.events.iter().enumerate() {
-        if let Some(dead) = e.crashed() {
-            let mut held = acquired.remove(&dead).unwrap_or_default();
-            held.push(intern(OwnerKey::Process(dead.clone()), &mut owners));
-            if let Some(t) = &e.token {
-                held.push(intern(OwnerKey::Token(t.clone()), &mut owners));
+    let mut acquired: FxHashMap<u32, Vec<u32>> = FxHashMap::default();
+    for (pos, e) in events.iter().enumerate() {
+        if e.dead != NONE {
+            let mut held = acquired.remove(&e.dead).unwrap_or_default();
+            held.push(intern(OwnerKey::Process(e.dead), &mut owners));
+            if e.token != NONE {
+                held.push(intern(OwnerKey::Token(e.token), &mut owners));
             }
             held.sort_unstable();
             held.dedup();
@@ -163,92 +226,98 @@ fn prepare(history: &History) -> Prepared {
                 kind: Kind::Release,
                 owner,
                 invoke: e.time,
-                ret: None,
+                done: u64::MAX,
                 index: e.index,
             }));
             continue;
         }
-        if e.kind != OpType::Invoke || !e.process.is_client() {
-            continue;
-        }
-        let kind = match e.f.as_str() {
-            f::ACQUIRE => Kind::Acquire,
-            f::RELEASE => Kind::Release,
+        let kind = match (e.kind, e.does) {
+            (OpType::Invoke, Does::Acquire) => Kind::Acquire,
+            (OpType::Invoke, Does::Release) => Kind::Release,
             _ => continue,
         };
-        let completion = pairs.completion_of(pos).map(|c| &history.events[c]);
-        let (ret, index) = match completion {
+        let completion = Some(completion_of[pos])
+            .filter(|&c| c != NIL)
+            .map(|c| &events[c as usize]);
+        let (done, index) = match completion {
             Some(c) if c.kind == OpType::Fail => continue,
-            Some(c) if c.kind == OpType::Ok => (Some(c.time.max(e.time)), c.index),
-            _ => (None, e.index),
+            Some(c) if c.kind == OpType::Ok => (c.time, c.index),
+            _ => (u64::MAX, e.index),
         };
         let token = completion
-            .and_then(|c| c.token.as_deref())
-            .or(e.token.as_deref());
+            .map(|c| c.token)
+            .filter(|&t| t != NONE)
+            .unwrap_or(e.token);
         let owner = match token {
-            Some(t) => {
-                let id = intern(OwnerKey::Token(t.to_owned()), &mut owners);
+            NONE if kind == Kind::Acquire && done == u64::MAX => {
+                let id = intern(OwnerKey::Wild(e.process), &mut owners);
+                let proc_owner = intern(OwnerKey::Process(e.process), &mut owners);
+                owners[id as usize].wild = true;
+                owners[id as usize].proc_owner = proc_owner;
+                owners[proc_owner as usize].wild_twin = id;
+                id
+            }
+            NONE => intern(OwnerKey::Process(e.process), &mut owners),
+            t => {
+                let id = intern(OwnerKey::Token(t), &mut owners);
                 match kind {
-                    Kind::Acquire => {
-                        acquire_tokens.insert(t);
-                    }
+                    Kind::Acquire => acquire_tokens[t as usize] = true,
                     Kind::Release => release_tokens.push((id, t)),
                 }
                 id
             }
-            None if kind == Kind::Acquire && ret.is_none() => {
-                let id = intern(OwnerKey::Wild(e.process.clone()), &mut owners);
-                let proc_owner = intern(OwnerKey::Process(e.process.clone()), &mut owners);
-                owners[id].wild = true;
-                owners[id].proc_owner = Some(proc_owner);
-                id
-            }
-            None => intern(OwnerKey::Process(e.process.clone()), &mut owners),
         };
         if kind == Kind::Acquire {
-            acquired.entry(&e.process).or_default().push(owner);
+            acquired.entry(e.process).or_default().push(owner);
         }
         ops.push(Op {
             kind,
             owner,
             invoke: e.time,
-            ret,
+            done,
             index,
         });
     }
     for (id, t) in release_tokens {
-        owners[id].orphan = !acquire_tokens.contains(t);
+        owners[id as usize].orphan = !acquire_tokens[t as usize];
     }
     Prepared { ops, owners }
 }
 
-/// Whether the search reads `e`: client lock ops and crashes.
-pub fn reads(e: &Event) -> bool {
-    let lock_op = e.f == f::ACQUIRE || e.f == f::RELEASE;
-    (lock_op && e.process.is_client()) || e.f == f::CRASH
+/// The lock operations of `history`, in time order, ready for the search.
+fn prepared(history: &History) -> Prepared {
+    let mut kept = Kept::default();
+    history.in_time_order().for_each(|e| kept.keep(e));
+    prepare(kept)
 }
 
 /// Checks `history` for linearizability against the owner-aware mutex.
 pub fn check(history: &History, budget: Budget) -> Outcome {
-    Search::new(prepare(history), budget).run()
+    Search::new(prepared(history), budget).run()
 }
 
-/// The lock operations as an owner-aware mutex, within the default budget:
-/// the anomaly, the checker's report, and why it gave up if it did.
-pub(crate) fn finding(history: &History) -> Finding {
-    let outcome = check(history, Budget::default());
+/// The checker as the registry runs it: fed every event in time order,
+/// keeping the lock events, then searching them within the default budget.
+#[derive(Default)]
+pub(crate) struct Linear(Kept);
+
+impl Whole for Linear {
+    fn keep(&mut self, e: &Event) {
+        self.0.keep(e);
+    }
+
+    fn finish(self: Box<Self>) -> Finding {
+        finding(Search::new(prepare(self.0), Budget::default()).run())
+    }
+}
+
+/// The anomaly, the checker's report, and why it gave up if it did.
+fn finding(outcome: Outcome) -> Finding {
     let mut nonlinear = Anomaly::default();
     if outcome.valid == Validity::False {
-        let time = outcome
-            .witness
-            .iter()
-            .filter_map(|i| history.events.iter().find(|e| e.index == *i))
-            .map(|e| e.time)
-            .max()
-            .unwrap_or_default();
         nonlinear.record(Witness {
             indices: outcome.witness.clone(),
-            time,
+            time: outcome.witness_time.unwrap_or_default(),
         });
     }
     let mut report = CheckerReport::new(outcome.valid);
@@ -272,313 +341,13 @@ pub(crate) fn finding(history: &History) -> Finding {
     }
 }
 
-const NIL: usize = usize::MAX;
-
-#[derive(Clone, Copy)]
-struct Entry {
-    op: usize,
-    call: bool,
-    prev: usize,
-    next: usize,
-    /// The matching return entry of a call (NIL if the op has none).
-    ret: usize,
-}
-
-struct Frame {
-    op: usize,
-    holder: Option<usize>,
-    /// Entries lifted as pruned (dead) while this frame was on top.
-    pruned: Vec<usize>,
-}
-
-struct Search {
-    p: Prepared,
-    budget: Budget,
-    /// entries[0] is the head sentinel.
-    entries: Vec<Entry>,
-    call_of: Vec<usize>,
-    zobrist: Vec<u128>,
-    /// Uncertain-or-ok acquires not yet linearized nor pruned, per owner.
-    rem_acq: Vec<usize>,
-    rem_wild_acq: usize,
-    /// `ok` releases not yet linearized, per owner, and those by orphans.
-    rem_ok_rel: Vec<usize>,
-    rem_orphan_ok_rel: usize,
-    base_pruned: Vec<usize>,
-}
-
-fn splitmix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
-impl Search {
-    fn new(p: Prepared, budget: Budget) -> Self {
-        // (time, returns after calls at equal times, op): an op that returns
-        // at t is concurrent with one invoked at t.
-        let mut order: Vec<(u64, bool, usize)> = Vec::new();
-        for (i, op) in p.ops.iter().enumerate() {
-            order.push((op.invoke, false, i));
-            if let Some(r) = op.ret {
-                order.push((r, true, i));
-            }
-        }
-        order.sort_unstable();
-        let mut entries = vec![Entry {
-            op: NIL,
-            call: false,
-            prev: NIL,
-            next: NIL,
-            ret: NIL,
-        }];
-        let mut call_of = vec![NIL; p.ops.len()];
-        for (k, &(_, is_ret, op)) in order.iter().enumerate() {
-            let id = k + 1;
-            entries.push(Entry {
-                op,
-                call: !is_ret,
-                prev: id - 1,
-                next: if k + 1 < order.len() { id + 1 } else { NIL },
-                ret: NIL,
-            });
-            if is_ret {
-                entries[call_of[op]].ret = id;
-            } else {
-                call_of[op] = id;
-            }
-        }
-        entries[0].next = if order.is_empty() { NIL } else { 1 };
-        let n_owners = p.owners.len();
-        let mut s = Search {
-            zobrist: (0..p.ops.len() as u64)
-                .map(|i| (u128::from(splitmix(2 * i)) << 64) | u128::from(splitmix(2 * i + 1)))
-                .collect(),
-            rem_acq: vec![0; n_owners],
-            rem_wild_acq: 0,
-            rem_ok_rel: vec![0; n_owners],
-            rem_orphan_ok_rel: 0,
-            base_pruned: Vec::new(),
-            p,
-            budget,
-            entries,
-            call_of,
-        };
-        for i in 0..s.p.ops.len() {
-            s.count(i, 1);
-        }
-        s
-    }
-
-    /// Adds `delta` (±1) to the remaining-op counters for op `i`.
-    fn count(&mut self, i: usize, delta: isize) {
-        let op = &self.p.ops[i];
-        let o = op.owner;
-        let add = |c: &mut usize| *c = c.checked_add_signed(delta).expect("counter");
-        match op.kind {
-            Kind::Acquire => {
-                add(&mut self.rem_acq[o]);
-                if self.p.owners[o].wild {
-                    add(&mut self.rem_wild_acq);
-                }
-            }
-            Kind::Release if op.certain() => {
-                add(&mut self.rem_ok_rel[o]);
-                if self.p.owners[o].orphan {
-                    add(&mut self.rem_orphan_ok_rel);
-                }
-            }
-            Kind::Release => {}
-        }
-    }
-
-    /// Whether uncertain op `i` can no longer matter (see the module doc).
-    fn dead(&self, i: usize, holder: Option<usize>) -> bool {
-        let op = &self.p.ops[i];
-        let o = op.owner;
-        let info = self.p.owners[o];
-        match op.kind {
-            Kind::Acquire => {
-                let by_proc = info.proc_owner.is_some_and(|p| self.rem_ok_rel[p] > 0);
-                self.rem_ok_rel[o] == 0 && !(info.wild && (by_proc || self.rem_orphan_ok_rel > 0))
-            }
-            Kind::Release => {
-                if holder.is_some_and(|h| self.p.releases(h, o)) || self.rem_acq[o] > 0 {
-                    return false;
-                }
-                // Wild acquires this release could release.
-                !(self.rem_wild_acq > 0
-                    && (info.orphan
-                        || self.p.owners.iter().enumerate().any(|(w, wi)| {
-                            wi.wild && wi.proc_owner == Some(o) && self.rem_acq[w] > 0
-                        })))
-            }
-        }
-    }
-
-    fn lift(&mut self, e: usize) {
-        let Entry { prev, next, .. } = self.entries[e];
-        self.entries[prev].next = next;
-        if next != NIL {
-            self.entries[next].prev = prev;
-        }
-    }
-
-    fn unlift(&mut self, e: usize) {
-        let Entry { prev, next, .. } = self.entries[e];
-        self.entries[prev].next = e;
-        if next != NIL {
-            self.entries[next].prev = e;
-        }
-    }
-
-    fn lift_op(&mut self, call: usize) {
-        self.lift(call);
-        let ret = self.entries[call].ret;
-        if ret != NIL {
-            self.lift(ret);
-        }
-    }
-
-    fn unlift_op(&mut self, call: usize) {
-        let ret = self.entries[call].ret;
-        if ret != NIL {
-            self.unlift(ret);
-        }
-        self.unlift(call);
-    }
-
-    fn run(mut self) -> Outcome {
-        let started = Instant::now();
-        let mut memo: HashSet<(u128, usize)> = HashSet::new();
-        let mut stack: Vec<Frame> = Vec::new();
-        let mut holder: Option<usize> = None;
-        let mut hash: u128 = 0;
-        // Furthest failure: (return entry's time, stuck op, op that set the holder).
-        let mut worst: Option<(u64, usize, Option<usize>)> = None;
-        let mut steps: u64 = 0;
-        let mut e = self.entries[0].next;
-        let unknown = |why: String, states: usize| Outcome {
-            valid: Validity::Unknown,
-            witness: Vec::new(),
-            reason: Some(why),
-            states,
-        };
-        loop {
-            steps += 1;
-            if steps & 1023 == 0 && started.elapsed() > self.budget.max_time {
-                return unknown(
-                    format!(
-                        "gave up after {:?} ({} states)",
-                        self.budget.max_time,
-                        memo.len()
-                    ),
-                    memo.len(),
-                );
-            }
-            if e == NIL {
-                // No return entry left: every `ok` op is linearized.
-                return Outcome {
-                    valid: Validity::True,
-                    witness: Vec::new(),
-                    reason: None,
-                    states: memo.len(),
-                };
-            }
-            let entry = self.entries[e];
-            let i = entry.op;
-            if entry.call {
-                if !self.p.ops[i].certain() && self.dead(i, holder) {
-                    self.lift(e);
-                    self.count(i, -1);
-                    match stack.last_mut() {
-                        Some(top) => top.pruned.push(e),
-                        None => self.base_pruned.push(e),
-                    }
-                    e = entry.next;
-                    continue;
-                }
-                if let Some(next_holder) = self.p.step(holder, &self.p.ops[i]) {
-                    let next_hash = hash ^ self.zobrist[i];
-                    if memo.insert((next_hash, next_holder.map_or(NIL, |h| h))) {
-                        if memo.len() > self.budget.max_states {
-                            return unknown(
-                                format!("gave up after {} states", self.budget.max_states),
-                                memo.len(),
-                            );
-                        }
-                        stack.push(Frame {
-                            op: i,
-                            holder,
-                            pruned: Vec::new(),
-                        });
-                        self.lift_op(e);
-                        self.count(i, -1);
-                        holder = next_holder;
-                        hash = next_hash;
-                        e = self.entries[0].next;
-                        continue;
-                    }
-                }
-                e = entry.next;
-                continue;
-            }
-            // The return of an op not yet linearized: this branch fails.
-            let time = self.p.ops[i].ret.unwrap_or(u64::MAX);
-            if worst.is_none_or(|(t, _, _)| time > t) {
-                let setter = holder.and_then(|_| {
-                    stack
-                        .iter()
-                        .rev()
-                        .find(|f| self.p.ops[f.op].kind == Kind::Acquire)
-                        .map(|f| f.op)
-                });
-                worst = Some((time, i, setter));
-            }
-            let Some(frame) = stack.pop() else {
-                let (_, stuck, setter) = worst.expect("a failure was recorded");
-                let mut witness: Vec<u64> = [Some(stuck), setter]
-                    .into_iter()
-                    .flatten()
-                    .map(|o| self.p.ops[o].index)
-                    .collect();
-                witness.sort_unstable();
-                witness.dedup();
-                let op = &self.p.ops[stuck];
-                return Outcome {
-                    valid: Validity::False,
-                    reason: Some(format!(
-                        "no order of the lock operations explains the {} completed at event {}",
-                        match op.kind {
-                            Kind::Acquire => "acquire",
-                            Kind::Release => "release",
-                        },
-                        op.index
-                    )),
-                    witness,
-                    states: memo.len(),
-                };
-            };
-            for &p in frame.pruned.iter().rev() {
-                self.unlift(p);
-                self.count(self.entries[p].op, 1);
-            }
-            let call = self.call_of[frame.op];
-            self.unlift_op(call);
-            self.count(frame.op, 1);
-            hash ^= self.zobrist[frame.op];
-            holder = frame.holder;
-            e = self.entries[call].next;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::{f, Process};
     use crate::testing::Hist;
     use proptest::prelude::*;
+    use std::time::Instant;
 
     fn run(h: &Hist) -> Outcome {
         check(&h.build(), Budget::default())
@@ -611,6 +380,8 @@ mod tests {
         let out = run(&h);
         assert_eq!(out.valid, Validity::False, "{out:?}");
         assert_eq!(out.witness, vec![1, 3]);
+        // When the later of the two happened.
+        assert_eq!(out.witness_time, Some(3 * crate::testing::STEP));
         assert!(out.reason.is_some());
     }
 
@@ -807,7 +578,7 @@ mod tests {
     /// every order that respects real time (a before b when a completed
     /// before b was invoked).
     fn oracle(p: &Prepared) -> bool {
-        fn go(p: &Prepared, placed: &mut Vec<bool>, holder: Option<usize>) -> bool {
+        fn go(p: &Prepared, placed: &mut Vec<bool>, holder: u32) -> bool {
             if (0..p.ops.len()).all(|i| placed[i] || !p.ops[i].certain()) {
                 return true;
             }
@@ -816,7 +587,7 @@ mod tests {
                     continue;
                 }
                 let ready = (0..p.ops.len())
-                    .all(|j| placed[j] || p.ops[j].ret.is_none_or(|r| r >= p.ops[i].invoke));
+                    .all(|j| placed[j] || p.ops[j].ret().is_none_or(|r| r >= p.ops[i].invoke));
                 if !ready {
                     continue;
                 }
@@ -831,7 +602,7 @@ mod tests {
             }
             false
         }
-        go(p, &mut vec![false; p.ops.len()], None)
+        go(p, &mut vec![false; p.ops.len()], NIL)
     }
 
     #[derive(Clone, Debug)]
@@ -908,7 +679,7 @@ mod tests {
             let h = history(&steps);
             let out = check(&h, Budget::default());
             prop_assume!(out.valid != Validity::Unknown);
-            let expected = oracle(&prepare(&h));
+            let expected = oracle(&prepared(&h));
             prop_assert_eq!(out.valid == Validity::True, expected, "{:?}", out);
             prop_assert_eq!(out.witness.is_empty(), expected);
         }

@@ -3,7 +3,7 @@
 //! checkers or anomalies (the verdict, the one pass, reports, plots, the live
 //! tally) reads them from there, so a new checker is one module and one line.
 
-use crate::history::{Event, History};
+use crate::history::Event;
 use crate::settings::Settings;
 use crate::verdict::{Anomaly, CheckerReport};
 use crate::{Checker, CHECKERS};
@@ -53,12 +53,18 @@ pub(crate) enum Fed {
     /// share (a history in memory or streamed); made for the check's
     /// settings.
     Events(fn(&Settings) -> Box<dyn Checker>),
-    /// After that pass, the events `keeps` accepts, all at once: a search
-    /// that needs them together. A streamed check may leave it out.
-    Whole {
-        keeps: fn(&Event) -> bool,
-        check: fn(&History) -> Finding,
-    },
+    /// Fed the same events, but deciding only at the end: a search that
+    /// needs them together keeps (compactly) what it reads of them. A
+    /// streamed check may leave it out.
+    Whole(fn() -> Box<dyn Whole>),
+}
+
+/// A whole-history checker: fed each event in time order, it keeps what
+/// it reads, then decides from all of it.
+pub(crate) trait Whole {
+    fn keep(&mut self, e: &Event);
+
+    fn finish(self: Box<Self>) -> Finding;
 }
 
 /// What a checker found: its entry under `checkers`, each of its anomalies
@@ -131,11 +137,10 @@ mod tests {
 
     #[test]
     fn each_checker_reports_exactly_its_registered_anomalies() {
-        let empty = History::default();
         for c in CHECKERS {
             let finding = match &c.fed {
                 Fed::Events(new) => new(&Settings::default()).finish(),
-                Fed::Whole { check, .. } => check(&empty),
+                Fed::Whole(new) => new().finish(),
             };
             let found: Vec<_> = finding.anomalies.iter().map(|(n, _)| *n).collect();
             let listed: Vec<_> = c.anomalies.iter().map(|a| a.name).collect();

@@ -6,8 +6,8 @@
 
 use crate::history::fault::{AT, PROCESS};
 use crate::history::{f, Event, OpType, Process};
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -118,9 +118,9 @@ fn show(e: Option<&(OpType, String)>) -> String {
 #[derive(Default)]
 pub struct Placement {
     /// Client process → its latest event (type, op).
-    last: HashMap<u64, (OpType, String)>,
+    last: FxHashMap<u64, (OpType, String)>,
     /// Client process → (fault event index and name, point) awaiting the next event.
-    pending: HashMap<u64, (u64, String, Point)>,
+    pending: FxHashMap<u64, (u64, String, Point)>,
     /// (fault event index, fault event name, why it is not where it says).
     pub misplaced: Vec<(u64, String, String)>,
 }
@@ -139,7 +139,16 @@ impl Placement {
                     self.misplaced.push((index, name, why));
                 }
             }
-            self.last.insert(p, (e.kind, e.f.clone()));
+            // Every client event passes here: reuse the op's string.
+            match self.last.get_mut(&p) {
+                Some((kind, f)) => {
+                    *kind = e.kind;
+                    f.clone_from(&e.f);
+                }
+                None => {
+                    self.last.insert(p, (e.kind, e.f.clone()));
+                }
+            }
             return;
         }
         // The start of a strike is where it landed; its stop repeats the point.

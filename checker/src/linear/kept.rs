@@ -1,0 +1,100 @@
+//! What the search keeps of each event it reads, while the history streams
+//! past: 32 bytes, with processes and tokens interned, instead of a whole
+//! [`Event`] (some 260 bytes with its strings). A 10 M-event history has
+//! about 6 M lock events, so this is most of a streamed check's memory.
+
+use crate::history::{f, Event, OpType, Process};
+use rustc_hash::FxHashMap;
+
+/// No token, or not a crash.
+pub const NONE: u32 = u32::MAX;
+
+/// What a kept event does: the two lock ops, or a process's death.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Does {
+    Acquire,
+    Release,
+    Crash,
+}
+
+/// One kept event.
+#[derive(Clone, Copy, Debug)]
+pub struct LockEvent {
+    pub time: u64,
+    pub index: u64,
+    /// Interned [`Process`] (see [`Kept::processes`]).
+    pub process: u32,
+    /// Interned token, or [`NONE`].
+    pub token: u32,
+    /// For a crash: the interned process that died; [`NONE`] otherwise
+    /// (a crash event that names no process is kept for its pairing only).
+    pub dead: u32,
+    pub kind: OpType,
+    pub does: Does,
+}
+
+/// The kept events, in the order they were fed, and the interning tables.
+/// Tokens are only ever compared, so their text is kept once, as a key.
+#[derive(Default)]
+pub struct Kept {
+    pub events: Vec<LockEvent>,
+    processes: FxHashMap<Process, u32>,
+    tokens: FxHashMap<Box<str>, u32>,
+}
+
+impl Kept {
+    /// Keeps `e` if the search reads it: client lock ops and crashes.
+    pub fn keep(&mut self, e: &Event) {
+        let does = match e.f.as_str() {
+            f::ACQUIRE if e.process.is_client() => Does::Acquire,
+            f::RELEASE if e.process.is_client() => Does::Release,
+            f::CRASH => Does::Crash,
+            _ => return,
+        };
+        let dead = match does {
+            Does::Crash => e.crashed().map_or(NONE, |p| self.process(&p)),
+            _ => NONE,
+        };
+        let kept = LockEvent {
+            time: e.time,
+            index: e.index,
+            process: self.process(&e.process),
+            token: e.token.as_deref().map_or(NONE, |t| self.token(t)),
+            dead,
+            kind: e.kind,
+            does,
+        };
+        self.events.push(kept);
+    }
+
+    /// How many distinct processes and tokens were seen (interned ids are
+    /// below these), and the events, without the interning tables.
+    pub fn into_ids(self) -> (usize, usize, Vec<LockEvent>) {
+        (self.processes.len(), self.tokens.len(), self.events)
+    }
+
+    fn process(&mut self, p: &Process) -> u32 {
+        if let Some(&id) = self.processes.get(p) {
+            return id;
+        }
+        let id = next_id(self.processes.len());
+        self.processes.insert(p.clone(), id);
+        id
+    }
+
+    fn token(&mut self, t: &str) -> u32 {
+        if let Some(&id) = self.tokens.get(t) {
+            return id;
+        }
+        let id = next_id(self.tokens.len());
+        self.tokens.insert(t.into(), id);
+        id
+    }
+}
+
+fn next_id(len: usize) -> u32 {
+    u32::try_from(len)
+        .ok()
+        .filter(|&id| id != NONE)
+        .expect("fewer than 4 G distinct processes and tokens")
+}

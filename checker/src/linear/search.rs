@@ -1,0 +1,357 @@
+//! The search itself: Wing–Gong/Lowe just-in-time linearization (as in
+//! porcupine) over the time-ordered call/return entries, with backtracking,
+//! a memo of visited states and the pruning the module doc describes.
+//!
+//! Sized for millions of ops: links are `u32`, an op's Zobrist key is
+//! computed when needed rather than stored, the ops pruned under each frame
+//! share one stack, and a memo entry is one 128-bit key (the linearized
+//! set's hash with the holder's folded in).
+
+use super::{Budget, Kind, Op, Outcome, Prepared, NIL};
+use crate::verdict::Validity;
+use rustc_hash::FxHashSet;
+use std::time::Instant;
+
+#[derive(Clone, Copy)]
+struct Entry {
+    op: u32,
+    call: bool,
+    prev: u32,
+    next: u32,
+    /// The matching return entry of a call (NIL if the op has none).
+    ret: u32,
+}
+
+struct Frame {
+    op: u32,
+    holder: u32,
+    /// Where this frame's pruned entries start in `Search::pruned`: those
+    /// lifted as dead while it was on top.
+    pruned_from: u32,
+}
+
+pub(super) struct Search {
+    p: Prepared,
+    budget: Budget,
+    /// entries[0] is the head sentinel.
+    entries: Vec<Entry>,
+    call_of: Vec<u32>,
+    /// Uncertain-or-ok acquires not yet linearized nor pruned, per owner.
+    rem_acq: Vec<u32>,
+    rem_wild_acq: usize,
+    /// `ok` releases not yet linearized, per owner, and those by orphans.
+    rem_ok_rel: Vec<u32>,
+    rem_orphan_ok_rel: usize,
+    /// Entries lifted as dead, frame by frame (those below the first
+    /// frame's were pruned with nothing linearized and stay lifted).
+    pruned: Vec<u32>,
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// Op `i`'s Zobrist key: the linearized set's hash is the xor of its ops'.
+fn zobrist(i: u32) -> u128 {
+    let i = u64::from(i);
+    (u128::from(splitmix(2 * i)) << 64) | u128::from(splitmix(2 * i + 1))
+}
+
+/// The memo key of a state: the set's hash with the holder's key folded in,
+/// drawn from inputs no op's key uses (theirs are below 2^33).
+fn state(hash: u128, holder: u32) -> u128 {
+    if holder == NIL {
+        return hash;
+    }
+    let h = u64::from(holder) | 1 << 63;
+    hash ^ (u128::from(splitmix(h)) << 64 | u128::from(splitmix(h ^ 1 << 62)))
+}
+
+fn to_u32(n: usize) -> u32 {
+    u32::try_from(n)
+        .ok()
+        .filter(|&n| n != NIL)
+        .expect("fewer than 4 G lock ops")
+}
+
+impl Search {
+    pub(super) fn new(p: Prepared, budget: Budget) -> Self {
+        // Entries in order of (time, returns after calls at equal times, op):
+        // an op that returns at t is concurrent with one invoked at t. Calls
+        // and returns are each sorted, then merged.
+        let n = to_u32(p.ops.len());
+        let mut calls: Vec<u32> = (0..n).collect();
+        calls.sort_by_key(|&i| (p.ops[i as usize].invoke, i));
+        let mut rets: Vec<u32> = (0..n).filter(|&i| p.ops[i as usize].certain()).collect();
+        rets.sort_by_key(|&i| (p.ops[i as usize].ret(), i));
+        let total = calls.len() + rets.len();
+        let mut entries = Vec::with_capacity(total + 1);
+        entries.push(Entry {
+            op: NIL,
+            call: false,
+            prev: NIL,
+            next: if total == 0 { NIL } else { 1 },
+            ret: NIL,
+        });
+        let mut call_of = vec![NIL; calls.len()];
+        let (mut c, mut r) = (calls.into_iter().peekable(), rets.into_iter().peekable());
+        while entries.len() <= total {
+            let call_first = match (c.peek(), r.peek()) {
+                (Some(&ci), Some(&ri)) => {
+                    Some(p.ops[ci as usize].invoke) <= p.ops[ri as usize].ret()
+                }
+                (call, _) => call.is_some(),
+            };
+            let (op, call) = match call_first {
+                true => (c.next().expect("peeked"), true),
+                false => (r.next().expect("peeked"), false),
+            };
+            let id = to_u32(entries.len());
+            entries.push(Entry {
+                op,
+                call,
+                prev: id - 1,
+                next: if entries.len() < total { id + 1 } else { NIL },
+                ret: NIL,
+            });
+            match call {
+                true => call_of[op as usize] = id,
+                false => entries[call_of[op as usize] as usize].ret = id,
+            }
+        }
+        let owners = p.owners.len();
+        let mut s = Search {
+            rem_acq: vec![0; owners],
+            rem_wild_acq: 0,
+            rem_ok_rel: vec![0; owners],
+            rem_orphan_ok_rel: 0,
+            pruned: Vec::new(),
+            p,
+            budget,
+            entries,
+            call_of,
+        };
+        for i in 0..n {
+            s.count(i, true);
+        }
+        s
+    }
+
+    /// Adds (`up`) or takes one from the remaining-op counters for op `i`.
+    fn count(&mut self, i: u32, up: bool) {
+        let op = &self.p.ops[i as usize];
+        let o = op.owner as usize;
+        let info = self.p.owners[o];
+        let step = |c: &mut u32| *c = if up { *c + 1 } else { *c - 1 };
+        let step_total = |c: &mut usize| *c = if up { *c + 1 } else { *c - 1 };
+        match op.kind {
+            Kind::Acquire => {
+                step(&mut self.rem_acq[o]);
+                if info.wild {
+                    step_total(&mut self.rem_wild_acq);
+                }
+            }
+            Kind::Release if op.certain() => {
+                step(&mut self.rem_ok_rel[o]);
+                if info.orphan {
+                    step_total(&mut self.rem_orphan_ok_rel);
+                }
+            }
+            Kind::Release => {}
+        }
+    }
+
+    /// Whether uncertain op `i` can no longer matter (see the module doc).
+    fn dead(&self, i: u32, holder: u32) -> bool {
+        let op = &self.p.ops[i as usize];
+        let o = op.owner;
+        let info = self.p.owners[o as usize];
+        match op.kind {
+            Kind::Acquire => {
+                let by_proc =
+                    info.proc_owner != NIL && self.rem_ok_rel[info.proc_owner as usize] > 0;
+                self.rem_ok_rel[o as usize] == 0
+                    && !(info.wild && (by_proc || self.rem_orphan_ok_rel > 0))
+            }
+            Kind::Release => {
+                if holder != NIL && self.p.releases(holder, o) || self.rem_acq[o as usize] > 0 {
+                    return false;
+                }
+                // Wild acquires this release could release: any, for an
+                // orphan; its process's own (at most one wild owner), else.
+                let twin = info.wild_twin;
+                !(self.rem_wild_acq > 0
+                    && (info.orphan || twin != NIL && self.rem_acq[twin as usize] > 0))
+            }
+        }
+    }
+
+    fn lift(&mut self, e: u32) {
+        let Entry { prev, next, .. } = self.entries[e as usize];
+        self.entries[prev as usize].next = next;
+        if next != NIL {
+            self.entries[next as usize].prev = prev;
+        }
+    }
+
+    fn unlift(&mut self, e: u32) {
+        let Entry { prev, next, .. } = self.entries[e as usize];
+        self.entries[prev as usize].next = e;
+        if next != NIL {
+            self.entries[next as usize].prev = e;
+        }
+    }
+
+    fn lift_op(&mut self, call: u32) {
+        self.lift(call);
+        let ret = self.entries[call as usize].ret;
+        if ret != NIL {
+            self.lift(ret);
+        }
+    }
+
+    fn unlift_op(&mut self, call: u32) {
+        let ret = self.entries[call as usize].ret;
+        if ret != NIL {
+            self.unlift(ret);
+        }
+        self.unlift(call);
+    }
+
+    pub(super) fn run(mut self) -> Outcome {
+        let started = Instant::now();
+        let mut memo: FxHashSet<u128> = FxHashSet::default();
+        let mut stack: Vec<Frame> = Vec::new();
+        let mut holder: u32 = NIL;
+        let mut hash: u128 = 0;
+        // Furthest failure: (return entry's time, stuck op, op that set the holder).
+        let mut worst: Option<(u64, u32, Option<u32>)> = None;
+        let mut steps: u64 = 0;
+        let mut e = self.entries[0].next;
+        let unknown = |why: String, states: usize| Outcome {
+            valid: Validity::Unknown,
+            witness: Vec::new(),
+            witness_time: None,
+            reason: Some(why),
+            states,
+        };
+        loop {
+            steps += 1;
+            if steps & 1023 == 0 && started.elapsed() > self.budget.max_time {
+                return unknown(
+                    format!(
+                        "gave up after {:?} ({} states)",
+                        self.budget.max_time,
+                        memo.len()
+                    ),
+                    memo.len(),
+                );
+            }
+            if e == NIL {
+                // No return entry left: every `ok` op is linearized.
+                return Outcome {
+                    valid: Validity::True,
+                    witness: Vec::new(),
+                    witness_time: None,
+                    reason: None,
+                    states: memo.len(),
+                };
+            }
+            let entry = self.entries[e as usize];
+            let i = entry.op;
+            if entry.call {
+                if !self.p.ops[i as usize].certain() && self.dead(i, holder) {
+                    self.lift(e);
+                    self.count(i, false);
+                    self.pruned.push(e);
+                    e = entry.next;
+                    continue;
+                }
+                if let Some(next_holder) = self.p.step(holder, &self.p.ops[i as usize]) {
+                    let next_hash = hash ^ zobrist(i);
+                    if memo.insert(state(next_hash, next_holder)) {
+                        if memo.len() > self.budget.max_states {
+                            return unknown(
+                                format!("gave up after {} states", self.budget.max_states),
+                                memo.len(),
+                            );
+                        }
+                        stack.push(Frame {
+                            op: i,
+                            holder,
+                            pruned_from: to_u32(self.pruned.len()),
+                        });
+                        self.lift_op(e);
+                        self.count(i, false);
+                        holder = next_holder;
+                        hash = next_hash;
+                        e = self.entries[0].next;
+                        continue;
+                    }
+                }
+                e = entry.next;
+                continue;
+            }
+            // The return of an op not yet linearized: this branch fails.
+            let time = self.p.ops[i as usize].ret().unwrap_or(u64::MAX);
+            if worst.is_none_or(|(t, _, _)| time > t) {
+                let setter = (holder != NIL)
+                    .then(|| {
+                        stack
+                            .iter()
+                            .rev()
+                            .find(|f| self.p.ops[f.op as usize].kind == Kind::Acquire)
+                            .map(|f| f.op)
+                    })
+                    .flatten();
+                worst = Some((time, i, setter));
+            }
+            let Some(frame) = stack.pop() else {
+                let (_, stuck, setter) = worst.expect("a failure was recorded");
+                return self.invalid(stuck, setter, memo.len());
+            };
+            while self.pruned.len() > frame.pruned_from as usize {
+                let p = self.pruned.pop().expect("above the frame's start");
+                self.unlift(p);
+                self.count(self.entries[p as usize].op, true);
+            }
+            let call = self.call_of[frame.op as usize];
+            self.unlift_op(call);
+            self.count(frame.op, true);
+            hash ^= zobrist(frame.op);
+            holder = frame.holder;
+            e = self.entries[call as usize].next;
+        }
+    }
+
+    /// No order explains op `stuck`'s completion: the witness is it and the
+    /// acquire that set the holder it found, if any.
+    fn invalid(&self, stuck: u32, setter: Option<u32>, states: usize) -> Outcome {
+        let named: Vec<&Op> = [Some(stuck), setter]
+            .into_iter()
+            .flatten()
+            .map(|o| &self.p.ops[o as usize])
+            .collect();
+        let mut witness: Vec<u64> = named.iter().map(|o| o.index).collect();
+        witness.sort_unstable();
+        witness.dedup();
+        let op = &self.p.ops[stuck as usize];
+        Outcome {
+            valid: Validity::False,
+            reason: Some(format!(
+                "no order of the lock operations explains the {} completed at event {}",
+                match op.kind {
+                    Kind::Acquire => "acquire",
+                    Kind::Release => "release",
+                },
+                op.index
+            )),
+            witness,
+            witness_time: named.iter().map(|o| o.at()).max(),
+            states,
+        }
+    }
+}
