@@ -7,7 +7,7 @@ use crate::check::Format;
 use crate::clients::Client;
 use crate::error::{Error, Result};
 use crate::matrix::MatrixArgs;
-use crate::options::RunOptions;
+use crate::options::{RunOptions, RunPlan};
 use crate::{check, exit, logging, matrix, run, summary};
 use checker::{Promise, Validity};
 use clap::{Parser, Subcommand};
@@ -55,6 +55,13 @@ enum Command {
         daemon: PathBuf,
         #[arg(long)]
         run: String,
+    },
+    /// One run of a matrix, in a process of its own (started by `matrix`).
+    #[command(hide = true)]
+    Cell {
+        /// The run's resolved plan as JSON (written by the matrix).
+        #[arg(long)]
+        plan: String,
     },
     #[command(hide = true)]
     Worker {
@@ -156,6 +163,7 @@ pub fn main() -> ExitCode {
     };
     match cli.command {
         Some(Command::Worker { spec }) => worker(&spec),
+        Some(Command::Cell { plan }) => cell(&plan),
         Some(Command::Reap { daemon, run }) => reap(&daemon, &run),
         Some(Command::Image(args)) => finish(image_command(args)),
         Some(Command::Check(args)) => finish(check_command(args)),
@@ -390,6 +398,29 @@ fn reap(daemon: &std::path::Path, run: &str) -> ExitCode {
     #[cfg(not(feature = "docker"))]
     let _ = (daemon, run);
     ExitCode::SUCCESS
+}
+
+/// A matrix's run: its outcome as a line on stdout ([`matrix::cell`]),
+/// its exit code as `run`'s.
+fn cell(plan: &str) -> ExitCode {
+    let plan: RunPlan = match serde_json::from_str(plan) {
+        Ok(plan) => plan,
+        Err(e) => {
+            complain(&format!(
+                "lockstorm cell: bad --plan ({e}); cells are started by `lockstorm matrix`"
+            ));
+            return ExitCode::from(exit::BAD_INPUT);
+        }
+    };
+    logging::init();
+    crate::progress::report_to_matrix();
+    route_docker(plan.backend);
+    let outcome = runtime().and_then(|rt| rt.block_on(run::run_plan(plan)));
+    matrix::cell::report(&matrix::cell::outcome_line(&outcome));
+    match outcome {
+        Ok(o) => ExitCode::from(exit::of(o.results.valid)),
+        Err(e) => ExitCode::from(e.exit_code()),
+    }
 }
 
 fn worker(spec: &str) -> ExitCode {

@@ -56,6 +56,10 @@ pub enum Error {
     /// `lockstorm report` could not write its pages or pictures.
     #[error("{0}")]
     Report(String),
+    /// A matrix's cell (a run in a process of its own) failed: its own
+    /// error's message and exit code.
+    #[error("{message}")]
+    Cell { message: String, code: u8 },
 }
 
 impl Error {
@@ -76,6 +80,7 @@ impl Error {
             | Error::NoFreeFolder { .. }
             | Error::ClientSetup(_)
             | Error::Report(_) => exit::HARNESS_FAILED,
+            Error::Cell { code, .. } => *code,
         }
     }
 }

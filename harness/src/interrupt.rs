@@ -15,6 +15,13 @@ pub struct Interrupt {
 impl Interrupt {
     /// From now on the three signals are caught (for the rest of the process).
     pub fn catch() -> std::io::Result<Self> {
+        Self::catch_saying(
+            "interrupted; healing faults, stopping workers and checking what was recorded",
+        )
+    }
+
+    /// As [`Interrupt::catch`], warning `first` at the first signal.
+    pub fn catch_saying(first: &'static str) -> std::io::Result<Self> {
         let mut int = signal(SignalKind::interrupt())?;
         let mut term = signal(SignalKind::terminate())?;
         let mut hup = signal(SignalKind::hangup())?;
@@ -30,9 +37,7 @@ impl Interrupt {
                 };
                 tx.send_modify(|n| *n += 1);
                 match *tx.borrow() {
-                    1 => tracing::warn!(
-                        "{name}: interrupted; healing faults, stopping workers and checking what was recorded"
-                    ),
+                    1 => tracing::warn!("{name}: {first}"),
                     _ => tracing::warn!(
                         "{name} again: still healing faults and stopping every process; the run exits when that is done"
                     ),

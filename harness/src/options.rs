@@ -189,6 +189,9 @@ pub struct RunPlan {
     pub acquire_timeout: Duration,
     #[serde(rename = "op_timeout_ms", with = "millis")]
     pub op_timeout: Duration,
+    /// The run's loopback addresses are `127.0.<block>.x`: a matrix gives
+    /// each of the cells it runs at once its own block (0 for a lone run).
+    pub address_block: u8,
 }
 
 /// Why options cannot become a plan.
@@ -354,6 +357,7 @@ impl RunOptions {
             no_validity_check: self.no_validity_check,
             acquire_timeout: ms(self.acquire_timeout_ms.unwrap_or(ttl * 2)),
             op_timeout: ms(self.op_timeout_ms),
+            address_block: 0,
         };
         plan.check_schedule_fits()?;
         Ok(plan)

@@ -1,5 +1,7 @@
 //! What a run is doing while it runs: a progress bar in a terminal, a plain
-//! line every few seconds otherwise (CI logs, pipes, tests).
+//! line every few seconds otherwise (CI logs, pipes, tests), or, for a run
+//! that is a matrix's cell, a [`Tick`] a second on stdout for the matrix to
+//! show beside the other cells.
 //!
 //! Anomalies "so far" come from the linear checkers fed as events arrive,
 //! put back into time order within a window as long as the longest pause (a
@@ -9,7 +11,9 @@
 use checker::history::{Event, OpType};
 use checker::{OnePass, Pairing, Reorder};
 use indicatif::{ProgressBar, ProgressFinish, ProgressStyle};
+use serde::{Deserialize, Serialize};
 use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// The live tally, fed every event the journal writes.
@@ -77,10 +81,38 @@ pub fn interactive() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("CI").is_none()
 }
 
+/// Set once by a matrix's cell: progress goes to the matrix, on stdout.
+static TO_MATRIX: AtomicBool = AtomicBool::new(false);
+
+/// From now on this process's runs report [`Tick`]s on stdout.
+pub fn report_to_matrix() {
+    TO_MATRIX.store(true, Ordering::SeqCst);
+}
+
+/// Where a cell's run is, as the matrix shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tick {
+    pub elapsed_s: u64,
+    /// The live tally ([`Snapshot`]'s line).
+    pub tally: String,
+}
+
 /// Waits `limit`, showing progress from `snapshot` as it goes.
 pub async fn wait(title: &str, limit: Duration, snapshot: impl Fn() -> Snapshot) {
     let start = tokio::time::Instant::now();
     let deadline = start + limit;
+    if TO_MATRIX.load(Ordering::SeqCst) {
+        while tokio::time::Instant::now() < deadline {
+            let tick = Tick {
+                elapsed_s: start.elapsed().as_secs(),
+                tally: snapshot().to_string(),
+            };
+            crate::matrix::cell::report(&crate::matrix::cell::Line::Progress(tick));
+            tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + TICK_TO_MATRIX))
+                .await;
+        }
+        return;
+    }
     if interactive() {
         // Cleared also when the wait is cut short by a signal (dropped).
         let bar = ProgressBar::new(limit.as_secs().max(1)).with_finish(ProgressFinish::AndClear);
@@ -115,6 +147,7 @@ pub async fn wait(title: &str, limit: Duration, snapshot: impl Fn() -> Snapshot)
 }
 
 const TICK: Duration = Duration::from_millis(200);
+const TICK_TO_MATRIX: Duration = Duration::from_secs(1);
 const PLAIN_EVERY: Duration = Duration::from_secs(5);
 
 #[cfg(test)]

@@ -276,7 +276,7 @@ fn worker_spec(options: &RunPlan, index: u64, topology: &Topology, clock: RunClo
         lock_node_names: topology.lock_names(),
         sentinels: topology.sentinel_addrs(),
         wait_replicas: options.wait_replicas,
-        source: Some(crate::topology::worker_ip(index)),
+        source: Some(topology.addresses.worker(index)),
         storage_node: topology.storage_addr.clone(),
         ttl_ms: millis(options.ttl),
         work_ms: millis(options.work),

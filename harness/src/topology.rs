@@ -46,20 +46,42 @@ pub struct Topology {
     firewall: Option<Firewall>,
     /// Node name → its time shim's control file (clock nemesis only).
     clocks: Vec<(String, TimeControl)>,
+    pub addresses: Addresses,
 }
 
-fn data_ip(n: u8) -> Ipv4Addr {
-    Ipv4Addr::new(127, 0, 0, 10 + n)
+/// Where one run's nodes listen and its workers connect from: every
+/// address in `127.0.<block>.0/24`. Runs in different blocks share no
+/// address, hence no port (a restarted node gets its own back), no
+/// partition rule (rules name addresses) and no worker source address: a
+/// matrix gives each cell it runs at once a block of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Addresses {
+    pub block: u8,
 }
 
-fn sentinel_ip(n: u8) -> Ipv4Addr {
-    Ipv4Addr::new(127, 0, 0, 20 + n)
-}
+impl Addresses {
+    fn host(self, host: u8) -> Ipv4Addr {
+        Ipv4Addr::new(127, 0, self.block, host)
+    }
 
-/// Each worker connects from its own address, so a partition can cut one
-/// worker off from one node.
-pub fn worker_ip(worker: u64) -> Ipv4Addr {
-    Ipv4Addr::new(127, 0, 0, 100 + worker as u8)
+    /// Data node `n` (1-based).
+    fn data(self, n: u8) -> Ipv4Addr {
+        self.host(10 + n)
+    }
+
+    fn sentinel(self, n: u8) -> Ipv4Addr {
+        self.host(20 + n)
+    }
+
+    fn storage(self) -> Ipv4Addr {
+        self.host(1)
+    }
+
+    /// Each worker connects from its own address, so a partition can cut
+    /// one worker off from one node (at most 64 workers: 100 to 163).
+    pub fn worker(self, worker: u64) -> Ipv4Addr {
+        self.host(100 + worker as u8)
+    }
 }
 
 /// Whether the run cuts links; if so, iptables must be there and usable.
@@ -102,6 +124,9 @@ impl Topology {
             })?),
             false => None,
         };
+        let addresses = Addresses {
+            block: options.address_block,
+        };
         let mut clocks = Vec::new();
         let mut clock_for = |name: &str| -> Result<Option<NodeClock>> {
             let Some(shim) = &shim else { return Ok(None) };
@@ -128,7 +153,7 @@ impl Topology {
         for n in 1..=options.config.lock_nodes() as u8 {
             let name = format!("n{n}");
             let clock = clock_for(&name)?;
-            nodes.push(start(spec(&name, Role::Lock, data_ip(n), clock)).await?);
+            nodes.push(start(spec(&name, Role::Lock, addresses.data(n), clock)).await?);
         }
         if options.config == Config::Replicated {
             let primary = nodes[0].addr();
@@ -138,7 +163,7 @@ impl Topology {
                 };
                 let name = format!("n{n}");
                 let clock = clock_for(&name)?;
-                nodes.push(start(spec(&name, role, data_ip(n), clock)).await?);
+                nodes.push(start(spec(&name, role, addresses.data(n), clock)).await?);
             }
             await_replication(&nodes[0], 2).await?;
             for n in 1..=3 {
@@ -148,10 +173,10 @@ impl Topology {
                     down_after_ms: options.down_after.as_millis() as u64,
                     failover_timeout_ms: options.failover_timeout.as_millis() as u64,
                 };
-                nodes.push(start(spec(&format!("s{n}"), role, sentinel_ip(n), None)).await?);
+                nodes.push(start(spec(&format!("s{n}"), role, addresses.sentinel(n), None)).await?);
             }
         }
-        let storage = start(spec("storage", Role::Storage, Ipv4Addr::LOCALHOST, None)).await?;
+        let storage = start(spec("storage", Role::Storage, addresses.storage(), None)).await?;
         let mut sentinels = Vec::new();
         for node in nodes
             .iter()
@@ -171,6 +196,7 @@ impl Topology {
             storage: Mutex::new(storage),
             firewall,
             clocks,
+            addresses,
         })
     }
 
@@ -429,7 +455,7 @@ impl Cluster for Topology {
         for (worker, node) in links {
             let (ip, port) = self.socket_of(node)?;
             cut.push(Link {
-                client: worker_ip(*worker as u64),
+                client: self.addresses.worker(*worker as u64),
                 server: ip,
                 port,
             });
@@ -446,7 +472,7 @@ impl Cluster for Topology {
         let target = self.socket_of(node);
         let source = match &from {
             Source::Harness => Ok(None),
-            Source::Worker(w) => Ok(Some(worker_ip(*w as u64))),
+            Source::Worker(w) => Ok(Some(self.addresses.worker(*w as u64))),
             Source::Node(n) => self.socket_of(n).map(|(ip, _)| Some(ip)),
         };
         Box::pin(async move {
@@ -578,4 +604,40 @@ async fn await_sentinel(sentinel: &RedisNode) -> Result<()> {
             && get("num-other-sentinels").as_deref() == Some("2")
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every address a run in `block` uses, storage included.
+    fn all(block: u8) -> Vec<Ipv4Addr> {
+        let a = Addresses { block };
+        let mut ips: Vec<Ipv4Addr> = (1..=5).map(|n| a.data(n)).collect();
+        ips.extend((1..=3).map(|n| a.sentinel(n)));
+        ips.extend((0..64).map(|w| a.worker(w)));
+        ips.push(a.storage());
+        ips
+    }
+
+    #[test]
+    fn address_blocks_share_no_address_and_block_0_is_the_lone_runs() {
+        let zero = all(0);
+        assert_eq!(zero[0], Ipv4Addr::new(127, 0, 0, 11));
+        assert_eq!(*zero.last().unwrap(), Ipv4Addr::LOCALHOST);
+        for block in [0, 1, 2, 63] {
+            let ips = all(block);
+            let mut unique = ips.clone();
+            unique.sort();
+            unique.dedup();
+            assert_eq!(unique.len(), ips.len(), "block {block} repeats an address");
+            assert!(ips.iter().all(|ip| ip.is_loopback()));
+            for other in [0, 1, 2, 63].into_iter().filter(|&b| b != block) {
+                assert!(
+                    all(other).iter().all(|ip| !ips.contains(ip)),
+                    "blocks {block} and {other} share an address"
+                );
+            }
+        }
+    }
 }

@@ -140,12 +140,14 @@ fn bad_input_is_one_line_and_starts_nothing() {
 
 /// The matrix in two shards, gathered in one results folder and merged by
 /// `lockstorm report`, gives the unsharded matrix's rows (same pairs, same
-/// order, same seeds, same verdicts against the same expectations).
+/// order, same seeds, same verdicts against the same expectations). The
+/// unsharded one runs its three cells at once, the shards one at a time:
+/// `--jobs` changes no verdict either.
 #[test]
 fn two_shards_merge_into_the_unsharded_matrix() {
     let expect = "[single]\nnone = \"valid\"\n[no-lock]\nnone = \"invalid\"\n\
                   [unsafe-key-per-worker]\nnone = \"invalid\"\n";
-    let args = |results: &Path, shard: Option<&str>| {
+    let args = |results: &Path, shard: Option<&str>, extra: &[&str]| {
         let file = results.join("expect.toml");
         std::fs::write(&file, expect).unwrap();
         let mut args: Vec<String> = [
@@ -167,6 +169,7 @@ fn two_shards_merge_into_the_unsharded_matrix() {
         if let Some(shard) = shard {
             args.extend(["--shard".into(), shard.into()]);
         }
+        args.extend(extra.iter().map(|a| a.to_string()));
         let run = lockstorm(&args.iter().map(String::as_str).collect::<Vec<_>>());
         assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
         run
@@ -199,11 +202,12 @@ fn two_shards_merge_into_the_unsharded_matrix() {
     };
 
     let whole = tempfile::tempdir().unwrap();
-    args(whole.path(), None);
+    let at_once = args(whole.path(), None, &["--jobs", "3"]);
+    assert!(at_once.stdout.contains("3 at once"), "{}", at_once.stdout);
     let unsharded = summary(matrix_folders(whole.path()).remove(0));
 
     let sharded = tempfile::tempdir().unwrap();
-    let first = args(sharded.path(), Some("1/2"));
+    let first = args(sharded.path(), Some("1/2"), &[]);
     assert!(
         first
             .stdout
@@ -211,7 +215,7 @@ fn two_shards_merge_into_the_unsharded_matrix() {
         "{}",
         first.stdout
     );
-    args(sharded.path(), Some("2/2"));
+    args(sharded.path(), Some("2/2"), &[]);
     let shards = matrix_folders(sharded.path());
     assert_eq!(shards.len(), 2);
     let rows = |s: serde_json::Value| s["rows"].as_array().unwrap().len();
@@ -274,4 +278,68 @@ fn until_invalid_stops_a_caught_pair_and_the_summary_measures_detection() {
         md.contains("## Detection") && md.contains("| no-lock | none | 1 | 1 | 0 | – |"),
         "{md}"
     );
+}
+
+/// Two cells that cut links (iptables) and jump clocks (the time shim) run
+/// at once, each in its own address block: each sees only its own faults,
+/// every one verified, and each verdict is the one expected of it alone.
+#[test]
+fn concurrent_partition_and_clock_cells_keep_to_their_own_addresses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let expect = "[redlock]\npartition = \"valid\"\nclock = \"invalid\"\n";
+    let file = tmp.path().join("expect.toml");
+    std::fs::write(&file, expect).unwrap();
+    let run = lockstorm(&[
+        "matrix",
+        "--configs",
+        "redlock",
+        "--nemeses",
+        "partition,clock",
+        "--time-limit",
+        "15",
+        "--nemesis-interval-ms",
+        "3000",
+        "--seed",
+        "3",
+        "--jobs",
+        "2",
+        "--results",
+        tmp.path().to_str().unwrap(),
+        "--expect",
+        file.to_str().unwrap(),
+    ]);
+    assert_no_process_left(tmp.path());
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("2 at once"), "{}", run.stdout);
+    assert!(
+        common::orphaned_chains().is_empty(),
+        "a chain was left behind"
+    );
+    let mut blocks = Vec::new();
+    for group in ["redlock-partition", "redlock-clock"] {
+        let dir = tmp.path().join(group).join("latest");
+        let record: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+        let block = record["options"]["address_block"].as_u64().unwrap();
+        let prefix = format!("127.0.{block}.");
+        for node in record["nodes"].as_array().unwrap() {
+            let addr = node["addr"].as_str().unwrap();
+            assert!(
+                addr.starts_with(&prefix),
+                "{group}: {addr} outside {prefix}x"
+            );
+        }
+        let history = std::fs::read_to_string(dir.join("history.jsonl")).unwrap();
+        let starts = history
+            .lines()
+            .filter(|l| l.contains("\"f\":\"start-"))
+            .count();
+        assert!(starts > 0, "{group}: no fault started");
+        assert!(
+            !history.contains("unverified"),
+            "{group}: a fault did not take effect"
+        );
+        blocks.push(block);
+    }
+    assert_ne!(blocks[0], blocks[1], "both cells in one address block");
 }

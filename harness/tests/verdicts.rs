@@ -420,22 +420,19 @@ fn a_matrix_pair_whose_time_limit_fits_no_fault_is_skipped_with_the_reason() {
     );
 }
 
-#[test]
-fn an_interrupted_matrix_exits_2_and_its_summary_says_so() {
+/// `matrix` on `single × none, pause`, 20 s runs, `jobs` cells at once, in
+/// its own process group (a terminal's Ctrl-C reaches every process of the
+/// foreground job): Ctrl-C once every running cell's history exists; its
+/// exit code and what it printed after the plan.
+fn interrupt_a_matrix(jobs: &str, running: &[&str]) -> (Option<i32>, String, String) {
     use nix::sys::signal::{killpg, Signal};
     use nix::unistd::Pid;
     use std::os::unix::process::CommandExt;
     let tmp = tempfile::tempdir().unwrap();
-    // Its own process group, as a terminal's Ctrl-C reaches every process of
-    // the foreground job: nodes and workers too.
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lockstorm"))
         .args(["matrix", "--configs", "single", "--nemeses", "none,pause"])
-        .args([
-            "--time-limit",
-            "20",
-            "--results",
-            tmp.path().to_str().unwrap(),
-        ])
+        .args(["--time-limit", "20", "--jobs", jobs])
+        .args(["--results", tmp.path().to_str().unwrap()])
         .process_group(0)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -445,14 +442,18 @@ fn an_interrupted_matrix_exits_2_and_its_summary_says_so() {
     let mut plan = String::new();
     std::io::BufRead::read_line(&mut stdout, &mut plan).unwrap();
     assert!(plan.starts_with("matrix: 2 pair(s)"), "{plan}");
-    // The first run's history exists: it is under way.
+    assert!(plan.contains(&format!("{jobs} at once")), "{plan}");
+    // Each running cell's history exists: they are under way.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !tmp.path().join("single-none").is_dir()
-        || std::fs::read_dir(tmp.path().join("single-none"))
-            .unwrap()
-            .flatten()
-            .all(|e| !e.path().join("history.jsonl").is_file())
-    {
+    let started = |group: &str| {
+        let dir = tmp.path().join(group);
+        dir.is_dir()
+            && std::fs::read_dir(dir)
+                .unwrap()
+                .flatten()
+                .any(|e| e.path().join("history.jsonl").is_file())
+    };
+    while !running.iter().all(|g| started(g)) {
         assert!(std::time::Instant::now() < deadline, "no run started");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
@@ -460,14 +461,40 @@ fn an_interrupted_matrix_exits_2_and_its_summary_says_so() {
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
     let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{rest}\n{stderr}");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    common::assert_no_process_left(tmp.path());
+    (out.status.code(), rest, stderr)
+}
+
+#[test]
+fn an_interrupted_matrix_exits_2_and_its_summary_says_so() {
+    let (code, rest, stderr) = interrupt_a_matrix("1", &["single-none"]);
+    assert_eq!(code, Some(2), "{rest}\n{stderr}");
     assert!(rest.contains("**Interrupted**"), "{rest}");
     assert!(
         !rest.contains("single | pause"),
         "ran on after Ctrl-C: {rest}"
     );
-    common::assert_no_process_left(tmp.path());
+}
+
+#[test]
+fn an_interrupted_matrix_stops_every_running_cell_in_order() {
+    // Both cells run at once; the one SIGINT the matrix passes on to each
+    // stops it as a Ctrl-C stops a run: healed, checked, unknown.
+    let (code, rest, stderr) = interrupt_a_matrix("2", &["single-none", "single-pause"]);
+    assert_eq!(code, Some(2), "{rest}\n{stderr}");
+    assert!(rest.contains("**Interrupted**"), "{rest}");
+    for pair in [
+        "| single | none | 1 | UNKNOWN",
+        "| single | pause | 1 | UNKNOWN",
+    ] {
+        assert!(rest.contains(pair), "no {pair}: {rest}");
+    }
+    assert_eq!(stderr.matches("SIGINT: interrupted").count(), 2, "{stderr}");
+    assert!(
+        !stderr.contains("again"),
+        "a cell got two signals: {stderr}"
+    );
 }
 
 #[test]

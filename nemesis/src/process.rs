@@ -54,13 +54,30 @@ pub fn state(pid: u32) -> Option<char> {
 /// the harness, which then shuts the run down in order) and has the kernel
 /// kill it if the harness dies, so no node or worker outlives a crashed run.
 pub fn isolate(cmd: &mut std::process::Command) {
+    own_group_until_parent_dies(cmd, Signal::SIGKILL);
+}
+
+/// As [`isolate`], but the kernel sends SIGTERM when the parent dies: for a
+/// matrix's cell, a whole run that stops in order on that signal (heals its
+/// faults, stops its nodes and workers). Its own group keeps a Ctrl-C at the
+/// terminal from reaching it: the matrix passes one on with [`interrupt`].
+pub fn isolate_run(cmd: &mut std::process::Command) {
+    own_group_until_parent_dies(cmd, Signal::SIGTERM);
+}
+
+/// SIGINT: asks a run to stop in order, as a Ctrl-C does.
+pub fn interrupt(pid: u32) -> io::Result<()> {
+    signal(pid, Signal::SIGINT)
+}
+
+fn own_group_until_parent_dies(cmd: &mut std::process::Command, death: Signal) {
     let parent = std::process::id();
     // SAFETY: the closure runs between fork and exec and only makes
     // async-signal-safe system calls.
     unsafe {
         cmd.pre_exec(move || {
             nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            nix::sys::prctl::set_pdeathsig(death)?;
             // The harness died before the line above took effect.
             if nix::unistd::getppid().as_raw() as u32 != parent {
                 return Err(io::Error::other("the harness exited"));

@@ -3,6 +3,8 @@
 //! comparison.svg/png). With `--expect`, the verdicts are held to
 //! `expectations.toml`.
 
+mod board;
+pub mod cell;
 pub mod expect;
 pub mod merge;
 pub mod shard;
@@ -10,18 +12,18 @@ pub mod summary;
 
 use crate::clients::{Client, SHIPPED};
 use crate::error::{Context, Error, Result};
+use crate::interrupt::Interrupt;
 use crate::options::{Backend, Refusal, RunOptions, RunPlan};
-use crate::{plot, run};
+use crate::plot;
 use checker::Validity;
 use expect::Expectations;
 use nemesis::{Aimed, Nemesis};
 use shard::Shard;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use summary::{Row, Skipped, Summary};
+use tokio::sync::watch;
 use workloads::Config;
 
 #[derive(clap::Args, Clone, Debug)]
@@ -74,6 +76,26 @@ pub struct MatrixArgs {
     /// one per CI runner; the shards together run every pair once.
     #[arg(long)]
     pub shard: Option<Shard>,
+    /// Cells (runs) at once, each in its own process and its own block of
+    /// loopback addresses [default: twice the cores: a cell mostly waits on
+    /// timers]. A pair's runs go one after another.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=MAX_JOBS as i64))]
+    pub jobs: Option<u8>,
+}
+
+/// The most cells at once: each takes a `127.0.<block>.0/24` of its own.
+pub const MAX_JOBS: u8 = 64;
+
+impl MatrixArgs {
+    /// `--jobs`, or twice the cores, and never more than there are pairs.
+    fn jobs(&self, pairs: usize) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let jobs = self
+            .jobs
+            .map_or(2 * cores, usize::from)
+            .min(usize::from(MAX_JOBS));
+        jobs.min(pairs).max(1)
+    }
 }
 
 /// The files of a matrix folder besides its pictures.
@@ -172,9 +194,12 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
         )));
     }
     print_plan(&plan, pairs.len(), &skipped, &args);
-    // Listened for from the start, so a Ctrl-C between or during the
+    // Listened for from the start, so a signal between or during the
     // startup of runs still stops the matrix as interrupted.
-    let stop = interrupt_flag();
+    let stop = Interrupt::catch_saying(
+        "stopping the matrix: each running cell stops as an interrupted run does, and no other starts",
+    )
+    .context(|| "catching stop signals".into())?;
 
     let started = crate::store::stamp();
     let dir = crate::store::unique_dir(&args.results, &format!("matrix-{started}"))?;
@@ -191,61 +216,55 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
         ..Summary::default()
     };
     let total = plan.len() * args.runs as usize;
-    let mut interrupted = false;
-    'pairs: for (i, (pair, runs)) in plan.into_iter().enumerate() {
-        let mut row = Row::new(&runs[0].setup(), &runs[0].aimed().to_string());
-        row.pair = pair;
-        let mut caught = false;
-        for (k, options) in runs.into_iter().enumerate() {
-            let n = i * args.runs as usize + k + 1;
-            let title = format!(
-                "[{n}/{total}] {} × {} (seed {})",
-                row.config, row.nemesis, options.seed
-            );
-            let start = Instant::now();
-            match run::run_plan(options).await {
-                Ok(outcome) => {
-                    // Progress lines: a reader that has gone must not stop the matrix.
-                    let _ = writeln!(
-                        std::io::stdout(),
-                        "{title}: {} in {:.0} s",
-                        brief(&outcome.results),
-                        start.elapsed().as_secs_f64()
-                    );
-                    // Run folders are absolute; --results may not be.
-                    let results = std::path::absolute(&args.results).unwrap_or_default();
-                    let rel = outcome.dir.strip_prefix(results).unwrap_or(&outcome.dir);
-                    row.add(&outcome.results, rel.display().to_string());
-                    if let Some(client) = &outcome.record.client {
-                        row.library = Some(client.library.clone());
-                    }
-                    if args.until_invalid && outcome.results.valid == Validity::False {
-                        caught = true;
-                    }
+    let jobs = args.jobs(plan.len());
+    // Pairs wait in plan order; each lane takes the next when it is free.
+    let queue: std::collections::VecDeque<_> = plan.into_iter().enumerate().collect();
+    let lanes = Lanes {
+        queue: std::sync::Mutex::new(queue),
+        board: board::Board::new(),
+        runs: args.runs as usize,
+        total,
+        results: std::path::absolute(&args.results).unwrap_or_default(),
+        until_invalid: args.until_invalid,
+    };
+    let lanes = Arc::new(lanes);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut running = tokio::task::JoinSet::new();
+    for block in 0..jobs {
+        let (lanes, stop) = (lanes.clone(), stop_rx.clone());
+        running.spawn(async move { lanes.run(block as u8, stop).await });
+    }
+    let mut rows = Vec::new();
+    let mut fatal = None;
+    loop {
+        tokio::select! {
+            done = running.join_next() => match done {
+                None => break,
+                Some(Ok(Ok(lane_rows))) => rows.extend(lane_rows),
+                Some(Ok(Err(e))) => {
+                    // The setup is wrong: no other run can succeed either.
+                    let _ = stop_tx.send(true);
+                    fatal.get_or_insert(e);
                 }
-                // The setup itself is wrong: every other run would fail too.
-                Err(
-                    e @ (Error::Usage(_)
-                    | Error::MissingProgram { .. }
-                    | Error::Adapter(_)
-                    | Error::ClientSetup(_)),
-                ) => return Err(e),
-                Err(e) => {
-                    let _ = writeln!(std::io::stdout(), "{title}: the harness failed: {e}");
-                    row.add_error(e.to_string());
+                Some(Err(e)) => {
+                    let _ = stop_tx.send(true);
+                    fatal.get_or_insert(Error::Cell {
+                        message: format!("a matrix lane failed: {e}"),
+                        code: crate::exit::HARNESS_FAILED,
+                    });
                 }
-            }
-            if stop.load(Ordering::SeqCst) {
-                interrupted = true;
-                summary.rows.push(row);
-                break 'pairs;
-            }
-            if caught {
-                break;
+            },
+            _ = stop.wait(), if !*stop_tx.borrow() => {
+                let _ = stop_tx.send(true);
             }
         }
-        summary.rows.push(row);
     }
+    if let Some(e) = fatal {
+        return Err(e);
+    }
+    let interrupted = stop.happened();
+    rows.sort_by_key(|(i, _)| *i);
+    summary.rows = rows.into_iter().map(|(_, row)| row).collect();
     summary.interrupted = interrupted;
     summary.wall_s = wall.elapsed().as_secs_f64();
     if let Some(expectations) = &expectations {
@@ -257,6 +276,88 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
         summary,
         interrupted,
     })
+}
+
+/// A pair waiting for a lane: its place in this matrix's plan, and its
+/// place in the whole matrix with its runs.
+type Waiting = (usize, (usize, Vec<RunPlan>));
+
+/// The matrix's pairs and what its lanes share. A lane is one cell at a
+/// time in its own address block; it takes the next waiting pair and runs
+/// that pair's runs in order.
+struct Lanes {
+    queue: std::sync::Mutex<std::collections::VecDeque<Waiting>>,
+    board: board::Board,
+    runs: usize,
+    total: usize,
+    /// Run folders are absolute; --results may not be.
+    results: PathBuf,
+    until_invalid: bool,
+}
+
+impl Lanes {
+    /// Runs pairs in address block `block` until none waits or `stop`;
+    /// each pair's row with its place in the plan. An error is fatal.
+    async fn run(&self, block: u8, mut stop: watch::Receiver<bool>) -> Result<Vec<(usize, Row)>> {
+        let mut rows = Vec::new();
+        loop {
+            if *stop.borrow() {
+                return Ok(rows);
+            }
+            let next = self.queue.lock().expect("queue lock poisoned").pop_front();
+            let Some((i, (pair, runs))) = next else {
+                return Ok(rows);
+            };
+            let mut row = Row::new(&runs[0].setup(), &runs[0].aimed().to_string());
+            row.pair = pair;
+            for (k, mut options) in runs.into_iter().enumerate() {
+                if k > 0 && *stop.borrow() {
+                    break;
+                }
+                let n = i * self.runs + k + 1;
+                let title = format!(
+                    "[{n}/{}] {} × {} (seed {})",
+                    self.total, row.config, row.nemesis, options.seed
+                );
+                options.address_block = block;
+                let start = Instant::now();
+                self.board.start(n, &title, options.time_limit.as_secs());
+                let ended = cell::run(&options, &mut stop, |tick| self.board.tick(n, tick)).await;
+                let secs = start.elapsed().as_secs_f64();
+                let caught = match ended {
+                    cell::Ended::Ran(outcome) => {
+                        self.board.finish(
+                            n,
+                            &format!("{title}: {} in {secs:.0} s", brief(&outcome.results)),
+                        );
+                        let rel = outcome
+                            .dir
+                            .strip_prefix(&self.results)
+                            .unwrap_or(&outcome.dir);
+                        row.add(&outcome.results, rel.display().to_string());
+                        if let Some(client) = &outcome.record.client {
+                            row.library = Some(client.library.clone());
+                        }
+                        outcome.results.valid == Validity::False
+                    }
+                    cell::Ended::Failed(e) => {
+                        self.board
+                            .finish(n, &format!("{title}: the harness failed: {e}"));
+                        row.add_error(e.to_string());
+                        false
+                    }
+                    cell::Ended::Fatal(e) => {
+                        self.board.finish(n, &format!("{title}: {e}"));
+                        return Err(e);
+                    }
+                };
+                if self.until_invalid && caught {
+                    break;
+                }
+            }
+            rows.push((i, row));
+        }
+    }
 }
 
 /// A pair's runs, each resolved once as `run` resolves it: run k uses seed
@@ -290,13 +391,17 @@ fn print_plan(
     args: &MatrixArgs,
 ) {
     let runs = plan.len() as u64 * u64::from(args.runs);
-    let secs = runs * (args.time_limit + RUN_OVERHEAD_S);
+    let jobs = args.jobs(plan.len()) as u64;
+    // Lanes take whole pairs: the slowest lane ends the matrix.
+    let per_pair = u64::from(args.runs) * (args.time_limit + RUN_OVERHEAD_S);
+    let secs = (plan.len() as u64).div_ceil(jobs) * per_pair;
     let shard = match args.shard {
         Some(shard) => format!(" (shard {shard} of the {pairs} pair(s))"),
         None => String::new(),
     };
+    let _ = runs;
     println!(
-        "matrix: {} pair(s){shard} × {} run(s) of {} s, about {} min:",
+        "matrix: {} pair(s){shard} × {} run(s) of {} s, {jobs} at once, about {} min:",
         plan.len(),
         args.runs,
         args.time_limit,
@@ -312,18 +417,6 @@ fn print_plan(
 
 /// A run's time beyond its limit: nodes up, workers stopped, the check.
 const RUN_OVERHEAD_S: u64 = 10;
-
-/// Set once SIGINT arrives, for as long as the matrix runs.
-fn interrupt_flag() -> Arc<AtomicBool> {
-    let flag = Arc::new(AtomicBool::new(false));
-    let set = flag.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            set.store(true, Ordering::SeqCst);
-        }
-    });
-    flag
-}
 
 fn options_for(args: &MatrixArgs, config: Config, nemesis: Nemesis) -> RunOptions {
     let mut options = RunOptions::new(config, nemesis);
@@ -387,5 +480,36 @@ fn brief(results: &checker::Results) -> String {
     match found.is_empty() {
         true => word.to_string(),
         false => format!("{word} ({})", found.join(", ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        matrix: MatrixArgs,
+    }
+
+    fn args(extra: &[&str]) -> std::result::Result<MatrixArgs, clap::Error> {
+        Cli::try_parse_from([&["matrix"], extra].concat()).map(|c| c.matrix)
+    }
+
+    #[test]
+    fn jobs_default_to_twice_the_cores_and_never_exceed_the_pairs() {
+        let cores = std::thread::available_parallelism().unwrap().get();
+        let default = args(&[]).unwrap();
+        assert_eq!(default.jobs(1000), 2 * cores);
+        assert_eq!(default.jobs(1), 1);
+        let three = args(&["--jobs", "3"]).unwrap();
+        assert_eq!((three.jobs(10), three.jobs(2)), (3, 2));
+        assert_eq!(args(&["--jobs", "64"]).unwrap().jobs(100), 64);
+        for bad in ["0", "65", "x"] {
+            let e = args(&["--jobs", bad]).expect_err("refused");
+            assert!(e.to_string().contains("--jobs"), "{e}");
+        }
     }
 }

@@ -32,6 +32,11 @@ pub fn lockstorm_at(cwd: Option<&Path>, args: &[&str], env: &[(&str, &str)]) -> 
         cmd.current_dir(cwd);
     }
     cmd.args(args);
+    // The slot is one run's worth: a matrix runs one cell at a time here
+    // unless a test asks for more (and so for more load) itself.
+    if args.first() == Some(&"matrix") && !args.contains(&"--jobs") {
+        cmd.args(["--jobs", "1"]);
+    }
     for (k, v) in env {
         cmd.env(k, v);
     }
