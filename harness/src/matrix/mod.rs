@@ -390,7 +390,6 @@ fn print_plan(
     skipped: &[Skipped],
     args: &MatrixArgs,
 ) {
-    let runs = plan.len() as u64 * u64::from(args.runs);
     let jobs = args.jobs(plan.len()) as u64;
     // Lanes take whole pairs: the slowest lane ends the matrix.
     let per_pair = u64::from(args.runs) * (args.time_limit + RUN_OVERHEAD_S);
@@ -399,7 +398,6 @@ fn print_plan(
         Some(shard) => format!(" (shard {shard} of the {pairs} pair(s))"),
         None => String::new(),
     };
-    let _ = runs;
     println!(
         "matrix: {} pair(s){shard} × {} run(s) of {} s, {jobs} at once, about {} min:",
         plan.len(),
