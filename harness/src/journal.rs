@@ -99,10 +99,11 @@ impl HistoryWriter {
 }
 
 impl nemesis::Journal for HistoryWriter {
-    fn record(&self, op: &str, value: Value, node: Option<&str>) {
-        let mut event = self
-            .now(Process::nemesis(), OpType::Info, op)
-            .with_value(value);
+    fn now_ns(&self) -> u64 {
+        self.clock.now()
+    }
+    fn record_at(&self, time: u64, op: &str, value: Value, node: Option<&str>) {
+        let mut event = Event::new(time, Process::nemesis(), OpType::Info, op).with_value(value);
         if let Some(node) = node {
             event = event.with_node(node);
         }

@@ -27,6 +27,7 @@ fn clock_jumps_on_a_majority_break_redlock_and_on_one_node_only_a_bare_majority(
     let (out, results, dir, _t) = redlock(&["--nemesis", "clock", "--targets", "majority"], "15");
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
+    common::assert_all_caused(&results, "lock-overlap");
     let jump = &events(&dir, "start-clock")[0]["value"];
     assert_eq!(jump["targets"].as_array().unwrap().len(), 3, "{jump}");
     // Each jumped node's TIME was read back moved, and back again on heal.
@@ -187,6 +188,8 @@ fn a_clock_jump_on_a_single_node_breaks_single() {
     let (out, results, _) = run_short(tmp.path(), "single", "clock", "12", "1", &[]);
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
+    common::assert_all_caused(&results, "lock-overlap");
+    common::assert_all_caused(&results, "lost-update");
 }
 
 #[test]

@@ -66,6 +66,7 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
     };
     let name = primary.name.clone();
     let replicas = env.cluster.replicas_of(&name);
+    let began = env.journal.now_ns();
     if let Err(e) = env.cluster.partition(&name, &replicas) {
         let reason = json!({"reason": e.to_string()});
         env.journal.record("skip-failover", reason, Some(&name));
@@ -83,8 +84,9 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
         .collect();
     let seen = verify::cut(env, &probes).await;
     let value = json!({"target": name, "pid": primary.pid, "cut-from": replicas});
+    let start = verify::attach(value, seen);
     env.journal
-        .record(Failover::START, verify::attach(value, seen), Some(&name));
+        .record_at(began, Failover::START, start, Some(&name));
     env.sleep(lock_ttl).await;
 
     // A lock taken now lives on the primary alone. With `--wait-replicas`

@@ -47,6 +47,7 @@ async fn nodes(env: &mut Env, targets: Targets, down_for: Duration) {
             .record("skip-kill", json!({"reason": "no node to kill"}), None);
         return;
     }
+    let began = env.journal.now_ns();
     let mut killed = Vec::new();
     for node in &nodes {
         match env.cluster.kill(&node.name).await {
@@ -64,7 +65,8 @@ async fn nodes(env: &mut Env, targets: Targets, down_for: Duration) {
         .collect();
     let value = json!({"targets": names, "killed": pids, "holder": holder.process});
     let value = verify::attach(value, verify::gone(&killed));
-    env.journal.record(Kill::START, value, single(&names));
+    env.journal
+        .record_at(began, Kill::START, value, single(&names));
     // Restart even when the run is ending: every fault heals before the final read.
     env.sleep(down_for).await;
     for was in &killed {

@@ -46,6 +46,7 @@ impl Package for Partition {
 async fn cut(env: &mut Env, targets: Targets, hold: Duration) {
     let nodes = env.cluster.lock_nodes();
     let links = shape(targets, env.workers.len(), &nodes);
+    let began = env.journal.now_ns();
     if let Err(e) = env.cluster.cut_workers(&links) {
         env.journal
             .record("skip-partition", json!({"reason": e.to_string()}), None);
@@ -53,8 +54,8 @@ async fn cut(env: &mut Env, targets: Targets, hold: Duration) {
     }
     let value = json!({"targets": format!("{targets:?}").to_lowercase(), "cut": links});
     let seen = verify::cut(env, &worker_links(&links)).await;
-    env.journal
-        .record(Partition::START, verify::attach(value.clone(), seen), None);
+    let start = verify::attach(value.clone(), seen);
+    env.journal.record_at(began, Partition::START, start, None);
     env.sleep(hold).await;
     if let Err(e) = env.cluster.heal() {
         env.journal

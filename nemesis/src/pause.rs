@@ -124,6 +124,7 @@ async fn suspend_for(
     target: Value,
     node: Option<&str>,
 ) {
+    let began = env.journal.now_ns();
     let paused = match Suspended::new(pid) {
         Ok(p) => p,
         Err(e) => {
@@ -134,7 +135,7 @@ async fn suspend_for(
     };
     let seen = crate::verify::stopped(pid).await;
     let start = crate::verify::attach(target.clone(), seen);
-    env.journal.record(start_event, start, node);
+    env.journal.record_at(began, start_event, start, node);
     env.sleep(duration).await;
     drop(paused);
     env.journal.record(stop_event, target, node);

@@ -23,7 +23,16 @@ pub struct Holder {
 /// Where the nemesis writes its `start-…`/`stop-…` events; the harness stamps
 /// them with the run clock and puts them in the history.
 pub trait Journal: Send + Sync {
-    fn record(&self, f: &str, value: Value, node: Option<&str>);
+    /// The run clock now (history time, ns).
+    fn now_ns(&self) -> u64;
+    /// Records an event stamped `time`: a fault's start is stamped when its
+    /// act began, though it is recorded once the act's evidence is in, so
+    /// nothing the fault caused precedes it.
+    fn record_at(&self, time: u64, f: &str, value: Value, node: Option<&str>);
+    /// Records an event stamped now.
+    fn record(&self, f: &str, value: Value, node: Option<&str>) {
+        self.record_at(self.now_ns(), f, value, node)
+    }
 }
 
 /// Worker index → something of its current process. A crashed worker's

@@ -104,6 +104,7 @@ async fn split_clock(env: &mut Env, ttl: Duration, jump_ns: i64, hold: Duration)
             lost.into_iter().map(move |n| (w, n.clone()))
         })
         .collect();
+    let began = env.journal.now_ns();
     if let Err(e) = env.cluster.cut_workers(&links) {
         let reason = json!({"reason": e.to_string()});
         env.journal
@@ -112,7 +113,7 @@ async fn split_clock(env: &mut Env, ttl: Duration, jump_ns: i64, hold: Duration)
     }
     let seen = verify::cut(env, &crate::partition::worker_links(&links)).await;
     let value = verify::attach(json!({"cut": links}), seen);
-    env.journal.record(Partition::START, value, None);
+    env.journal.record_at(began, Partition::START, value, None);
     env.sleep(ttl).await;
     if let Some(holder) = env.await_holder(SplitClock.name()).await {
         jump_one_node(env, &nodes[2], jump_ns, holder, hold).await;
@@ -136,6 +137,7 @@ async fn kill_clock(env: &mut Env, down: Duration, jump_ns: i64, hold: Duration)
         return;
     };
     let targets = &nodes[..2];
+    let began = env.journal.now_ns();
     let mut killed = Vec::new();
     for n in targets {
         match env.cluster.kill(n).await {
@@ -148,7 +150,7 @@ async fn kill_clock(env: &mut Env, down: Duration, jump_ns: i64, hold: Duration)
     }
     let value = json!({"targets": targets, "holder": holder.process});
     let value = verify::attach(value, verify::gone(&killed));
-    env.journal.record(Kill::START, value, None);
+    env.journal.record_at(began, Kill::START, value, None);
     tokio::time::sleep(down).await;
     for was in &killed {
         crate::kill::restart(env, was, Kill::STOP).await;
@@ -171,11 +173,12 @@ fn five_nodes(env: &Env, scenario: &str) -> Option<Vec<String>> {
 /// Jumps `node`'s clock for `hold`, then sets it right.
 async fn jump_one_node(env: &mut Env, node: &str, jump_ns: i64, holder: Holder, hold: Duration) {
     let shared = vec![node.to_string()];
+    let began = env.journal.now_ns();
     let moved = jump_nodes(env, &shared, jump_ns).await;
     let value =
         json!({"targets": shared, "jump_ms": jump_ns / 1_000_000, "holder": holder.process});
-    env.journal
-        .record(Clock::START, verify::attach(value.clone(), moved), None);
+    let start = verify::attach(value.clone(), moved);
+    env.journal.record_at(began, Clock::START, start, None);
     env.sleep(hold).await;
     let back = jump_nodes(env, &shared, 0).await;
     env.journal

@@ -52,13 +52,14 @@ async fn jump(env: &mut Env, targets: Targets, jump_ns: i64, skew_ns: i64, hold:
         .into_iter()
         .map(|n| n.name)
         .collect();
+    let began = env.journal.now_ns();
     let moved = jump_nodes(env, &nodes, jump_ns).await;
     if skew_ns != 0 {
         env.skew(holder.worker, skew_ns, 1.0);
     }
     let value = json!({"targets": nodes, "jump_ms": jump_ns / 1_000_000, "holder": holder.process, "holder_skew_ms": skew_ns / 1_000_000});
-    env.journal
-        .record(Clock::START, verify::attach(value.clone(), moved), None);
+    let start = verify::attach(value.clone(), moved);
+    env.journal.record_at(began, Clock::START, start, None);
     env.sleep(hold).await;
     let back = jump_nodes(env, &nodes, 0).await;
     if skew_ns != 0 {

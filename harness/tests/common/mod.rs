@@ -124,6 +124,15 @@ pub fn count(results: &Results, anomaly: &str) -> u64 {
         .count
 }
 
+/// Every occurrence of `anomaly` is put down to a fault (or a stall), none
+/// to nothing: a fault's start event is stamped when its act began, so what
+/// the fault caused never precedes it.
+pub fn assert_all_caused(results: &Results, anomaly: &str) {
+    let a = &results.anomalies[anomaly];
+    assert!(!a.causes.contains_key("none"), "{anomaly}: {:?}", a.causes);
+    assert_eq!(a.causes.values().sum::<u64>(), a.count, "{:?}", a.causes);
+}
+
 /// lockstorm iptables chains no live run owns: a run makes its chain's lock
 /// file first, holds an exclusive `flock` on it, and deletes it only once the
 /// chain is gone, so a chain whose lock file is there and free was left
