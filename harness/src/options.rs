@@ -125,9 +125,11 @@ pub struct RunOptions {
     /// replicated: Sentinel's failover-timeout.
     #[arg(long, default_value_t = 5000)]
     pub failover_timeout_ms: u64,
-    /// Mean quiet time between faults.
-    #[arg(long, default_value_t = 5000)]
-    pub nemesis_interval_ms: u64,
+    /// Mean quiet time between faults [default: the TTL, within 1000–5000:
+    /// 2000, so fast faults come more than twice as often; 5000 with kill,
+    /// failover or partition].
+    #[arg(long)]
+    pub nemesis_interval_ms: Option<u64>,
     /// Workers write even when their own clock says the lease has expired.
     #[arg(long)]
     pub no_validity_check: bool,
@@ -274,7 +276,7 @@ impl RunOptions {
             fault_ms: None,
             down_after_ms: 1000,
             failover_timeout_ms: 5000,
-            nemesis_interval_ms: 5000,
+            nemesis_interval_ms: None,
             no_validity_check: false,
             acquire_timeout_ms: None,
             op_timeout_ms: 500,
@@ -328,6 +330,14 @@ impl RunOptions {
             true => (ttl * 3 / 2).max(self.down_after_ms + 3000),
             false => ttl * 3 / 2,
         };
+        // A fault's effects play out within a lease (a frozen holder's
+        // lease runs out, a stale key expires), so about one lease of quiet
+        // lets the lock recover before the next: faults come as often as
+        // the TTL allows, never closer than 0.5 s nor, with slow faults'
+        // long leases, rarer than every 2.5–7.5 s.
+        let interval = self
+            .nemesis_interval_ms
+            .unwrap_or(ttl.clamp(MIN_DEFAULT_INTERVAL_MS, MAX_DEFAULT_INTERVAL_MS));
         let ms = Duration::from_millis;
         let plan = RunPlan {
             config: self.config,
@@ -353,7 +363,7 @@ impl RunOptions {
             fault: ms(self.fault_ms.unwrap_or(ttl)),
             down_after: ms(self.down_after_ms),
             failover_timeout: ms(self.failover_timeout_ms),
-            nemesis_interval: ms(self.nemesis_interval_ms),
+            nemesis_interval: ms(interval),
             no_validity_check: self.no_validity_check,
             acquire_timeout: ms(self.acquire_timeout_ms.unwrap_or(ttl * 2)),
             op_timeout: ms(self.op_timeout_ms),
@@ -441,7 +451,7 @@ impl RunOptions {
             ),
             (
                 "--nemesis-interval-ms",
-                self.nemesis_interval_ms,
+                given(self.nemesis_interval_ms),
                 1,
                 MAX_MS,
                 "ms",
@@ -609,6 +619,9 @@ fn shape(config: Config, adapter: bool) -> Shape<'static> {
 const MAX_MS: u64 = 3_600_000;
 /// The longest run: a day.
 const MAX_TIME_LIMIT_S: u64 = 86_400;
+/// The default quiet between faults follows the TTL within these bounds.
+const MIN_DEFAULT_INTERVAL_MS: u64 = 1_000;
+const MAX_DEFAULT_INTERVAL_MS: u64 = 5_000;
 
 fn out_of_range(name: &str, value: u64, lo: u64, hi: u64, unit: &str) -> Refusal {
     Refusal::Invalid(format!(
@@ -811,6 +824,40 @@ mod plan_tests {
         );
         assert_eq!(durations(Config::Redlock, "partition+clock"), [12_000]);
         assert_eq!(durations(Config::Redlock, "kill+clock"), [6_800]);
+    }
+
+    #[test]
+    fn faults_come_about_a_lease_apart_within_one_to_five_seconds() {
+        let interval = |c, n| plan(c, n).schedule_spec().interval_ms;
+        assert_eq!(interval(Config::Single, "pause"), 2_000);
+        assert_eq!(interval(Config::Redlock, "clock"), 2_000);
+        // The slow faults' 6 s lease: capped, as often as before.
+        assert_eq!(interval(Config::Redlock, "kill"), 5_000);
+        assert_eq!(interval(Config::Replicated, "failover"), 5_000);
+        let mut short = RunOptions::new(Config::Single, "pause".parse().unwrap());
+        short.ttl_ms = Some(300);
+        assert_eq!(
+            short.clone().resolve().unwrap().nemesis_interval,
+            Duration::from_millis(1_000)
+        );
+        short.nemesis_interval_ms = Some(200);
+        assert_eq!(
+            short.resolve().unwrap().nemesis_interval,
+            Duration::from_millis(200),
+            "given: kept"
+        );
+        // Twice as many pauses fit a 30 s run as with the old fixed 5 s.
+        let pauses = |interval_ms| {
+            let mut o = RunOptions::new(Config::Single, "pause".parse().unwrap());
+            (o.seed, o.nemesis_interval_ms) = (Some(1), interval_ms);
+            o.resolve().unwrap().schedule().len()
+        };
+        assert!(
+            pauses(None) >= 2 * pauses(Some(5_000)) - 1,
+            "{} vs {}",
+            pauses(None),
+            pauses(Some(5_000))
+        );
     }
 
     #[test]
