@@ -210,6 +210,21 @@ fn say(text: &str) -> Result<()> {
     }
 }
 
+/// The JSON argument of a hidden subcommand lockstorm starts itself; bad
+/// JSON is one line saying who starts it, exit 254.
+fn internal_arg<T: serde::de::DeserializeOwned>(
+    (command, option): (&str, &str),
+    json: &str,
+    started_by: &str,
+) -> std::result::Result<T, ExitCode> {
+    serde_json::from_str(json).map_err(|e| {
+        complain(&format!(
+            "lockstorm {command}: bad {option} ({e}); {started_by}"
+        ));
+        ExitCode::from(exit::BAD_INPUT)
+    })
+}
+
 /// One line on stderr; if even that fails there is nobody left to tell.
 fn complain(line: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{line}");
@@ -403,17 +418,18 @@ fn reap(daemon: &std::path::Path, run: &str) -> ExitCode {
 /// A matrix's run: its outcome as a line on stdout ([`matrix::cell`]),
 /// its exit code as `run`'s.
 fn cell(plan: &str) -> ExitCode {
-    let plan: RunPlan = match serde_json::from_str(plan) {
+    let plan: RunPlan = match internal_arg(
+        ("cell", "--plan"),
+        plan,
+        "cells are started by `lockstorm matrix`",
+    ) {
         Ok(plan) => plan,
-        Err(e) => {
-            complain(&format!(
-                "lockstorm cell: bad --plan ({e}); cells are started by `lockstorm matrix`"
-            ));
-            return ExitCode::from(exit::BAD_INPUT);
-        }
+        Err(code) => return code,
     };
     logging::init();
-    crate::progress::report_to_matrix();
+    crate::progress::report_ticks_to(|tick| {
+        matrix::cell::report(&matrix::cell::Line::Progress(tick))
+    });
     route_docker(plan.backend);
     let outcome = runtime().and_then(|rt| rt.block_on(run::run_plan(plan)));
     matrix::cell::report(&matrix::cell::outcome_line(&outcome));
@@ -424,14 +440,13 @@ fn cell(plan: &str) -> ExitCode {
 }
 
 fn worker(spec: &str) -> ExitCode {
-    let spec: WorkerSpec = match serde_json::from_str(spec) {
+    let spec: WorkerSpec = match internal_arg(
+        ("worker", "--spec"),
+        spec,
+        "workers are started by `lockstorm run`",
+    ) {
         Ok(spec) => spec,
-        Err(e) => {
-            complain(&format!(
-                "lockstorm worker: bad --spec ({e}); workers are started by `lockstorm run`"
-            ));
-            return ExitCode::from(exit::BAD_INPUT);
-        }
+        Err(code) => return code,
     };
     let control = workloads::worker::watch_control(std::io::BufReader::new(std::io::stdin()));
     workloads::worker::run(spec, std::io::stdout(), control);

@@ -1,7 +1,7 @@
 //! What a run is doing while it runs: a progress bar in a terminal, a plain
 //! line every few seconds otherwise (CI logs, pipes, tests), or, for a run
-//! that is a matrix's cell, a [`Tick`] a second on stdout for the matrix to
-//! show beside the other cells.
+//! that is a matrix's cell, a [`Tick`] a second handed to the sink the cell
+//! set, for the matrix to show beside the other cells.
 //!
 //! Anomalies "so far" come from the linear checkers fed as events arrive,
 //! put back into time order within a window as long as the longest pause (a
@@ -13,7 +13,7 @@ use checker::{OnePass, Pairing, Reorder};
 use indicatif::{ProgressBar, ProgressFinish, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use std::io::{IsTerminal, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// The live tally, fed every event the journal writes.
@@ -81,12 +81,12 @@ pub fn interactive() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("CI").is_none()
 }
 
-/// Set once by a matrix's cell: progress goes to the matrix, on stdout.
-static TO_MATRIX: AtomicBool = AtomicBool::new(false);
+/// Set once by a matrix's cell: where its progress goes instead of stderr.
+static TICKS_TO: OnceLock<fn(Tick)> = OnceLock::new();
 
-/// From now on this process's runs report [`Tick`]s on stdout.
-pub fn report_to_matrix() {
-    TO_MATRIX.store(true, Ordering::SeqCst);
+/// From now on this process's runs hand a [`Tick`] a second to `sink`.
+pub fn report_ticks_to(sink: fn(Tick)) {
+    let _ = TICKS_TO.set(sink);
 }
 
 /// Where a cell's run is, as the matrix shows it.
@@ -101,13 +101,12 @@ pub struct Tick {
 pub async fn wait(title: &str, limit: Duration, snapshot: impl Fn() -> Snapshot) {
     let start = tokio::time::Instant::now();
     let deadline = start + limit;
-    if TO_MATRIX.load(Ordering::SeqCst) {
+    if let Some(sink) = TICKS_TO.get() {
         while tokio::time::Instant::now() < deadline {
-            let tick = Tick {
+            sink(Tick {
                 elapsed_s: start.elapsed().as_secs(),
                 tally: snapshot().to_string(),
-            };
-            crate::matrix::cell::report(&crate::matrix::cell::Line::Progress(tick));
+            });
             tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + TICK_TO_MATRIX))
                 .await;
         }
