@@ -1,18 +1,19 @@
-//! `deadlock`: the lock is stuck. An interval longer than a threshold in
-//! which acquires were attempted, no fault was active and none was granted,
-//! e.g. a key left without expiry by a holder that died between `SETNX` and
-//! `PEXPIRE`. A lock must be released eventually even if its holder dies,
-//! so this counts under every promise.
+//! `deadlock`: the lock is stuck. Between two grants, acquires were
+//! attempted for longer than a threshold of time in which no fault was
+//! active, e.g. a key left without expiry by a holder that died between
+//! `SETNX` and `PEXPIRE`. A lock must be released eventually even if its
+//! holder dies, so this counts under every promise.
 //!
-//! Each interval starts at a grant or at the heal that left no fault active
-//! (or, after those, at the first acquire), and ends at the next grant or
-//! fault; within it only the time someone wanted the lock counts (from the
-//! first acquire in flight to the last). A grant is where a hold starts, so
-//! an interval holds one hold and the wait after it: a holder that dies or
-//! stalls is waited out within a TTL, and a retrying worker notices within
-//! its acquire timeout. The history does not record those, so the threshold
-//! comes from the run ([`Settings::deadlock_after`]); without one nothing is
-//! checked.
+//! Each interval runs from a grant (or the history's start) to the next
+//! grant. Faults pause it: only its fault-free stretches count, each from
+//! its first acquire in flight to its last, and they add up, so a lock
+//! stuck across faults that come every second or two is still found (the
+//! nemesis's quiet between faults is shorter than the threshold). A grant
+//! is where a hold starts, so an interval holds one hold and the wait after
+//! it: a holder that dies or stalls is waited out within a TTL, and a
+//! retrying worker notices within its acquire timeout. The history does not
+//! record those, so the threshold comes from the run
+//! ([`Settings::deadlock_after`]); without one nothing is checked.
 
 use crate::demand::{ActiveFaults, Change, Demand};
 use crate::history::{f, Event, OpType, Process};
@@ -38,8 +39,16 @@ pub struct Deadlock {
     threshold_ns: Option<u64>,
     faults: ActiveFaults,
     demand: Demand,
-    /// An interval is running: no fault is active.
+    /// A fault-free stretch of the interval is running.
     open: bool,
+    /// The interval's fault-free demand so far, in its closed stretches.
+    counted_ns: u64,
+    /// The interval's first and latest moments of demand (history time).
+    span: Option<(u64, u64)>,
+    /// The fault-free demand counted when the interval's first fault began.
+    before_fault_ns: Option<u64>,
+    /// The first demand after the interval's first fault.
+    after_fault: Option<u64>,
     /// Each client's acquire in flight: its invoke's index.
     acquiring: FxHashMap<Process, u64>,
     /// The current interval's stuck acquires, one per process, in order.
@@ -59,6 +68,10 @@ impl Deadlock {
             demand: Demand::default(),
             // The history's start is a fresh lock, free and fault-free.
             open: true,
+            counted_ns: 0,
+            span: None,
+            before_fault_ns: None,
+            after_fault: None,
             acquiring: FxHashMap::default(),
             stuck: Vec::new(),
             intervals: Vec::new(),
@@ -68,10 +81,9 @@ impl Deadlock {
         }
     }
 
-    /// A new interval at `now`, unless a fault is active: the acquires in
-    /// flight are its first stuck ones.
-    fn open(&mut self, now: u64) {
-        self.stuck.clear();
+    /// A fault-free stretch from `now`, unless a fault is active: the
+    /// acquires in flight are stuck ones of the interval (if it has room).
+    fn resume(&mut self, now: u64) {
         self.open = !self.faults.any();
         if !self.open {
             return;
@@ -80,35 +92,61 @@ impl Deadlock {
         let mut waiting: Vec<(Process, u64)> = self
             .acquiring
             .iter()
+            .filter(|(p, _)| !self.stuck.iter().any(|(q, _)| q == *p))
             .map(|(p, i)| (p.clone(), *i))
             .collect();
         waiting.sort_by_key(|(_, i)| *i);
-        waiting.truncate(MAX_STUCK);
-        self.stuck = waiting;
+        waiting.truncate(MAX_STUCK.saturating_sub(self.stuck.len()));
+        self.stuck.extend(waiting);
     }
 
-    /// Ends the interval at `now`: was the lock wanted for longer than the
-    /// threshold? Its witness time is when it began, so attribution names
-    /// what left the lock stuck, not what happened a threshold later.
-    fn close(&mut self, now: u64) {
-        if !std::mem::take(&mut self.open) {
-            return;
+    /// Ends the running stretch at `now` (at a fault's start, or with the
+    /// interval): its demand counts.
+    fn pause(&mut self, now: u64, fault: bool) {
+        if std::mem::take(&mut self.open) {
+            if let Some((first, last)) = self.demand.span(now) {
+                self.counted_ns += last - first;
+                let begun = self.span.map_or(first, |(f, _)| f);
+                self.span = Some((begun, last));
+                if self.before_fault_ns.is_some() {
+                    self.after_fault.get_or_insert(first);
+                }
+            }
         }
-        let Some((first, last)) = self.demand.span(now) else {
+        if fault && self.before_fault_ns.is_none() {
+            self.before_fault_ns = Some(self.counted_ns);
+        }
+    }
+
+    /// Ends the interval at `now` (a grant, or the history's end): was the
+    /// lock wanted for longer than the threshold of fault-free time? Its
+    /// witness time is where it got stuck, so attribution names what left
+    /// it stuck, not what happened a threshold later: the interval's start,
+    /// or, if it was not yet stuck for a threshold when its first fault
+    /// began, the first demand after that fault (the fault it never
+    /// recovered from).
+    fn close(&mut self, now: u64) {
+        self.pause(now, false);
+        let length = std::mem::take(&mut self.counted_ns);
+        let span = self.span.take();
+        let stuck = std::mem::take(&mut self.stuck);
+        let before_fault = self.before_fault_ns.take();
+        let after_fault = self.after_fault.take();
+        let Some((first, last)) = span else {
             return;
         };
-        let length = last - first;
         self.longest_ns = self.longest_ns.max(length);
-        if self.threshold_ns.is_some_and(|t| length > t) {
-            let mut indices: Vec<u64> = self.stuck.iter().map(|(_, i)| *i).collect();
+        if let Some(t) = self.threshold_ns.filter(|t| length > *t) {
+            let time = match (before_fault, after_fault) {
+                (Some(before), Some(after)) if before <= t => after,
+                _ => first,
+            };
+            let mut indices: Vec<u64> = stuck.iter().map(|(_, i)| *i).collect();
             indices.sort_unstable();
             if self.intervals.len() < MAX_EXAMPLES {
                 self.intervals.push([first, last]);
             }
-            self.found.record(Witness {
-                indices,
-                time: first,
-            });
+            self.found.record(Witness { indices, time });
         }
     }
 }
@@ -117,8 +155,8 @@ impl OnEvent for Deadlock {
     fn on_event(&mut self, e: &Event, _invoke: Option<&Invoked>) {
         self.latest = self.latest.max(e.time);
         match self.faults.on_event(e) {
-            Some(Change::Started) => return self.close(e.time),
-            Some(Change::Stopped) if !self.faults.any() => return self.open(e.time),
+            Some(Change::Started) => return self.pause(e.time, true),
+            Some(Change::Stopped) if !self.faults.any() => return self.resume(e.time),
             Some(Change::Stopped) => return,
             None => {}
         }
@@ -143,7 +181,7 @@ impl OnEvent for Deadlock {
             }
         }
         if granted {
-            self.open(e.time);
+            self.resume(e.time);
         }
     }
 }
@@ -171,7 +209,7 @@ impl Checker for Deadlock {
         let mut notes = Vec::new();
         if self.found.found() {
             notes.push(format!(
-                "deadlock: {} interval(s) longer than the threshold of {:.1} s (the longest {:.1} s) in which acquires were attempted, no fault was active and none was granted",
+                "deadlock: {} interval(s) between grants in which acquires were attempted for longer than the threshold of {:.1} s with no fault active (the longest {:.1} s)",
                 self.found.count,
                 secs(threshold),
                 secs(self.longest_ns)
@@ -276,10 +314,31 @@ mod tests {
         let f = run(&h);
         assert_eq!(found(&f).count, 0);
         assert_eq!(f.report.valid, Validity::True);
-        // A fault in the middle splits it into two short ones.
+    }
+
+    #[test]
+    fn a_lock_stuck_across_faults_adds_up_its_fault_free_time() {
+        // Stuck from 1 s to 13 s with a 0.5 s pause every 2 s: 9 s of it
+        // fault-free, in stretches of 1.5 s, none long enough alone.
+        let mut h = Hist::new();
+        stuck(&mut h, 13 * S);
+        for k in 0..6 {
+            h.nemesis("start-pause").time(2 * S + k * 2 * S);
+            h.nemesis("stop-pause").time(2 * S + S / 2 + k * 2 * S);
+        }
+        let f = run(&h);
+        let a = found(&f);
+        assert_eq!(a.count, 1, "{a:?}");
+        assert_eq!(f.report.details["longest_ungranted_ms"], 9_000);
+        // Not stuck for a threshold before the first pause: dated after it
+        // (at its heal), so attribution names the pause.
+        assert_eq!(a.first_time, Some(2 * S + S / 2), "{a:?}");
+        // A grant between the stretches starts a new interval: nothing adds up.
         let mut h = Hist::new();
         stuck(&mut h, 13 * S);
         h.nemesis("start-pause").time(6 * S);
+        h.invoke(4, "acquire").time(6 * S + 1);
+        h.ok(4, "acquire").token("d").time(6 * S + 2);
         h.nemesis("stop-pause").time(7 * S);
         let f = run(&h);
         assert_eq!(found(&f).count, 0, "{:?}", found(&f));
