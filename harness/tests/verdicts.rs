@@ -263,7 +263,7 @@ fn a_time_limit_that_fits_no_fault_is_refused_naming_the_time_it_needs() {
     );
     refused(
         &["--nemesis", "pause", "--time-limit", "5", "--seed", "1"],
-        "use --time-limit 10 or more",
+        "use --time-limit 7 or more",
     );
 }
 
