@@ -157,6 +157,10 @@ pub mod fault {
     pub const PROCESS: &str = "process";
 }
 
+/// The key of an acquire `ok`'s value holding the history time its granted
+/// attempt was sent: see [`Event::attempt_sent`].
+pub const ATTEMPT_SENT: &str = "attempt_sent";
+
 /// One line of the history.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Event {
@@ -226,6 +230,16 @@ impl Event {
             return None;
         }
         serde_json::from_value(self.value.get("process")?.clone()).ok()
+    }
+    /// When an acquire `ok`'s granted attempt was sent (its value's
+    /// [`ATTEMPT_SENT`]): a retried acquire's earlier attempts found the lock
+    /// busy and changed nothing, so its grant came after this. `None` for
+    /// other events and histories that do not say (the invoke bounds it then).
+    pub fn attempt_sent(&self) -> Option<u64> {
+        if self.f != f::ACQUIRE || self.kind != OpType::Ok {
+            return None;
+        }
+        self.value.get(ATTEMPT_SENT)?.as_u64()
     }
     /// The counter value of a `read`/`write`, when it is an integer.
     pub fn int_value(&self) -> Option<i64> {

@@ -63,9 +63,10 @@ impl Nemesis {
 /// A hold still open (not yet ended by a release invoke).
 struct Open {
     hold: Hold,
-    /// When its acquire op was invoked: the grant happened between then
-    /// and the `ok` (a client frozen mid-acquisition reports it late), so
-    /// only a lock invoked after another's `ok` was certainly granted after it.
+    /// When its acquire op was invoked, or its granted attempt was sent if
+    /// the event says: the grant happened between then and the `ok` (a
+    /// client frozen mid-acquisition reports it late), so only a lock
+    /// invoked after another's `ok` was certainly granted after it.
     invoked: u64,
     /// `(time, index)` of the first acquire `ok` of another lock certainly
     /// granted after this hold started: from then on its holder's reads and
@@ -115,7 +116,10 @@ impl OnEvent for Mutex {
         }
         let data_op = e.f == f::READ || e.f == f::WRITE;
         match (e.kind, e.f.as_str()) {
-            (OpType::Ok, f::ACQUIRE) => self.acquired(e, invoke.map_or(e.time, |i| i.time)),
+            (OpType::Ok, f::ACQUIRE) => {
+                let invoked = invoke.map_or(e.time, |i| i.time);
+                self.acquired(e, e.attempt_sent().map_or(invoked, |s| s.max(invoked)))
+            }
             (OpType::Invoke, f::RELEASE) => self.releasing(e),
             (OpType::Invoke, _) if data_op && e.process.is_client() => {
                 // Certainly after: the intruder's ok came before this invoke.
@@ -292,6 +296,7 @@ impl Mutex {
 mod tests {
     use super::*;
     use crate::feed::feed;
+    use crate::history::ATTEMPT_SENT;
     use crate::testing::Hist;
 
     fn run(h: &Hist) -> (Anomaly, Anomaly, Anomaly) {
@@ -408,6 +413,25 @@ mod tests {
         let (_, u, _) = run(&h);
         assert_eq!(indices(&u), vec![vec![7, 3]]);
         assert_eq!(u.first_time, Some(h.build().events[7].time));
+    }
+
+    #[test]
+    fn a_retried_acquire_counts_from_its_granted_attempt_not_its_invoke() {
+        // 2 waits on a busy lock from before 1's grant; its attempt that won
+        // was sent after it, so 1's write after that is unsafe. Without the
+        // attempt's time, 2's grant might have come first.
+        let history = |sent: Option<u64>| {
+            let mut h = Hist::new();
+            h.invoke(2, "acquire"); // 0, t=0: retrying on a busy lock
+            h.acquire(1, "a"); // 1, 2: ok at t=20
+            let value = sent.map(|t| serde_json::json!({ATTEMPT_SENT: t}));
+            h.ok(2, "acquire").token("b").value(value); // 3: 1's lease ran out
+            h.write(1, 1); // 4, 5
+            run(&h).1
+        };
+        assert_eq!(indices(&history(Some(25))), vec![vec![5, 3]]);
+        assert!(!history(None).found(), "invoked before 1's grant");
+        assert!(!history(Some(15)).found(), "sent before 1's grant");
     }
 
     #[test]

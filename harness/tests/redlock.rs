@@ -227,4 +227,32 @@ fn a_lagging_lease_clock_defeats_the_holders_own_check() {
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(!events(&dir, "skew").is_empty(), "no skew was sent");
     assert!(count(&fooled, "unsafe-action") > 0, "{}", out.stdout);
+    granted_attempts_lie_within_their_acquires(&dir);
+}
+
+/// A rival that began waiting before the fooled holder's grant is certainly
+/// later only through the time its winning attempt was sent: each acquire
+/// `ok` records it, between the op's invoke and its `ok`.
+fn granted_attempts_lie_within_their_acquires(dir: &std::path::Path) {
+    let mut invoked = std::collections::HashMap::new();
+    let mut oks = 0;
+    for e in events(dir, "acquire") {
+        let time = e["time"].as_u64().unwrap();
+        match e["type"].as_str().unwrap() {
+            "invoke" => {
+                invoked.insert(e["process"].to_string(), time);
+            }
+            "ok" => {
+                let sent = e["value"]["attempt_sent"].as_u64().expect("attempt_sent");
+                let from = invoked[&e["process"].to_string()];
+                assert!(
+                    (from..=time).contains(&sent),
+                    "{e} sent at {sent}, invoked at {from}"
+                );
+                oks += 1;
+            }
+            _ => {}
+        }
+    }
+    assert!(oks > 0, "no acquire was granted");
 }

@@ -9,7 +9,7 @@ use crate::recorder::Recorder;
 use crate::storage::Storage;
 use crate::strike::{Hook, Strikes};
 use crate::{Config, Outcome};
-use checker::history::{error, f, Event, OpType, Process};
+use checker::history::{self, error, f, Event, OpType, Process};
 use checker::Point;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -407,13 +407,14 @@ impl<W: Write> Worker<W> {
         let deadline = monotonic_ns() + self.spec.acquire_timeout_ms * 1_000_000;
         loop {
             let sent = self.clock.now_ns();
+            let sent_at = self.emitter.clock.now();
             let outcome: Outcome<()> = match self.lock.try_acquire(token) {
                 Outcome::Ok(Some(grant)) => {
                     if !self.lock.marks().contains(&Point::Acquiring) {
                         self.strike.at(Point::Acquiring);
                     }
                     let done = Outcome::Ok(());
-                    let value = self.granted_by(&grant);
+                    let value = self.granted_by(&grant, sent_at);
                     self.complete(f::ACQUIRE, &done, |e| {
                         e.with_token(token)
                             .with_fence(grant.fence)
@@ -447,8 +448,11 @@ impl<W: Write> Worker<W> {
 
     /// `{"nodes": [...]}` for a lock granted by several nodes, with
     /// `"client_token"` for an adapter's library that shows its own; else null.
-    fn granted_by(&self, grant: &Grant) -> serde_json::Value {
+    /// An acquire `ok`'s value: when its granted attempt was sent (history
+    /// time), the nodes that granted it and the client's own token.
+    fn granted_by(&self, grant: &Grant, sent_at: u64) -> serde_json::Value {
         let mut value = serde_json::Map::new();
+        value.insert(history::ATTEMPT_SENT.into(), sent_at.into());
         if !grant.nodes.is_empty() {
             let name = |&i: &usize| {
                 let names = &self.spec.lock_node_names;
@@ -460,10 +464,7 @@ impl<W: Write> Worker<W> {
         if let Some(token) = &grant.client_token {
             value.insert("client_token".into(), token.clone().into());
         }
-        match value.is_empty() {
-            true => serde_json::Value::Null,
-            false => value.into(),
-        }
+        value.into()
     }
 
     fn critical_section(&mut self, grant: Grant, lease_start: i64) {
