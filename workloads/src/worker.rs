@@ -446,10 +446,9 @@ impl<W: Write> Worker<W> {
         }
     }
 
-    /// `{"nodes": [...]}` for a lock granted by several nodes, with
-    /// `"client_token"` for an adapter's library that shows its own; else null.
-    /// An acquire `ok`'s value: when its granted attempt was sent (history
-    /// time), the nodes that granted it and the client's own token.
+    /// An acquire `ok`'s value: `"attempt_sent"`, when its winning attempt
+    /// was sent (history ns); `"nodes"` for a lock granted by several nodes;
+    /// `"client_token"` for an adapter's library that shows its own.
     fn granted_by(&self, grant: &Grant, sent_at: u64) -> serde_json::Value {
         let mut value = serde_json::Map::new();
         value.insert(history::ATTEMPT_SENT.into(), sent_at.into());
