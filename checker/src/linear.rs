@@ -8,6 +8,8 @@
 //! Ops: `ok` happened once between invocation and completion; `fail` did not
 //! happen (so a holder whose release fails still holds, as in Knossos);
 //! `info` or no completion may have happened at any time after invocation.
+//! A release that fails `not-held` is a lease that ran out under its
+//! releaser: read as `info` (see `kept::lease_aware`).
 //!
 //! An `info`/unfinished acquire *without a token* has an unknown owner: it may
 //! be released by its own process or by a token that no acquire carries (the
@@ -408,6 +410,34 @@ mod tests {
         let out = run(&h);
         assert_eq!(out.valid, Validity::False, "{out:?}");
         assert_eq!(out.witness, vec![1, 5]);
+    }
+
+    #[test]
+    fn a_release_refused_as_not_held_is_a_lease_that_ran_out_during_it() {
+        // Frozen inside its release past the TTL: another is granted, then
+        // the release finds the key gone. The lease worked as designed.
+        let mut h = Hist::new();
+        h.acquire(1, "a");
+        h.invoke(1, "release").token("a");
+        h.acquire(2, "b");
+        h.fail(1, "release").token("a").error("not-held");
+        h.release(2, "b");
+        assert_eq!(run(&h).valid, Validity::True);
+        // A lease that ran out before the release began: its holder
+        // believed it held while another was granted.
+        let mut h = Hist::new();
+        h.acquire(1, "a");
+        h.acquire(2, "b"); // ok 3
+        h.invoke(1, "release").token("a");
+        h.fail(1, "release").token("a").error("not-held");
+        assert_eq!(run(&h).valid, Validity::False);
+        // Refused for any other reason, the release did not happen.
+        let mut h = Hist::new();
+        h.acquire(1, "a");
+        h.invoke(1, "release").token("a");
+        h.acquire(2, "b");
+        h.fail(1, "release").token("a").error("connection-refused");
+        assert_eq!(run(&h).valid, Validity::False);
     }
 
     #[test]

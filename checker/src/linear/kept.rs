@@ -3,7 +3,7 @@
 //! [`Event`] (some 260 bytes with its strings). A 10 M-event history has
 //! about 6 M lock events, so this is most of a streamed check's memory.
 
-use crate::history::{f, Event, OpType, Process};
+use crate::history::{error, f, Event, OpType, Process};
 use rustc_hash::FxHashMap;
 
 /// No token, or not a crash.
@@ -61,7 +61,7 @@ impl Kept {
             process: self.process(&e.process),
             token: e.token.as_deref().map_or(NONE, |t| self.token(t)),
             dead,
-            kind: e.kind,
+            kind: lease_aware(e),
             does,
         };
         self.events.push(kept);
@@ -89,6 +89,23 @@ impl Kept {
         let id = next_id(self.tokens.len());
         self.tokens.insert(t.into(), id);
         id
+    }
+}
+
+/// A release that failed `not-held` is read as `info`: the lock's own
+/// node said the key was no longer ours when the release ran, so the lease
+/// ran out (or was taken) at some moment the client cannot see, possibly
+/// after the release was sent (a releaser frozen mid-release). That is the
+/// lease working as designed, not a holder that still holds; a holder whose
+/// lease ran out *before* it began releasing believed it held while another
+/// was granted, which `lock-overlap` and this search still find, since the
+/// release cannot take effect before its invocation. Any other failed
+/// release did not happen (Knossos's `fail`), and its holder still holds.
+fn lease_aware(e: &Event) -> OpType {
+    let not_held = e.error.as_deref().map(error::kind) == Some(error::NOT_HELD);
+    match e.kind {
+        OpType::Fail if e.f == f::RELEASE && not_held => OpType::Info,
+        kind => kind,
     }
 }
 
