@@ -52,20 +52,27 @@ impl Fault {
 pub struct Causes {
     nemesis: Vec<Fault>,
     stalls: Vec<Fault>,
+    /// Indices of `stall` events whose length cannot be read.
+    unreadable: Vec<u64>,
 }
 
 impl Causes {
     pub fn on_event(&mut self, e: &Event) {
         if e.f == f::STALL {
+            // A stall says how long it lasted, and it cannot have begun
+            // before the run: anything else names no interval to blame.
             let ns = e.value["ms"]
                 .as_u64()
-                .unwrap_or(0)
-                .saturating_mul(1_000_000);
-            self.stalls.push(Fault {
-                kind: f::STALL.into(),
-                start: e.time.saturating_sub(ns),
-                end: Some(e.time),
-            });
+                .and_then(|ms| ms.checked_mul(1_000_000))
+                .filter(|&ns| ns <= e.time);
+            match ns {
+                Some(ns) => self.stalls.push(Fault {
+                    kind: f::STALL.into(),
+                    start: e.time - ns,
+                    end: Some(e.time),
+                }),
+                None => self.unreadable.push(e.index),
+            }
             return;
         }
         if !e.is_nemesis() {
@@ -108,6 +115,19 @@ impl Causes {
             (None, s) => s,
         };
         chosen.map_or(NONE, |x| x.kind.as_str())
+    }
+
+    /// A note naming the `stall` events that were ignored, if any.
+    pub fn note(&self) -> Option<String> {
+        let first = self.unreadable.iter().take(5).map(u64::to_string);
+        (!self.unreadable.is_empty()).then(|| {
+            format!(
+                "{} stall event(s) ignored as causes: their value.ms is not a length in milliseconds that fits the run (events {}{})",
+                self.unreadable.len(),
+                first.collect::<Vec<_>>().join(", "),
+                if self.unreadable.len() > 5 { ", …" } else { "" }
+            )
+        })
     }
 
     /// How many stalls no nemesis fault explains, and the longest (ms).
@@ -220,6 +240,30 @@ mod tests {
         let faults = faults(&Hist::new(), &[stall("worker-0", 3 * S, 2000)]);
         assert_eq!(faults.cause(2 * S), "stall");
         assert_eq!(faults.cause(S / 2), NONE);
+    }
+
+    #[test]
+    fn a_stall_whose_length_cannot_be_read_is_ignored_with_a_note() {
+        let garbage = |end: u64, ms: serde_json::Value| {
+            Event::new(end, Process::from("worker-1"), OpType::Info, f::STALL)
+                .with_value(json!({"ms": ms}))
+        };
+        let events = [
+            garbage(3 * S, json!("abc")),
+            garbage(3 * S, json!(-5)),
+            garbage(3 * S, json!(1.5)),
+            garbage(3 * S, json!(null)),
+            garbage(3 * S, json!(u64::MAX)),
+            garbage(3 * S, json!(4000)), // began before the run
+        ];
+        let ignored = faults(&Hist::new(), &events);
+        assert_eq!(ignored.cause(2 * S), NONE);
+        assert_eq!(ignored.unplanned(), (0, 0));
+        let note = ignored.note().expect("a note");
+        assert!(note.starts_with("6 stall event(s) ignored"), "{note}");
+        assert!(faults(&Hist::new(), &[stall("w", 3 * S, 10)])
+            .note()
+            .is_none());
     }
 
     #[test]

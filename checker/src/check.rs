@@ -8,7 +8,7 @@ use crate::history::{self, Event, History};
 use crate::registry::{CheckerEntry, Fed, Finding, Whole};
 use crate::settings::Settings;
 use crate::verdict::{self, Anomaly, Results, Validity};
-use crate::{cause, faults, CHECKERS};
+use crate::{cause, crashes, faults, CHECKERS};
 use std::collections::BTreeMap;
 
 /// Checks `history` against `settings` (a [`crate::Promise`] will do:
@@ -149,6 +149,7 @@ fn assemble(
         checkers: event_fed,
         stats,
         faults,
+        crashes,
         causes,
     } = pass;
     let findings = event_fed.into_iter().chain(whole);
@@ -168,16 +169,36 @@ fn assemble(
         }
         notes.extend(finding.notes);
     }
+    // The run's own record: did it test what it claims, and does the
+    // history agree with itself? If not, nothing found proves anything.
     let (faults, fault_notes) = faults.finish();
+    let (crashes, crash_notes) = crashes.finish();
+    let untrusted = faults.valid == Validity::Unknown || crashes.valid == Validity::Unknown;
     checkers.insert(faults::NAME.to_string(), faults);
+    checkers.insert(crashes::NAME.to_string(), crashes);
 
     let mut stats = stats;
     (stats.stalls, stats.longest_stall_ms) = causes.unplanned();
+    notes.extend(causes.note());
     notes.extend(extra_notes);
     notes.extend(fault_notes);
-    let valid = verdict::decide(
+    notes.extend(crash_notes);
+    let mut valid = verdict::decide(
         promise, &anomalies, &checkers, &not_asked, truncated, &mut notes,
     );
+    if untrusted {
+        // An unverified fault means the run did not test what it claims; a
+        // crash that cannot be believed may hide or invent a hold. A definite
+        // failure found under either is not evidence: unknown, whatever else
+        // was found (the counts stay in the results).
+        if valid == Validity::False {
+            notes.push(
+                "anomalies were found, but the run cannot show what it tested: unknown, not invalid"
+                    .into(),
+            );
+        }
+        valid = Validity::Unknown;
+    }
     Results {
         valid,
         promise,
@@ -290,6 +311,56 @@ mod tests {
             with.checkers[crate::deadlock::NAME].details["threshold_ms"],
             7_000
         );
+    }
+
+    #[test]
+    fn an_unverified_fault_makes_even_an_invalid_run_unknown_keeping_its_counts() {
+        let mut h = paused_holder(false);
+        h.nemesis("start-kill")
+            .value(json!({"unverified": "n1 answered by a server with pid 99, not ours"}));
+        let r = check(&h.build(), settings(Promise::MutualExclusion));
+        assert_eq!(r.valid, Validity::Unknown, "{:?}", r.notes);
+        assert_eq!(r.anomalies[anomaly::LOCK_OVERLAP].count, 1);
+        assert!(r.notes.iter().any(|n| n.contains("fault not verified")));
+        assert!(r.notes.iter().any(|n| n.contains("unknown, not invalid")));
+    }
+
+    /// Process 0 holds, "crashes", then writes and releases while process 1
+    /// holds: the crash hides the overlap, so the history cannot be believed.
+    fn acts_after_its_crash(crash_by: Option<u64>) -> Hist {
+        let s = 500_000_000;
+        let mut h = Hist::new();
+        h.acquire(0, "a");
+        h.sleep(3 * s);
+        match crash_by {
+            None => h.crash(0).token("a"),
+            Some(p) => h.info(p, history::f::CRASH).value(json!({"process": 0})),
+        };
+        h.sleep(s);
+        h.acquire(1, "b");
+        h.sleep(s);
+        h.write(0, 1);
+        h.release(0, "a");
+        h.sleep(s);
+        h.release(1, "b");
+        h.final_read(1);
+        h
+    }
+
+    #[test]
+    fn ops_after_a_crash_or_a_crash_from_a_client_leave_the_verdict_unknown() {
+        for crash_by in [None, Some(1)] {
+            let r = check(
+                &acts_after_its_crash(crash_by).build(),
+                Promise::MutualExclusion,
+            );
+            assert_eq!(r.valid, Validity::Unknown, "{crash_by:?}: {:?}", r.notes);
+            assert!(
+                r.notes.iter().any(|n| n.contains("contradicts itself")),
+                "{:?}",
+                r.notes
+            );
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 use crate::availability::AvailabilityCheck;
 use crate::cause::Causes;
+use crate::crashes::Crashes;
 use crate::faults::Faults;
 use crate::history::{next_line, Event, OpType, ParseError};
 use crate::ops::InFlight;
@@ -69,6 +70,7 @@ pub struct OnePass {
     stats: StatsCheck,
     availability: AvailabilityCheck,
     faults: Faults,
+    crashes: Crashes,
     causes: Causes,
 }
 
@@ -95,6 +97,7 @@ impl OnePass {
             stats: StatsCheck::default(),
             availability: AvailabilityCheck::default(),
             faults: Faults::default(),
+            crashes: Crashes::default(),
             causes: Causes::default(),
         }
     }
@@ -108,6 +111,7 @@ impl OnEvent for OnePass {
         self.stats.on_event(e, invoke);
         self.availability.on_event(e, invoke);
         self.faults.on_event(e, invoke);
+        self.crashes.on_event(e, invoke);
         self.causes.on_event(e);
     }
 }
@@ -117,6 +121,7 @@ pub(crate) struct PassFindings {
     pub checkers: Vec<(&'static CheckerEntry, Finding)>,
     pub stats: Stats,
     pub faults: Faults,
+    pub crashes: Crashes,
     pub causes: Causes,
 }
 
@@ -158,6 +163,7 @@ impl OnePass {
                 ..self.stats.finish()
             },
             faults: self.faults,
+            crashes: self.crashes,
             causes: self.causes,
         }
     }

@@ -224,9 +224,11 @@ impl Event {
     pub fn is_nemesis(&self) -> bool {
         self.process == Process::nemesis()
     }
-    /// The process a `crash` event says died.
+    /// The process a `crash` event says died. Only the harness (which saw
+    /// it die) or the nemesis (which killed it) records a crash; a client's
+    /// `crash` line is not honoured (`crashes.rs` says so).
     pub fn crashed(&self) -> Option<Process> {
-        if self.f != f::CRASH {
+        if self.f != f::CRASH || self.process.is_client() {
             return None;
         }
         serde_json::from_value(self.value.get("process")?.clone()).ok()

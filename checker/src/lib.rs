@@ -26,6 +26,7 @@ mod bounds;
 mod cause;
 mod check;
 mod counter;
+mod crashes;
 mod deadlock;
 mod demand;
 mod edn;
