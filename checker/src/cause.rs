@@ -14,14 +14,23 @@
 //! fault's effect (a lease running out, a restarted node forgetting a key)
 //! can surface well after its end and still be named.
 
-use crate::history::{f, Event};
+use crate::history::{error, f, Event, OpType};
 use crate::verdict::Anomaly;
+use crate::Invoked;
 
 /// How long after a fault ended an anomaly is still put down to it.
 pub const WINDOW_NS: u64 = 10_000_000_000;
 
 /// The cause named when no fault preceded an anomaly within the window.
 pub const NONE: &str = "none";
+
+/// A client adapter hung or died with an op in flight (the op's `info`
+/// completion says `adapter`): from the op's invocation to its completion.
+pub const ADAPTER: &str = "adapter";
+
+/// A node died that no fault killed (the harness's `crash` event naming a
+/// `node`): from then on, as nothing restarts it.
+pub const NODE_DIED: &str = "node-died";
 
 /// One fault as an interval of run time; `end` is `None` while it never stopped.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,12 +61,33 @@ impl Fault {
 pub struct Causes {
     nemesis: Vec<Fault>,
     stalls: Vec<Fault>,
+    /// Failures the harness saw that no fault caused: [`ADAPTER`], [`NODE_DIED`].
+    incidents: Vec<Fault>,
     /// Indices of `stall` events whose length cannot be read.
     unreadable: Vec<u64>,
 }
 
 impl Causes {
-    pub fn on_event(&mut self, e: &Event) {
+    pub fn on_event(&mut self, e: &Event, invoke: Option<&Invoked>) {
+        let adapter = e.kind == OpType::Info
+            && e.process.is_client()
+            && e.error.as_deref().map(error::kind) == Some(error::ADAPTER);
+        if adapter {
+            self.incidents.push(Fault {
+                kind: ADAPTER.into(),
+                start: invoke.map_or(e.time, |i| i.time),
+                end: Some(e.time),
+            });
+            return;
+        }
+        if e.f == f::CRASH && !e.process.is_client() && e.node.is_some() {
+            self.incidents.push(Fault {
+                kind: NODE_DIED.into(),
+                start: e.time,
+                end: None,
+            });
+            return;
+        }
         if e.f == f::STALL {
             // A stall says how long it lasted, and it cannot have begun
             // before the run: anything else names no interval to blame.
@@ -108,7 +138,8 @@ impl Causes {
     /// The cause of an anomaly that became visible at `at`: a nemesis fault's
     /// name, `stall`, or [`NONE`]. Ties go to the nemesis fault.
     pub fn cause(&self, at: u64) -> &str {
-        let planned = latest(self.nemesis.iter(), at);
+        // What the harness saw fail by itself is as definite as a fault.
+        let planned = latest(self.nemesis.iter().chain(&self.incidents), at);
         let chosen = match (planned, latest(self.unplanned_stalls(), at)) {
             (Some(p), Some(s)) if s.start > p.start => Some(s),
             (Some(p), _) => Some(p),
@@ -190,7 +221,7 @@ mod tests {
     fn faults(h: &Hist, extra: &[Event]) -> Causes {
         let mut faults = Causes::default();
         for e in h.build().events.iter().chain(extra) {
-            faults.on_event(e);
+            faults.on_event(e, None);
         }
         faults
     }
@@ -240,6 +271,31 @@ mod tests {
         let faults = faults(&Hist::new(), &[stall("worker-0", 3 * S, 2000)]);
         assert_eq!(faults.cause(2 * S), "stall");
         assert_eq!(faults.cause(S / 2), NONE);
+    }
+
+    #[test]
+    fn a_hung_adapter_and_a_node_that_died_by_itself_are_named() {
+        let mut causes = Causes::default();
+        let hung = Event::new(5 * S, 3.into(), OpType::Info, f::ACQUIRE)
+            .with_error("adapter: the adapter did not answer acquire #4 within 20000 ms");
+        let invoke = Invoked {
+            time: S,
+            index: 0,
+            fence: None,
+        };
+        causes.on_event(&hung, Some(&invoke));
+        assert_eq!(causes.cause(S / 2), NONE);
+        assert_eq!(causes.cause(S), ADAPTER, "from the op's invocation");
+        assert_eq!(causes.cause(14 * S), ADAPTER, "within the window after");
+        let died = Event::new(20 * S, "harness".into(), OpType::Info, f::CRASH)
+            .with_node("n1")
+            .with_value(json!({"node": "n1", "pid": 42}));
+        causes.on_event(&died, None);
+        assert_eq!(causes.cause(60 * S), NODE_DIED, "it stays dead");
+        // A worker's crash is not a node's.
+        let mut h = Hist::new();
+        h.crash(1);
+        assert_eq!(faults(&h, &[]).cause(S), NONE);
     }
 
     #[test]

@@ -112,7 +112,7 @@ impl OnEvent for OnePass {
         self.availability.on_event(e, invoke);
         self.faults.on_event(e, invoke);
         self.crashes.on_event(e, invoke);
-        self.causes.on_event(e);
+        self.causes.on_event(e, invoke);
     }
 }
 

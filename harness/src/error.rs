@@ -34,6 +34,14 @@ pub enum Error {
     /// discarded, so the message quotes the node instead of pointing to it.
     #[error("node {name} failed to start: {message}")]
     NodeStart { name: String, message: String },
+    /// The results folder cannot be written: the user's to fix, as bad
+    /// configuration (a clone owned by another user, a read-only mount).
+    #[error("cannot create {}: {source}; give --results a folder you can write to", .path.display())]
+    ResultsNotWritable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot set up iptables: {0}")]
     Firewall(#[source] std::io::Error),
     #[error("cannot start the async runtime: {0}")]
@@ -69,6 +77,7 @@ impl Error {
             Error::Usage(_)
             | Error::MissingProgram { .. }
             | Error::BadInput { .. }
+            | Error::ResultsNotWritable { .. }
             | Error::Adapter(_) => exit::BAD_INPUT,
             Error::Node { .. }
             | Error::NodeStart { .. }

@@ -114,7 +114,12 @@ async fn run_in(
     let started = std::time::Instant::now();
     let topology = tokio::select! {
         t = Topology::start(options, backend.clone(), &nodes) => Arc::new(t?),
-        _ = interrupt.wait() => return interrupted_at_startup(options, &*backend, dir),
+        _ = interrupt.wait() => return interrupted_at_startup(
+            options,
+            &*backend,
+            dir,
+            "the run was interrupted by a signal while its nodes started, before any worker ran",
+        ),
     };
     tracing::info!(
         "{} nodes up on the {} backend in {:.2} s",
@@ -153,9 +158,19 @@ async fn run_workload(
             0,
         );
         let checked = spec.clone();
-        let hello = tokio::task::spawn_blocking(move || crate::clients::preflight(&checked, init))
-            .await
-            .map_err(|e| Error::Adapter(format!("the adapter check failed: {e}")))??;
+        let check = tokio::task::spawn_blocking(move || crate::clients::preflight(&checked, init));
+        // Left behind on a signal, the check's thread ends with the process
+        // (the runtime does not wait for it), and its adapter with the thread.
+        let hello = tokio::select! {
+            hello = check => hello
+                .map_err(|e| Error::Adapter(format!("the adapter check failed: {e}")))??,
+            _ = interrupt.wait() => return interrupted_at_startup(
+                options,
+                backend,
+                dir,
+                "the run was interrupted by a signal while its client adapter started, before any worker ran",
+            ),
+        };
         let chosen = options
             .client
             .as_ref()
@@ -231,7 +246,7 @@ async fn run_workload(
     // workers finish their cycles.
     let _ = stop_tx.send(true);
     nemesis.await.map_err(Error::NemesisTask)?;
-    pool.stop(stop_grace(options)).await;
+    stop_workers(pool, options, interrupt).await;
     watching.store(true, Ordering::SeqCst);
     if let Some(w) = watcher {
         let _ = w.join();
@@ -290,6 +305,40 @@ fn worker_spec(options: &RunPlan, index: u64, topology: &Topology, clock: RunClo
     }
 }
 
+/// Lets the workers finish their cycles, unless a signal says to stop: then
+/// they get [`SIGNAL_GRACE`] and are killed (each recorded as a crash, its
+/// op in flight as `info`), so a long critical section is not waited out.
+async fn stop_workers(pool: workers::Pool, options: &RunPlan, interrupt: &Interrupt) {
+    let pids = pool.pids.clone();
+    let grace = match interrupt.happened() {
+        true => SIGNAL_GRACE,
+        false => stop_grace(options),
+    };
+    let stopping = pool.stop(grace);
+    tokio::pin!(stopping);
+    tokio::select! {
+        _ = &mut stopping => return,
+        _ = async {
+            interrupt.wait().await;
+            tokio::time::sleep(SIGNAL_GRACE).await;
+        } => {}
+    }
+    tracing::warn!("stopping the workers now: a signal cut their last cycle short");
+    for pid in pids.snapshot() {
+        // Each worker leads its own group: its adapter goes with it. Only a
+        // worker not yet reaped (a zombie holds its pid) is signalled, so
+        // the group cannot be someone else's.
+        if nemesis::process::parent(pid) == Some(std::process::id()) {
+            let _ = nemesis::process::kill_group(pid);
+        }
+    }
+    stopping.await;
+}
+
+/// How long workers may take to finish their cycle once a signal asked the
+/// run to stop: a run stops within about two seconds of a signal.
+const SIGNAL_GRACE: Duration = Duration::from_secs(1);
+
 /// Long enough for a worker to finish the cycle it is in: an acquire that
 /// retries to its deadline, the work, and a few requests that time out.
 fn stop_grace(options: &RunPlan) -> Duration {
@@ -329,20 +378,19 @@ fn late_events(options: &RunPlan) -> Duration {
     options.pause.max(options.node_pause) + Duration::from_secs(1)
 }
 
-/// A signal arrived while the nodes started: nothing ran, nothing is decided.
-/// The folder keeps run.json and results.json; `latest` is left alone.
+/// A signal arrived before any worker ran (`why` says during what): nothing
+/// ran, nothing is decided. The folder keeps run.json and results.json;
+/// `latest` is left alone.
 fn interrupted_at_startup(
     options: &RunPlan,
     backend: &dyn Provisioner,
     dir: &RunDir,
+    why: &str,
 ) -> Result<RunOutcome> {
     let mut record = RunRecord::new(options, backend);
     record.interrupted = true;
     let mut results = checker::check(&History::default(), record.settings());
-    mark_interrupted(
-        &mut results,
-        "the run was interrupted by a signal while its nodes started, before any worker ran",
-    );
+    mark_interrupted(&mut results, why);
     write_json(&dir.run_json(), &record)?;
     write_json(&dir.results_json(), &results)?;
     Ok(RunOutcome {

@@ -24,7 +24,7 @@ pub fn stamp() -> String {
 /// Creates `parent/name`, or `parent/name-1`, `-2` … if it exists: two
 /// runs (or matrices) started in the same second each get their own.
 pub fn unique_dir(parent: &Path, name: &str) -> Result<PathBuf> {
-    std::fs::create_dir_all(parent).context(|| format!("creating {}", parent.display()))?;
+    std::fs::create_dir_all(parent).map_err(|e| creating(parent, e))?;
     for n in 0..1000 {
         let path = match n {
             0 => parent.join(name),
@@ -33,13 +33,29 @@ pub fn unique_dir(parent: &Path, name: &str) -> Result<PathBuf> {
         match std::fs::create_dir(&path) {
             Ok(()) => return Ok(path),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e).context(|| format!("creating {}", path.display())),
+            Err(e) => return Err(creating(&path, e)),
         }
     }
     Err(crate::Error::NoFreeFolder {
         name: name.into(),
         parent: parent.into(),
     })
+}
+
+/// Why a results folder could not be made: a folder the user may not write
+/// to is theirs to fix (bad input), anything else the harness's failure.
+fn creating(path: &Path, e: std::io::Error) -> crate::Error {
+    use std::io::ErrorKind::{PermissionDenied, ReadOnlyFilesystem};
+    match e.kind() {
+        PermissionDenied | ReadOnlyFilesystem => crate::Error::ResultsNotWritable {
+            path: path.into(),
+            source: e,
+        },
+        _ => crate::Error::Io {
+            context: format!("creating {}", path.display()),
+            source: e,
+        },
+    }
 }
 
 /// A run folder being written. Its paths are a [`StoredRun`]'s: the one

@@ -53,3 +53,84 @@ fn fenced_needs_a_durable_fence_counter() {
     assert_eq!(out.code, 0, "{}", out.stdout);
     assert_eq!(count(&results, "lost-update"), 0);
 }
+
+/// A foreign `redis-server` takes n1's address while it is down, so the
+/// restart cannot be shown to be our node: whatever the squatter granted
+/// (it holds no key, so overlaps follow), the run tested something else
+/// and its verdict is unknown, the counts kept.
+#[test]
+fn a_restart_taken_over_by_a_foreign_server_leaves_even_an_invalid_run_unknown() {
+    use std::process::{Command, Stdio};
+    let tmp = tempfile::tempdir().unwrap();
+    let results = tmp.path().join("results");
+    let _slot = common::e2e_slot();
+    let run = Command::new(env!("CARGO_BIN_EXE_lockstorm"))
+        .args(["run", "--results", results.to_str().unwrap()])
+        .args(["--config", "single", "--nemesis", "kill"])
+        .args(["--persistence", "aof-always", "--restart-ms", "1000"])
+        .args(["--time-limit", "15", "--seed", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dir = common::wait_for("the run folder", || {
+        let group = results.join("single-kill");
+        let dir = std::fs::read_dir(&group).ok()?.flatten().next()?.path();
+        dir.join("run.json").is_file().then_some(dir)
+    });
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let addr = record["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "n1")
+        .expect("n1 in run.json")["addr"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (ip, port) = addr.rsplit_once(':').unwrap();
+    common::wait_for("the first kill", || {
+        let history = std::fs::read_to_string(dir.join("history.jsonl")).ok()?;
+        history.contains("\"start-kill\"").then_some(())
+    });
+    let squatter_dir = tmp.path().join("squatter");
+    std::fs::create_dir_all(&squatter_dir).unwrap();
+    let mut squatter = Command::new("redis-server")
+        .args([
+            "--bind",
+            ip,
+            "--port",
+            port,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .args(["--protected-mode", "no"])
+        .current_dir(&squatter_dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = run.wait_with_output().unwrap();
+    squatter.kill().unwrap();
+    squatter.wait().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let text = std::fs::read_to_string(dir.join("results.json")).unwrap();
+    let results: Results = serde_json::from_str(&text).unwrap();
+    assert!(
+        results
+            .notes
+            .iter()
+            .any(|n| n.contains("fault not verified")),
+        "the squatter was not noticed: {:?}\n{stdout}",
+        results.notes
+    );
+    assert!(
+        count(&results, "lock-overlap") > 0,
+        "the squatter granted no overlap, so this run cannot show the verdict rule: {stdout}"
+    );
+    assert_eq!(results.valid, checker::Validity::Unknown, "{stdout}");
+    assert_eq!(out.status.code(), Some(2), "{stdout}");
+}

@@ -225,3 +225,87 @@ fn sigterm_after_the_time_limit_while_workers_finish_is_unknown() {
         "the final read was skipped: {history}"
     );
 }
+
+/// A signal after the time limit does not wait out a long critical
+/// section: the workers get a moment to finish, then are stopped, and the
+/// run ends as interrupted. (Before: the stop waited for the 15 s of work.)
+#[test]
+fn a_signal_after_the_time_limit_does_not_wait_out_a_long_critical_section() {
+    let _slot = common::e2e_slot();
+    let tmp = tempfile::tempdir().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_lockstorm"))
+        .args(["--config", "single", "--nemesis", "none"])
+        .args(["--time-limit", "2", "--workers", "2"])
+        .args(["--ttl-ms", "20000", "--work-ms", "15000", "--seed", "9"])
+        .args(["--results", tmp.path().to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let run = wait_for("the time limit to pass", || {
+        let group = tmp.path().join("single-none");
+        let run = std::fs::read_dir(group).ok()?.flatten().next()?.path();
+        let log = std::fs::read_to_string(run.join("harness.log")).ok()?;
+        log.contains("time limit reached").then_some(run)
+    });
+    let signalled = std::time::Instant::now();
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    assert_interrupted(child, tmp.path(), &run);
+    // The holder's work has more than 10 s to go: ending well before that
+    // shows it was not waited for, with room for a busy machine's check.
+    let took = signalled.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(8),
+        "the run took {took:?} to stop after SIGINT"
+    );
+}
+
+/// A signal while a client adapter is being started (it never answers
+/// `init` here) ends the run as interrupted at once, not after the
+/// adapter's whole start-up budget and not only once workers started.
+#[test]
+fn a_signal_during_the_adapter_check_stops_the_run_before_any_worker_starts() {
+    let _slot = common::e2e_slot();
+    let tmp = tempfile::tempdir().unwrap();
+    let silent = tmp.path().join("silent.py");
+    std::fs::write(
+        &silent,
+        "import sys, time\nsys.stdin.readline()\ntime.sleep(120)\n",
+    )
+    .unwrap();
+    let results = tmp.path().join("results");
+    let child = Command::new(env!("CARGO_BIN_EXE_lockstorm"))
+        .args([
+            "--config",
+            "single",
+            "--nemesis",
+            "none",
+            "--time-limit",
+            "5",
+        ])
+        .args(["--client-cmd", &format!("python3 {}", silent.display())])
+        .args(["--seed", "9", "--results", results.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let run = wait_for("the adapter check to start", || {
+        let group = std::fs::read_dir(&results).ok()?.flatten().next()?.path();
+        let run = std::fs::read_dir(group).ok()?.flatten().next()?.path();
+        run.join("clients/preflight.stderr")
+            .is_file()
+            .then_some(run)
+    });
+    let signalled = std::time::Instant::now();
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    assert_interrupted(child, tmp.path(), &run);
+    let took = signalled.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(8),
+        "the run took {took:?} to stop after SIGINT (the adapter's budget is 20 s)"
+    );
+    assert!(
+        !run.join("history.jsonl").exists() && !run.join("workers").exists(),
+        "workers started after the signal"
+    );
+}

@@ -105,3 +105,65 @@ fn a_holder_killed_with_a_ttl_is_waited_out_within_the_ttl() {
     );
     assert!(out.stdout.contains("granted again after"), "{}", out.stdout);
 }
+
+/// An adapter that grants one lock in the whole run (a flag file decides
+/// which acquire) and then never answers: every later acquire and the
+/// release hang until the worker gives up on the adapter (`info`, error
+/// `adapter`) and starts another. The lock is never granted again, and
+/// the harness knows why: the deadlock is put down to the adapter, not to
+/// nothing.
+#[test]
+fn a_deadlock_behind_a_hung_adapter_is_put_down_to_the_adapter() {
+    let tmp = tempfile::tempdir().unwrap();
+    let adapter = tmp.path().join("hang_after_one.py");
+    let flag = tmp.path().join("granted");
+    std::fs::write(
+        &adapter,
+        format!(
+            r#"import json, os, sys, time
+for line in sys.stdin:
+    req = json.loads(line)
+    reply = {{"id": req["id"], "ok": True}}
+    if req["op"] == "init":
+        reply["client"] = "hangs after one grant"
+    elif req["op"] == "acquire":
+        try:
+            os.close(os.open({flag:?}, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            time.sleep(3600)
+    else:
+        time.sleep(3600)
+    print(json.dumps(reply), flush=True)
+"#,
+            flag = flag.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let cmd = format!("python3 {}", adapter.display());
+    let results_dir = tmp.path().join("results");
+    let (out, results, _) = common::run(
+        &results_dir,
+        &[
+            "--config",
+            "single",
+            "--nemesis",
+            "none",
+            "--client-cmd",
+            &cmd,
+        ]
+        .into_iter()
+        .chain(["--time-limit", "15", "--workers", "2", "--ttl-ms", "1000"])
+        .chain(["--seed", "1"])
+        .collect::<Vec<_>>(),
+    );
+    assert_eq!(results.stats.acquired, 1, "{}", out.stdout);
+    let deadlock = &results.anomalies["deadlock"];
+    assert!(deadlock.count >= 1, "{}", out.stdout);
+    assert_eq!(
+        deadlock.causes.get("adapter"),
+        Some(&deadlock.count),
+        "{deadlock:?}\n{}",
+        out.stdout
+    );
+    assert_eq!(out.code, 1, "{}", out.stdout);
+}

@@ -153,3 +153,55 @@ fn a_node_without_the_time_shim_stops_the_run() {
     assert!(!results.exists(), "a run folder was left behind");
     common::assert_no_process_left(tmp.path());
 }
+
+/// A user without write access to the results folder (a clone owned by
+/// root) gets bad input naming the folder and `--results`, not a harness
+/// failure, from every command that writes one; nothing is started.
+#[test]
+fn a_results_folder_the_user_cannot_write_is_bad_input_naming_it() {
+    // Root writes anywhere, so the harness runs as `nobody` here; the
+    // folder is root's and closed to others, as in a root-owned clone.
+    let tmp = tempfile::tempdir().unwrap();
+    let results = tmp.path().join("results");
+    let results = results.to_str().unwrap();
+    for args in [
+        vec![
+            "run",
+            "--config",
+            "single",
+            "--nemesis",
+            "none",
+            "--time-limit",
+            "3",
+        ],
+        vec![
+            "matrix",
+            "--configs",
+            "single",
+            "--nemeses",
+            "none",
+            "--time-limit",
+            "3",
+        ],
+    ] {
+        let out = Command::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_lockstorm"))
+            .args(&args)
+            .args(["--results", results])
+            .current_dir(tmp.path())
+            .output()
+            .expect("setpriv (util-linux) runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(254), "{args:?}: {stderr}");
+        let line = stderr.lines().last().unwrap_or_default();
+        assert!(
+            line.contains(results) && line.contains("Permission denied"),
+            "{args:?}: {line}"
+        );
+        assert!(
+            line.contains("give --results a folder you can write to"),
+            "{line}"
+        );
+    }
+}

@@ -50,6 +50,19 @@ pub fn state(pid: u32) -> Option<char> {
     stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
+/// The parent PID from /proc, if the process still exists (a zombie does
+/// until it is reaped, keeping its PID and so its group's id from reuse).
+pub fn parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name: state, then the parent's PID.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// Makes a child its own process group (a Ctrl-C at the terminal reaches only
 /// the harness, which then shuts the run down in order) and has the kernel
 /// kill it if the harness dies, so no node or worker outlives a crashed run.
@@ -171,6 +184,7 @@ mod tests {
         // Its own process group, so a terminal's Ctrl-C does not reach it.
         let pgid = nix::unistd::getpgid(Some(Pid::from_raw(pid as i32))).unwrap();
         assert_eq!(pgid.as_raw() as u32, pid);
+        assert_eq!(parent(pid), Some(std::process::id()));
         suspend(pid).unwrap();
         kill_now(pid).unwrap();
         let status = child.wait().unwrap();
