@@ -163,3 +163,31 @@ fn a_pause_between_get_and_del_deletes_the_next_holders_lock() {
         dir.display()
     );
 }
+
+/// A holder frozen inside its release past its TTL finds the key gone
+/// (`not-held`): its lease ran out under it, as a lease is meant to, and
+/// the next holder's grant came after it began releasing. Nothing it did
+/// broke the lock, so no checker may say otherwise: the linearizability
+/// search reads a `not-held` release as a lease that may have run out at
+/// any moment after the release began (it was `nonlinearizable` alone).
+#[test]
+fn a_pause_inside_the_release_lets_the_lease_run_out_as_designed() {
+    for config in ["single", "redlock", "watchdog"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let at = ["--at", "releasing"];
+        let (out, results, dir) = run_short(tmp.path(), config, "pause", "10", "1", &at);
+        assert_struck_at(&dir, "releasing");
+        assert!(
+            errors(&results, "not-held") > 0,
+            "{config}: no release found its lease gone, so this run shows nothing: {}",
+            out.stdout
+        );
+        assert_eq!(
+            count(&results, "nonlinearizable"),
+            0,
+            "{config}: {}",
+            out.stdout
+        );
+        assert_valid(&results, &dir);
+    }
+}
