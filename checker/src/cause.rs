@@ -80,7 +80,7 @@ impl Causes {
             });
             return;
         }
-        if e.f == f::CRASH && !e.process.is_client() && e.node.is_some() {
+        if e.node_died() {
             self.incidents.push(Fault {
                 kind: NODE_DIED.into(),
                 start: e.time,

@@ -154,6 +154,13 @@ impl Deadlock {
 impl OnEvent for Deadlock {
     fn on_event(&mut self, e: &Event, _invoke: Option<&Invoked>) {
         self.latest = self.latest.max(e.time);
+        if e.node_died() {
+            // Not a fault (it pauses nothing: the lock is as stuck as a
+            // waiter sees it), but what follows is dated after it, so the
+            // death is named as the cause, as a fault's start would be.
+            self.pause(e.time, true);
+            return self.resume(e.time);
+        }
         match self.faults.on_event(e) {
             Some(Change::Started) => return self.pause(e.time, true),
             Some(Change::Stopped) if !self.faults.any() => return self.resume(e.time),
@@ -303,6 +310,31 @@ mod tests {
         assert_eq!(f.report.details["longest_ungranted_ms"], 12_000);
         assert_eq!(f.report.details[INTERVALS], json!([[S, 13 * S]]));
         assert!(f.notes[0].contains("threshold of 7.0 s"), "{:?}", f.notes);
+    }
+
+    #[test]
+    fn a_lock_stuck_after_its_node_died_by_itself_is_dated_after_the_death() {
+        let mut h = Hist::new();
+        stuck(&mut h, 13 * S);
+        h.push_crash_of_node("n1", 2 * S);
+        let f = run(&h);
+        let a = found(&f);
+        assert_eq!(a.count, 1, "{a:?}");
+        assert_eq!(
+            f.report.details["longest_ungranted_ms"], 12_000,
+            "nothing paused"
+        );
+        let dated = a.first_time.unwrap();
+        assert!(dated >= 2 * S, "dated {dated}, before the death at 2 s");
+        let r = check(
+            &h.build(),
+            Settings::new(Promise::MutualExclusion).deadlock_after(THRESHOLD),
+        );
+        assert_eq!(
+            r.anomalies[anomaly::DEADLOCK].causes["node-died"],
+            1,
+            "{r:?}"
+        );
     }
 
     #[test]

@@ -233,6 +233,11 @@ impl Event {
         }
         serde_json::from_value(self.value.get("process")?.clone()).ok()
     }
+    /// A node that died with no fault killing it: the harness's `crash`
+    /// naming a `node` (a worker's names a `process` instead).
+    pub fn node_died(&self) -> bool {
+        self.f == f::CRASH && !self.process.is_client() && self.node.is_some()
+    }
     /// When an acquire `ok`'s granted attempt was sent (its value's
     /// [`ATTEMPT_SENT`]): a retried acquire's earlier attempts found the lock
     /// busy and changed nothing, so its grant came after this. `None` for

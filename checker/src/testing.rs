@@ -100,6 +100,15 @@ impl Hist {
         self.push("harness", OpType::Info, crate::history::f::CRASH)
             .value(value)
     }
+    /// The harness saw node `node` die by itself at `time`.
+    pub fn push_crash_of_node(&mut self, node: &str, time: u64) {
+        let value = serde_json::json!({ "node": node });
+        self.push("harness", OpType::Info, crate::history::f::CRASH)
+            .value(value)
+            .time(time)
+            .0
+            .node = Some(node.into());
+    }
     pub fn sleep(&mut self, ns: u64) {
         self.now += ns;
     }

@@ -270,6 +270,16 @@ impl RedisNode {
         self.process.as_ref().map_or(0, |p| p.pid())
     }
 
+    /// How the node's process ended, if it did while the harness counted it
+    /// as up: a fault's kill takes the process first (PID 0), so this is a
+    /// death nobody here caused.
+    pub async fn died(&mut self) -> Option<String> {
+        if self.pid() == 0 {
+            return None;
+        }
+        self.process.as_mut()?.exited().await
+    }
+
     pub fn log(&self) -> PathBuf {
         self.dir.join("redis.log")
     }

@@ -204,6 +204,7 @@ async fn run_workload(
 
     let watching = Arc::new(AtomicBool::new(false));
     let watcher = topology.watch_failovers(history.clone(), watching.clone());
+    let deaths = topology.watch_deaths(history.clone(), watching.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     let env = nemesis::Env {
         workers: pool.pids.clone(),
@@ -247,11 +248,12 @@ async fn run_workload(
     let _ = stop_tx.send(true);
     nemesis.await.map_err(Error::NemesisTask)?;
     stop_workers(pool, options, interrupt).await;
+    final_read(&history, &topology.storage_addr).await;
     watching.store(true, Ordering::SeqCst);
     if let Some(w) = watcher {
         let _ = w.join();
     }
-    final_read(&history, &topology.storage_addr).await;
+    let _ = deaths.await;
     drop(stalls);
     history
         .finish()

@@ -25,6 +25,9 @@ use workloads::Config;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How often the harness looks for nodes that died by themselves.
+const DEATH_POLL: Duration = Duration::from_millis(250);
+
 /// A node as `run.json` records it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct NodeRecord {
@@ -292,6 +295,48 @@ impl Topology {
         .await
         .ok()??;
         self.name_of(&addr)
+    }
+
+    /// Records a `crash` naming the node (process `harness`, `node` set)
+    /// each time a node's process ends that no fault killed, until `stop`:
+    /// a node killed by hand, or one that crashed, is why the lock stopped
+    /// working, and `node-died` is the cause the checker then names.
+    pub fn watch_deaths(
+        self: &Arc<Self>,
+        history: Arc<crate::journal::HistoryWriter>,
+        stop: Arc<AtomicBool>,
+    ) -> tokio::task::JoinHandle<()> {
+        use checker::history::{f, OpType, Process};
+        let topology = self.clone();
+        tokio::spawn(async move {
+            let mut reported = std::collections::HashSet::new();
+            while !stop.load(Ordering::SeqCst) {
+                let mut dead = Vec::new();
+                for node in topology.nodes.lock().await.iter_mut() {
+                    let pid = node.pid();
+                    if let Some(status) = node.died().await {
+                        dead.push((node.name().to_string(), pid, status));
+                    }
+                }
+                let mut storage = topology.storage.lock().await;
+                let pid = storage.pid();
+                if let Some(status) = storage.died().await {
+                    dead.push((storage.name().to_string(), pid, status));
+                }
+                drop(storage);
+                for (name, pid, status) in dead {
+                    if reported.insert(pid) {
+                        tracing::error!(
+                            "node {name} (pid {pid}) died ({status}), and no fault killed it"
+                        );
+                        let value = serde_json::json!({"node": name, "pid": pid, "status": status});
+                        let event = history.now(Process::harness(), OpType::Info, f::CRASH);
+                        history.append(event.with_node(name).with_value(value), None);
+                    }
+                }
+                tokio::time::sleep(DEATH_POLL).await;
+            }
+        })
     }
 
     /// Records every `+switch-master` a Sentinel announces, until `stop`.

@@ -167,3 +167,64 @@ for line in sys.stdin:
     );
     assert_eq!(out.code, 1, "{}", out.stdout);
 }
+
+/// A lock node killed by hand mid-run (no fault did it): every acquire
+/// after fails, and the harness, which saw the node's process end, names
+/// the cause: `node-died`, recorded as a `crash` naming the node.
+#[test]
+fn a_lock_node_killed_by_hand_is_the_named_cause_of_what_follows() {
+    use std::process::{Command, Stdio};
+    let tmp = tempfile::tempdir().unwrap();
+    let results = tmp.path().join("results");
+    let _slot = common::e2e_slot();
+    let run = Command::new(env!("CARGO_BIN_EXE_lockstorm"))
+        .args(["run", "--results", results.to_str().unwrap()])
+        .args(["--config", "single", "--nemesis", "none"])
+        .args(["--time-limit", "15", "--seed", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dir = common::wait_for("a grant", || {
+        let dir = std::fs::read_dir(results.join("single-none"))
+            .ok()?
+            .flatten()
+            .next()?
+            .path();
+        let history = std::fs::read_to_string(dir.join("history.jsonl")).ok()?;
+        let granted = history.contains("\"type\":\"ok\",\"f\":\"acquire\"");
+        (granted && dir.join("run.json").is_file()).then_some(dir)
+    });
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let n1 = record["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "n1")
+        .expect("n1 in run.json")["pid"]
+        .as_i64()
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(n1 as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let out = run.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let results: Results =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+    let died = common::events(&dir, "crash");
+    assert!(
+        died.iter()
+            .any(|e| e["node"] == "n1" && e["value"]["pid"] == n1 && e["process"] == "harness"),
+        "no crash naming n1: {died:?}"
+    );
+    let deadlock = &results.anomalies["deadlock"];
+    assert!(deadlock.count >= 1, "{stdout}");
+    assert_eq!(
+        deadlock.causes.get("node-died"),
+        Some(&deadlock.count),
+        "{deadlock:?}\n{stdout}"
+    );
+}
