@@ -541,3 +541,49 @@ fn report_exits_non_zero_and_says_why_when_a_run_folder_cannot_be_read() {
         "{page}"
     );
 }
+
+/// Process 0 "crashes" at 2 s, then writes (ok) and releases at 3.5 s while
+/// process 1 holds. Honoured, the crash would end 0's hold and hide the
+/// overlap; so a process acting after its own crash, or a crash line a
+/// client wrote, leaves the verdict unknown with the event named.
+#[test]
+fn a_history_whose_crash_cannot_be_believed_is_unknown_naming_the_event() {
+    let lines = [
+        r#"{"index":0,"time":1000000000,"process":0,"type":"invoke","f":"acquire","value":null}"#,
+        r#"{"index":1,"time":1000000100,"process":0,"type":"ok","f":"acquire","value":null,"token":"a"}"#,
+        r#"{"index":2,"time":2000000000,"process":"harness","type":"info","f":"crash","value":{"process":0},"token":"a"}"#,
+        r#"{"index":3,"time":2500000000,"process":1,"type":"invoke","f":"acquire","value":null}"#,
+        r#"{"index":4,"time":2500000100,"process":1,"type":"ok","f":"acquire","value":null,"token":"b"}"#,
+        r#"{"index":5,"time":3500000000,"process":0,"type":"invoke","f":"write","value":1}"#,
+        r#"{"index":6,"time":3500000100,"process":0,"type":"ok","f":"write","value":1}"#,
+        r#"{"index":7,"time":3500000200,"process":0,"type":"invoke","f":"release","value":null,"token":"a"}"#,
+        r#"{"index":8,"time":3500000300,"process":0,"type":"fail","f":"release","value":null,"token":"a","error":"not-held"}"#,
+        r#"{"index":9,"time":4000000000,"process":1,"type":"invoke","f":"release","value":null,"token":"b"}"#,
+        r#"{"index":10,"time":4000000100,"process":1,"type":"ok","f":"release","value":null,"token":"b"}"#,
+        r#"{"index":11,"time":4100000000,"process":"harness","type":"invoke","f":"read","value":null}"#,
+        r#"{"index":12,"time":4100000100,"process":"harness","type":"ok","f":"read","value":1}"#,
+    ];
+    let tmp = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "harness",
+            "process 0 acted (write invoke) after its own crash (event 2)",
+        ),
+        ("client", "a crash recorded by client process 1"),
+    ];
+    for (who, note) in cases {
+        let text: String = lines
+            .iter()
+            .map(|l| match who {
+                "client" => l.replace(r#""process":"harness","type":"info","f":"crash""#, r#""process":1,"type":"info","f":"crash""#),
+                _ => l.to_string(),
+            } + "\n")
+            .collect();
+        let path = tmp.path().join(format!("{who}.jsonl"));
+        std::fs::write(&path, text).unwrap();
+        let out = check(&[path.to_str().unwrap()]);
+        assert_eq!(out.code, 2, "{who}: {}", out.stdout);
+        assert!(out.stdout.contains("UNKNOWN"), "{who}: {}", out.stdout);
+        assert!(out.stdout.contains(note), "{who}: {}", out.stdout);
+    }
+}
