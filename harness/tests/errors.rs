@@ -190,3 +190,171 @@ fn docker_without_a_daemon_or_a_redis_server_says_how_to_fix_it() {
     );
     assert_clean_failure(&local, 254, "--image", &results);
 }
+
+/// A Unix socket that accepts every connection and never answers, as a
+/// wedged dockerd (or another program listening at `DOCKER_HOST`) does:
+/// connections are held open and never read or written.
+struct Silent {
+    path: std::path::PathBuf,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    accepting: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Silent {
+    fn open(path: std::path::PathBuf) -> Silent {
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let accepting = std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for stream in listener.incoming() {
+                if stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                held.extend(stream.ok());
+            }
+        });
+        Silent {
+            path,
+            stop,
+            accepting: Some(accepting),
+        }
+    }
+}
+
+impl Drop for Silent {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Wakes the accepting thread so it sees the flag.
+        let _ = std::os::unix::net::UnixStream::connect(&self.path);
+        if let Some(t) = self.accepting.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Processes whose command line names `needle` (a lockstorm reaper names
+/// the daemon's socket).
+fn processes_naming(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if entry.file_name().to_string_lossy().parse::<u32>().is_err() {
+            continue;
+        }
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(needle) {
+            found.push(format!("{:?}: {cmdline}", entry.file_name()));
+        }
+    }
+    found
+}
+
+/// `run --backend docker`, `client-test --backend docker` and `image
+/// import` against a daemon socket that accepts and never answers: each
+/// ends by itself with one line naming the socket and what to check, exit
+/// 254 (the socket is the user's setting, as when no daemon is there at
+/// all), and leaves no folder, process or bridge socket behind. Each is
+/// killed and the test failed if it is still running after `BOUND`.
+#[test]
+fn a_docker_socket_that_never_answers_is_one_line_not_a_hang() {
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+    const BOUND: Duration = Duration::from_secs(60);
+    let tmp = tempfile::tempdir().unwrap();
+    let socket = tmp.path().join("hang.sock");
+    let silent = Silent::open(socket.clone());
+    let docker_host = format!("unix://{}", socket.display());
+    let results = tmp.path().join("results");
+    let results_arg = results.to_str().unwrap();
+    let commands: [(&str, Vec<&str>); 3] = [
+        (
+            "run",
+            vec![
+                "run",
+                "--backend",
+                "docker",
+                "--time-limit",
+                "3",
+                "--results",
+                results_arg,
+            ],
+        ),
+        (
+            "client-test",
+            vec![
+                "client-test",
+                "--client-cmd",
+                "/bin/cat",
+                "--backend",
+                "docker",
+                "--results",
+                results_arg,
+            ],
+        ),
+        ("image import", vec!["image", "import"]),
+    ];
+    // All at once: each waits out the same silence.
+    let started = Instant::now();
+    let mut children: Vec<_> = commands
+        .iter()
+        .enumerate()
+        .map(|(i, (name, args))| {
+            let err = tmp.path().join(format!("stderr-{i}"));
+            let child = lockstorm()
+                .args(args)
+                .env("DOCKER_HOST", &docker_host)
+                .env("LOCKSTORM_REDIS_SERVER", "/usr/bin/redis-server")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::fs::File::create(&err).unwrap())
+                .process_group(0)
+                .spawn()
+                .unwrap();
+            (*name, child, err)
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for (name, child, err) in &mut children {
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if started.elapsed() > BOUND {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let Some(status) = status else {
+            // Its own group: whatever it started goes with it.
+            let group = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+            let _ = child.wait();
+            outcomes.push(format!(
+                "`lockstorm {name}` still running after {BOUND:?}: it hangs on a daemon that never answers; stderr: {:?}",
+                std::fs::read_to_string(&*err).unwrap_or_default()
+            ));
+            continue;
+        };
+        let f = Failed {
+            code: status.code().expect("lockstorm exits"),
+            stderr: std::fs::read_to_string(&*err).unwrap(),
+        };
+        assert_clean_failure(&f, 254, "did not answer", &results);
+        for needle in [socket.to_str().unwrap(), "DOCKER_HOST", "docker info"] {
+            assert!(
+                f.stderr.contains(needle),
+                "{name}: {needle:?} not in {}",
+                f.stderr
+            );
+        }
+        let bridge = nemesis::clock::private_dir()
+            .unwrap()
+            .join(format!("docker-{}.sock", child.id()));
+        assert!(!bridge.exists(), "{name} left {}", bridge.display());
+    }
+    assert!(outcomes.is_empty(), "{}", outcomes.join("\n"));
+    let left = processes_naming(socket.to_str().unwrap());
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+    drop(silent);
+}

@@ -13,6 +13,13 @@
 //! never ends. Upgraded connections (attach, exec) are bridged byte for byte
 //! once both sides have switched; the old hijack without `Upgrade:` is only
 //! bridged from the daemon to the client.
+//!
+//! A daemon that does not answer a request in time ([`super::ANSWER`] for
+//! the backend) gets the client a 504 that names its socket, rather than a wait without end: a
+//! testcontainers call never waits longer for its answer (the status and
+//! headers, which the daemon sends at once even for a followed log or a
+//! wait). None of its calls uploads a large body; an import goes straight
+//! to the daemon.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Either, Empty, Full, Limited};
@@ -87,15 +94,14 @@ impl Bridge {
     /// (GET /version without a version prefix; JSON field "ApiVersion"),
     /// then listens on the Unix socket `listen` (a stale socket file there
     /// is removed first; the parent folder exists) and serves until dropped.
-    /// Must be called inside a tokio runtime.
-    pub async fn start(upstream: PathBuf, listen: PathBuf) -> io::Result<Bridge> {
-        let daemon = tokio::time::timeout(Duration::from_secs(10), ask_version(&upstream))
+    /// The daemon has `answer` to answer each request, that one included
+    /// (else: an error of kind `TimedOut`, a 504). Must be called inside a
+    /// tokio runtime.
+    pub async fn start(upstream: PathBuf, listen: PathBuf, answer: Duration) -> io::Result<Bridge> {
+        let daemon = tokio::time::timeout(answer, ask_version(&upstream))
             .await
             .map_err(|_| {
-                let what = format!(
-                    "unix://{} did not answer GET /version within 10 s",
-                    upstream.display()
-                );
+                let what = super::unanswered(&upstream, "GET /version", answer);
                 io::Error::new(io::ErrorKind::TimedOut, what)
             })??;
         let cannot = |e: io::Error, what: &str| {
@@ -116,7 +122,7 @@ impl Bridge {
             loop {
                 match listener.accept().await {
                     Ok((stream, _)) => {
-                        connections.spawn(serve(stream, upstream.clone(), daemon));
+                        connections.spawn(serve(stream, upstream.clone(), daemon, answer));
                     }
                     Err(e) => {
                         // Out of descriptors, say: wait rather than spin.
@@ -210,7 +216,7 @@ struct Upstream {
 type Body = Either<Incoming, Full<Bytes>>;
 
 /// Serves one client connection, then lets its upgraded stream, if any, run out.
-async fn serve(stream: UnixStream, socket: Arc<Path>, daemon: ApiVersion) {
+async fn serve(stream: UnixStream, socket: Arc<Path>, daemon: ApiVersion, answer: Duration) {
     let upstream = Arc::new(Mutex::new(Upstream {
         send: None,
         tasks: JoinSet::new(),
@@ -218,7 +224,7 @@ async fn serve(stream: UnixStream, socket: Arc<Path>, daemon: ApiVersion) {
     let service = {
         let upstream = upstream.clone();
         hyper::service::service_fn(move |req| {
-            forward(req, socket.clone(), daemon, upstream.clone())
+            forward(req, socket.clone(), daemon, answer, upstream.clone())
         })
     };
     let served = hyper::server::conn::http1::Builder::new()
@@ -238,6 +244,7 @@ async fn forward(
     mut req: Request<Incoming>,
     socket: Arc<Path>,
     daemon: ApiVersion,
+    answer: Duration,
     upstream: Arc<Mutex<Upstream>>,
 ) -> Result<Response<Body>, Infallible> {
     let lowered = req
@@ -256,9 +263,19 @@ async fn forward(
         .contains_key(UPGRADE)
         .then(|| hyper::upgrade::on(&mut req));
     let mut upstream = upstream.lock().await;
-    let mut response = match send(&mut upstream, &socket, req).await {
-        Ok(response) => response,
-        Err(message) => return Ok(bad_gateway(message)),
+    let what = format!("{} {}", req.method(), req.uri());
+    let answered = tokio::time::timeout(answer, send(&mut upstream, &socket, req)).await;
+    let mut response = match answered {
+        Ok(Ok(response)) => response,
+        Ok(Err(message)) => return Ok(gateway_error(StatusCode::BAD_GATEWAY, message)),
+        Err(_) => {
+            // The request may still be in flight on that connection: the
+            // next one gets a new connection, and this one's task goes.
+            upstream.send = None;
+            upstream.tasks.abort_all();
+            let message = super::unanswered(&socket, &what, answer);
+            return Ok(gateway_error(StatusCode::GATEWAY_TIMEOUT, message));
+        }
     };
     if let (StatusCode::SWITCHING_PROTOCOLS, Some(client_side)) = (response.status(), client_side) {
         let daemon_side = hyper::upgrade::on(&mut response);
@@ -311,10 +328,10 @@ async fn send(
 }
 
 /// An error as Docker writes them, so clients show the message.
-fn bad_gateway(message: String) -> Response<Body> {
+fn gateway_error(status: StatusCode, message: String) -> Response<Body> {
     let body = serde_json::json!({ "message": format!("lockstorm's Docker bridge: {message}") });
     let mut response = Response::new(Either::Right(Full::new(Bytes::from(body.to_string()))));
-    *response.status_mut() = StatusCode::BAD_GATEWAY;
+    *response.status_mut() = status;
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -327,6 +344,8 @@ mod tests {
     use hyper::header::CONNECTION;
     use hyper::Method;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const ANSWER: Duration = super::super::ANSWER;
 
     fn v(s: &str) -> ApiVersion {
         s.parse().unwrap()
@@ -400,8 +419,9 @@ mod tests {
     }
 
     /// A stand-in daemon at `socket`: answers GET /version with `version`,
-    /// upgrades `Upgrade:` requests to an echo stream, and answers anything
-    /// else with its path, body length and Host.
+    /// upgrades `Upgrade:` requests to an echo stream, never answers a path
+    /// ending in `/silent`, and answers anything else with its path, body
+    /// length and Host.
     fn fake_daemon(socket: &Path, version: (StatusCode, &'static str)) -> JoinHandle<()> {
         let listener = UnixListener::bind(socket).unwrap();
         tokio::spawn(async move {
@@ -418,6 +438,8 @@ mod tests {
                         if path == "/version" {
                             *response.status_mut() = version.0;
                             *response.body_mut() = Full::new(Bytes::from(version.1));
+                        } else if path.ends_with("/silent") {
+                            std::future::pending::<()>().await;
                         } else if req.headers().contains_key(UPGRADE) {
                             let on = hyper::upgrade::on(&mut req);
                             tokio::spawn(async move {
@@ -495,7 +517,7 @@ mod tests {
         );
         let _daemon = fake_daemon(&daemon, DOCKER_20);
         drop(std::os::unix::net::UnixListener::bind(&listen).unwrap()); // a stale socket
-        let bridge = Bridge::start(daemon, listen.clone()).await.unwrap();
+        let bridge = Bridge::start(daemon, listen.clone(), ANSWER).await.unwrap();
         assert_eq!(
             (bridge.daemon_api(), bridge.path()),
             (v("1.41"), listen.as_path())
@@ -551,7 +573,7 @@ mod tests {
             dir.path().join("bridge.sock"),
         );
         let _daemon = fake_daemon(&daemon, DOCKER_20);
-        let bridge = Bridge::start(daemon, listen).await.unwrap();
+        let bridge = Bridge::start(daemon, listen, ANSWER).await.unwrap();
         let mut send = client(bridge.path()).await;
         let mut attach = request(Method::POST, "/v1.53/containers/c/attach?stream=1", vec![]);
         attach
@@ -580,7 +602,7 @@ mod tests {
     async fn start_says_what_is_wrong_with_the_daemon_socket() {
         let dir = tempfile::tempdir().unwrap();
         let listen = dir.path().join("bridge.sock");
-        let start = |name: &str| Bridge::start(dir.path().join(name), listen.clone());
+        let start = |name: &str| Bridge::start(dir.path().join(name), listen.clone(), ANSWER);
 
         let err = start("absent.sock").await.err().unwrap().to_string();
         assert!(
@@ -604,6 +626,62 @@ mod tests {
         );
         let err = start("odd.sock").await.err().unwrap().to_string();
         assert!(err.contains("odd.sock") && err.contains("\"one\""), "{err}");
+        assert!(!listen.exists());
+    }
+
+    /// The answer limit is what these tests wait out: short here, so the
+    /// silence is proven in a second.
+    const SHORT: Duration = Duration::from_secs(1);
+
+    #[tokio::test]
+    async fn a_request_the_daemon_never_answers_gets_a_504_naming_its_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let (daemon, listen) = (
+            dir.path().join("daemon.sock"),
+            dir.path().join("bridge.sock"),
+        );
+        let _daemon = fake_daemon(&daemon, DOCKER_20);
+        let bridge = Bridge::start(daemon, listen, SHORT).await.unwrap();
+        let mut send = client(bridge.path()).await;
+        let silent = request(Method::POST, "/v1.53/containers/create/silent", vec![]);
+        let (status, body) = call(&mut send, silent).await.unwrap();
+        assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
+        for needle in [
+            "daemon.sock (DOCKER_HOST) did not answer POST /v1.41/containers/create/silent within 1 s",
+            "docker info",
+        ] {
+            assert!(body.contains(needle), "{needle:?} not in {body}");
+        }
+        // The same client connection goes on, over a new one to the daemon.
+        let info = request(Method::GET, "/v1.53/info", vec![]);
+        assert_eq!(
+            call(&mut send, info).await.unwrap(),
+            (StatusCode::OK, "/v1.41/info 0 docker".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_socket_that_accepts_and_never_answers_times_out_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("hang.sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        let _held = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let listen = dir.path().join("bridge.sock");
+        let err = Bridge::start(socket, listen.clone(), SHORT)
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+        let err = err.to_string();
+        assert!(
+            err.contains("hang.sock (DOCKER_HOST) did not answer GET /version within 1 s"),
+            "{err}"
+        );
         assert!(!listen.exists());
     }
 }

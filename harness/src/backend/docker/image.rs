@@ -7,7 +7,6 @@
 //! with host networking and the host's PID namespace, so it needs no `/etc`.
 
 use bollard::query_parameters::CreateImageOptionsBuilder;
-use futures_util::StreamExt;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -204,11 +203,7 @@ pub struct Imported {
 /// Builds the tarball for `server` and imports it into the daemon as
 /// `image` (repo:tag), with PATH, WORKDIR /data, ENTRYPOINT redis-server and
 /// the [`super::VERSION_LABEL`] label; returns the new image's id.
-pub async fn import(
-    docker: &bollard::Docker,
-    server: &Path,
-    image: &str,
-) -> Result<Imported, String> {
+pub async fn import(api: &super::Api, server: &Path, image: &str) -> Result<Imported, String> {
     let start = Instant::now();
     // Reading ~20 MB and running ldd and redis-server block: keep them off
     // the runtime's workers (the bridge to the daemon may share them).
@@ -248,16 +243,29 @@ pub async fn import(
         .message("lockstorm image import")
         .changes(changes)
         .build();
+    let docker = &api.docker;
     let mut progress =
         docker.create_image(Some(options), Some(bollard::body_full(tar.into())), None);
-    while let Some(step) = progress.next().await {
+    // Timed per progress message, not as a whole: a slow disk makes a long
+    // import, a silent daemon a stuck one.
+    let what = format!("the import of {image}");
+    while let Some(step) = api
+        .progress(&what, &mut progress)
+        .await
+        .map_err(|e| e.to_string())?
+    {
         step.map_err(|e| {
             format!("the Docker daemon refused the import of {image}: {e}: check `docker info` and the daemon's log")
         })?;
     }
-    let info = docker.inspect_image(image).await.map_err(|e| {
-        format!("the Docker daemon accepted the import but cannot show {image}: {e}: check `docker images`")
-    })?;
+    let what = format!("an inspect of image {image}");
+    let info = api
+        .answer(&what, docker.inspect_image(image))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| {
+            format!("the Docker daemon accepted the import but cannot show {image}: {e}: check `docker images`")
+        })?;
     Ok(Imported {
         image: image.to_string(),
         id: info.id.unwrap_or_default(),
@@ -401,18 +409,15 @@ mod tests {
     async fn an_import_makes_an_image_that_starts_redis_server() {
         // Asked for by --ignored: no daemon (DOCKER_HOST, else the default
         // socket) fails it below rather than passing.
-        let docker = bollard::Docker::connect_with_defaults()
-            .unwrap()
-            .negotiate_version()
-            .await
-            .unwrap();
+        let api = super::super::connect_daemon().await.unwrap();
+        let docker = api.docker.clone();
         let image = format!("lockstorm/redis:test-{}", std::process::id());
         // Removing it at the end is only right if this test made it.
         assert!(
             docker.inspect_image(&image).await.is_err(),
             "{image} exists already: remove it first"
         );
-        let imported = import(&docker, Path::new(HOST_SERVER), &image).await;
+        let imported = import(&api, Path::new(HOST_SERVER), &image).await;
         // Inspect, then remove whatever was made, then judge.
         let info = docker.inspect_image(&image).await;
         if info.is_ok() {

@@ -11,10 +11,13 @@
 //! testcontainers speaks Docker API 1.53 and does not negotiate; it reaches
 //! the daemon through [`bridge`], which lowers the version for an older
 //! daemon. The harness's own calls (inspect, kill, list, remove, import) use
-//! a negotiated bollard client. Every container carries the run's labels
-//! ([`reap`]): the run removes its containers at its end, a reaper process
-//! removes them if the harness dies, and a later start removes those of runs
-//! that are provably gone.
+//! a negotiated bollard client ([`Api`]). No call waits on the daemon for
+//! ever: each answer is awaited for [`ANSWER`], each progress message of a
+//! pull or an import for [`PROGRESS`], here and in the bridge (which answers
+//! testcontainers' call with a 504 when the daemon does not). Every
+//! container carries the run's labels ([`reap`]): the run removes its
+//! containers at its end, a reaper process removes them if the harness dies,
+//! and a later start removes those of runs that are provably gone.
 
 pub mod bridge;
 pub mod image;
@@ -22,14 +25,16 @@ pub mod reap;
 
 use crate::backend::{BackendRecord, Launch, NodeProcess, Program, Provisioner};
 use crate::error::{Error, Result};
+use bollard::models::ContainerState;
 use bollard::query_parameters::{
     CreateImageOptionsBuilder, KillContainerOptionsBuilder, RemoveContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
 use nemesis::cluster::BoxFuture;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use testcontainers::core::{AccessMode, Mount, WaitFor};
 use testcontainers::runners::AsyncRunner;
@@ -40,6 +45,65 @@ pub const PUBLIC_IMAGE: &str = "redis:7.2";
 const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
 /// The label `lockstorm image import` gives its image: the Redis it holds.
 pub const VERSION_LABEL: &str = "lockstorm.redis-version";
+
+/// How long one call may wait for the daemon's answer. A daemon answers a
+/// ping, an inspect, a list or a kill in milliseconds, and creates or
+/// starts a container in seconds even on a loaded CI machine: 30 s is far
+/// beyond what a working daemon takes, and short enough that one that never
+/// answers is reported within a minute.
+pub const ANSWER: Duration = Duration::from_secs(30);
+/// How long a pull or an import may go without a progress message. The
+/// whole may take minutes (a registry, tens of MB to unpack and commit),
+/// but the daemon reports as it goes: only a silence this long is stuck.
+pub const PROGRESS: Duration = Duration::from_secs(120);
+
+/// The one line for a daemon that did not answer `what` within `after`.
+pub fn unanswered(socket: &Path, what: &str, after: Duration) -> String {
+    format!(
+        "the Docker daemon at unix://{} (DOCKER_HOST) did not answer {what} within {} s: check that dockerd is running and answers (`docker info`, and its log), or set DOCKER_HOST to the socket of one that does",
+        socket.display(),
+        after.as_secs()
+    )
+}
+
+/// A daemon that does not answer is bad configuration (exit 254), as a
+/// socket with no daemon behind it is: the socket is the one the user named
+/// (DOCKER_HOST, or the default) and what listens there is theirs to fix.
+/// Only lockstorm's own mistakes with it (DOCKER_HOST not routed to the
+/// bridge) are the harness failing (255).
+fn silent(socket: &Path, what: &str, after: Duration) -> Error {
+    Error::Usage(unanswered(socket, what, after))
+}
+
+/// The daemon's negotiated client, and its socket for the messages that
+/// name it.
+#[derive(Clone)]
+pub struct Api {
+    pub docker: bollard::Docker,
+    pub socket: Arc<Path>,
+}
+
+impl Api {
+    /// `call`'s outcome, or the line saying the daemon did not answer
+    /// `what` within [`ANSWER`].
+    pub async fn answer<T>(&self, what: &str, call: impl Future<Output = T>) -> Result<T> {
+        tokio::time::timeout(ANSWER, call)
+            .await
+            .map_err(|_| silent(&self.socket, what, ANSWER))
+    }
+
+    /// The next progress message of a pull or an import (`what`), or the
+    /// line saying none came within [`PROGRESS`].
+    pub async fn progress<S: futures_util::Stream + Unpin>(
+        &self,
+        what: &str,
+        stream: &mut S,
+    ) -> Result<Option<S::Item>> {
+        tokio::time::timeout(PROGRESS, stream.next())
+            .await
+            .map_err(|_| silent(&self.socket, what, PROGRESS))
+    }
+}
 
 /// The daemon's socket as the user named it (`DOCKER_HOST`) before
 /// [`route_testcontainers`] pointed `DOCKER_HOST` at the bridge.
@@ -100,7 +164,7 @@ fn daemon() -> Result<PathBuf> {
 }
 
 /// A negotiated client of the daemon at `socket`, once it answers a ping.
-pub async fn client(socket: &Path) -> Result<bollard::Docker> {
+pub async fn client(socket: &Path) -> Result<Api> {
     let no_daemon = |e: &dyn std::fmt::Display| {
         Error::Usage(format!(
             "no Docker daemon answers at unix://{} ({e}): start one (`dockerd`), or set DOCKER_HOST to its socket",
@@ -108,20 +172,33 @@ pub async fn client(socket: &Path) -> Result<bollard::Docker> {
         ))
     };
     let path = socket.to_string_lossy();
-    let api = bollard::Docker::connect_with_unix(&path, 120, bollard::API_DEFAULT_VERSION)
+    // bollard's own limit (on a request's answer, not on a stream) only
+    // backs up ours: [`Api::answer`] and [`Api::progress`] come first.
+    let docker =
+        bollard::Docker::connect_with_unix(&path, PROGRESS.as_secs(), bollard::API_DEFAULT_VERSION)
+            .map_err(|e| no_daemon(&e))?;
+    let mut api = Api {
+        docker,
+        socket: socket.into(),
+    };
+    let negotiated = api.docker.clone().negotiate_version();
+    api.docker = api
+        .answer("GET /version", negotiated)
+        .await?
         .map_err(|e| no_daemon(&e))?;
-    let api = api.negotiate_version().await.map_err(|e| no_daemon(&e))?;
-    api.ping().await.map_err(|e| no_daemon(&e))?;
+    api.answer("a ping", api.docker.ping())
+        .await?
+        .map_err(|e| no_daemon(&e))?;
     Ok(api)
 }
 
 /// The daemon's client for `lockstorm image import` and the tests.
-pub async fn connect_daemon() -> Result<bollard::Docker> {
+pub async fn connect_daemon() -> Result<Api> {
     client(&daemon()?).await
 }
 
 pub struct Docker {
-    api: bollard::Docker,
+    api: Api,
     /// Held for the run: testcontainers talks through it.
     _bridge: bridge::Bridge,
     image: String,
@@ -140,7 +217,7 @@ impl Docker {
     pub async fn connect(image: Option<&str>) -> Result<Self> {
         let socket = daemon()?;
         let api = client(&socket).await?;
-        reap::sweep(&api).await;
+        reap::sweep(&api).await?;
         let (image, image_id, redis) = find_image(&api, image).await?;
         let path = bridge_socket().map_err(|e| Error::Io {
             context: "finding a folder for the Docker bridge's socket".into(),
@@ -158,11 +235,15 @@ impl Docker {
                 ),
             });
         }
-        let bridge = bridge::Bridge::start(socket.clone(), path)
+        let bridge = bridge::Bridge::start(socket.clone(), path, ANSWER)
             .await
-            .map_err(|e| Error::Io {
-                context: "starting the Docker API bridge".into(),
-                source: e,
+            .map_err(|e| match e.kind() {
+                // The daemon went silent: its message names the socket.
+                std::io::ErrorKind::TimedOut => Error::Usage(e.to_string()),
+                _ => Error::Io {
+                    context: "starting the Docker API bridge".into(),
+                    source: e,
+                },
             })?;
         let labels = reap::Labels::fresh();
         let reaper = reap::Reaper::start(&socket, &labels.run).map_err(|e| Error::Io {
@@ -267,7 +348,10 @@ impl Provisioner for Docker {
 
     fn finish(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            reap::remove_run(&self.api, &self.labels.run).await;
+            // What a silent daemon keeps, the reaper or a later sweep removes.
+            if let Err(e) = reap::remove_run(&self.api, &self.labels.run).await {
+                tracing::warn!("{e}");
+            }
             let reaper = self.reaper.lock().ok().and_then(|mut r| r.take());
             if let Some(reaper) = reaper {
                 reaper.dismiss().await;
@@ -278,7 +362,7 @@ impl Provisioner for Docker {
 
 /// One node's container.
 struct Container {
-    api: bollard::Docker,
+    api: Api,
     container: Option<ContainerAsync<GenericImage>>,
     /// Its `redis-server`'s host PID; 0 while stopped.
     pid: u32,
@@ -290,17 +374,26 @@ impl Container {
         self.container.as_ref().map(|c| c.id().to_string())
     }
 
+    /// The container's state, or why it cannot be had: the daemon lost it,
+    /// or did not answer.
+    async fn state(&self, id: &str) -> Result<Option<ContainerState>, String> {
+        let what = format!("an inspect of container {id}");
+        match self
+            .api
+            .answer(&what, self.api.docker.inspect_container(id, None))
+            .await
+        {
+            Ok(Ok(info)) => Ok(info.state),
+            Ok(Err(e)) => Err(format!("its container is gone ({e})")),
+            Err(silent) => Err(silent.to_string()),
+        }
+    }
+
     /// The host PID of the container's process, 0 unless it runs.
     async fn host_pid(&self) -> u32 {
         let Some(id) = self.id() else { return 0 };
-        let state = self
-            .api
-            .inspect_container(&id, None)
-            .await
-            .ok()
-            .and_then(|i| i.state);
-        match state {
-            Some(s) if s.running == Some(true) => s.pid.unwrap_or(0).max(0) as u32,
+        match self.state(&id).await {
+            Ok(Some(s)) if s.running == Some(true) => s.pid.unwrap_or(0).max(0) as u32,
             _ => 0,
         }
     }
@@ -311,9 +404,19 @@ impl Container {
         let Some(container) = &self.container else {
             return;
         };
-        let mut text = container.stdout_to_vec().await.unwrap_or_default();
-        text.extend(container.stderr_to_vec().await.unwrap_or_default());
-        let _ = std::fs::write(&self.output, text);
+        // The bridge bounds the wait for the answer; this, a log that stalls.
+        let what = format!("the logs of container {}", container.id());
+        let logs = async {
+            let mut text = container.stdout_to_vec().await.unwrap_or_default();
+            text.extend(container.stderr_to_vec().await.unwrap_or_default());
+            text
+        };
+        match self.api.answer(&what, logs).await {
+            Ok(text) => {
+                let _ = std::fs::write(&self.output, text);
+            }
+            Err(silent) => tracing::warn!("{silent}"),
+        }
     }
 
     /// SIGKILL, never SIGTERM (`docker stop` sends SIGTERM first, and Redis
@@ -322,8 +425,27 @@ impl Container {
     async fn kill_now(&mut self) {
         let Some(id) = self.id() else { return };
         let kill = KillContainerOptionsBuilder::new().signal("SIGKILL").build();
-        if self.api.kill_container(&id, Some(kill)).await.is_ok() {
-            let _ = self.api.wait_container(&id, None).next().await;
+        let docker = &self.api.docker;
+        let killed = self
+            .api
+            .answer(
+                &format!("the kill of container {id}"),
+                docker.kill_container(&id, Some(kill)),
+            )
+            .await;
+        let waited = match killed {
+            Ok(Ok(())) => {
+                let mut exit = docker.wait_container(&id, None);
+                let what = format!("the wait for container {id} to exit");
+                self.api.answer(&what, exit.next()).await.map(drop)
+            }
+            Ok(Err(_)) => Ok(()),
+            Err(silent) => Err(silent),
+        };
+        if let Err(silent) = waited {
+            // The run goes on to its end, where whatever is left of it is
+            // removed (by the reaper, or a later start's sweep).
+            tracing::warn!("{silent}");
         }
         self.pid = 0;
         self.keep_output().await;
@@ -338,13 +460,10 @@ impl NodeProcess for Container {
     fn exited(&mut self) -> BoxFuture<'_, Option<String>> {
         Box::pin(async move {
             let id = self.id()?;
-            let state = match self.api.inspect_container(&id, None).await {
-                Ok(info) => info.state,
-                Err(e) => return Some(format!("its container is gone ({e})")),
-            };
-            match state {
-                Some(s) if s.running == Some(true) => None,
-                s => {
+            match self.state(&id).await {
+                Err(why) => Some(why),
+                Ok(Some(s)) if s.running == Some(true) => None,
+                Ok(s) => {
                     self.pid = 0;
                     self.keep_output().await;
                     let code = s.and_then(|s| s.exit_code);
@@ -367,10 +486,14 @@ impl NodeProcess for Container {
             let Some(container) = &self.container else {
                 return Err(Error::Usage("the container was removed".into()));
             };
-            container.start().await.map_err(|e| Error::Io {
-                context: format!("starting container {} again", container.id()),
-                source: std::io::Error::other(e.to_string()),
-            })?;
+            let what = format!("the start of container {}", container.id());
+            self.api
+                .answer(&what, container.start())
+                .await?
+                .map_err(|e| Error::Io {
+                    context: format!("starting container {} again", container.id()),
+                    source: std::io::Error::other(e.to_string()),
+                })?;
             self.pid = self.host_pid().await;
             Ok(())
         })
@@ -381,9 +504,16 @@ impl NodeProcess for Container {
             self.kill_now().await;
             if let Some(container) = self.container.take() {
                 let id = container.id().to_string();
-                if container.rm().await.is_err() {
+                let what = format!("the removal of container {id}");
+                let removed = self.api.answer(&what, container.rm()).await;
+                if !matches!(removed, Ok(Ok(()))) {
                     let force = RemoveContainerOptionsBuilder::new().force(true).build();
-                    let _ = self.api.remove_container(&id, Some(force)).await;
+                    let docker = &self.api.docker;
+                    let forced = docker.remove_container(&id, Some(force));
+                    if let Err(silent) = self.api.answer(&what, forced).await {
+                        // The reaper, or a later start's sweep, removes it.
+                        tracing::warn!("{silent}");
+                    }
                 }
             }
         })
@@ -401,19 +531,23 @@ fn split_image(image: &str) -> (String, String) {
 
 /// The image to run (`--image`, else the imported local image when present,
 /// else the public one), pulled if absent: its name, id and Redis version.
-async fn find_image(
-    api: &bollard::Docker,
-    asked: Option<&str>,
-) -> Result<(String, String, String)> {
+async fn find_image(api: &Api, asked: Option<&str>) -> Result<(String, String, String)> {
+    let docker = &api.docker;
+    let inspect = |name: &str| {
+        let what = format!("an inspect of image {name}");
+        let name = name.to_string();
+        async move { api.answer(&what, docker.inspect_image(&name)).await }
+    };
     let name = match asked {
         Some(name) => name.to_string(),
-        None if api.inspect_image(image::LOCAL_IMAGE).await.is_ok() => image::LOCAL_IMAGE.into(),
+        None if inspect(image::LOCAL_IMAGE).await?.is_ok() => image::LOCAL_IMAGE.into(),
         None => PUBLIC_IMAGE.into(),
     };
-    if api.inspect_image(&name).await.is_err() {
+    if inspect(&name).await?.is_err() {
         let pull = CreateImageOptionsBuilder::new().from_image(&name).build();
-        let mut progress = api.create_image(Some(pull), None, None);
-        while let Some(step) = progress.next().await {
+        let mut progress = docker.create_image(Some(pull), None, None);
+        let what = format!("the pull of {name}");
+        while let Some(step) = api.progress(&what, &mut progress).await? {
             if let Err(e) = step {
                 return Err(Error::Usage(format!(
                     "image {name} is not on the Docker daemon and cannot be pulled ({e}): without a registry, run `lockstorm image import` (it builds {} from this machine's redis-server, the default when present); with one, `docker pull {name}`",
@@ -422,7 +556,7 @@ async fn find_image(
             }
         }
     }
-    let info = api.inspect_image(&name).await.map_err(|e| {
+    let info = inspect(&name).await?.map_err(|e| {
         Error::Usage(format!(
             "image {name} cannot be inspected after the pull ({e})"
         ))

@@ -6,6 +6,8 @@
 //! other way (SIGKILL included: the kernel closes the pipe); and any later
 //! start **sweeps** away containers whose owner is provably gone.
 
+use super::Api;
+use crate::error::Result;
 use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
 use std::collections::HashMap;
 use std::io::Read;
@@ -112,52 +114,61 @@ fn start_time(pid: u32) -> Option<u64> {
         .ok()
 }
 
+/// The containers carrying `label`; none when the daemon refuses the list,
+/// an error when it does not answer.
 async fn containers_labelled(
-    api: &bollard::Docker,
+    api: &Api,
     label: String,
-) -> Vec<(String, HashMap<String, String>)> {
+) -> Result<Vec<(String, HashMap<String, String>)>> {
+    let what = format!("the list of containers labelled {label}");
     let filters = HashMap::from([("label", vec![label])]);
     let list = ListContainersOptionsBuilder::new()
         .all(true)
         .filters(&filters)
         .build();
-    api.list_containers(Some(list))
-        .await
+    let listed = api
+        .answer(&what, api.docker.list_containers(Some(list)))
+        .await?;
+    Ok(listed
         .unwrap_or_default()
         .into_iter()
         .filter_map(|c| Some((c.id?, c.labels.unwrap_or_default())))
-        .collect()
+        .collect())
 }
 
-async fn remove(api: &bollard::Docker, id: &str) {
+async fn remove(api: &Api, id: &str) -> Result<()> {
     let force = RemoveContainerOptionsBuilder::new().force(true).build();
-    let _ = api.remove_container(id, Some(force)).await;
+    let what = format!("the removal of container {id}");
+    let _ = api
+        .answer(&what, api.docker.remove_container(id, Some(force)))
+        .await?;
+    Ok(())
 }
 
 /// Removes every container of run `run`; returns how many there were.
-pub async fn remove_run(api: &bollard::Docker, run: &str) -> usize {
-    let found = containers_labelled(api, format!("{RUN}={run}")).await;
+pub async fn remove_run(api: &Api, run: &str) -> Result<usize> {
+    let found = containers_labelled(api, format!("{RUN}={run}")).await?;
     for (id, _) in &found {
-        remove(api, id).await;
+        remove(api, id).await?;
     }
-    found.len()
+    Ok(found.len())
 }
 
 /// Removes the containers of every run whose harness is provably gone.
-pub async fn sweep(api: &bollard::Docker) -> usize {
+pub async fn sweep(api: &Api) -> Result<usize> {
     let mut removed = 0;
-    for (id, labels) in containers_labelled(api, OWNER.to_string()).await {
+    for (id, labels) in containers_labelled(api, OWNER.to_string()).await? {
         let gone = labels
             .get(OWNER)
             .and_then(|o| o.parse::<Owner>().ok())
             .is_some_and(|o| o.is_gone());
         if gone {
             tracing::info!("removing container {id} of a run that is gone");
-            remove(api, &id).await;
+            remove(api, &id).await?;
             removed += 1;
         }
     }
-    removed
+    Ok(removed)
 }
 
 /// The reaper of one run, as the harness holds it: the write end of its stdin.
@@ -211,12 +222,9 @@ pub fn reap(daemon: &Path, run: &str) -> std::io::Result<usize> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async {
-        let api = super::client(daemon)
-            .await
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
-        Ok(remove_run(&api, run).await)
-    })
+    runtime
+        .block_on(async { remove_run(&super::client(daemon).await?, run).await })
+        .map_err(|e| std::io::Error::other(e.to_string()))
 }
 
 #[cfg(test)]
