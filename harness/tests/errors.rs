@@ -358,3 +358,76 @@ fn a_docker_socket_that_never_answers_is_one_line_not_a_hang() {
     assert!(left.is_empty(), "processes left behind: {left:?}");
     drop(silent);
 }
+
+/// Whether `pid` is gone: no such process, or a zombie (killed, and only
+/// waiting for whoever adopted it to reap it).
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// A `redis-server` that starts a child of its own and never answers PING
+/// (a wrapper script, or a server stuck in its startup): the run fails
+/// with its documented line and code, and the node's whole process group
+/// goes with it, the wrapper's child included.
+#[test]
+fn a_node_that_never_answers_is_killed_with_its_children() {
+    use std::time::{Duration, Instant};
+    let tmp = tempfile::tempdir().unwrap();
+    let results = tmp.path().join("results");
+    let pids = tmp.path().join("children");
+    let server = tmp.path().join("redis-server");
+    std::fs::write(
+        &server,
+        format!(
+            "#!/bin/sh\n\
+             case \"$1\" in --version) echo 'Redis server v=0.0.0'; exit 0;; esac\n\
+             sleep 300 &\n\
+             echo $! >> '{}'\n\
+             wait\n",
+            pids.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let f = run(
+        lockstorm().env("LOCKSTORM_REDIS_SERVER", &server),
+        &results,
+        &[
+            "--config",
+            "single",
+            "--nemesis",
+            "none",
+            "--backend",
+            "local",
+        ],
+    );
+    let children: Vec<u32> = std::fs::read_to_string(&pids)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !children.iter().all(|&pid| gone(pid)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let alive: Vec<u32> = children.iter().copied().filter(|&p| !gone(p)).collect();
+    for &pid in &alive {
+        // The test's own leftovers: the sleeps its wrapper started.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert_eq!(children.len(), 1, "the wrapper ran once: {children:?}");
+    assert!(
+        alive.is_empty(),
+        "the node's child {alive:?} outlived the failed run"
+    );
+    assert_clean_failure(&f, 255, "no answer to PING", &results);
+    assert!(f.stderr.contains("node n1 failed to start"), "{}", f.stderr);
+}

@@ -1,6 +1,7 @@
 //! The local backend: each node is a real `redis-server` (or
 //! `redis-sentinel`) child process of the harness, in its own process group
-//! and killed by the kernel if the harness dies.
+//! and killed by the kernel if the harness dies. A node is killed as a
+//! group, so whatever it started (a wrapper script's server) goes with it.
 
 use super::{BackendRecord, Launch, NodeProcess, Program, Provisioner};
 use crate::error::{Context, Error, Result};
@@ -97,16 +98,35 @@ impl LocalProcess {
         Ok(())
     }
 
+    /// SIGKILL to the node's whole group (it leads one: `process::isolate`),
+    /// then reaps it. SIGKILL also ends a stopped process. Nothing reaps the
+    /// node before this ([`exited`] only looks), and an exited leader not yet
+    /// reaped keeps its PID, so the group's id is still this node's: it
+    /// cannot have passed to a process that is not ours.
     fn kill_now(&mut self) {
         let Some(mut child) = self.child.take() else {
             return;
         };
-        // SIGKILL also ends a stopped process.
-        if let Ok(None) = child.try_wait() {
-            let _ = process::kill_now(child.id());
-        }
+        let _ = process::kill_group(child.id());
         let _ = child.wait();
     }
+}
+
+/// How the child `pid` ended, if it has, without reaping it (see
+/// [`LocalProcess::kill_now`]); worded as `std`'s `ExitStatus` is.
+fn exited(pid: u32) -> std::io::Result<Option<String>> {
+    use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    let pid = nix::unistd::Pid::from_raw(pid as i32);
+    Ok(match waitid(Id::Pid(pid), flags)? {
+        WaitStatus::Exited(_, code) => Some(format!("exit status: {code}")),
+        WaitStatus::Signaled(_, signal, core) => Some(format!(
+            "signal: {} ({signal}){}",
+            signal as i32,
+            if core { " (core dumped)" } else { "" }
+        )),
+        _ => None,
+    })
 }
 
 impl NodeProcess for LocalProcess {
@@ -115,12 +135,11 @@ impl NodeProcess for LocalProcess {
     }
 
     fn exited(&mut self) -> BoxFuture<'_, Option<String>> {
-        let status = self.child.as_mut().map(Child::try_wait);
+        let status = self.child.as_ref().map(|c| exited(c.id()));
         Box::pin(async move {
             match status {
                 None => Some("never started".into()),
-                Some(Ok(Some(status))) => Some(status.to_string()),
-                Some(Ok(None)) => None,
+                Some(Ok(status)) => status,
                 Some(Err(e)) => Some(format!("cannot be waited for ({e})")),
             }
         })
