@@ -138,6 +138,37 @@ fn bad_input_is_one_line_and_starts_nothing() {
     assert!(made.is_empty(), "{made:?}");
 }
 
+/// What [`small_matrix`] holds its pairs to.
+const SMALL_EXPECT: &str = "[single]\nnone = \"valid\"\n[no-lock]\nnone = \"invalid\"\n\
+                            [unsafe-key-per-worker]\nnone = \"invalid\"\n";
+
+/// `lockstorm matrix` of `configs` × none, 3 s a run with seed `seed`, into
+/// `results`, held to [`SMALL_EXPECT`]: every expectation must be met.
+fn small_matrix(results: &Path, configs: &str, seed: &str, extra: &[&str]) -> common::Run {
+    let file = results.join("expect.toml");
+    std::fs::write(&file, SMALL_EXPECT).unwrap();
+    let (results, file) = (results.to_str().unwrap(), file.to_str().unwrap());
+    let mut args = vec![
+        "matrix",
+        "--configs",
+        configs,
+        "--nemeses",
+        "none",
+        "--time-limit",
+        "3",
+        "--seed",
+        seed,
+        "--results",
+        results,
+        "--expect",
+        file,
+    ];
+    args.extend_from_slice(extra);
+    let run = lockstorm(&args);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    run
+}
+
 /// The matrix in two shards, gathered in one results folder and merged by
 /// `lockstorm report`, gives the unsharded matrix's rows (same pairs, same
 /// order, same seeds, same verdicts against the same expectations). The
@@ -145,34 +176,12 @@ fn bad_input_is_one_line_and_starts_nothing() {
 /// `--jobs` changes no verdict either.
 #[test]
 fn two_shards_merge_into_the_unsharded_matrix() {
-    let expect = "[single]\nnone = \"valid\"\n[no-lock]\nnone = \"invalid\"\n\
-                  [unsafe-key-per-worker]\nnone = \"invalid\"\n";
     let args = |results: &Path, shard: Option<&str>, extra: &[&str]| {
-        let file = results.join("expect.toml");
-        std::fs::write(&file, expect).unwrap();
-        let mut args: Vec<String> = [
-            "matrix",
-            "--configs",
-            "single,no-lock,unsafe-key-per-worker",
-            "--nemeses",
-            "none",
-            "--time-limit",
-            "3",
-            "--seed",
-            "5",
-            "--results",
-        ]
-        .map(String::from)
-        .to_vec();
-        args.push(results.to_str().unwrap().into());
-        args.extend(["--expect".into(), file.to_str().unwrap().into()]);
+        let mut all = extra.to_vec();
         if let Some(shard) = shard {
-            args.extend(["--shard".into(), shard.into()]);
+            all.extend(["--shard", shard]);
         }
-        args.extend(extra.iter().map(|a| a.to_string()));
-        let run = lockstorm(&args.iter().map(String::as_str).collect::<Vec<_>>());
-        assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-        run
+        small_matrix(results, "single,no-lock,unsafe-key-per-worker", "5", &all)
     };
     let summary = |dir: PathBuf| -> serde_json::Value {
         serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap()
@@ -241,6 +250,110 @@ fn two_shards_merge_into_the_unsharded_matrix() {
     assert!(
         index.contains("-merged-2"),
         "the index does not list the merged matrix"
+    );
+}
+
+/// Shards that do not make a whole matrix are said, one line a set, and
+/// make `report` exit 254 once the page is written; a complete set beside
+/// them still merges. In one results folder: seed 5's two shards (whole),
+/// seed 6's shard 1/2 run twice (duplicated, and 2/2 missing), and seed 7's
+/// shard 2/2 (1/2 missing: the 1/2 here is of another matrix).
+#[test]
+fn shards_that_do_not_make_a_matrix_are_named_and_fail_the_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let results = tmp.path();
+    let shard =
+        |seed: &str, k: &str| small_matrix(results, "single,no-lock", seed, &["--shard", k]);
+    shard("5", "1/2");
+    shard("5", "2/2");
+    shard("6", "1/2");
+    shard("6", "1/2");
+    shard("7", "2/2");
+    // Each shard's folder by its seed and K.
+    let mut folders: Vec<(u64, u64, String)> = matrix_folders(results)
+        .into_iter()
+        .map(|dir| {
+            let s: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap())
+                    .unwrap();
+            let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+            (
+                s["seed"].as_u64().unwrap(),
+                s["shard"]["shard"]["k"].as_u64().unwrap(),
+                name,
+            )
+        })
+        .collect();
+    folders.sort();
+    let of = |seed: u64, k: u64| -> Vec<&str> {
+        folders
+            .iter()
+            .filter(|(s, kk, _)| (*s, *kk) == (seed, k))
+            .map(|(_, _, name)| name.as_str())
+            .collect()
+    };
+    let (twice, other) = (of(6, 1), of(7, 2));
+    assert_eq!((twice.len(), other.len()), (2, 1), "{folders:?}");
+
+    let report = lockstorm(&["report", results.to_str().unwrap()]);
+    assert_eq!(report.code, 254, "{}\n{}", report.stdout, report.stderr);
+    let lines: Vec<&str> = report.stderr.lines().collect();
+    assert_eq!(
+        lines.len(),
+        3,
+        "two sets, then the count:\n{}",
+        report.stderr
+    );
+    let set = |seed: &str| {
+        let head = format!(
+            "lockstorm report: the shards of the matrix of 2 pair(s) (single × none … no-lock × none) \
+             with seed {seed}, 3 s a run, 1 run(s) a pair were not merged: "
+        );
+        let line = lines.iter().find(|l| l.starts_with(&head));
+        line.unwrap_or_else(|| panic!("no line for seed {seed}:\n{}", report.stderr))[head.len()..]
+            .to_string()
+    };
+    let mut twice_sorted = twice.clone();
+    twice_sorted.sort();
+    assert_eq!(
+        set("6"),
+        format!(
+            "1/2 is in 2 folders ({}), the same shard run twice: remove the one that does not \
+             belong; 2/2 is missing ({} is the 2/2 of another matrix: seed 7, not 6)",
+            twice_sorted.join(", "),
+            other[0]
+        )
+    );
+    assert_eq!(
+        set("7"),
+        format!(
+            "2/2 is in {}; 1/2 is missing ({} is the 1/2 of another matrix: seed 6, not 7; \
+             {} is the 1/2 of another matrix: seed 6, not 7)",
+            other[0], twice_sorted[0], twice_sorted[1]
+        )
+    );
+    assert!(lines[2].contains("2 problem(s) above"), "{}", report.stderr);
+
+    // The whole set merged all the same, and the page lists it and the two lines.
+    let merged: Vec<PathBuf> = matrix_folders(results)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("-merged-"))
+        .collect();
+    assert_eq!(merged.len(), 1, "{merged:?}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(merged[0].join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(summary["seed"], 5);
+    assert_eq!(summary["ok"], true);
+    assert_eq!(summary["rows"].as_array().unwrap().len(), 2, "{summary}");
+    let index = std::fs::read_to_string(results.join("index.html")).unwrap();
+    assert!(
+        index.contains("-merged-2"),
+        "the index lacks the merged matrix"
+    );
+    assert!(
+        index.contains("the same shard run twice") && index.contains("with seed 7"),
+        "the index lacks the sets that were not merged"
     );
 }
 

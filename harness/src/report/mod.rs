@@ -24,7 +24,8 @@ pub struct Report {
     /// Runs whose pictures were drawn again.
     pub redrawn: usize,
     /// One line per thing that could not be read or drawn, prefixed by the
-    /// folder it concerns. These are on the page too.
+    /// folder it concerns, and one per set of shards that was not merged.
+    /// These are on the page too.
     pub problems: Vec<String>,
 }
 
@@ -35,7 +36,8 @@ pub fn build(root: &Path) -> anyhow::Result<Report> {
         scan::find(root).with_context(|| format!("reading {}", root.display()))?;
     // The shards of a matrix run on several machines, gathered here: one
     // matrix again.
-    for merged in crate::matrix::merge::merge(root, &matrix_dirs)? {
+    let (merged, unmerged) = crate::matrix::merge::merge(root, &matrix_dirs)?;
+    for merged in merged {
         if !matrix_dirs.contains(&merged) {
             matrix_dirs.push(merged);
         }
@@ -80,6 +82,11 @@ pub fn build(root: &Path) -> anyhow::Result<Report> {
                 .iter()
                 .flat_map(|m| m.problems.iter().map(move |p| format!("{}: {p}", m.rel))),
         )
+        // A set of shards that did not merge is a problem like an unreadable
+        // folder (exit 254 once the page is written): the input lacks or
+        // confuses a shard, and a lost shard must fail the nightly, not
+        // vanish from it. What did merge is on the page all the same.
+        .chain(unmerged.iter().map(ToString::to_string))
         .collect();
 
     let page = html::page(&runs, &matrices, &problems);
