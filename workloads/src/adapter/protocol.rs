@@ -104,24 +104,50 @@ pub fn parse_reply(line: &str, expected: &Request) -> Result<Reply, String> {
         Some(Value::Null) => Answer::Unknown,
         _ => return bad("a reply whose \"ok\" is not true, false or null".into()),
     };
-    let text = |key: &str| map.get(key).and_then(Value::as_str).map(str::to_string);
-    let reply = Reply {
-        answer: Some(answer),
-        error: text("error"),
-        token: text("token"),
-        fence: map.get("fence").and_then(Value::as_u64),
-        valid: map.get("valid").and_then(Value::as_bool),
-        client: text("client"),
-        features: map
-            .get("features")
-            .and_then(Value::as_array)
-            .map(|f| {
-                f.iter()
-                    .filter_map(Value::as_str)
-                    .map(String::from)
-                    .collect()
-            })
-            .unwrap_or_default(),
+    // Every known field has one type; a `null` is the field left out. A
+    // field of another type is the adapter's bug, never to be read as absent
+    // (a fence dropped so would test a fenced client as unfenced).
+    let field = |key: &str| map.get(key).filter(|v| !v.is_null());
+    let text = |key: &str| match field(key) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(format!("a reply whose {key:?} is not a string")),
+    };
+    let fields = (|| {
+        Ok::<_, String>(Reply {
+            answer: Some(answer),
+            error: text("error")?,
+            token: text("token")?,
+            fence: match field("fence") {
+                None => None,
+                Some(v) => Some(fence(v).ok_or_else(|| {
+                    format!(
+                        "a reply whose \"fence\" is not an integer from 0 to {} \
+                         (a JSON integer, or a string of decimal digits)",
+                        u64::MAX
+                    )
+                })?),
+            },
+            valid: match field("valid") {
+                None => None,
+                Some(Value::Bool(b)) => Some(*b),
+                Some(_) => return Err("a reply whose \"valid\" is not true or false".into()),
+            },
+            client: text("client")?,
+            features: match field("features") {
+                None => Vec::new(),
+                Some(Value::Array(f)) => f
+                    .iter()
+                    .map(|f| f.as_str().map(String::from))
+                    .collect::<Option<_>>()
+                    .ok_or("a reply whose \"features\" is not a list of strings")?,
+                Some(_) => return Err("a reply whose \"features\" is not a list of strings".into()),
+            },
+        })
+    })();
+    let reply = match fields {
+        Ok(reply) => reply,
+        Err(why) => return bad(why),
     };
     if answer == Answer::Yes {
         match &expected.op {
@@ -146,6 +172,19 @@ pub fn parse_reply(line: &str, expected: &Request) -> Result<Reply, String> {
         }
     }
     Ok(reply)
+}
+
+/// A fence as JSON carries it, or as a string of decimal digits (a
+/// JavaScript client's BigInt, or a Number past 2^53, goes as a string).
+fn fence(value: &Value) -> Option<u64> {
+    match value {
+        Value::Number(n) => n.as_u64(),
+        // `u64::from_str` also takes a leading `+`.
+        Value::String(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
+            s.parse().ok()
+        }
+        _ => None,
+    }
 }
 
 /// `acquire #4`, for messages.
@@ -248,6 +287,94 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.contains("unknown feature \"lease\""), "{err}");
+    }
+
+    #[test]
+    fn a_fence_is_a_json_integer_or_a_decimal_string_within_u64() {
+        let acquire = request(1, Op::Acquire { timeout_ms: 10 });
+        let fence = |f: &str| {
+            parse_reply(&format!(r#"{{"id":1,"ok":true,"fence":{f}}}"#), &acquire).map(|r| r.fence)
+        };
+        assert_eq!(fence("17"), Ok(Some(17)));
+        assert_eq!(fence(r#""17""#), Ok(Some(17)));
+        assert_eq!(fence("0"), Ok(Some(0)));
+        // What a JavaScript BigInt sends as a string: u64::MAX itself.
+        assert_eq!(fence(r#""18446744073709551615""#), Ok(Some(u64::MAX)));
+        assert_eq!(fence("18446744073709551615"), Ok(Some(u64::MAX)));
+        assert_eq!(fence("null"), Ok(None));
+        let r = parse_reply(r#"{"id":1,"ok":true,"token":null,"error":null}"#, &acquire);
+        assert_eq!(r.map(|r| (r.token, r.error)), Ok((None, None)));
+    }
+
+    #[test]
+    fn a_mistyped_field_is_a_protocol_break_naming_the_line() {
+        let acquire = request(4, Op::Acquire { timeout_ms: 10 });
+        let fence = "\"fence\" is not an integer from 0 to 18446744073709551615";
+        let cases = [
+            (r#"{"id":4,"ok":true,"fence":"abc"}"#, fence),
+            (r#"{"id":4,"ok":true,"fence":-5}"#, fence),
+            (r#"{"id":4,"ok":true,"fence":"-5"}"#, fence),
+            (
+                r#"{"id":4,"ok":true,"fence":1180591620717411303424}"#,
+                fence,
+            ),
+            (
+                r#"{"id":4,"ok":true,"fence":"1180591620717411303424"}"#,
+                fence,
+            ),
+            (
+                r#"{"id":4,"ok":true,"fence":"18446744073709551616"}"#,
+                fence,
+            ),
+            (r#"{"id":4,"ok":true,"fence":17.5}"#, fence),
+            (r#"{"id":4,"ok":true,"fence":17.0}"#, fence),
+            (r#"{"id":4,"ok":true,"fence":1e3}"#, fence),
+            (r#"{"id":4,"ok":true,"fence":""}"#, fence),
+            (r#"{"id":4,"ok":true,"fence":"+5"}"#, fence),
+            (r#"{"id":4,"ok":true,"fence":" 5"}"#, fence),
+            (r#"{"id":4,"ok":true,"fence":"0x11"}"#, fence),
+            (r#"{"id":4,"ok":true,"fence":true}"#, fence),
+            (r#"{"id":4,"ok":true,"fence":[17]}"#, fence),
+            (r#"{"id":4,"ok":true,"fence":{"a":1}}"#, fence),
+            (
+                r#"{"id":4,"ok":true,"token":{"a":1}}"#,
+                "\"token\" is not a string",
+            ),
+            (
+                r#"{"id":4,"ok":true,"token":17}"#,
+                "\"token\" is not a string",
+            ),
+            (
+                r#"{"id":4,"ok":false,"error":17}"#,
+                "\"error\" is not a string",
+            ),
+            (
+                r#"{"id":4,"ok":null,"error":{"kind":"timeout"}}"#,
+                "\"error\" is not a string",
+            ),
+            (
+                r#"{"id":4,"ok":true,"valid":"yes"}"#,
+                "\"valid\" is not true or false",
+            ),
+            (
+                r#"{"id":4,"ok":true,"client":["lib"]}"#,
+                "\"client\" is not a string",
+            ),
+            (
+                r#"{"id":4,"ok":true,"features":"check"}"#,
+                "\"features\" is not a list of strings",
+            ),
+            (
+                r#"{"id":4,"ok":true,"features":["check",1]}"#,
+                "\"features\" is not a list of strings",
+            ),
+        ];
+        for (line, why) in cases {
+            let err = parse_reply(line, &acquire).unwrap_err();
+            assert!(err.contains(why), "{line}: {err}");
+            assert!(err.contains("acquire #4"), "{err}");
+            assert!(err.contains(&format!("{line:?}")), "names the line: {err}");
+        }
     }
 
     fn sample_init() -> Init {
