@@ -264,6 +264,20 @@ fn an_adapter_that_exits_at_init_is_one_clear_line_and_exit_254() {
         ],
         &[],
     );
+    let line = one_line_254(&out);
+    assert!(line.contains("exited"), "{line}");
+    assert!(
+        line.contains("cannot load the lock library"),
+        "quotes its stderr: {line}"
+    );
+    assert_no_process_left(root.path());
+    // Nothing ran: no run folder is left half made.
+    let runs = std::fs::read_dir(results(root.path())).map_or(0, |d| d.count());
+    assert_eq!(runs, 0, "no run folder for a run that never started");
+}
+
+/// The one line on stderr of a command refused as bad input (exit 254).
+fn one_line_254(out: &common::Run) -> String {
     assert_eq!(out.code, 254, "{}{}", out.stdout, out.stderr);
     let lines: Vec<&str> = out
         .stderr
@@ -271,16 +285,7 @@ fn an_adapter_that_exits_at_init_is_one_clear_line_and_exit_254() {
         .filter(|l| !l.trim().is_empty())
         .collect();
     assert_eq!(lines.len(), 1, "one line: {}", out.stderr);
-    assert!(lines[0].contains("exited"), "{}", lines[0]);
-    assert!(
-        lines[0].contains("cannot load the lock library"),
-        "quotes its stderr: {}",
-        lines[0]
-    );
-    assert_no_process_left(root.path());
-    // Nothing ran: no run folder is left half made.
-    let runs = std::fs::read_dir(results(root.path())).map_or(0, |d| d.count());
-    assert_eq!(runs, 0, "no run folder for a run that never started");
+    lines[0].to_string()
 }
 
 /// The README example, made to hang forever on its `hang_on`-th request:
@@ -405,4 +410,37 @@ fn no_adapter_outlives_a_harness_killed_mid_run() {
             .is_empty()
             .then_some(())
     });
+}
+
+/// client-test gives each reply what its request asks for: the expiry
+/// step's acquire waits out a frozen holder's 21 s lease, longer than the
+/// 20 s every reply used to get.
+#[test]
+fn a_correct_adapter_passes_client_test_with_a_lease_longer_than_20_s() {
+    let root = root();
+    let cmd = format!("python3 {}", readme_example(root.path()).display());
+    let (code, report) = client_test(root.path(), &["--client-cmd", &cmd, "--ttl-ms", "21000"]);
+    assert_eq!(code, 0, "{report}");
+    assert!(report.contains(" 0 failed"), "{report}");
+}
+
+#[test]
+fn client_test_of_a_missing_adapter_program_is_one_clear_line_and_exit_254() {
+    let root = root();
+    let args = ["client-test", "--results", "client-tests", "--client-cmd"];
+    let out = lockstorm_at(
+        Some(root.path()),
+        &[&args[..], &["./no-such-adapter"]].concat(),
+        &[],
+    );
+    let line = one_line_254(&out);
+    assert!(
+        line.contains("cannot start the adapter `./no-such-adapter`"),
+        "{line}"
+    );
+    assert!(
+        line.contains("check the program and its path"),
+        "the fix: {line}"
+    );
+    assert_no_process_left(root.path());
 }

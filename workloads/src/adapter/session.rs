@@ -23,15 +23,20 @@ pub enum Failure {
     Hung(String),
     /// It exited or closed its stdout: the op's outcome is unknown.
     Died(String),
-    /// It broke the protocol, or cannot start at all: the message names the
-    /// line or the problem, and running it again would repeat it.
+    /// It broke the protocol: the message names the line or the problem,
+    /// and running it again would repeat it.
     Broken(String),
+    /// Its program cannot be started (not found, not executable): bad input,
+    /// as a missing file is.
+    Unstartable(String),
 }
 
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Failure::Hung(m) | Failure::Died(m) | Failure::Broken(m) => f.write_str(m),
+            Failure::Hung(m) | Failure::Died(m) | Failure::Broken(m) | Failure::Unstartable(m) => {
+                f.write_str(m)
+            }
         }
     }
 }
@@ -78,7 +83,7 @@ impl Session {
             .stderr(log);
         nemesis::process::die_with_parent(&mut cmd);
         let mut child = cmd.spawn().map_err(|e| {
-            Failure::Broken(format!(
+            Failure::Unstartable(format!(
                 "cannot start the adapter `{}`: {e} (check the program and its path: a relative one is taken from the folder lockstorm runs in)",
                 spec.command()
             ))

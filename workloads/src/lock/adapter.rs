@@ -93,7 +93,7 @@ impl Adapter {
         let session = self.session.as_mut().expect("started above");
         match session.call(op, budget + self.grace, idle) {
             Ok(reply) => Ok(reply),
-            Err(Failure::Broken(why)) => self.broken(why),
+            Err(Failure::Broken(why) | Failure::Unstartable(why)) => self.broken(why),
             Err(f @ (Failure::Hung(_) | Failure::Died(_))) => {
                 eprintln!("{f}; starting it again");
                 let _ = self.restart_or_give_up();
@@ -140,7 +140,7 @@ impl Adapter {
     fn restart_or_give_up(&mut self) -> Result<(), String> {
         match self.restart() {
             Ok(()) => Ok(()),
-            Err(Failure::Broken(why)) => self.broken(why),
+            Err(Failure::Broken(why) | Failure::Unstartable(why)) => self.broken(why),
             Err(f) => Err(format!("{}: {f}", error::ADAPTER)),
         }
     }
