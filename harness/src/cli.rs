@@ -327,14 +327,14 @@ fn report_command(args: ReportArgs) -> Result<Validity> {
         report.index.display()
     ))?;
     if !report.problems.is_empty() {
-        return Err(Error::BadInput {
-            path: args.path,
-            message: format!(
-                "{} problem(s) above, also listed on {}",
-                report.problems.len(),
-                report.index.display()
-            ),
-        });
+        // Unreadable run folders or shard sets that do not make a matrix:
+        // the page covers the rest, but the input was not whole (254).
+        return Err(Error::Usage(format!(
+            "{}: {} problem(s) above (each names what to fix), also listed on {}",
+            args.path.display(),
+            report.problems.len(),
+            report.index.display()
+        )));
     }
     Ok(Validity::True)
 }
