@@ -444,3 +444,26 @@ fn client_test_of_a_missing_adapter_program_is_one_clear_line_and_exit_254() {
     );
     assert_no_process_left(root.path());
 }
+
+/// An adapter whose acquire reply is one 2 MiB line: a protocol break,
+/// named by its first bytes, read no further than the cap.
+#[test]
+fn an_adapter_reply_longer_than_1_mib_ends_the_run_unknown_naming_its_start() {
+    let root = root();
+    let reply = r#"'{"id": %d, "ok": true, "token": "' % q["id"] + "x" * (2 << 20) + '"}'"#;
+    let cmd = breaking(root.path(), "long-line", reply);
+    let (r, dir) = run_client(root.path(), &["--client-cmd", &cmd, "--time-limit", "10"]);
+    assert_eq!(r.valid, Validity::Unknown, "{}", dir.display());
+    let notes = r.notes.join("\n");
+    assert!(notes.contains("broke the protocol"), "{notes}");
+    assert!(notes.contains("longer than 1 MiB"), "{notes}");
+    assert!(
+        notes.contains(r#"{\"id\": 1, \"ok\": true, \"token\": \"xxxx"#),
+        "names the reply's start: {notes}"
+    );
+    assert!(
+        notes.len() < 4096,
+        "quotes only the start: {} bytes",
+        notes.len()
+    );
+}

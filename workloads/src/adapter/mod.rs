@@ -8,7 +8,7 @@ pub mod protocol;
 mod session;
 
 pub use protocol::{Answer, Init, Op, Reply};
-pub use session::{Failure, Session};
+pub use session::{Failure, Session, STDERR_CAP};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -43,7 +43,8 @@ impl AdapterSpec {
 
     /// The last lines of its stderr, for a message about how it died.
     pub fn stderr_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+        // Its end only: the file may hold up to `STDERR_CAP`.
+        let text = tail(&self.stderr, 64 * 1024);
         let lines: Vec<&str> = text
             .lines()
             .filter(|l| !l.starts_with("--- lockstorm:") && !l.trim().is_empty())
@@ -82,6 +83,18 @@ impl AdapterSpec {
             worker,
         }
     }
+}
+
+/// The last `bytes` of a file, as text.
+fn tail(path: &std::path::Path, bytes: u64) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut text = Vec::new();
+    if let Ok(mut file) = std::fs::File::open(path) {
+        let len = file.metadata().map_or(0, |m| m.len());
+        let _ = file.seek(SeekFrom::Start(len.saturating_sub(bytes)));
+        let _ = file.take(bytes).read_to_end(&mut text);
+    }
+    String::from_utf8_lossy(&text).into_owned()
 }
 
 /// What an adapter said of itself at `init`.

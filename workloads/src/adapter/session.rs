@@ -5,7 +5,8 @@
 
 use super::protocol::{parse_reply, Op, Reply, Request};
 use super::AdapterSpec;
-use std::io::{BufRead, BufReader, Write};
+use checker::history::MAX_LINE_BYTES;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -15,6 +16,11 @@ const POLL: Duration = Duration::from_millis(2);
 /// One wake-up never counts for more than this: a longer gap is the
 /// process having been stopped, not the adapter being slow.
 const MAX_STEP: Duration = Duration::from_millis(50);
+/// How much of an adapter's stderr its file keeps. A replacement adapter
+/// appends to its predecessor's file, so what is there counts.
+pub const STDERR_CAP: u64 = 16 << 20;
+/// How much of a line too long to be a reply its message quotes.
+const QUOTED_CHARS: usize = 80;
 
 /// Why a request got no usable reply.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,10 +50,18 @@ impl std::fmt::Display for Failure {
 pub struct Session {
     child: Child,
     stdin: Option<ChildStdin>,
-    /// Its stdout, line by line; `None` once it closes.
-    lines: Receiver<Option<String>>,
+    /// Its stdout, line by line.
+    lines: Receiver<Out>,
     next_id: u64,
     spec: AdapterSpec,
+}
+
+/// What the reader of an adapter's stdout hands over.
+enum Out {
+    Line(String),
+    /// A line that cannot be a reply: too long, or not UTF-8.
+    Unreadable(String),
+    Closed,
 }
 
 impl Session {
@@ -80,7 +94,7 @@ impl Session {
             .envs(&spec.env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(log);
+            .stderr(Stdio::piped());
         nemesis::process::die_with_parent(&mut cmd);
         let mut child = cmd.spawn().map_err(|e| {
             Failure::Unstartable(format!(
@@ -88,16 +102,19 @@ impl Session {
                 spec.command()
             ))
         })?;
-        let stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        std::thread::spawn(move || keep_stderr(stderr, log));
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(Some(line)).is_err() {
+            let mut buf = Vec::new();
+            loop {
+                let out = read_reply(&mut stdout, &mut buf);
+                let last = !matches!(out, Out::Line(_));
+                if tx.send(out).is_err() || last {
                     return;
                 }
             }
-            let _ = tx.send(None);
         });
         Ok(Session {
             stdin: child.stdin.take(),
@@ -122,13 +139,19 @@ impl Session {
     ) -> Result<Reply, Failure> {
         // A line before any request is one nobody asked for.
         match self.lines.try_recv() {
-            Ok(Some(line)) => {
+            Ok(Out::Line(line)) => {
                 return Err(Failure::Broken(format!(
                     "the adapter wrote a line nobody asked for (before {}): {line:?}",
                     op.name()
                 )))
             }
-            Ok(None) => return Err(self.died(&op)),
+            Ok(Out::Unreadable(what)) => {
+                return Err(Failure::Broken(format!(
+                    "the adapter wrote {what}, before {}",
+                    op.name()
+                )))
+            }
+            Ok(Out::Closed) => return Err(self.died(&op)),
             Err(_) => {}
         }
         let request = Request {
@@ -150,8 +173,17 @@ impl Session {
         loop {
             let step = Instant::now();
             match self.lines.recv_timeout(POLL) {
-                Ok(Some(line)) => return parse_reply(&line, &request).map_err(Failure::Broken),
-                Ok(None) => return Err(self.died(&request.op)),
+                Ok(Out::Line(line)) => {
+                    return parse_reply(&line, &request).map_err(Failure::Broken)
+                }
+                Ok(Out::Unreadable(what)) => {
+                    return Err(Failure::Broken(format!(
+                        "the adapter wrote {what}, in reply to {} #{}",
+                        request.op.name(),
+                        request.id
+                    )))
+                }
+                Ok(Out::Closed) => return Err(self.died(&request.op)),
                 Err(RecvTimeoutError::Disconnected) => return Err(self.died(&request.op)),
                 Err(RecvTimeoutError::Timeout) => {}
             }
@@ -215,5 +247,165 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         self.end();
+    }
+}
+
+/// The next line of an adapter's stdout, read no further than
+/// [`MAX_LINE_BYTES`]: a line longer than that is no reply, and reading it
+/// whole would cost its length in memory.
+fn read_reply(reader: &mut impl BufRead, buf: &mut Vec<u8>) -> Out {
+    use checker::history::{next_line, ParseError};
+    match next_line(reader, buf, 0) {
+        Ok(false) | Err(ParseError::Io(_)) => Out::Closed,
+        Err(ParseError::Line { .. }) => {
+            let start = String::from_utf8_lossy(&buf[..buf.len().min(4 * QUOTED_CHARS)]);
+            let start: String = start.chars().take(QUOTED_CHARS).collect();
+            Out::Unreadable(format!(
+                "a line longer than {} MiB ({} bytes read, and more), starting {start:?}",
+                MAX_LINE_BYTES >> 20,
+                buf.len()
+            ))
+        }
+        Ok(true) => {
+            let line = buf.strip_suffix(b"\n").unwrap_or(buf);
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            match std::str::from_utf8(line) {
+                Ok(line) => Out::Line(line.to_string()),
+                Err(_) => Out::Unreadable(format!(
+                    "a line that is not UTF-8: {:?}",
+                    String::from_utf8_lossy(line)
+                )),
+            }
+        }
+    }
+}
+
+/// Copies an adapter's stderr into its file up to [`STDERR_CAP`], then
+/// notes the cut once and reads on to the end without keeping anything:
+/// an adapter blocked on a full stderr pipe would read as hung.
+fn keep_stderr(mut stderr: impl Read, mut log: std::fs::File) {
+    let mut room = STDERR_CAP.saturating_sub(log.metadata().map_or(0, |m| m.len()));
+    // A predecessor that filled the file has noted the cut already.
+    let mut noted = room == 0;
+    let mut buf = [0u8; 64 * 1024];
+    loop {
+        let n = match stderr.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
+        };
+        let keep = n.min(room as usize);
+        if keep > 0 && log.write_all(&buf[..keep]).is_ok() {
+            room -= keep as u64;
+        }
+        if keep < n && !noted {
+            noted = true;
+            let _ = writeln!(
+                log,
+                "\n--- lockstorm: the adapter's stderr reached {} MiB here; the rest of it is dropped",
+                STDERR_CAP >> 20
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    #[test]
+    fn a_reply_line_is_read_no_further_than_the_cap() {
+        let mut buf = Vec::new();
+        let mut lines = &b"{\"id\":0}\r\nsecond\nlast"[..];
+        for want in ["{\"id\":0}", "second", "last"] {
+            match read_reply(&mut lines, &mut buf) {
+                Out::Line(line) => assert_eq!(line, want),
+                _ => panic!("{want} not read"),
+            }
+        }
+        assert!(matches!(read_reply(&mut lines, &mut buf), Out::Closed));
+        // A line that never ends: read whole, it would never return.
+        let mut endless = BufReader::new(std::io::repeat(b'x'));
+        let Out::Unreadable(what) = read_reply(&mut endless, &mut buf) else {
+            panic!("an endless line read as a reply");
+        };
+        assert_eq!(buf.len(), MAX_LINE_BYTES + 1);
+        let start = "x".repeat(QUOTED_CHARS);
+        assert_eq!(
+            what,
+            format!("a line longer than 1 MiB (1048577 bytes read, and more), starting {start:?}")
+        );
+        // Up to the cap is a line like any other.
+        let mut long = vec![b'y'; MAX_LINE_BYTES - 1];
+        long.push(b'\n');
+        let Out::Line(line) = read_reply(&mut &long[..], &mut buf) else {
+            panic!("a line within the cap refused");
+        };
+        assert_eq!(line.len(), MAX_LINE_BYTES - 1);
+        let mut bad = &b"\xff\xfe\n"[..];
+        let Out::Unreadable(what) = read_reply(&mut bad, &mut buf) else {
+            panic!("a line that is not UTF-8 read as a reply");
+        };
+        assert!(what.starts_with("a line that is not UTF-8"), "{what}");
+    }
+
+    fn spec(dir: &Path, argv: &[&str]) -> AdapterSpec {
+        AdapterSpec {
+            argv: argv.iter().map(|a| a.to_string()).collect(),
+            env: BTreeMap::new(),
+            cwd: None,
+            stderr: dir.join("adapter.stderr"),
+            topology: "single".into(),
+            master: None,
+        }
+    }
+
+    fn init() -> Op {
+        Op::Init(super::super::Init {
+            topology: "single".into(),
+            nodes: vec![],
+            sentinels: None,
+            master: None,
+            key: "k".into(),
+            ttl_ms: 1000,
+            acquire_timeout_ms: 1000,
+            worker: 0,
+        })
+    }
+
+    /// Writes 20 MiB to stderr before it answers `init`: one that blocked on
+    /// a full stderr pipe would never answer.
+    const NOISY: &str = r#"yes 'adapter noise' | head -c 20971520 >&2
+read request
+echo '{"id":0,"ok":true,"client":"noisy 0","features":[]}'
+cat >/dev/null"#;
+
+    #[test]
+    fn an_adapters_stderr_stops_at_the_cap_and_never_blocks_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = spec(dir.path(), &["sh", "-c", NOISY]);
+        let note = "--- lockstorm: the adapter's stderr reached 16 MiB here";
+        let budget = Duration::from_secs(20);
+        for started in 1..=2 {
+            // The second is a replacement, appending to the same file.
+            let mut session = Session::start(&spec).unwrap();
+            let reply = session.call(init(), budget, || {});
+            assert_eq!(reply.unwrap().client.as_deref(), Some("noisy 0"));
+            // Everything but what the pipe holds is read by now, so the cap
+            // was passed and noted before the reply was written.
+            let len = std::fs::metadata(&spec.stderr).unwrap().len();
+            let text = String::from_utf8_lossy(&std::fs::read(&spec.stderr).unwrap()).into_owned();
+            assert!(
+                (STDERR_CAP..STDERR_CAP + 1024).contains(&len),
+                "{len} bytes after {started} adapters"
+            );
+            assert_eq!(text.matches(note).count(), 1, "one note");
+            let starts = text.matches("--- lockstorm: starting `sh -c").count();
+            assert_eq!(starts, started);
+            session.close();
+        }
     }
 }
