@@ -9,7 +9,7 @@ use crate::node::{NodeSpec, RedisNode, Role};
 use crate::options::Persistence;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use workloads::adapter::{self, AdapterSpec, Answer, Failure, Hello, Op, Reply, Session};
+use workloads::adapter::{self, AdapterSpec, Answer, Failure, Group, Hello, Op, Reply, Session};
 use workloads::Config;
 
 /// One step's outcome: what was seen, and whether it is what the protocol
@@ -166,7 +166,7 @@ impl Steps {
             (self.ttl * 2).as_millis() as u64,
             worker,
         );
-        adapter::start(&self.spec, init, BUDGET)
+        adapter::start(&self.spec, init, BUDGET, Group::Own)
     }
 
     /// Every step in order; a step that leaves nothing to build on ends it.
@@ -244,12 +244,16 @@ impl Steps {
         );
         self.expiry(&mut a, &mut b, &hello);
         let started = Instant::now();
-        let exited = a.close();
-        let seen = match exited {
+        let ended = a.close();
+        let seen = match ended.exited {
             true => format!("exited in {} ms", started.elapsed().as_millis()),
             false => "still running half a second after its stdin closed (killed)".to_string(),
         };
-        self.step("exits when its stdin closes", exited, seen);
+        self.step("exits when its stdin closes", ended.exited, seen);
+        let strays = [ended.strays, b.close().strays].concat();
+        if !strays.is_empty() {
+            self.note("processes left behind", adapter::strays_left(&strays));
+        }
         Ok(self.done)
     }
 

@@ -11,7 +11,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use workloads::adapter::{self, AdapterSpec, Hello};
+use workloads::adapter::{self, AdapterSpec, Group, Hello};
 use workloads::Config;
 
 /// The client a run tests through an adapter.
@@ -422,8 +422,12 @@ impl ClientRecord {
 /// so a broken adapter is one clear error before any worker starts.
 pub fn preflight(spec: &AdapterSpec, init: adapter::Init) -> Result<Hello> {
     // Python and Node take a moment to start; a library may dial every node.
-    let (_session, hello) = adapter::start(spec, init, Duration::from_secs(20))
+    let (session, hello) = adapter::start(spec, init, Duration::from_secs(20), Group::Own)
         .map_err(|f| Error::Adapter(f.to_string()))?;
+    let strays = session.close().strays;
+    if !strays.is_empty() {
+        tracing::warn!("the adapter check: {}", adapter::strays_left(&strays));
+    }
     Ok(hello)
 }
 

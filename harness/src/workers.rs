@@ -23,7 +23,7 @@ use tokio::process::Child;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use workloads::strike::Parked;
-use workloads::worker::{AdapterBroken, ControlMessage, ADAPTER_BROKEN};
+use workloads::worker::{AdapterBroken, ControlMessage, Warning, ADAPTER_BROKEN};
 use workloads::WorkerSpec;
 
 struct Worker {
@@ -78,7 +78,9 @@ fn spawn(spec: &WorkerSpec, ctx: &Shared) -> Result<Worker> {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(log);
-    process::isolate(&mut cmd);
+    // SIGTERM, not SIGKILL, if the harness dies: the worker then kills its
+    // whole group (its adapter's children too), which the kernel would not.
+    process::isolate_run(&mut cmd);
     let mut cmd = tokio::process::Command::from(cmd);
     cmd.kill_on_drop(true);
     let mut child = cmd.spawn().context(|| format!("starting worker {index}"))?;
@@ -97,6 +99,8 @@ fn spawn(spec: &WorkerSpec, ctx: &Shared) -> Result<Worker> {
                 history.append(event, Some(index));
             } else if let Ok(b) = serde_json::from_str::<AdapterBroken>(&line) {
                 broken.send_replace(Some(format!("worker {index}: {}", b.adapter_broken)));
+            } else if let Ok(w) = serde_json::from_str::<Warning>(&line) {
+                tracing::warn!("worker {index}: {}", w.warning);
             } else if let Ok(at) = serde_json::from_str::<Parked>(&line) {
                 let process = seen.last_process.unwrap_or(first_process);
                 parked.send_modify(|p| {
@@ -271,15 +275,15 @@ async fn supervise(
 ) {
     let index = spec.index as usize;
     loop {
-        let status = tokio::select! {
-            status = w.child.wait() => Ok(status),
+        let exited = tokio::select! {
+            () = exited(w.pid) => Ok(()),
             // No grace if the pool was dropped without a stop.
             grace = stopping.wait_for(Option::is_some) => Err(grace.map_or(Duration::ZERO, |g| g.unwrap_or_default())),
         };
-        let status = match status {
-            Err(grace) => return stop(w, &spec, grace, &ctx).await,
-            Ok(status) => status,
-        };
+        if let Err(grace) = exited {
+            return stop(w, &spec, grace, &ctx).await;
+        }
+        let status = reap(&mut w).await;
         let seen = w.reader.await.unwrap_or_default();
         let status = match status {
             Ok(status) => status,
@@ -320,10 +324,31 @@ async fn supervise(
     }
 }
 
+/// Waits until the worker has exited, leaving it unreaped for [`reap`].
+async fn exited(pid: u32) {
+    // A thread of its own: tokio's wait would reap it.
+    let _ = tokio::task::spawn_blocking(move || process::wait_exited(pid)).await;
+}
+
+/// Kills what is left of an exited (or stopping) worker's process group,
+/// then reaps the worker: its adapter, and any child the adapter left in the
+/// group, do not outlive it. In this order: the worker leads the group, and
+/// until it is reaped its pid, which is the group's id, cannot be reused;
+/// reaped first, the id could name a new group (a replacement worker's,
+/// even) by the time of the kill.
+async fn reap(w: &mut Worker) -> std::io::Result<ExitStatus> {
+    let _ = process::kill_group(w.pid);
+    w.child.wait().await
+}
+
 async fn stop(mut w: Worker, spec: &WorkerSpec, grace: Duration, ctx: &Shared) {
     let index = spec.index;
     let _ = w.control.send(ControlMessage::Stop);
-    match tokio::time::timeout(grace, w.child.wait()).await {
+    let status = match tokio::time::timeout(grace, exited(w.pid)).await {
+        Ok(()) => Ok(reap(&mut w).await),
+        Err(elapsed) => Err(elapsed),
+    };
+    match status {
         Ok(Ok(status)) if status.success() => {}
         Ok(Ok(status)) => {
             tracing::warn!("worker {index} died while finishing its cycle ({status})");
@@ -335,8 +360,7 @@ async fn stop(mut w: Worker, spec: &WorkerSpec, grace: Duration, ctx: &Shared) {
         Err(_) => {
             tracing::warn!("worker {index} did not stop within {grace:?}: killing it");
             // Its whole group: a client adapter goes with it.
-            let _ = process::kill_group(w.pid);
-            let _ = w.child.kill().await;
+            let _ = reap(&mut w).await;
         }
     }
     let _ = w.reader.await;

@@ -364,30 +364,7 @@ fn a_hung_adapter_leaves_its_op_info_and_is_restarted_under_a_new_process() {
 fn no_adapter_outlives_a_harness_killed_mid_run() {
     let root = root();
     let example = readme_example(root.path());
-    let _slot = common::e2e_slot();
-    let mut harness = std::process::Command::new(env!("CARGO_BIN_EXE_lockstorm"))
-        .current_dir(root.path())
-        .args([
-            "run",
-            "--results",
-            "results",
-            "--time-limit",
-            "60",
-            "--client-cmd",
-        ])
-        .arg(format!("python3 {}", example.display()))
-        .args([
-            "--nemesis",
-            "pause",
-            "--nemesis-interval-ms",
-            "1000",
-            "--pause-ms",
-            "30000",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let cmd = format!("python3 {}", example.display());
     // Every worker's adapter is up, and a worker (with its adapter) is frozen.
     let adapters = || {
         common::leftover_processes(root.path())
@@ -395,10 +372,27 @@ fn no_adapter_outlives_a_harness_killed_mid_run() {
             .filter(|p| p.contains("(python3"))
             .collect::<Vec<_>>()
     };
-    wait_for("five adapters and a frozen one", || {
+    kill_harness_once("five adapters and a frozen one", root.path(), &cmd, || {
         let a = adapters();
-        (a.len() >= 5 && a.iter().any(|p| p.contains(") T "))).then_some(())
+        a.len() >= 5 && a.iter().any(|p| p.contains(") T "))
     });
+}
+
+/// Starts a run of `cmd` from `root` whose pauses last 30 s, waits until
+/// `ready`, SIGKILLs the harness, and waits until no process of the run is
+/// left.
+fn kill_harness_once(what: &str, root: &Path, cmd: &str, mut ready: impl FnMut() -> bool) {
+    let _slot = common::e2e_slot();
+    let mut harness = std::process::Command::new(env!("CARGO_BIN_EXE_lockstorm"))
+        .current_dir(root)
+        .args(["run", "--results", "results", "--time-limit", "60"])
+        .args(["--client-cmd", cmd, "--nemesis", "pause"])
+        .args(["--nemesis-interval-ms", "1000", "--pause-ms", "30000"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(what, || ready().then_some(()));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(harness.id() as i32),
         nix::sys::signal::Signal::SIGKILL,
@@ -406,9 +400,7 @@ fn no_adapter_outlives_a_harness_killed_mid_run() {
     .unwrap();
     harness.wait().unwrap();
     wait_for("every process of the run to go", || {
-        common::leftover_processes(root.path())
-            .is_empty()
-            .then_some(())
+        common::leftover_processes(root).is_empty().then_some(())
     });
 }
 
@@ -443,6 +435,177 @@ fn client_test_of_a_missing_adapter_program_is_one_clear_line_and_exit_254() {
         "the fix: {line}"
     );
     assert_no_process_left(root.path());
+}
+
+/// The README example behind a wrapper that first forks a child which
+/// ignores SIGTERM, SIGINT and SIGHUP (as a library's helper process might),
+/// keeps the adapter's stdin, stdout and stderr, and appends its pid to
+/// `children.pids` in `root` before the adapter starts. With `leave`, the
+/// child first leaves the adapter's process group (`setsid`).
+fn forking(root: &Path, leave: bool) -> (String, PathBuf) {
+    let example = readme_example(root);
+    let pids = root.join("children.pids");
+    let wrapper = root.join("forking.py");
+    std::fs::write(
+        &wrapper,
+        r#"import os, signal, sys, time
+ready_r, ready_w = os.pipe()
+if os.fork() == 0:
+    os.close(ready_r)
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, signal.SIG_IGN)
+    if sys.argv[3] == "leave":
+        os.setsid()
+    with open(sys.argv[1], "a") as f:
+        f.write("%d\n" % os.getpid())
+    os.close(ready_w)
+    while True:
+        time.sleep(3600)
+os.close(ready_w)
+os.read(ready_r, 1)  # the child has written its pid
+os.execvp(sys.executable, [sys.executable, sys.argv[2]])
+"#,
+    )
+    .unwrap();
+    let cmd = format!(
+        "python3 {} {} {} {}",
+        wrapper.display(),
+        pids.display(),
+        example.display(),
+        if leave { "leave" } else { "stay" }
+    );
+    (cmd, pids)
+}
+
+fn child_pids(file: &Path) -> Vec<u32> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect()
+}
+
+/// Gone: no such process, or a zombie (init reaps it).
+fn gone(pid: u32) -> bool {
+    nemesis::process::state(pid).is_none_or(|s| s == 'Z')
+}
+
+/// Every adapter's child is gone within 10 s.
+fn assert_children_gone(pids: &Path, expected: usize) {
+    let children = child_pids(pids);
+    assert!(
+        children.len() >= expected,
+        "{} adapters forked, expected {expected} or more",
+        children.len()
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let alive: Vec<u32> = children.iter().copied().filter(|&p| !gone(p)).collect();
+        if alive.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "adapter children outlived lockstorm: {alive:?} of {children:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn an_adapters_child_is_gone_after_a_valid_run() {
+    let root = root();
+    let (cmd, pids) = forking(root.path(), false);
+    let results = results(root.path());
+    let args = ["--client-cmd", &cmd, "--time-limit", "5", "--seed", "4"];
+    let (_, r, dir) = run_at(Some(root.path()), &results, &args);
+    assert_valid(&r, &dir);
+    // The preflight's adapter and one for each of the five workers.
+    assert_children_gone(&pids, 6);
+    assert_no_process_left(root.path());
+}
+
+#[test]
+fn an_adapters_child_is_gone_after_client_test() {
+    let root = root();
+    let (cmd, pids) = forking(root.path(), false);
+    let args = [
+        "client-test",
+        "--results",
+        "client-tests",
+        "--client-cmd",
+        &cmd,
+    ];
+    let out = lockstorm_at(Some(root.path()), &args, &[]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_children_gone(&pids, 2);
+    assert_no_process_left(root.path());
+}
+
+/// A child that leaves the adapter's group is out of reach: each run and
+/// client-test names it (every worker's, and the check's before the run).
+#[test]
+fn an_adapters_child_that_left_its_group_is_named_in_harness_log_and_client_test() {
+    let root = root();
+    let (cmd, pids) = forking(root.path(), true);
+    let results = results(root.path());
+    let args = ["--client-cmd", &cmd, "--time-limit", "3", "--seed", "5"];
+    let (_, _, dir) = run_at(Some(root.path()), &results, &args);
+    let log = std::fs::read_to_string(dir.join("harness.log")).unwrap();
+    let args = [
+        "client-test",
+        "--results",
+        "client-tests",
+        "--client-cmd",
+        &cmd,
+    ];
+    let out = lockstorm_at(Some(root.path()), &args, &[]);
+    let children = child_pids(&pids);
+    // Started by this test's adapters, and beyond lockstorm's reach.
+    for &pid in &children {
+        let _ = nemesis::process::kill_now(pid);
+    }
+    assert_eq!(
+        children.len(),
+        8,
+        "the check, five workers, two in client-test"
+    );
+    // `the adapter left 17 (python3), 18 (python3) running outside …`
+    let named = |text: &str, pid: u32| {
+        text.lines()
+            .any(|l| l.contains("the adapter left") && l.contains(&format!(" {pid} (")))
+    };
+    for &pid in &children[..6] {
+        assert!(named(&log, pid), "{pid} not named in harness.log:\n{log}");
+    }
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    for &pid in &children[6..] {
+        assert!(named(&out.stdout, pid), "{pid}: {}", out.stdout);
+    }
+    assert!(
+        out.stdout.contains("note  processes left behind"),
+        "{}",
+        out.stdout
+    );
+    assert_children_gone(&pids, 8);
+}
+
+/// The harness is killed while a worker and its adapter (and the adapter's
+/// child) are frozen by a pause: the workers still take their whole
+/// process groups with them.
+#[test]
+fn an_adapters_child_is_gone_after_the_harness_is_killed_with_a_worker_frozen() {
+    let root = root();
+    let (cmd, pids) = forking(root.path(), false);
+    let what = "every worker's adapter to fork, and a frozen child";
+    kill_harness_once(what, root.path(), &cmd, || {
+        let children = child_pids(&pids);
+        let frozen = children
+            .iter()
+            .any(|&p| nemesis::process::state(p) == Some('T'));
+        children.len() >= 6 && frozen
+    });
+    assert_children_gone(&pids, 6);
 }
 
 /// An adapter whose acquire reply is one 2 MiB line: a protocol break,

@@ -71,9 +71,12 @@ pub fn isolate(cmd: &mut std::process::Command) {
 }
 
 /// As [`isolate`], but the kernel sends SIGTERM when the parent dies: for a
-/// matrix's cell, a whole run that stops in order on that signal (heals its
-/// faults, stops its nodes and workers). Its own group keeps a Ctrl-C at the
-/// terminal from reaching it: the matrix passes one on with [`interrupt`].
+/// child that ends itself in order on that signal. A matrix's cell is a
+/// whole run that stops so (heals its faults, stops its nodes and workers);
+/// its own group keeps a Ctrl-C at the terminal from reaching it: the
+/// matrix passes one on with [`interrupt`]. A worker kills its whole group
+/// on it, its client adapter's children with it, which a SIGKILL of the
+/// worker alone would leave running.
 pub fn isolate_run(cmd: &mut std::process::Command) {
     own_group_until_parent_dies(cmd, Signal::SIGTERM);
 }
@@ -116,6 +119,75 @@ pub fn die_with_parent(cmd: &mut std::process::Command) {
             Ok(())
         });
     }
+}
+
+/// Whether a child has exited, without reaping it. Until it is reaped its
+/// pid cannot be reused, so the process group it led keeps its id: kill the
+/// group ([`kill_group`]), then reap. Reaped first, the id could name a new
+/// group by the time of the kill (another worker's, even). A pid that is
+/// not an unreaped child of ours reads as exited.
+pub fn exited(pid: u32) -> bool {
+    use nix::sys::wait::{WaitPidFlag, WaitStatus};
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT | WaitPidFlag::WNOHANG;
+    !matches!(wait_id(pid, flags), Ok(WaitStatus::StillAlive))
+}
+
+/// Blocks until a child has exited, leaving it unreaped (see [`exited`]).
+pub fn wait_exited(pid: u32) {
+    use nix::sys::wait::WaitPidFlag;
+    while wait_id(pid, WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) == Err(nix::errno::Errno::EINTR)
+    {
+    }
+}
+
+fn wait_id(
+    pid: u32,
+    flags: nix::sys::wait::WaitPidFlag,
+) -> nix::Result<nix::sys::wait::WaitStatus> {
+    nix::sys::wait::waitid(nix::sys::wait::Id::Pid(Pid::from_raw(pid as i32)), flags)
+}
+
+/// The descendants of `pid` that left its process group (they called
+/// `setsid` or `setpgid`), as `pid (command)`: killing the group misses
+/// them. Found through each process's `/proc/<pid>/task/*/children`, so a
+/// double-forked daemon, whose parent has exited, is not seen.
+pub fn strays(pid: u32) -> Vec<String> {
+    let group = |p: u32| nix::unistd::getpgid(Some(Pid::from_raw(p as i32))).ok();
+    let Some(own) = group(pid) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(parent) = todo.pop() {
+        for child in children(parent) {
+            match group(child) {
+                // Its own descendants went with it: it is the one to name.
+                Some(g) if g != own => {
+                    let comm =
+                        std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
+                    found.push(format!("{child} ({})", comm.trim()));
+                }
+                _ => todo.push(child),
+            }
+        }
+    }
+    found
+}
+
+/// The children of every thread of `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
 }
 
 /// Resumes a suspended process when dropped, so a fault is healed even when

@@ -68,6 +68,13 @@ pub struct AdapterBroken {
 /// The exit status of a worker whose client adapter broke the protocol.
 pub const ADAPTER_BROKEN: i32 = 3;
 
+/// A line a worker writes for the harness's log, about something that ends
+/// nothing: `{"warning":"…"}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Warning {
+    pub warning: String,
+}
+
 impl WorkerSpec {
     pub fn first_process(&self) -> u64 {
         self.first_process.unwrap_or(self.index)
@@ -103,8 +110,10 @@ impl<W: Write> Emitter<W> {
         line.push(b'\n');
         let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
         // The harness reading our stdout is gone: nobody can record what we
-        // do any more, so stop at once.
+        // do any more, so stop at once, and take the group along as the
+        // harness would have.
         if out.write_all(&line).and_then(|_| out.flush()).is_err() {
+            kill_own_group();
             std::process::exit(0);
         }
     }
@@ -266,32 +275,38 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
         clock,
         strikes,
     } = control;
+    // Before the adapter starts, so no child of it can miss the signal.
+    kill_group_when_orphaned();
+    let harness = nix::unistd::getppid();
     let op_timeout = Duration::from_millis(spec.op_timeout_ms);
     let first = spec.first_process();
     let out = Arc::new(Mutex::new(out));
     let run_clock = RunClock::from_start(spec.run_start_ns);
-    let strike: Hook = {
-        let announce = Emitter {
-            out: out.clone(),
-            clock: run_clock,
-        };
-        Hook::new(strikes, move |parked| announce.line(&parked))
-    };
-    let renewals = Emitter {
+    // Every writer of stdout shares it, one whole line at a time.
+    let emitter = || Emitter {
         out: out.clone(),
         clock: run_clock,
     };
+    let strike: Hook = {
+        let announce = emitter();
+        Hook::new(strikes, move |parked| announce.line(&parked))
+    };
+    let renewals = emitter();
     let give_up = {
-        let announce = Emitter {
-            out: out.clone(),
-            clock: run_clock,
-        };
+        let announce = emitter();
         Arc::new(move |why: String| {
             eprintln!("{why}");
             announce.line(&AdapterBroken {
                 adapter_broken: why,
             });
             std::process::exit(ADAPTER_BROKEN);
+        })
+    };
+    let warn = {
+        let announce = emitter();
+        Arc::new(move |warning: String| {
+            eprintln!("{warning}");
+            announce.line(&Warning { warning });
         })
     };
     let params = LockParams {
@@ -308,16 +323,14 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
         recorder: Recorder::new(run_clock, move |e| renewals.emit(e)),
         adapter: spec.adapter.clone(),
         give_up,
+        warn,
     };
     let storage = if spec.config.fenced() {
         Storage::fenced(&spec.storage_node, op_timeout)
     } else {
         Storage::plain(&spec.storage_node, op_timeout)
     };
-    let stalls = Emitter {
-        out: out.clone(),
-        clock: run_clock,
-    };
+    let stalls = emitter();
     let _monitor = crate::stall::watch(spec.name(), run_clock, move |s| stalls.emit(s.event()));
     let mut worker = Worker {
         lock: lock::client(spec.config, &params),
@@ -343,6 +356,63 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
             true => std::thread::sleep(worker.backoff.next(&mut worker.rng)),
             false => worker.backoff.reset(),
         }
+    }
+    if nix::unistd::getppid() != harness {
+        // Stopped because the harness died and closed our stdin: it will
+        // not kill the group, and its SIGTERM may not have been handled yet.
+        kill_own_group();
+    }
+}
+
+/// A worker leads its own process group, its client adapter in it, and
+/// whatever the adapter started that stayed there. When the harness dies
+/// the kernel sends the worker SIGTERM (its parent-death signal), and a
+/// stopped worker whose group the harness's death orphans gets SIGHUP then
+/// SIGCONT: on either, the worker kills its whole group, itself included.
+/// A SIGKILL of the worker alone would leave the adapter's children
+/// running. A worker started by hand outside a group of its own keeps the
+/// default signal handling: its group is someone else's.
+fn kill_group_when_orphaned() {
+    use tokio::signal::unix::{signal, SignalKind};
+    if !leads_group() {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+    else {
+        eprintln!("cannot watch for SIGTERM: the worker's group may outlive the harness");
+        return;
+    };
+    // Registered here, not on the thread: the adapter starts when this returns.
+    let signals = {
+        let _entered = runtime.enter();
+        signal(SignalKind::terminate()).and_then(|t| Ok((t, signal(SignalKind::hangup())?)))
+    };
+    let Ok((mut term, mut hup)) = signals else {
+        eprintln!("cannot watch for SIGTERM: the worker's group may outlive the harness");
+        return;
+    };
+    std::thread::spawn(move || {
+        runtime.block_on(async {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = hup.recv() => {}
+            }
+        });
+        kill_own_group();
+    });
+}
+
+fn leads_group() -> bool {
+    nix::unistd::getpgrp() == nix::unistd::getpid()
+}
+
+/// SIGKILL to the worker's group, itself included, if it leads one: for a
+/// worker whose harness is gone, which would have killed the group.
+fn kill_own_group() {
+    if leads_group() {
+        let _ = nemesis::process::kill_group(std::process::id());
     }
 }
 

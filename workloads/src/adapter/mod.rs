@@ -8,7 +8,7 @@ pub mod protocol;
 mod session;
 
 pub use protocol::{Answer, Init, Op, Reply};
-pub use session::{Failure, Session, STDERR_CAP};
+pub use session::{strays_left, Ended, Failure, Group, Session, STDERR_CAP};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -111,14 +111,15 @@ impl Hello {
     }
 }
 
-/// Starts an adapter and has it `init`: the hello, or why not. An `init`
-/// answered `ok:false` is a [`Failure::Broken`] carrying its error.
+/// Starts an adapter in `group` and has it `init`: the hello, or why not.
+/// An `init` answered `ok:false` is a [`Failure::Broken`] carrying its error.
 pub fn start(
     spec: &AdapterSpec,
     init: Init,
     budget: std::time::Duration,
+    group: Group,
 ) -> Result<(Session, Hello), Failure> {
-    let mut session = Session::start(spec)?;
+    let mut session = Session::start(spec, group)?;
     let reply = session.call(Op::Init(init), budget, || {})?;
     match reply.answer {
         Some(Answer::Yes) => {

@@ -7,7 +7,7 @@ use super::protocol::{parse_reply, Op, Reply, Request};
 use super::AdapterSpec;
 use checker::history::MAX_LINE_BYTES;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,19 @@ const MAX_STEP: Duration = Duration::from_millis(50);
 pub const STDERR_CAP: u64 = 16 << 20;
 /// How much of a line too long to be a reply its message quotes.
 const QUOTED_CHARS: usize = 80;
+
+/// Whose process group an adapter is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Group {
+    /// Its worker's: a pause or crash of the worker strikes the adapter and
+    /// all its children too. The harness kills the group when the worker
+    /// ends; the session kills only the adapter.
+    Worker,
+    /// A group of its own (an adapter the harness starts itself, for the
+    /// check before a run and in `client-test`): the session kills the whole
+    /// group when it ends, the adapter's children with it.
+    Own,
+}
 
 /// Why a request got no usable reply.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,6 +67,19 @@ pub struct Session {
     lines: Receiver<Out>,
     next_id: u64,
     spec: AdapterSpec,
+    group: Group,
+    /// Set once it is reaped (and its group killed, if it leads one).
+    status: Option<ExitStatus>,
+}
+
+/// How a session ended.
+#[derive(Debug)]
+pub struct Ended {
+    /// It exited on its own once its stdin closed (not killed).
+    pub exited: bool,
+    /// Its descendants that had left its process group, which no kill of
+    /// the group reaches: `pid (command)`.
+    pub strays: Vec<String>,
 }
 
 /// What the reader of an adapter's stdout hands over.
@@ -65,8 +91,8 @@ enum Out {
 }
 
 impl Session {
-    /// Starts the adapter, its stderr appended to the spec's file.
-    pub fn start(spec: &AdapterSpec) -> Result<Session, Failure> {
+    /// Starts the adapter in `group`, its stderr appended to the spec's file.
+    pub fn start(spec: &AdapterSpec, group: Group) -> Result<Session, Failure> {
         let (program, args) = spec
             .argv
             .split_first()
@@ -95,7 +121,10 @@ impl Session {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        nemesis::process::die_with_parent(&mut cmd);
+        match group {
+            Group::Worker => nemesis::process::die_with_parent(&mut cmd),
+            Group::Own => nemesis::process::isolate(&mut cmd),
+        }
         let mut child = cmd.spawn().map_err(|e| {
             Failure::Unstartable(format!(
                 "cannot start the adapter `{}`: {e} (check the program and its path: a relative one is taken from the folder lockstorm runs in)",
@@ -122,6 +151,8 @@ impl Session {
             lines,
             next_id: 0,
             spec: spec.clone(),
+            group,
+            status: None,
         })
     }
 
@@ -204,12 +235,12 @@ impl Session {
     /// exited, and the end of its stderr.
     fn died(&mut self, op: &Op) -> Failure {
         let deadline = Instant::now() + Duration::from_secs(1);
-        let status = loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => break format!("exited ({status})"),
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(POLL),
-                _ => break "closed its stdout".to_string(),
-            }
+        while !nemesis::process::exited(self.pid()) && Instant::now() < deadline {
+            std::thread::sleep(POLL);
+        }
+        let status = match nemesis::process::exited(self.pid()) {
+            true => format!("exited ({})", self.reap()),
+            false => "closed its stdout".to_string(),
         };
         Failure::Died(format!(
             "the adapter `{}` {status} during {}{}",
@@ -218,29 +249,73 @@ impl Session {
             self.spec.stderr_tail()
         ))
     }
+
+    /// Kills what is left of it, then reaps it. In this order: until it is
+    /// reaped, its pid, and so the id of the group it leads, cannot be
+    /// reused, so the kill strikes its group and nothing else.
+    fn reap(&mut self) -> ExitStatus {
+        if let Some(status) = self.status {
+            return status;
+        }
+        let _ = match self.group {
+            Group::Own => nemesis::process::kill_group(self.pid()),
+            // Its group is its worker's; what it left in it goes when the worker ends.
+            Group::Worker => self.child.kill(),
+        };
+        let status = self
+            .child
+            .wait()
+            .unwrap_or_else(|_| std::os::unix::process::ExitStatusExt::from_raw(0));
+        self.status = Some(status);
+        status
+    }
 }
 
 impl Session {
     /// Closes its stdin, which asks it to exit; one that has not within
-    /// half a second is killed. Either way it is reaped. Returns whether it
-    /// exited on its own.
-    pub fn close(mut self) -> bool {
+    /// half a second is killed. Either way it is reaped, its group killed
+    /// first if it leads one.
+    pub fn close(mut self) -> Ended {
         self.end()
     }
 
-    fn end(&mut self) -> bool {
-        drop(self.stdin.take());
-        let deadline = Instant::now() + Duration::from_millis(500);
-        while Instant::now() < deadline {
-            match self.child.try_wait() {
-                Ok(Some(_)) | Err(_) => return true,
-                Ok(None) => std::thread::sleep(POLL),
+    fn end(&mut self) -> Ended {
+        if self.status.is_some() {
+            return Ended {
+                exited: true,
+                strays: Vec::new(),
+            };
+        }
+        // Before its stdin closes: once it has exited, its children are
+        // no longer found under it.
+        let strays = nemesis::process::strays(self.pid());
+        if !strays.is_empty() {
+            if let Ok(mut log) = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&self.spec.stderr)
+            {
+                let _ = writeln!(log, "--- lockstorm: {}", strays_left(&strays));
             }
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        false
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while !nemesis::process::exited(self.pid()) && Instant::now() < deadline {
+            std::thread::sleep(POLL);
+        }
+        let exited = nemesis::process::exited(self.pid());
+        self.reap();
+        Ended { exited, strays }
     }
+}
+
+/// What to say of an adapter's strays.
+pub fn strays_left(strays: &[String]) -> String {
+    format!(
+        "the adapter left {} running outside its process group (setsid or setpgid): lockstorm cannot stop {}; ending {} is the adapter's job",
+        strays.join(", "),
+        if strays.len() == 1 { "it" } else { "them" },
+        if strays.len() == 1 { "it" } else { "them" },
+    )
 }
 
 /// No adapter outlives its session.
@@ -391,7 +466,7 @@ cat >/dev/null"#;
         let budget = Duration::from_secs(20);
         for started in 1..=2 {
             // The second is a replacement, appending to the same file.
-            let mut session = Session::start(&spec).unwrap();
+            let mut session = Session::start(&spec, Group::Own).unwrap();
             let reply = session.call(init(), budget, || {});
             assert_eq!(reply.unwrap().client.as_deref(), Some("noisy 0"));
             // Everything but what the pipe holds is read by now, so the cap
@@ -405,7 +480,59 @@ cat >/dev/null"#;
             assert_eq!(text.matches(note).count(), 1, "one note");
             let starts = text.matches("--- lockstorm: starting `sh -c").count();
             assert_eq!(starts, started);
-            session.close();
+            assert!(session.close().strays.is_empty());
         }
+    }
+
+    #[test]
+    fn a_session_kills_its_own_group_and_names_what_left_it() {
+        let dir = tempfile::tempdir().unwrap();
+        // A child that stays in the group and ignores SIGTERM, and one that
+        // says its pid once it has left it.
+        let script = r#"trap '' TERM HUP INT
+sleep 300 & echo "stays $!" >&2
+setsid sh -c 'echo "leaves $$" >&2; exec sleep 300' &
+read request
+echo '{"id":0,"ok":true,"client":"forks 0","features":[]}'
+cat >/dev/null"#;
+        let spec = spec(dir.path(), &["sh", "-c", script]);
+        let mut session = Session::start(&spec, Group::Own).unwrap();
+        session
+            .call(init(), Duration::from_secs(20), || {})
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let pid = |what: &str| -> Option<u32> {
+            let text = std::fs::read_to_string(&spec.stderr).unwrap();
+            let line = text.lines().find(|l| l.starts_with(what))?;
+            line[what.len() + 1..].parse().ok()
+        };
+        let (stays, leaves) = loop {
+            if let (Some(stays), Some(leaves)) = (pid("stays"), pid("leaves")) {
+                break (stays, leaves);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the children did not say their pids"
+            );
+            std::thread::sleep(POLL);
+        };
+        let ended = session.close();
+        assert_eq!(ended.strays.len(), 1, "{:?}", ended.strays);
+        assert!(
+            ended.strays[0].starts_with(&format!("{leaves} (")),
+            "{:?}",
+            ended.strays
+        );
+        let gone = |p: u32| nemesis::process::state(p).is_none_or(|s| s == 'Z');
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !gone(stays) && Instant::now() < deadline {
+            std::thread::sleep(POLL);
+        }
+        assert!(gone(stays), "the child in its group outlived the session");
+        assert!(!gone(leaves), "the one that left the group is out of reach");
+        let _ = nemesis::process::kill_now(leaves);
+        let log = std::fs::read_to_string(&spec.stderr).unwrap();
+        let noted = format!("--- lockstorm: the adapter left {leaves} (");
+        assert!(log.contains(&noted), "{log}");
     }
 }

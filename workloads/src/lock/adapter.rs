@@ -6,7 +6,7 @@
 
 use super::adapter_watch;
 use super::{Grant, LockClient, LockParams};
-use crate::adapter::{self, AdapterSpec, Answer, Failure, Hello, Init, Op, Reply, Session};
+use crate::adapter::{self, AdapterSpec, Answer, Failure, Group, Hello, Init, Op, Reply, Session};
 use crate::conn::Conn;
 use crate::strike::Hook;
 use crate::Outcome;
@@ -22,6 +22,9 @@ const UNSAID: &str = "unknown: the adapter did not say";
 /// Called with why the adapter cannot go on; ends the worker.
 pub type GiveUp = Arc<dyn Fn(String) + Send + Sync>;
 
+/// Called with what the harness's log should say of an adapter that goes on.
+pub type Warn = Arc<dyn Fn(String) + Send + Sync>;
+
 pub struct Adapter {
     spec: AdapterSpec,
     init: Init,
@@ -35,6 +38,7 @@ pub struct Adapter {
     /// The lock nodes, watched for an acquisition in flight.
     watch: Vec<(String, Conn)>,
     give_up: GiveUp,
+    warn: Warn,
 }
 
 impl Adapter {
@@ -61,6 +65,7 @@ impl Adapter {
             strike: params.strike.clone(),
             watch,
             give_up: params.give_up.clone(),
+            warn: params.warn.clone(),
         };
         // The worker cannot run without it: a first start that fails in any
         // way is the adapter's to fix.
@@ -72,11 +77,24 @@ impl Adapter {
 
     /// A fresh adapter process, `init`ed.
     fn restart(&mut self) -> Result<(), Failure> {
-        self.session = None;
-        let (session, hello) = adapter::start(&self.spec, self.init.clone(), self.grace)?;
+        self.end_session();
+        let (session, hello) =
+            adapter::start(&self.spec, self.init.clone(), self.grace, Group::Worker)?;
         self.session = Some(session);
         self.hello = hello;
         Ok(())
+    }
+
+    /// Ends the running adapter, if any, and tells the harness of any
+    /// process it left outside the worker's group: the group dies with the
+    /// worker, those do not.
+    fn end_session(&mut self) {
+        if let Some(session) = self.session.take() {
+            let ended = session.close();
+            if !ended.strays.is_empty() {
+                (self.warn)(adapter::strays_left(&ended.strays));
+            }
+        }
     }
 
     fn broken(&self, why: String) -> ! {
@@ -143,6 +161,12 @@ impl Adapter {
             Err(Failure::Broken(why) | Failure::Unstartable(why)) => self.broken(why),
             Err(f) => Err(format!("{}: {f}", error::ADAPTER)),
         }
+    }
+}
+
+impl Drop for Adapter {
+    fn drop(&mut self) {
+        self.end_session();
     }
 }
 

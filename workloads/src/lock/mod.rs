@@ -17,7 +17,7 @@ mod unsafe_key_per_worker;
 mod unsafe_setnx;
 mod watchdog;
 
-pub use adapter::GiveUp;
+pub use adapter::{GiveUp, Warn};
 
 use crate::adapter::AdapterSpec;
 use crate::clock::LockClock;
@@ -115,6 +115,9 @@ pub struct LockParams {
     /// Ends the worker when its client cannot go on (an adapter that broke
     /// the protocol), saying why.
     pub give_up: GiveUp,
+    /// Tells the harness's log something about the lock client that ends
+    /// nothing (an adapter's process left outside the worker's group).
+    pub warn: Warn,
 }
 
 impl LockParams {

@@ -102,6 +102,7 @@ impl Nodes {
             acquire_timeout: ttl * 2,
             adapter: None,
             give_up: std::sync::Arc::new(|why| panic!("{why}")),
+            warn: std::sync::Arc::new(|why| panic!("{why}")),
         }
     }
 
