@@ -124,6 +124,13 @@ async function handle(adapter, line) {
   }
 }
 
+// A fence past 2^53 is a BigInt, which JSON.stringify refuses (the reply
+// would never be written): it goes as a string of decimal digits, which the
+// protocol takes as a fence too.
+function encode(reply) {
+  return JSON.stringify(reply, (_, v) => (typeof v === 'bigint' ? v.toString() : v));
+}
+
 // Requests are answered strictly in order, one at a time: the next line is
 // taken from the queue only after the previous reply has been written.
 function serve(adapter) {
@@ -133,7 +140,7 @@ function serve(adapter) {
   const pump = async () => {
     if (busy) return;
     busy = true;
-    while (queue.length > 0) replyOut(JSON.stringify(await handle(adapter, queue.shift())) + '\n');
+    while (queue.length > 0) replyOut(encode(await handle(adapter, queue.shift())) + '\n');
     busy = false;
     if (closed) process.exit(0);
   };

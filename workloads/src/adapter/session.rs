@@ -484,6 +484,35 @@ cat >/dev/null"#;
         }
     }
 
+    /// The shipped Node adapters' protocol helper, serving a client whose
+    /// fences are BigInts (past 2^53, as JavaScript has them).
+    #[test]
+    fn the_node_helper_sends_a_bigint_fence_as_a_string_of_digits() {
+        let dir = tempfile::tempdir().unwrap();
+        let helper = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/node/protocol.js");
+        let adapter = dir.path().join("bigint.js");
+        std::fs::write(
+            &adapter,
+            format!(
+                "require({helper:?}).serve({{
+  library: 'bigint', topologies: ['single'], features: ['fence'],
+  async init() {{ return {{ ok: true, client: 'bigint 0', features: this.features }}; }},
+  async acquire() {{ return {{ ok: true, fence: 18446744073709551615n }}; }},
+  async release() {{ return {{ ok: true }}; }},
+}});
+"
+            ),
+        )
+        .unwrap();
+        let spec = spec(dir.path(), &["node", adapter.to_str().unwrap()]);
+        let mut session = Session::start(&spec, Group::Own).unwrap();
+        let budget = Duration::from_secs(20);
+        session.call(init(), budget, || {}).unwrap();
+        let reply = session.call(Op::Acquire { timeout_ms: 10 }, budget, || {});
+        assert_eq!(reply.map(|r| r.fence), Ok(Some(u64::MAX)));
+        assert!(session.close().exited);
+    }
+
     #[test]
     fn a_session_kills_its_own_group_and_names_what_left_it() {
         let dir = tempfile::tempdir().unwrap();
