@@ -420,10 +420,22 @@ impl ClientRecord {
 
 /// Starts the adapter once and has it `init` against the running topology,
 /// so a broken adapter is one clear error before any worker starts.
-pub fn preflight(spec: &AdapterSpec, init: adapter::Init) -> Result<Hello> {
+///
+/// `leader` holds the adapter's group while it runs (0 before and after),
+/// so a run interrupted meanwhile can stop the adapter and its children.
+pub fn preflight(
+    spec: &AdapterSpec,
+    init: adapter::Init,
+    leader: &std::sync::atomic::AtomicU32,
+) -> Result<Hello> {
+    use std::sync::atomic::Ordering::SeqCst;
     // Python and Node take a moment to start; a library may dial every node.
-    let (session, hello) = adapter::start(spec, init, Duration::from_secs(20), Group::Own)
-        .map_err(|f| Error::Adapter(f.to_string()))?;
+    let started = adapter::start_noting(spec, init, Duration::from_secs(20), Group::Own, |pid| {
+        leader.store(pid, SeqCst)
+    });
+    // Ours to stop from here on, whatever came of it.
+    leader.store(0, SeqCst);
+    let (session, hello) = started.map_err(|f| Error::Adapter(f.to_string()))?;
     let strays = session.close().strays;
     if !strays.is_empty() {
         tracing::warn!("the adapter check: {}", adapter::strays_left(&strays));

@@ -158,13 +158,24 @@ async fn run_workload(
             0,
         );
         let checked = spec.clone();
-        let check = tokio::task::spawn_blocking(move || crate::clients::preflight(&checked, init));
+        let leader = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let check = tokio::task::spawn_blocking({
+            let leader = leader.clone();
+            move || crate::clients::preflight(&checked, init, &leader)
+        });
         // Left behind on a signal, the check's thread ends with the process
-        // (the runtime does not wait for it), and its adapter with the thread.
+        // (the runtime does not wait for it); its adapter's group goes now.
         let hello = tokio::select! {
+            biased;
             hello = check => hello
                 .map_err(|e| Error::Adapter(format!("the adapter check failed: {e}")))??,
-            _ = interrupt.wait() => return interrupted_at_startup(
+            _ = async {
+                interrupt.wait().await;
+                match leader.load(Ordering::SeqCst) {
+                    0 => {}
+                    pid => { let _ = nemesis::process::kill_group(pid); }
+                }
+            } => return interrupted_at_startup(
                 options,
                 backend,
                 dir,

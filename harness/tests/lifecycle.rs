@@ -267,12 +267,24 @@ fn a_signal_after_the_time_limit_does_not_wait_out_a_long_critical_section() {
 fn a_signal_during_the_adapter_check_stops_the_run_before_any_worker_starts() {
     let _slot = common::e2e_slot();
     let tmp = tempfile::tempdir().unwrap();
+    // It starts a child that ignores every stop signal, as a library's
+    // helper process might, then never answers.
     let silent = tmp.path().join("silent.py");
-    std::fs::write(
-        &silent,
-        "import sys, time\nsys.stdin.readline()\ntime.sleep(120)\n",
-    )
-    .unwrap();
+    let child_pid = tmp.path().join("child.pid");
+    let script = format!(
+        "import os, signal, sys, time\n\
+         pid = os.fork()\n\
+         if pid == 0:\n\
+         \x20   for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n\
+         \x20       signal.signal(s, signal.SIG_IGN)\n\
+         \x20   time.sleep(120)\n\
+         \x20   os._exit(0)\n\
+         open({:?}, 'w').write(str(pid))\n\
+         sys.stdin.readline()\n\
+         time.sleep(120)\n",
+        child_pid.to_str().unwrap()
+    );
+    std::fs::write(&silent, script).unwrap();
     let results = tmp.path().join("results");
     let child = Command::new(env!("CARGO_BIN_EXE_lockstorm"))
         .args([
@@ -292,9 +304,7 @@ fn a_signal_during_the_adapter_check_stops_the_run_before_any_worker_starts() {
     let run = wait_for("the adapter check to start", || {
         let group = std::fs::read_dir(&results).ok()?.flatten().next()?.path();
         let run = std::fs::read_dir(group).ok()?.flatten().next()?.path();
-        run.join("clients/preflight.stderr")
-            .is_file()
-            .then_some(run)
+        child_pid.is_file().then_some(run)
     });
     let signalled = std::time::Instant::now();
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
@@ -308,4 +318,11 @@ fn a_signal_during_the_adapter_check_stops_the_run_before_any_worker_starts() {
         !run.join("history.jsonl").exists() && !run.join("workers").exists(),
         "workers started after the signal"
     );
+    let pid: u32 = std::fs::read_to_string(&child_pid)
+        .unwrap()
+        .parse()
+        .unwrap();
+    wait_for("the adapter's child to be gone", || {
+        matches!(nemesis::process::state(pid), None | Some('Z')).then_some(())
+    });
 }

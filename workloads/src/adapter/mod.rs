@@ -119,7 +119,21 @@ pub fn start(
     budget: std::time::Duration,
     group: Group,
 ) -> Result<(Session, Hello), Failure> {
+    start_noting(spec, init, budget, group, |_| {})
+}
+
+/// As [`start`], telling `started` the adapter's PID (its group's id, for
+/// [`Group::Own`]) as soon as it runs: a caller that may give up on `init`
+/// can then stop the adapter and whatever it started.
+pub fn start_noting(
+    spec: &AdapterSpec,
+    init: Init,
+    budget: std::time::Duration,
+    group: Group,
+    started: impl FnOnce(u32),
+) -> Result<(Session, Hello), Failure> {
     let mut session = Session::start(spec, group)?;
+    started(session.pid());
     let reply = session.call(Op::Init(init), budget, || {})?;
     match reply.answer {
         Some(Answer::Yes) => {

@@ -83,10 +83,30 @@ pub struct Reply {
 /// The features an adapter may offer.
 pub const FEATURES: [&str; 3] = ["check", "token", "fence"];
 
+/// The longest `token`, `error` or `client` a reply may carry: each goes
+/// into a history line, which must stay under the 1 MiB a reader takes.
+pub const MAX_TEXT_BYTES: usize = 64 * 1024;
+
+/// A reply line as an error message quotes it: whole if short, else its
+/// start and its length, so one bad line cannot flood the run's notes.
+fn quoted(line: &str) -> String {
+    const SHOWN: usize = 200;
+    match line.char_indices().nth(SHOWN) {
+        None => format!("{line:?}"),
+        Some((cut, _)) => format!("{:?}… ({} bytes)", &line[..cut], line.len()),
+    }
+}
+
 /// Judges one line of the adapter's stdout as the reply to `expected`.
 /// The error names the line and what is wrong with it.
 pub fn parse_reply(line: &str, expected: &Request) -> Result<Reply, String> {
-    let bad = |why: String| Err(format!("{why}, in reply to {}: {line:?}", brief(expected)));
+    let bad = |why: String| {
+        Err(format!(
+            "{why}, in reply to {}: {}",
+            brief(expected),
+            quoted(line)
+        ))
+    };
     let Ok(value) = serde_json::from_str::<Value>(line) else {
         return bad("a line that is not JSON".into());
     };
@@ -110,6 +130,10 @@ pub fn parse_reply(line: &str, expected: &Request) -> Result<Reply, String> {
     let field = |key: &str| map.get(key).filter(|v| !v.is_null());
     let text = |key: &str| match field(key) {
         None => Ok(None),
+        Some(Value::String(s)) if s.len() > MAX_TEXT_BYTES => Err(format!(
+            "a reply whose {key:?} is {} bytes long, more than {MAX_TEXT_BYTES}",
+            s.len()
+        )),
         Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(_) => Err(format!("a reply whose {key:?} is not a string")),
     };
@@ -256,6 +280,33 @@ mod tests {
         .unwrap();
         assert_eq!(r.client.as_deref(), Some("lib 1.0"));
         assert_eq!(r.features, ["check", "token"]);
+    }
+
+    #[test]
+    fn a_text_field_too_long_for_a_history_line_is_a_break_quoted_by_its_start() {
+        let acquire = request(1, Op::Acquire { timeout_ms: 10 });
+        let ok = format!(
+            r#"{{"id":1,"ok":true,"token":"{}"}}"#,
+            "t".repeat(MAX_TEXT_BYTES)
+        );
+        assert!(parse_reply(&ok, &acquire).is_ok());
+        let long = format!(
+            r#"{{"id":1,"ok":true,"token":"{}"}}"#,
+            "t".repeat(MAX_TEXT_BYTES + 1)
+        );
+        let err = parse_reply(&long, &acquire).unwrap_err();
+        assert!(err.contains("\"token\" is 65537 bytes long"), "{err}");
+        assert!(
+            err.len() < 400,
+            "the whole line is quoted: {} bytes",
+            err.len()
+        );
+        assert!(err.ends_with(&format!("({} bytes)", long.len())), "{err}");
+        let long_error = format!(
+            r#"{{"id":1,"ok":false,"error":"{}"}}"#,
+            "e".repeat(MAX_TEXT_BYTES + 1)
+        );
+        assert!(parse_reply(&long_error, &acquire).is_err());
     }
 
     #[test]
