@@ -127,9 +127,23 @@ pub fn die_with_parent(cmd: &mut std::process::Command) {
 /// group by the time of the kill (another worker's, even). A pid that is
 /// not an unreaped child of ours reads as exited.
 pub fn exited(pid: u32) -> bool {
+    !matches!(exit_status(pid), Ok(None))
+}
+
+/// How the child `pid` ended, if it has, without reaping it (see
+/// [`exited`]); worded as `std`'s `ExitStatus` is.
+pub fn exit_status(pid: u32) -> io::Result<Option<String>> {
     use nix::sys::wait::{WaitPidFlag, WaitStatus};
     let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT | WaitPidFlag::WNOHANG;
-    !matches!(wait_id(pid, flags), Ok(WaitStatus::StillAlive))
+    Ok(match wait_id(pid, flags)? {
+        WaitStatus::Exited(_, code) => Some(format!("exit status: {code}")),
+        WaitStatus::Signaled(_, signal, core) => Some(format!(
+            "signal: {} ({signal}){}",
+            signal as i32,
+            if core { " (core dumped)" } else { "" }
+        )),
+        _ => None,
+    })
 }
 
 /// Blocks until a child has exited, leaving it unreaped (see [`exited`]).

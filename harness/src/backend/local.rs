@@ -100,7 +100,7 @@ impl LocalProcess {
 
     /// SIGKILL to the node's whole group (it leads one: `process::isolate`),
     /// then reaps it. SIGKILL also ends a stopped process. Nothing reaps the
-    /// node before this ([`exited`] only looks), and an exited leader not yet
+    /// node before this (`exited` only looks), and an exited leader not yet
     /// reaped keeps its PID, so the group's id is still this node's: it
     /// cannot have passed to a process that is not ours.
     fn kill_now(&mut self) {
@@ -112,30 +112,13 @@ impl LocalProcess {
     }
 }
 
-/// How the child `pid` ended, if it has, without reaping it (see
-/// [`LocalProcess::kill_now`]); worded as `std`'s `ExitStatus` is.
-fn exited(pid: u32) -> std::io::Result<Option<String>> {
-    use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
-    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-    let pid = nix::unistd::Pid::from_raw(pid as i32);
-    Ok(match waitid(Id::Pid(pid), flags)? {
-        WaitStatus::Exited(_, code) => Some(format!("exit status: {code}")),
-        WaitStatus::Signaled(_, signal, core) => Some(format!(
-            "signal: {} ({signal}){}",
-            signal as i32,
-            if core { " (core dumped)" } else { "" }
-        )),
-        _ => None,
-    })
-}
-
 impl NodeProcess for LocalProcess {
     fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, Child::id)
     }
 
     fn exited(&mut self) -> BoxFuture<'_, Option<String>> {
-        let status = self.child.as_ref().map(|c| exited(c.id()));
+        let status = self.child.as_ref().map(|c| process::exit_status(c.id()));
         Box::pin(async move {
             match status {
                 None => Some("never started".into()),
