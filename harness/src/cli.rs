@@ -94,8 +94,7 @@ struct CheckArgs {
 #[derive(clap::Args, Debug)]
 #[group(required = true, multiple = false)]
 struct ClientChoice {
-    /// A shipped adapter: redis-py, pottery, python-redis-lock, node-redlock, redis-semaphore.
-    #[arg(long, value_parser = Client::shipped)]
+    #[arg(long, value_parser = Client::shipped, help = crate::help::shipped())]
     client: Option<Client>,
     /// Your own adapter's command (split at whitespace, run without a shell).
     #[arg(long, value_parser = Client::command)]
@@ -112,7 +111,7 @@ struct ClientTestArgs {
     /// Where `client-test-<timestamp>/` (adapter stderr, node log) goes.
     #[arg(long, default_value = "results")]
     results: PathBuf,
-    /// Where the node runs: auto, local or docker (as for `run`).
+    /// Where the node runs (as for `run`).
     #[arg(long, value_enum, default_value = "auto")]
     backend: crate::backend::Backend,
     /// The Docker backend's image (as for `run`).
@@ -142,6 +141,11 @@ struct ReportArgs {
     /// The results folder.
     #[arg(default_value = "results")]
     path: PathBuf,
+}
+
+/// The command line as clap sees it: docs/options.md is rendered from it.
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
 }
 
 fn parse_promise(s: &str) -> Result<Promise, String> {

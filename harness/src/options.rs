@@ -4,6 +4,7 @@
 
 use crate::clients::Client;
 use crate::error::Error;
+use crate::help;
 use clap::{Args, ValueEnum};
 use nemesis::{Aimed, At, FaultParams, Nemesis, Package, ScheduleSpec, Shape, Step, Targets};
 use serde::{Deserialize, Serialize};
@@ -38,28 +39,16 @@ pub enum Persistence {
 /// on other options. [`RunOptions::resolve`] turns them into a [`RunPlan`].
 #[derive(Clone, Debug, PartialEq, Args)]
 pub struct RunOptions {
-    /// Lock setup to test: single, replicated, redlock, redlock-rslock, fenced,
-    /// watchdog, and the negative controls unsafe-del, unsafe-get-del,
-    /// unsafe-setnx, unsafe-key-per-worker, no-lock.
-    #[arg(long, default_value = "single", value_parser = parse_config)]
+    // The lists in these options' help are read from the registries: help.rs.
+    #[arg(long, default_value = "single", value_parser = parse_config, help = help::config())]
     pub config: Config,
-    /// Test a shipped lock client through its adapter: redis-py, pottery,
-    /// python-redis-lock, node-redlock, redis-semaphore. The config picks the
-    /// topology (single, replicated or redlock).
-    #[arg(long, value_parser = Client::shipped, conflicts_with = "client_cmd")]
+    #[arg(long, value_parser = Client::shipped, conflicts_with = "client_cmd", help = help::client())]
     pub client: Option<Client>,
-    /// Test your own lock client: the command that starts its adapter (split
-    /// at whitespace, run without a shell; see the README's protocol).
-    #[arg(long, value_parser = Client::command)]
+    #[arg(long, value_parser = Client::command, help = help::client_cmd())]
     pub client_cmd: Option<Client>,
-    /// Faults, joined by `+` (or `,`): none, pause, pause-node, kill, failover,
-    /// clock, partition, all. `partition+clock` and `kill+clock` run as scenarios.
-    #[arg(long, default_value = "none", value_parser = parse_nemesis)]
+    #[arg(long, default_value = "none", value_parser = parse_nemesis, help = help::nemesis())]
     pub nemesis: Nemesis,
-    /// Where `pause` and `crash` strike a worker: acquiring, acquired, read,
-    /// checked (after its last lease check, right before its write), releasing,
-    /// or random (one per strike, seeded) [default: checked].
-    #[arg(long, value_parser = parse_at)]
+    #[arg(long, value_parser = parse_at, help = help::at())]
     pub at: Option<At>,
     /// Seconds the workers run.
     #[arg(long, default_value_t = 30)]
@@ -67,19 +56,14 @@ pub struct RunOptions {
     /// Worker processes contending for the lock.
     #[arg(long, default_value_t = 5)]
     pub workers: u64,
-    /// Lock lease (TTL) in milliseconds [default: 2000; 6000 with kill,
-    /// failover or partition].
-    #[arg(long)]
+    #[arg(long, help = help::ttl_ms())]
     pub ttl_ms: Option<u64>,
-    /// Time a holder spends between reading and writing the counter [default:
-    /// 200, at most half the TTL; 2/3 of the TTL with kill, failover or partition, so the
-    /// holder is still working when the lock is granted again].
-    #[arg(long)]
+    #[arg(long, help = help::work_ms())]
     pub work_ms: Option<u64>,
     /// Seed for the fault schedule and the workers' jitter [default: random, printed].
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Where the nodes run: auto, local or docker.
+    /// Where the nodes run.
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: Backend,
     /// The image of the Docker backend's nodes [default: lockstorm/redis:local
@@ -105,9 +89,7 @@ pub struct RunOptions {
     /// replicated: after acquiring, WAIT for this many replicas, else give the lock back.
     #[arg(long, default_value_t = 0)]
     pub wait_replicas: u32,
-    /// Redlock: which lock nodes kill, clock and partition hit: one, minority,
-    /// majority, all, ring (partition only: every worker keeps a different majority).
-    #[arg(long, default_value = "majority", value_parser = parse_targets)]
+    #[arg(long, default_value = "majority", value_parser = parse_targets, help = help::targets())]
     pub targets: Targets,
     /// How far `clock` jumps node wall clocks (negative: back) [default: 2 × TTL].
     #[arg(long, allow_negative_numbers = true)]
@@ -125,9 +107,7 @@ pub struct RunOptions {
     /// replicated: Sentinel's failover-timeout.
     #[arg(long, default_value_t = 5000)]
     pub failover_timeout_ms: u64,
-    /// Mean quiet time between faults [default: the TTL, within 1000–5000:
-    /// 2000; 5000 with kill, failover or partition].
-    #[arg(long)]
+    #[arg(long, help = help::nemesis_interval_ms())]
     pub nemesis_interval_ms: Option<u64>,
     /// Workers write even when their own clock says the lease has expired.
     #[arg(long)]

@@ -78,6 +78,24 @@ impl Config {
         }
     }
 
+    /// A lock broken on purpose: the harness must catch it (exhaustive, so a
+    /// new config says which it is).
+    pub fn negative_control(self) -> bool {
+        match self {
+            Config::Single
+            | Config::Replicated
+            | Config::Redlock
+            | Config::RedlockRslock
+            | Config::Fenced
+            | Config::Watchdog => false,
+            Config::UnsafeDel
+            | Config::UnsafeGetDel
+            | Config::UnsafeSetnx
+            | Config::UnsafeKeyPerWorker
+            | Config::NoLock => true,
+        }
+    }
+
     pub fn has_lock_node(self) -> bool {
         self != Config::NoLock
     }

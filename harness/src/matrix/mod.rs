@@ -28,21 +28,12 @@ use workloads::Config;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct MatrixArgs {
-    /// Configs, comma-separated, or `all`.
-    #[arg(long, default_value = "all")]
+    // The lists in these options' help are read from the registries: help.rs.
+    #[arg(long, default_value = "all", help = crate::help::configs())]
     pub configs: String,
-    /// Nemeses, comma-separated, or `all` (none, each fault alone, plus the
-    /// `partition+clock` and `kill+clock` scenarios). Join the faults of one
-    /// nemesis with `+`; `@point` says where a pause or crash strikes
-    /// (`pause@read`; default `checked`). Pairs that do not apply (failover without replicas)
-    /// are skipped and listed.
-    #[arg(long, default_value = "all")]
+    #[arg(long, default_value = "all", help = crate::help::nemeses())]
     pub nemeses: String,
-    /// Client adapters, comma-separated (redis-py, pottery, python-redis-lock,
-    /// node-redlock, redis-semaphore), or `all`: each runs on every chosen
-    /// config that is a topology it supports (single, replicated, redlock),
-    /// instead of the configs' own locks.
-    #[arg(long)]
+    #[arg(long, help = crate::help::clients())]
     pub clients: Option<String>,
     /// Runs per config × nemesis; run k uses seed `--seed` + k.
     #[arg(long, default_value_t = 1)]
@@ -53,8 +44,7 @@ pub struct MatrixArgs {
     /// Seed of each pair's first run: a matrix is reproducible.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Mean quiet milliseconds between faults [default: as for `run`, the
-    /// TTL within 1000–5000].
+    /// Mean quiet milliseconds between faults [default: as for `run`].
     #[arg(long)]
     pub nemesis_interval_ms: Option<u64>,
     /// TOML of expected verdicts; the matrix exits 0 only if all are met.
@@ -63,7 +53,7 @@ pub struct MatrixArgs {
     /// Folder that receives the runs and `matrix-<timestamp>/`.
     #[arg(long, default_value = "results")]
     pub results: PathBuf,
-    /// Where the nodes run: auto, local or docker (as for `run`).
+    /// Where the nodes run (as for `run`).
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: Backend,
     /// The Docker backend's image (as for `run`).

@@ -1,0 +1,188 @@
+//! The lists `--help` shows, read from the registries: the configs
+//! (`Config::ALL`), the faults and scenarios (`Fault::ALL`, `Action`, and
+//! what each fault's package says of itself), the strike points
+//! (`Point::ALL`) and the shipped clients (`clients::SHIPPED`). A new
+//! config, fault, point or client appears in `--help` without editing prose.
+
+use crate::clients::{self, Shipped};
+use checker::Point;
+use nemesis::{Action, At, Fault, Nemesis, Package, Targets};
+use workloads::Config;
+
+/// `a, b or c`.
+fn or_list(names: &[&str]) -> String {
+    match names {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [rest @ .., last] => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
+fn configs_where(pick: impl Fn(Config) -> bool) -> String {
+    let names: Vec<&str> = Config::ALL
+        .into_iter()
+        .filter(|c| pick(*c))
+        .map(Config::name)
+        .collect();
+    names.join(", ")
+}
+
+/// The faults whose package says `need`.
+fn faults_where(need: impl Fn(&dyn Package) -> bool) -> Vec<&'static str> {
+    Fault::ALL
+        .into_iter()
+        .filter(|f| need(f.package()))
+        .map(Fault::name)
+        .collect()
+}
+
+/// The configs a client adapter can run on: `single, replicated or redlock`.
+fn topologies() -> String {
+    let names: Vec<&str> = Config::ALL
+        .into_iter()
+        .filter_map(clients::topology)
+        .collect();
+    or_list(&names)
+}
+
+/// `a, b and c`.
+fn and_list(names: &[&str]) -> String {
+    match names {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
+fn scenarios() -> String {
+    and_list(&Action::SCENARIOS.map(Action::name))
+}
+
+/// The faults that take seconds to act, which lengthen the default lease.
+fn slow() -> String {
+    or_list(&faults_where(|p| p.slow()))
+}
+
+pub fn config() -> String {
+    format!(
+        "Lock setup to test: {}; the negative controls (locks broken on purpose): {}",
+        configs_where(|c| !c.negative_control()),
+        configs_where(Config::negative_control)
+    )
+}
+
+pub fn configs() -> String {
+    format!("Configs, comma-separated, or `all`: {}", Config::names())
+}
+
+pub fn client() -> String {
+    format!(
+        "Test a shipped lock client through its adapter: {}. The config picks the topology ({})",
+        Shipped::names(),
+        topologies()
+    )
+}
+
+/// `client-test --client`.
+pub fn shipped() -> String {
+    format!("A shipped adapter: {}", Shipped::names())
+}
+
+pub fn clients() -> String {
+    format!(
+        "Client adapters, comma-separated ({}), or `all`: each runs on every chosen config \
+         that is a topology it supports ({}), instead of the configs' own locks",
+        Shipped::names(),
+        topologies()
+    )
+}
+
+pub fn client_cmd() -> String {
+    "Test your own lock client: the command that starts its adapter (split at whitespace, \
+     run without a shell; the protocol is docs/protocol.md)"
+        .into()
+}
+
+pub fn nemesis() -> String {
+    format!(
+        "Faults, joined by `+` (or `,`): {}. `all` is every fault alone and every scenario; \
+         the scenarios {} run when all of their faults are asked for",
+        Nemesis::names(),
+        scenarios()
+    )
+}
+
+pub fn nemeses() -> String {
+    format!(
+        "Nemeses, comma-separated, or `all` (none, each fault alone, and the scenarios {}). \
+         Faults: {}. Join the faults of one nemesis with `+`; `@point` says where {} strikes \
+         ({}; default {}). Pairs that do not apply (failover without replicas) are skipped \
+         and listed",
+        scenarios(),
+        Fault::ALL.map(Fault::name).join(", "),
+        or_list(&faults_where(|p| p.strikes())),
+        points(),
+        At::default_point()
+    )
+}
+
+/// `acquiring, acquired, …, releasing`.
+fn points() -> String {
+    let names: Vec<&str> = Point::ALL.map(Point::name).to_vec();
+    names.join(", ")
+}
+
+pub fn at() -> String {
+    format!(
+        "Where {} strikes a worker: {}, or random (one per strike, seeded) [default: {}, \
+         after the holder's last lease check, right before its write]",
+        or_list(&faults_where(|p| p.strikes())),
+        points(),
+        At::default_point()
+    )
+}
+
+pub fn targets() -> String {
+    format!(
+        "Redlock: which lock nodes a node fault hits: {} (ring: partition only, every worker \
+         keeps a different majority)",
+        Targets::NAMES
+    )
+}
+
+pub fn ttl_ms() -> String {
+    format!(
+        "Lock lease (TTL) in milliseconds [default: 2000; 6000 with {}]",
+        slow()
+    )
+}
+
+pub fn work_ms() -> String {
+    format!(
+        "Time a holder spends between reading and writing the counter [default: 200, at most \
+         half the TTL; 2/3 of the TTL with {}, so the holder is still working when the lock is \
+         granted again]",
+        slow()
+    )
+}
+
+pub fn nemesis_interval_ms() -> String {
+    format!(
+        "Mean quiet time between faults [default: the TTL, within 1000–5000: 2000; 5000 with {}]",
+        slow()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_read_as_prose() {
+        assert!(at().contains("pause or crash"), "{}", at());
+        assert_eq!(or_list(&["a"]), "a");
+        assert_eq!(or_list(&["a", "b", "c"]), "a, b or c");
+        assert_eq!(and_list(&["a", "b"]), "a and b");
+        assert_eq!(topologies(), "single, replicated or redlock");
+    }
+}
