@@ -1,5 +1,5 @@
-//! Client adapters end to end: the shipped libraries, the README's example
-//! adapter, a broken one written from the README's protocol alone, and
+//! Client adapters end to end: the shipped libraries, the protocol page's
+//! example adapter, a broken one written from the protocol page alone, and
 //! adapters that break the protocol, hang, or outlive a killed harness.
 
 mod common;
@@ -114,13 +114,13 @@ fn redis_semaphore_passes_client_test_is_valid_without_faults_and_is_caught_unde
     caught_under_pause_and_valid_without("redis-semaphore", "single");
 }
 
-/// The README's complete example adapter, as a newcomer would copy it.
-fn readme_example(dir: &Path) -> PathBuf {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
-    let (_, after) = readme
+/// The protocol page's complete example adapter, as a newcomer would copy it.
+fn protocol_example(dir: &Path) -> PathBuf {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/protocol.md"))
+        .unwrap();
+    let (_, after) = page
         .split_once("<!-- example-adapter -->\n```python\n")
-        .expect("the README has the marked example adapter");
+        .expect("docs/protocol.md has the marked example adapter");
     let (code, _) = after.split_once("```").expect("the example block ends");
     let path = dir.join("example_adapter.py");
     std::fs::write(&path, code).unwrap();
@@ -128,9 +128,9 @@ fn readme_example(dir: &Path) -> PathBuf {
 }
 
 #[test]
-fn the_readme_example_adapter_passes_client_test_and_is_valid_without_faults() {
+fn the_protocol_example_adapter_passes_client_test_and_is_valid_without_faults() {
     let root = root();
-    let example = readme_example(root.path());
+    let example = protocol_example(root.path());
     let cmd = format!("python3 {}", example.display());
     let (code, report) = client_test(root.path(), &["--client-cmd", &cmd]);
     assert_eq!(code, 0, "{report}");
@@ -142,7 +142,7 @@ fn the_readme_example_adapter_passes_client_test_and_is_valid_without_faults() {
     assert!(r.stats.acquired >= 20, "{}", dir.display());
 }
 
-/// Written from the README's protocol table alone: SET NX PX, and a plain
+/// Written from the protocol page's table alone: SET NX PX, and a plain
 /// `DEL` for release, which deletes whoever's key is there.
 const PLAIN_DEL: &str = r#"
 import json, socket, sys, time, uuid
@@ -173,7 +173,7 @@ for line in sys.stdin:
 "#;
 
 #[test]
-fn a_plain_del_adapter_from_the_readme_protocol_is_caught_as_foreign_release() {
+fn a_plain_del_adapter_from_the_protocol_page_is_caught_as_foreign_release() {
     let root = root();
     let script = root.path().join("plain_del.py");
     std::fs::write(&script, PLAIN_DEL).unwrap();
@@ -288,10 +288,10 @@ fn one_line_254(out: &common::Run) -> String {
     lines[0].to_string()
 }
 
-/// The README example, made to hang forever on its `hang_on`-th request:
+/// The protocol page's example, made to hang forever on its `hang_on`-th request:
 /// the first adapter process of the run to get there, and no other.
 fn hanging(root: &Path, hang_on: u32) -> String {
-    let example = std::fs::read_to_string(readme_example(root)).unwrap();
+    let example = std::fs::read_to_string(protocol_example(root)).unwrap();
     let flag = root.join("hung-once");
     let hang = format!(
         "import itertools\n_n = itertools.count(1)\nfor line in sys.stdin:\n    if next(_n) == {hang_on} and not os.path.exists({flag:?}):\n        open({flag:?}, 'x'); time.sleep(10**6)\n"
@@ -363,7 +363,7 @@ fn a_hung_adapter_leaves_its_op_info_and_is_restarted_under_a_new_process() {
 #[test]
 fn no_adapter_outlives_a_harness_killed_mid_run() {
     let root = root();
-    let example = readme_example(root.path());
+    let example = protocol_example(root.path());
     let cmd = format!("python3 {}", example.display());
     // Every worker's adapter is up, and a worker (with its adapter) is frozen.
     let adapters = || {
@@ -410,7 +410,7 @@ fn kill_harness_once(what: &str, root: &Path, cmd: &str, mut ready: impl FnMut()
 #[test]
 fn a_correct_adapter_passes_client_test_with_a_lease_longer_than_20_s() {
     let root = root();
-    let cmd = format!("python3 {}", readme_example(root.path()).display());
+    let cmd = format!("python3 {}", protocol_example(root.path()).display());
     let (code, report) = client_test(root.path(), &["--client-cmd", &cmd, "--ttl-ms", "21000"]);
     assert_eq!(code, 0, "{report}");
     assert!(report.contains(" 0 failed"), "{report}");
@@ -437,13 +437,13 @@ fn client_test_of_a_missing_adapter_program_is_one_clear_line_and_exit_254() {
     assert_no_process_left(root.path());
 }
 
-/// The README example behind a wrapper that first forks a child which
+/// The protocol page's example behind a wrapper that first forks a child which
 /// ignores SIGTERM, SIGINT and SIGHUP (as a library's helper process might),
 /// keeps the adapter's stdin, stdout and stderr, and appends its pid to
 /// `children.pids` in `root` before the adapter starts. With `leave`, the
 /// child first leaves the adapter's process group (`setsid`).
 fn forking(root: &Path, leave: bool) -> (String, PathBuf) {
-    let example = readme_example(root);
+    let example = protocol_example(root);
     let pids = root.join("children.pids");
     let wrapper = root.join("forking.py");
     std::fs::write(

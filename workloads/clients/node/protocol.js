@@ -1,8 +1,9 @@
 'use strict';
-// The lockstorm adapter protocol (JSON lines on stdin/stdout) and the pieces
-// both Node adapters share. An adapter module calls `serve(adapter)` with an
-// object whose async methods are named after the ops it supports; each
-// method returns the reply without `id`, or throws.
+// The lockstorm adapter protocol's loop and the pieces both Node adapters
+// share. The protocol is docs/protocol.md in the lockstorm repository (its
+// examples are tested against this file). An adapter module calls
+// `serve(adapter)` with an object whose async methods are named after the ops
+// it supports; each method returns the reply without `id`, or throws.
 
 const fs = require('fs');
 const path = require('path');

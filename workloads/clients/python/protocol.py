@@ -1,8 +1,8 @@
 """The JSON-lines loop shared by lockstorm's Python lock adapters.
 
-A worker writes one request per line to our stdin and reads exactly one reply
-line per request from our stdout; stderr is the log. An adapter subclasses
-`Adapter` and calls `serve(adapter)`.
+The protocol is docs/protocol.md in the lockstorm repository (its examples are
+tested against this file). An adapter subclasses `Adapter` and calls
+`serve(adapter)`.
 """
 import importlib.metadata
 import json
