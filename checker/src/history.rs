@@ -1,5 +1,5 @@
-//! The history model: one [`Event`] per line of `history.jsonl` (the README's
-//! "Reading the results" shows the format; ARCHITECTURE.md, "The history").
+//! The history model: one [`Event`] per line of `history.jsonl` (docs/formats.md
+//! shows the format; ARCHITECTURE.md, "The history").
 //!
 //! Everything here is plain data so a stored run can be re-checked later.
 

@@ -2,7 +2,7 @@
 //! beyond reading a history from any `BufRead`.
 //!
 //! [`check`] runs every checker and combines their findings into the
-//! `results.json` verdict (the README, "Reading the results");
+//! `results.json` verdict (docs/formats.md, "results.json");
 //! [`check_jsonl`] does the same for a history streamed from a file. The
 //! public API is what this page lists: the history format ([`history`]),
 //! the results types, the anomaly names ([`anomaly`], and [`anomalies`] in
@@ -104,7 +104,7 @@ pub(crate) trait Checker: OnEvent + Send {
 }
 
 /// Anomaly names: the keys of `results.json`'s `anomalies` (contract). What
-/// each means is in the README, "Reading the results"; which checker
+/// each means is in docs/formats.md, "Anomalies"; which checker
 /// reports it, in `CHECKERS`.
 pub mod anomaly {
     pub const LOCK_OVERLAP: &str = "lock-overlap";

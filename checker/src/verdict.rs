@@ -1,6 +1,6 @@
 //! The verdict: what a run promised, what was found, and whether that breaks
-//! the promise. These types are the `results.json` contract (the README,
-//! "Reading the results"), so they read back what they write.
+//! the promise. These types are the `results.json` contract (docs/formats.md,
+//! "results.json"), so they read back what they write.
 
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-/// The files of a run folder (`results/README.md` lists them all).
+/// The files of a run folder (docs/formats.md lists them all).
 pub const RUN_JSON: &str = "run.json";
 pub const HISTORY: &str = "history.jsonl";
 pub const RESULTS: &str = "results.json";
