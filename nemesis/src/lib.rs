@@ -12,7 +12,7 @@ pub mod net;
 mod package;
 pub mod partition;
 mod pause;
-pub mod process;
+pub use process;
 pub mod runner;
 mod scenario;
 pub mod schedule;

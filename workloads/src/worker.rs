@@ -412,7 +412,7 @@ fn leads_group() -> bool {
 /// worker whose harness is gone, which would have killed the group.
 fn kill_own_group() {
     if leads_group() {
-        let _ = nemesis::process::kill_group(std::process::id());
+        let _ = process::kill_group(std::process::id());
     }
 }
 

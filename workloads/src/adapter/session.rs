@@ -122,8 +122,8 @@ impl Session {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         match group {
-            Group::Worker => nemesis::process::die_with_parent(&mut cmd),
-            Group::Own => nemesis::process::isolate(&mut cmd),
+            Group::Worker => process::die_with_parent(&mut cmd),
+            Group::Own => process::isolate(&mut cmd),
         }
         let mut child = cmd.spawn().map_err(|e| {
             Failure::Unstartable(format!(
@@ -235,10 +235,10 @@ impl Session {
     /// exited, and the end of its stderr.
     fn died(&mut self, op: &Op) -> Failure {
         let deadline = Instant::now() + Duration::from_secs(1);
-        while !nemesis::process::exited(self.pid()) && Instant::now() < deadline {
+        while !process::exited(self.pid()) && Instant::now() < deadline {
             std::thread::sleep(POLL);
         }
-        let status = match nemesis::process::exited(self.pid()) {
+        let status = match process::exited(self.pid()) {
             true => format!("exited ({})", self.reap()),
             false => "closed its stdout".to_string(),
         };
@@ -258,7 +258,7 @@ impl Session {
             return status;
         }
         let _ = match self.group {
-            Group::Own => nemesis::process::kill_group(self.pid()),
+            Group::Own => process::kill_group(self.pid()),
             // Its group is its worker's; what it left in it goes when the worker ends.
             Group::Worker => self.child.kill(),
         };
@@ -288,7 +288,7 @@ impl Session {
         }
         // Before its stdin closes: once it has exited, its children are
         // no longer found under it.
-        let strays = nemesis::process::strays(self.pid());
+        let strays = process::strays(self.pid());
         if !strays.is_empty() {
             if let Ok(mut log) = std::fs::OpenOptions::new()
                 .append(true)
@@ -299,10 +299,10 @@ impl Session {
         }
         drop(self.stdin.take());
         let deadline = Instant::now() + Duration::from_millis(500);
-        while !nemesis::process::exited(self.pid()) && Instant::now() < deadline {
+        while !process::exited(self.pid()) && Instant::now() < deadline {
             std::thread::sleep(POLL);
         }
-        let exited = nemesis::process::exited(self.pid());
+        let exited = process::exited(self.pid());
         self.reap();
         Ended { exited, strays }
     }
@@ -552,14 +552,14 @@ cat >/dev/null"#;
             "{:?}",
             ended.strays
         );
-        let gone = |p: u32| nemesis::process::state(p).is_none_or(|s| s == 'Z');
+        let gone = |p: u32| process::state(p).is_none_or(|s| s == 'Z');
         let deadline = Instant::now() + Duration::from_secs(10);
         while !gone(stays) && Instant::now() < deadline {
             std::thread::sleep(POLL);
         }
         assert!(gone(stays), "the child in its group outlived the session");
         assert!(!gone(leaves), "the one that left the group is out of reach");
-        let _ = nemesis::process::kill_now(leaves);
+        let _ = process::kill_now(leaves);
         let log = std::fs::read_to_string(&spec.stderr).unwrap();
         let noted = format!("--- lockstorm: the adapter left {leaves} (");
         assert!(log.contains(&noted), "{log}");

@@ -140,7 +140,7 @@ impl Adapter {
             let reply = self.call(op, budget, || {
                 if let Ok(seen) = seen.try_recv() {
                     hook.at_seen(Point::Acquiring, Some(frozen_at(seen)));
-                    let _ = nemesis::process::resume(adapter);
+                    let _ = process::resume(adapter);
                 }
             });
             done.store(true, Ordering::SeqCst);
@@ -150,7 +150,7 @@ impl Adapter {
         if let Ok(seen) = seen.try_recv() {
             hook.at_seen(Point::Acquiring, Some(frozen_at(seen)));
         }
-        let _ = nemesis::process::resume(adapter);
+        let _ = process::resume(adapter);
         self.watch = nodes;
         reply
     }

@@ -53,7 +53,7 @@ pub fn watch(
     while !done.load(Ordering::SeqCst) {
         let now = values(nodes);
         if let Some(new) = now.difference(before).next() {
-            let _ = nemesis::process::suspend(adapter);
+            let _ = process::suspend(adapter);
             let _ = found.send(new.clone());
             return;
         }

@@ -1,0 +1,131 @@
+//! The workspace's own rules, read from `cargo metadata`: which crate may
+//! depend on which (each crate's description says what it must not), and
+//! the minimum Rust version the manifest declares.
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+fn metadata() -> Value {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--locked"])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON")
+}
+
+/// Each workspace crate and the workspace crates it depends on (normal
+/// dependencies: what its code may use).
+fn workspace_edges(meta: &Value) -> BTreeMap<String, Vec<String>> {
+    let members: Vec<&str> = meta["workspace_members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    let packages = meta["packages"].as_array().unwrap();
+    let ours: Vec<&Value> = packages
+        .iter()
+        .filter(|p| members.contains(&p["id"].as_str().unwrap()))
+        .collect();
+    let names: Vec<&str> = ours.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    ours.iter()
+        .map(|p| {
+            let deps = p["dependencies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| d["kind"].is_null())
+                .map(|d| d["name"].as_str().unwrap())
+                .filter(|d| names.contains(d))
+                .map(String::from)
+                .collect();
+            (p["name"].as_str().unwrap().to_string(), deps)
+        })
+        .collect()
+}
+
+#[test]
+fn no_crate_depends_on_one_it_must_not() {
+    let edges = workspace_edges(&metadata());
+    // What each crate may use of the workspace; the harness may use all.
+    let allowed: [(&str, &[&str]); 4] = [
+        ("checker", &[]),
+        ("process", &[]),
+        ("workloads", &["checker", "process"]),
+        ("nemesis", &["checker", "process"]),
+    ];
+    for (krate, may) in allowed {
+        let deps = edges
+            .get(krate)
+            .unwrap_or_else(|| panic!("no workspace crate {krate}: {edges:?}"));
+        let forbidden: Vec<&String> = deps.iter().filter(|d| !may.contains(&d.as_str())).collect();
+        assert!(
+            forbidden.is_empty(),
+            "{krate} depends on {forbidden:?}; it may use only {may:?} of the workspace (see ARCHITECTURE.md)"
+        );
+    }
+}
+
+#[test]
+fn the_declared_minimum_rust_version_covers_every_dependency() {
+    let meta = metadata();
+    // `1.88` is `1.88.0`: compare as three numbers.
+    let version = |v: &str| -> Vec<u64> {
+        let mut parts: Vec<u64> = v.split('.').map(|p| p.parse().unwrap()).collect();
+        parts.resize(3, 0);
+        parts
+    };
+    let manifest =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml")).unwrap();
+    let declared = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .expect("the workspace declares rust-version")
+        .trim_matches('"');
+    let newer: Vec<String> = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| {
+            let needs = p["rust_version"].as_str()?;
+            (version(needs) > version(declared)).then(|| {
+                format!(
+                    "{} {} needs {needs}",
+                    p["name"].as_str().unwrap_or("?"),
+                    p["version"].as_str().unwrap_or("?")
+                )
+            })
+        })
+        .collect();
+    assert!(
+        newer.is_empty(),
+        "rust-version {declared} is older than dependencies need: {newer:?}; raise it in Cargo.toml"
+    );
+    let toolchain = String::from_utf8(
+        std::process::Command::new("rustc")
+            .arg("--version")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let running = version(
+        toolchain
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .split('-')
+            .next()
+            .unwrap(),
+    );
+    assert!(
+        running >= version(declared),
+        "{toolchain} is older than the declared {declared}"
+    );
+}
