@@ -111,12 +111,8 @@ struct ClientTestArgs {
     /// Where `client-test-<timestamp>/` (adapter stderr, node log) goes.
     #[arg(long, default_value = "results")]
     results: PathBuf,
-    /// Where the node runs (as for `run`).
-    #[arg(long, value_enum, default_value = "auto")]
-    backend: crate::backend::Backend,
-    /// The Docker backend's image (as for `run`).
-    #[arg(long)]
-    image: Option<String>,
+    #[command(flatten)]
+    nodes: crate::options::Nodes,
 }
 
 #[derive(clap::Args, Debug)]
@@ -264,7 +260,7 @@ fn route_docker(backend: crate::backend::Backend) {
 
 fn run_command(options: RunOptions) -> Result<Validity> {
     logging::init();
-    route_docker(options.backend);
+    route_docker(options.nodes.backend);
     let outcome = run_to_end(run::run(options))?;
     let title = format!(
         "{} × {} (seed {})",
@@ -281,7 +277,7 @@ fn run_command(options: RunOptions) -> Result<Validity> {
 /// could not complete, else 0 (without --expect the verdicts are the output).
 fn matrix_command(args: MatrixArgs) -> Result<Validity> {
     logging::init();
-    route_docker(args.backend);
+    route_docker(args.nodes.backend);
     let outcome = runtime()?.block_on(matrix::matrix(args))?;
     let s = &outcome.summary;
     say(&format!(
@@ -356,13 +352,13 @@ fn client_test_command(args: ClientTestArgs) -> Result<Validity> {
         )));
     }
     let ttl = std::time::Duration::from_millis(args.ttl_ms);
-    route_docker(args.backend);
+    route_docker(args.nodes.backend);
     let report = runtime()?.block_on(crate::client_test::client_test(
         &client,
         ttl,
         &args.results,
-        args.backend,
-        args.image.as_deref(),
+        args.nodes.backend,
+        args.nodes.image.as_deref(),
     ))?;
     say(&report.render())?;
     Ok(match report.passed() {

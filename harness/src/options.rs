@@ -35,6 +35,29 @@ pub enum Persistence {
     AofAlways,
 }
 
+/// Where a command's nodes run: one home for `--backend` and `--image`,
+/// flattened into every command that starts nodes (`run`, `matrix`,
+/// `client-test`).
+#[derive(Clone, Debug, PartialEq, Args)]
+pub struct Nodes {
+    /// Where the nodes run.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: Backend,
+    /// The image of the Docker backend's nodes [default: lockstorm/redis:local
+    /// when present (`lockstorm image import`), else redis:7.2].
+    #[arg(long)]
+    pub image: Option<String>,
+}
+
+impl Default for Nodes {
+    fn default() -> Self {
+        Nodes {
+            backend: Backend::Auto,
+            image: None,
+        }
+    }
+}
+
 /// One run's options as the user gave them: `None` where a default depends
 /// on other options. [`RunOptions::resolve`] turns them into a [`RunPlan`].
 #[derive(Clone, Debug, PartialEq, Args)]
@@ -63,13 +86,8 @@ pub struct RunOptions {
     /// Seed for the fault schedule and the workers' jitter [default: random, printed].
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Where the nodes run.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub backend: Backend,
-    /// The image of the Docker backend's nodes [default: lockstorm/redis:local
-    /// when present (`lockstorm image import`), else redis:7.2].
-    #[arg(long)]
-    pub image: Option<String>,
+    #[command(flatten)]
+    pub nodes: Nodes,
     /// Folder that receives `<config>-<nemesis>/<timestamp>/`.
     #[arg(long, default_value = "results")]
     pub results: PathBuf,
@@ -241,8 +259,7 @@ impl RunOptions {
             ttl_ms: None,
             work_ms: None,
             seed: None,
-            backend: Backend::Auto,
-            image: None,
+            nodes: Nodes::default(),
             results: PathBuf::from("results"),
             pause_ms: None,
             node_pause_ms: None,
@@ -274,7 +291,7 @@ impl RunOptions {
                 self.nemesis
             )));
         }
-        if self.backend == Backend::Local && self.image.is_some() {
+        if self.nodes.backend == Backend::Local && self.nodes.image.is_some() {
             return Err(Refusal::Invalid(
                 "--image chooses the Docker backend's image, and --backend is local: use --backend docker, or drop --image".into(),
             ));
@@ -328,8 +345,8 @@ impl RunOptions {
             ttl: ms(ttl),
             work: ms(work),
             seed: self.seed.unwrap_or_else(rand_seed),
-            backend: self.backend,
-            image: self.image.clone(),
+            backend: self.nodes.backend,
+            image: self.nodes.image.clone(),
             results: self.results,
             pause: ms(self.pause_ms.unwrap_or(ttl * 3 / 2)),
             node_pause: ms(self.node_pause_ms.unwrap_or(node_pause)),
@@ -667,14 +684,14 @@ mod tests {
     #[test]
     fn an_image_is_refused_on_the_local_backend() {
         let mut o = RunOptions::new(Config::Single, Nemesis::none());
-        o.image = Some("redis:7.2".into());
-        o.backend = Backend::Local;
+        o.nodes.image = Some("redis:7.2".into());
+        o.nodes.backend = Backend::Local;
         let Err(Refusal::Invalid(why)) = o.clone().resolve() else {
             panic!("--image with --backend local was accepted");
         };
         assert!(why.contains("--backend docker"), "{why}");
         for backend in [Backend::Auto, Backend::Docker] {
-            o.backend = backend;
+            o.nodes.backend = backend;
             assert_eq!(
                 o.clone().resolve().unwrap().image.as_deref(),
                 Some("redis:7.2")

@@ -13,7 +13,7 @@ pub mod summary;
 use crate::clients::{Client, SHIPPED};
 use crate::error::{Context, Error, Result};
 use crate::interrupt::Interrupt;
-use crate::options::{Backend, Refusal, RunOptions, RunPlan};
+use crate::options::{Refusal, RunOptions, RunPlan};
 use crate::plot;
 use checker::Validity;
 use expect::Expectations;
@@ -53,12 +53,8 @@ pub struct MatrixArgs {
     /// Folder that receives the runs and `matrix-<timestamp>/`.
     #[arg(long, default_value = "results")]
     pub results: PathBuf,
-    /// Where the nodes run (as for `run`).
-    #[arg(long, value_enum, default_value = "auto")]
-    pub backend: Backend,
-    /// The Docker backend's image (as for `run`).
-    #[arg(long)]
-    pub image: Option<String>,
+    #[command(flatten)]
+    pub nodes: crate::options::Nodes,
     /// Stop a pair's runs at its first invalid one: enough to show an
     /// expected-invalid pair is caught, and the time goes to the others.
     #[arg(long)]
@@ -134,7 +130,8 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     // Fail before the first run if the nodes have nowhere to run.
     let replicated = configs.contains(&Config::Replicated);
     let backend =
-        crate::backend::provision(args.backend, args.image.as_deref(), replicated).await?;
+        crate::backend::provision(args.nodes.backend, args.nodes.image.as_deref(), replicated)
+            .await?;
     backend.finish().await;
 
     let mut plan = Vec::new();
@@ -419,8 +416,7 @@ fn options_for(args: &MatrixArgs, config: Config, nemesis: Nemesis) -> RunOption
     options.time_limit = args.time_limit;
     options.results = args.results.clone();
     options.seed = Some(args.seed);
-    options.backend = args.backend;
-    options.image = args.image.clone();
+    options.nodes = args.nodes.clone();
     options.nemesis_interval_ms = args.nemesis_interval_ms;
     options
 }
