@@ -370,7 +370,7 @@ impl RedisNode {
     async fn answering(&self) -> (String, Option<(u32, String)>) {
         let addr = self.addr();
         let info = tokio::task::spawn_blocking(move || {
-            let mut con = crate::topology::connect(&addr)?;
+            let mut con = connect(&addr)?;
             redis::cmd("INFO")
                 .arg("server")
                 .query::<redis::InfoDict>(&mut con)
@@ -468,6 +468,15 @@ async fn ping(addr: &str) -> bool {
         tokio::time::timeout(Duration::from_millis(500), attempt).await,
         Ok(Ok(true))
     )
+}
+
+/// A blocking connection to a node, with short timeouts: for the harness's
+/// own probes and reads (readiness, Sentinel, the final look at a node).
+pub(crate) fn connect(addr: &str) -> redis::RedisResult<redis::Connection> {
+    let client = redis::Client::open(format!("redis://{addr}/"))?;
+    let con = client.get_connection_with_timeout(Duration::from_millis(500))?;
+    con.set_read_timeout(Some(Duration::from_millis(1000)))?;
+    Ok(con)
 }
 
 #[cfg(test)]

@@ -227,7 +227,7 @@ async fn run_workload(
         arm_timeout: options.nemesis_interval.max(options.ttl),
         stop: stop_rx,
     };
-    let nemesis = tokio::spawn(nemesis::runner::run(
+    let nemesis = tokio::spawn(nemesis::play(
         steps,
         env,
         options.fault_params(),

@@ -6,7 +6,7 @@
 use crate::backend::Provisioner;
 use crate::error::Context;
 use crate::error::{Error, Result};
-use crate::node::{NodeClock, NodeSpec, RedisNode, Role};
+use crate::node::{connect, NodeClock, NodeSpec, RedisNode, Role};
 use crate::options::RunPlan;
 use nemesis::clock::TimeControl;
 use nemesis::cluster::BoxFuture;
@@ -563,13 +563,6 @@ impl Cluster for Topology {
             None
         })
     }
-}
-
-pub(crate) fn connect(addr: &str) -> redis::RedisResult<redis::Connection> {
-    let client = redis::Client::open(format!("redis://{addr}/"))?;
-    let con = client.get_connection_with_timeout(Duration::from_millis(500))?;
-    con.set_read_timeout(Some(Duration::from_millis(1000)))?;
-    Ok(con)
 }
 
 /// Polls a blocking probe until it says yes, or fails with `what`.

@@ -1,9 +1,10 @@
 //! What a nemesis may do to the nodes. The harness owns the processes and
 //! implements this; faults only decide *when* and *which*.
 
-use crate::fault::Targets;
+use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::pin::Pin;
+use std::str::FromStr;
 use std::time::Duration;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -68,4 +69,52 @@ pub trait Cluster: Send + Sync {
     ) -> BoxFuture<'_, Result<bool, String>>;
     /// `node`'s wall clock as Redis `TIME` reports it, in ns since the epoch.
     fn wall_clock_ns(&self, node: &str) -> BoxFuture<'_, Result<i64, String>>;
+}
+
+/// Which lock nodes a node fault hits, on configs with several (Redlock);
+/// configs with one lock node, or a primary, always hit that one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Targets {
+    One,
+    Minority,
+    #[default]
+    Majority,
+    All,
+    /// `partition` only: Jepsen's majorities ring, every worker sees a
+    /// different majority of the nodes. Other faults treat it as `majority`.
+    Ring,
+}
+
+impl Targets {
+    pub const NAMES: &'static str = "one, minority, majority, all, ring";
+
+    /// The first nodes of `nodes`, as many as the choice asks for (pure).
+    pub fn pick(self, nodes: &[String]) -> Vec<String> {
+        let n = nodes.len();
+        let k = match self {
+            Targets::One => 1,
+            Targets::Minority => ((n.saturating_sub(1)) / 2).max(1),
+            Targets::Majority | Targets::Ring => n / 2 + 1,
+            Targets::All => n,
+        };
+        nodes[..k.min(n)].to_vec()
+    }
+}
+
+impl FromStr for Targets {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "one" => Ok(Targets::One),
+            "minority" => Ok(Targets::Minority),
+            "majority" => Ok(Targets::Majority),
+            "all" => Ok(Targets::All),
+            "ring" => Ok(Targets::Ring),
+            _ => Err(format!(
+                "unknown targets '{s}': choose one of {}",
+                Targets::NAMES
+            )),
+        }
+    }
 }

@@ -2,6 +2,7 @@
 //! the scheduled actions (single faults, and scenarios that combine them).
 //! What each fault is and does lives in its [`Package`].
 
+pub use crate::cluster::Targets;
 use crate::crash::Crash;
 use crate::failover::Failover;
 use crate::kill::Kill;
@@ -67,54 +68,6 @@ impl Fault {
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
-    }
-}
-
-/// Which lock nodes a node fault hits, on configs with several (Redlock);
-/// configs with one lock node, or a primary, always hit that one.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Targets {
-    One,
-    Minority,
-    #[default]
-    Majority,
-    All,
-    /// `partition` only: Jepsen's majorities ring, every worker sees a
-    /// different majority of the nodes. Other faults treat it as `majority`.
-    Ring,
-}
-
-impl Targets {
-    pub const NAMES: &'static str = "one, minority, majority, all, ring";
-
-    /// The first nodes of `nodes`, as many as the choice asks for (pure).
-    pub fn pick(self, nodes: &[String]) -> Vec<String> {
-        let n = nodes.len();
-        let k = match self {
-            Targets::One => 1,
-            Targets::Minority => ((n.saturating_sub(1)) / 2).max(1),
-            Targets::Majority | Targets::Ring => n / 2 + 1,
-            Targets::All => n,
-        };
-        nodes[..k.min(n)].to_vec()
-    }
-}
-
-impl FromStr for Targets {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "one" => Ok(Targets::One),
-            "minority" => Ok(Targets::Minority),
-            "majority" => Ok(Targets::Majority),
-            "all" => Ok(Targets::All),
-            "ring" => Ok(Targets::Ring),
-            _ => Err(format!(
-                "unknown targets '{s}': choose one of {}",
-                Targets::NAMES
-            )),
-        }
     }
 }
 
@@ -243,12 +196,13 @@ impl Action {
         self.package().name()
     }
 
-    /// The faults `--nemesis` names to ask for this action.
+    /// The faults `--nemesis` names to ask for this action: a scenario
+    /// runs when all of its faults are asked for together.
     pub fn faults(self) -> Vec<Fault> {
         match self {
             Action::Fault(f) => vec![f],
-            Action::SplitClock => SplitClock::FAULTS.to_vec(),
-            Action::KillClock => KillClock::FAULTS.to_vec(),
+            Action::SplitClock => vec![Fault::Partition, Fault::Clock],
+            Action::KillClock => vec![Fault::Kill, Fault::Clock],
         }
     }
 

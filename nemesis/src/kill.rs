@@ -4,7 +4,7 @@
 //! holder's nodes die.
 
 use crate::cluster::BoxFuture;
-use crate::fault::Targets;
+use crate::cluster::Targets;
 use crate::package::{needs_lock_node, Package, Shape, RESTART_MARGIN};
 use crate::runner::{Env, FaultParams};
 use crate::verify;

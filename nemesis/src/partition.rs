@@ -4,7 +4,7 @@
 //! majority, but each a different one.
 
 use crate::cluster::BoxFuture;
-use crate::fault::Targets;
+use crate::cluster::Targets;
 use crate::package::{needs_lock_node, Package, Shape};
 use crate::runner::{Env, FaultParams};
 use crate::verify;

@@ -1,15 +1,13 @@
 //! Runs a schedule against a live run and heals every fault before returning.
 
 use crate::cluster::Cluster;
-use crate::fault::Targets;
-use crate::Step;
+use crate::cluster::Targets;
 use checker::history::fault::{AT, PROCESS};
 use checker::Point;
 use serde_json::{json, Value};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 /// The latest worker seen inside its critical section: it holds the lock and
 /// has read the counter, so its write comes next. `seq` grows with each one.
@@ -256,28 +254,5 @@ impl Env {
     /// struck worker goes on when it next runs.
     pub(crate) fn release(&self, parked: &AtPoint) {
         self.worker_control.release(parked.arm);
-    }
-}
-
-/// Runs `steps` relative to `start` until they are done or the run ends.
-pub async fn run(steps: Vec<Step>, mut env: Env, p: FaultParams, start: Instant) {
-    let mut earliest = start;
-    for step in steps {
-        let at = (start + Duration::from_millis(step.at_ms)).max(earliest);
-        if !env
-            .sleep(at.saturating_duration_since(Instant::now()))
-            .await
-        {
-            return;
-        }
-        let p = FaultParams {
-            at: step.at.unwrap_or(p.at),
-            ..p
-        };
-        step.action.package().run(&mut env, &p).await;
-        if env.stopping() {
-            return;
-        }
-        earliest = Instant::now() + p.quiet;
     }
 }

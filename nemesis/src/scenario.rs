@@ -9,7 +9,6 @@ use crate::partition::Partition;
 use crate::runner::{Env, FaultParams, Holder};
 use crate::skew::{jump_nodes, Clock};
 use crate::verify;
-use crate::Fault;
 use serde_json::json;
 use std::time::Duration;
 
@@ -25,11 +24,6 @@ fn needs_five_nodes(shape: &Shape) -> Result<(), String> {
 }
 
 pub struct SplitClock;
-
-impl SplitClock {
-    /// The faults that, asked for together, run as this scenario.
-    pub const FAULTS: [Fault; 2] = [Fault::Partition, Fault::Clock];
-}
 
 impl Package for SplitClock {
     fn name(&self) -> &'static str {
@@ -57,11 +51,6 @@ impl Package for SplitClock {
 }
 
 pub struct KillClock;
-
-impl KillClock {
-    /// The faults that, asked for together, run as this scenario.
-    pub const FAULTS: [Fault; 2] = [Fault::Kill, Fault::Clock];
-}
 
 impl Package for KillClock {
     fn name(&self) -> &'static str {

@@ -3,7 +3,7 @@
 //! holder's own lease clock, then set every clock right again.
 
 use crate::cluster::BoxFuture;
-use crate::fault::Targets;
+use crate::cluster::Targets;
 use crate::package::{needs_lock_node, Package, Shape};
 use crate::runner::{Env, FaultParams};
 use crate::verify;

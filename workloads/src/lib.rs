@@ -17,6 +17,10 @@ pub mod worker;
 pub use config::Config;
 pub use worker::WorkerSpec;
 
+/// The name of the lock key on every lock node, for the built-in clients
+/// and the adapters alike (the crate root, so neither module needs the other).
+pub const LOCK_KEY: &str = "lockstorm:lock";
+
 /// The result of one client step, in Jepsen's terms: `Fail` definitely did not
 /// happen, `Info` may or may not have happened.
 #[derive(Clone, Debug, PartialEq, Eq)]

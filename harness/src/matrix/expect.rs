@@ -9,7 +9,6 @@
 //! "partition+clock" = "invalid"
 //! ```
 
-use super::summary::Row;
 use nemesis::Aimed;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -66,11 +65,14 @@ impl Expectations {
     }
 }
 
-/// Whether a row's verdicts meet its expectation.
-pub fn matches(expected: Expected, row: &Row) -> bool {
-    match expected {
-        Expected::Valid => row.runs > 0 && row.valid == row.runs,
-        Expected::Invalid => row.invalid > 0,
+impl Expected {
+    /// Whether a pair's verdicts (how many runs, how many valid, how many
+    /// invalid) meet this expectation: valid every time, or caught once.
+    pub fn met_by(self, runs: u32, valid: u32, invalid: u32) -> bool {
+        match self {
+            Expected::Valid => runs > 0 && valid == runs,
+            Expected::Invalid => invalid > 0,
+        }
     }
 }
 
@@ -88,14 +90,9 @@ fn one_line(message: &str) -> String {
 mod tests {
     use super::*;
 
-    fn row(valid: u32, invalid: u32, unknown: u32) -> Row {
-        Row {
-            runs: valid + invalid + unknown,
-            valid,
-            invalid,
-            unknown,
-            ..Row::new("single", "pause")
-        }
+    /// Whether `valid`, `invalid` and `unknown` runs meet `expected`.
+    fn matches(expected: Expected, (valid, invalid, unknown): (u32, u32, u32)) -> bool {
+        expected.met_by(valid + invalid + unknown, valid, invalid)
     }
 
     #[test]
@@ -162,10 +159,10 @@ mod tests {
 
     #[test]
     fn valid_needs_every_run_valid_and_invalid_one_caught() {
-        assert!(matches(Expected::Valid, &row(2, 0, 0)));
-        assert!(!matches(Expected::Valid, &row(1, 0, 1)));
-        assert!(!matches(Expected::Valid, &row(0, 0, 0)));
-        assert!(matches(Expected::Invalid, &row(2, 1, 0)));
-        assert!(!matches(Expected::Invalid, &row(3, 0, 0)));
+        assert!(matches(Expected::Valid, (2, 0, 0)));
+        assert!(!matches(Expected::Valid, (1, 0, 1)));
+        assert!(!matches(Expected::Valid, (0, 0, 0)));
+        assert!(matches(Expected::Invalid, (2, 1, 0)));
+        assert!(!matches(Expected::Invalid, (3, 0, 0)));
     }
 }

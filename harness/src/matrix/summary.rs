@@ -2,7 +2,7 @@
 //! verdicts of its runs, the anomalies they found, and whether they met the
 //! expectation. Plain data, so a stored matrix can be re-read and redrawn.
 
-use super::expect::{self, Expectations, Expected};
+use super::expect::{Expectations, Expected};
 use crate::summary::verdict_word;
 use checker::{Results, Validity};
 use serde::{Deserialize, Serialize};
@@ -248,7 +248,9 @@ impl Summary {
     pub fn judge(&mut self, expectations: &Expectations) {
         for row in &mut self.rows {
             row.expected = expectations.get(&row.config, &row.nemesis);
-            row.matches = row.expected.map(|e| expect::matches(e, row));
+            row.matches = row
+                .expected
+                .map(|e| e.met_by(row.runs, row.valid, row.invalid));
         }
         let ran = |c: &str, n: &str| self.rows.iter().any(|r| r.config == c && r.nemesis == n);
         let skipped =

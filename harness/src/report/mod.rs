@@ -7,6 +7,7 @@
 
 mod html;
 mod matrix;
+mod page;
 mod runs;
 mod scan;
 
@@ -89,7 +90,7 @@ pub fn build(root: &Path) -> anyhow::Result<Report> {
         .chain(unmerged.iter().map(ToString::to_string))
         .collect();
 
-    let page = html::page(&runs, &matrices, &problems);
+    let page = page::page(&runs, &matrices, &problems);
     let index = root.join(INDEX);
     // Written aside and renamed so a browser never sees half a page.
     let tmp = root.join(format!(".{INDEX}.{}", std::process::id()));

@@ -77,7 +77,7 @@ impl AdapterSpec {
             } else {
                 None
             },
-            key: crate::lock::LOCK_KEY.to_string(),
+            key: crate::LOCK_KEY.to_string(),
             ttl_ms,
             acquire_timeout_ms,
             worker,

@@ -30,8 +30,7 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The name of the lock key on every lock node.
-pub const LOCK_KEY: &str = "lockstorm:lock";
+pub use crate::LOCK_KEY;
 
 /// What a successful acquisition hands back.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
