@@ -78,14 +78,7 @@ fn a_restart_taken_over_by_a_foreign_server_leaves_even_an_invalid_run_unknown()
         let dir = std::fs::read_dir(&group).ok()?.flatten().next()?.path();
         dir.join("run.json").is_file().then_some(dir)
     });
-    let record: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
-    let addr = record["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["name"] == "n1")
-        .expect("n1 in run.json")["addr"]
+    let addr = common::recorded_node(&dir, "n1")["addr"]
         .as_str()
         .unwrap()
         .to_string();

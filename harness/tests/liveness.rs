@@ -195,16 +195,7 @@ fn a_lock_node_killed_by_hand_is_the_named_cause_of_what_follows() {
         let granted = history.contains("\"type\":\"ok\",\"f\":\"acquire\"");
         (granted && dir.join("run.json").is_file()).then_some(dir)
     });
-    let record: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
-    let n1 = record["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["name"] == "n1")
-        .expect("n1 in run.json")["pid"]
-        .as_i64()
-        .unwrap();
+    let n1 = common::recorded_node(&dir, "n1")["pid"].as_i64().unwrap();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(n1 as i32),
         nix::sys::signal::Signal::SIGKILL,

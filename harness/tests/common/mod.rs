@@ -320,3 +320,16 @@ pub fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Node `name` as the run in `dir` recorded it in `run.json` (`addr`, `pid`…).
+pub fn recorded_node(dir: &Path, name: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join("run.json")).expect("run.json");
+    let record: serde_json::Value = serde_json::from_str(&text).expect("run.json parses");
+    record["nodes"]
+        .as_array()
+        .expect("run.json lists its nodes")
+        .iter()
+        .find(|n| n["name"] == name)
+        .unwrap_or_else(|| panic!("no node {name} in run.json"))
+        .clone()
+}
