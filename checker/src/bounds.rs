@@ -5,8 +5,8 @@
 //! Unlike the final-read check this sees a loss when it happens, and still
 //! decides when the run ended without a final read.
 
+use crate::finding::{Validity, MAX_EXAMPLES};
 use crate::history::{f, Event, OpType, Process};
-use crate::verdict::{Validity, MAX_EXAMPLES};
 use crate::{Invoked, OnEvent};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};

@@ -14,8 +14,8 @@
 //! fault's effect (a lease running out, a restarted node forgetting a key)
 //! can surface well after its end and still be named.
 
+use crate::finding::Anomaly;
 use crate::history::{error, f, Event, OpType};
-use crate::verdict::Anomaly;
 use crate::Invoked;
 
 /// How long after a fault ended an anomaly is still put down to it.
@@ -206,9 +206,9 @@ pub fn attribute(anomaly: &mut Anomaly, faults: &Causes) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::finding::Witness;
     use crate::history::{OpType, Process};
     use crate::testing::Hist;
-    use crate::verdict::Witness;
     use serde_json::json;
 
     const S: u64 = 1_000_000_000;

@@ -3,11 +3,14 @@
 //! file; both feed every checker the events in time order and end in
 //! [`assemble`], so they give the same results for the same events.
 
-use crate::feed::{self, OnePass, Pairing, PassFindings, Reorder};
+use crate::feed::{Pairing, Reorder};
+use crate::finding::{Anomaly, Finding, Validity};
 use crate::history::{self, Event, History};
-use crate::registry::{CheckerEntry, Fed, Finding, Whole};
+use crate::jsonl::read_jsonl;
+use crate::pass::{OnePass, PassFindings};
+use crate::registry::{CheckerEntry, Fed, Whole};
 use crate::settings::Settings;
-use crate::verdict::{self, Anomaly, Results, Validity};
+use crate::verdict::{self, Results};
 use crate::{cause, crashes, faults, CHECKERS};
 use std::collections::BTreeMap;
 
@@ -97,7 +100,7 @@ pub fn check_jsonl(
             pairing.feed(&e, &mut pass);
             wholes.iter_mut().for_each(|(_, w)| w.keep(&e));
         };
-        feed::read_jsonl(reader, &mut truncated, |e| {
+        read_jsonl(reader, &mut truncated, |e| {
             stream.events += 1;
             reorder.push(e, &mut sink);
         })?;

@@ -6,9 +6,8 @@
 //! harness's final read should be at least the number of acknowledged writes.
 
 use crate::bounds::{Bounds, BoundsCheck};
+use crate::finding::{Anomaly, CheckerReport, Finding, Validity, Witness, MAX_EXAMPLES};
 use crate::history::{error, f, Event, OpType, Process};
-use crate::registry::Finding;
-use crate::verdict::{Anomaly, CheckerReport, Validity, Witness, MAX_EXAMPLES};
 use crate::{anomaly, Checker, Invoked, OnEvent};
 use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};

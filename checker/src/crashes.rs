@@ -6,8 +6,8 @@
 //! history contradicts itself and decides nothing: the verdict is unknown,
 //! whatever the checkers found.
 
+use crate::finding::{CheckerReport, Validity};
 use crate::history::{f, Event, Process};
-use crate::verdict::{CheckerReport, Validity};
 use crate::{Invoked, OnEvent};
 use rustc_hash::FxHashMap;
 

@@ -16,10 +16,9 @@
 //! ([`Settings::deadlock_after`]); without one nothing is checked.
 
 use crate::demand::{ActiveFaults, Change, Demand};
+use crate::finding::{Anomaly, CheckerReport, Finding, Validity, Witness, MAX_EXAMPLES};
 use crate::history::{f, Event, OpType, Process};
-use crate::registry::Finding;
 use crate::settings::Settings;
-use crate::verdict::{Anomaly, CheckerReport, Validity, Witness, MAX_EXAMPLES};
 use crate::{anomaly, Checker, Invoked, OnEvent};
 use rustc_hash::FxHashMap;
 use serde_json::json;

@@ -3,9 +3,9 @@
 //! under `unverified`; a run whose fault may not have happened proves
 //! nothing, so any `unverified` makes the verdict unknown.
 
+use crate::finding::{CheckerReport, Validity};
 use crate::history::fault::UNVERIFIED;
 use crate::history::Event;
-use crate::verdict::{CheckerReport, Validity};
 use crate::{Invoked, OnEvent};
 
 /// The checker's key under `results.json`'s `checkers`. Not in the registry:

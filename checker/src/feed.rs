@@ -2,24 +2,17 @@
 //! `on_invoke`/`on_return`), from a history in memory or streamed from a
 //! JSONL file whose lines arrive in file order.
 //!
-//! The event-fed checkers keep only what is open: ops in flight, holds not yet
-//! released. So a streamed check needs memory for the open ops plus the
-//! reorder window, not for the history.
+//! [`Pairing`] hands each completion its invocation; [`Reorder`] puts a
+//! streamed file back into time order. The event-fed checkers keep only
+//! what is open: ops in flight, holds not yet released. So a streamed check
+//! needs memory for the open ops plus the reorder window, not for the
+//! history.
 
-use crate::availability::AvailabilityCheck;
-use crate::cause::Causes;
-use crate::crashes::Crashes;
-use crate::faults::Faults;
-use crate::history::{next_line, Event, OpType, ParseError};
+use crate::history::{Event, OpType};
 use crate::ops::InFlight;
-use crate::registry::{CheckerEntry, Fed, Finding};
-use crate::settings::Settings;
-use crate::stats::StatsCheck;
-use crate::verdict::Stats;
-use crate::{Checker, Invoked, OnEvent, CHECKERS};
+use crate::{Invoked, OnEvent};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-use std::io::BufRead;
 
 /// Pairs each completion with its process's op in flight, as
 /// [`crate::ops::Pairs`] does for a whole history.
@@ -53,120 +46,13 @@ impl Pairing {
 /// Feeds a whole history in time order to a fresh `T`: how a checker's own
 /// tests run it alone.
 #[cfg(test)]
-pub fn feed<T: OnEvent + Default>(history: &crate::History) -> T {
+pub fn feed<T: OnEvent + Default>(history: &crate::history::History) -> T {
     let mut checker = T::default();
     let mut pairing = Pairing::default();
     for e in history.in_time_order() {
         pairing.feed(e, &mut checker);
     }
     checker
-}
-
-/// Every event-fed checker in the registry, plus the run's own record
-/// (stats, unverified faults, what anomalies may be put down to): one pass
-/// over the events.
-pub struct OnePass {
-    checkers: Vec<(&'static CheckerEntry, Box<dyn Checker>)>,
-    stats: StatsCheck,
-    availability: AvailabilityCheck,
-    faults: Faults,
-    crashes: Crashes,
-    causes: Causes,
-}
-
-/// A pass with no settings beyond a promise: what the history alone
-/// decides (the live tally's).
-impl Default for OnePass {
-    fn default() -> Self {
-        OnePass::new(&Settings::default())
-    }
-}
-
-impl OnePass {
-    /// Every event-fed checker, made for `settings`.
-    pub fn new(settings: &Settings) -> Self {
-        let checkers = CHECKERS
-            .iter()
-            .filter_map(|c| match c.fed {
-                Fed::Events(new) => Some((c, new(settings))),
-                Fed::Whole { .. } => None,
-            })
-            .collect();
-        OnePass {
-            checkers,
-            stats: StatsCheck::default(),
-            availability: AvailabilityCheck::default(),
-            faults: Faults::default(),
-            crashes: Crashes::default(),
-            causes: Causes::default(),
-        }
-    }
-}
-
-impl OnEvent for OnePass {
-    fn on_event(&mut self, e: &Event, invoke: Option<&Invoked>) {
-        for (_, checker) in &mut self.checkers {
-            checker.on_event(e, invoke);
-        }
-        self.stats.on_event(e, invoke);
-        self.availability.on_event(e, invoke);
-        self.faults.on_event(e, invoke);
-        self.crashes.on_event(e, invoke);
-        self.causes.on_event(e, invoke);
-    }
-}
-
-/// What the one pass found, each checker's finding in registry order.
-pub(crate) struct PassFindings {
-    pub checkers: Vec<(&'static CheckerEntry, Finding)>,
-    pub stats: Stats,
-    pub faults: Faults,
-    pub crashes: Crashes,
-    pub causes: Causes,
-}
-
-impl OnePass {
-    /// The anomalies counted so far that a checker can count before the
-    /// end (a live tally), in registry order, zeros included.
-    pub fn so_far(&self) -> Vec<(&'static str, u64)> {
-        self.checkers
-            .iter()
-            .flat_map(|(entry, checker)| {
-                entry
-                    .anomalies
-                    .iter()
-                    .filter_map(|a| Some((a.name, checker.so_far(a.name)?)))
-            })
-            .collect()
-    }
-
-    /// Finishes every checker: how often each anomaly it reports occurred,
-    /// in registry order.
-    pub fn counts(self) -> Vec<(&'static str, u64)> {
-        self.finish()
-            .checkers
-            .into_iter()
-            .flat_map(|(_, finding)| finding.anomalies)
-            .map(|(name, a)| (name, a.count))
-            .collect()
-    }
-
-    pub(crate) fn finish(self) -> PassFindings {
-        PassFindings {
-            checkers: self
-                .checkers
-                .into_iter()
-                .map(|(entry, checker)| (entry, checker.finish()))
-                .collect(),
-            stats: Stats {
-                availability: self.availability.finish(),
-                ..self.stats.finish()
-            },
-            faults: self.faults,
-            crashes: self.crashes,
-            causes: self.causes,
-        }
-    }
 }
 
 /// Puts events that arrive in file order back into time order. A worker
@@ -295,50 +181,6 @@ impl Reorder {
     }
 }
 
-/// Reads JSON Lines one event at a time. A malformed last line *without
-/// its newline* is what a crash mid-write leaves: it is dropped and
-/// `truncated` set. Any other malformed line is an error naming it.
-pub fn read_jsonl(
-    mut reader: impl BufRead,
-    truncated: &mut bool,
-    mut each: impl FnMut(Event),
-) -> Result<(), ParseError> {
-    let mut buf = Vec::new();
-    let mut n = 0;
-    while next_line(&mut reader, &mut buf, n + 1)? {
-        n += 1;
-        // The common line, well-formed: scanned, or parsed from the bytes as
-        // they are. Anything else takes the careful path below, so what it
-        // accepts (invalid UTF-8 replaced, Unicode spaces trimmed) and the
-        // errors it gives are unchanged.
-        if let Some(event) = crate::scan::event(&buf) {
-            each(event);
-            continue;
-        }
-        if let Ok(event) = serde_json::from_slice::<Event>(&buf) {
-            each(event);
-            continue;
-        }
-        let text = String::from_utf8_lossy(&buf);
-        let text = text.trim();
-        if text.is_empty() {
-            continue;
-        }
-        match serde_json::from_str::<Event>(text) {
-            Ok(event) => each(event),
-            // Only the last line can lack its newline.
-            Err(_) if buf.last() != Some(&b'\n') => *truncated = true,
-            Err(e) => {
-                return Err(ParseError::Line {
-                    line: n,
-                    message: e.to_string(),
-                })
-            }
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -396,24 +238,6 @@ mod tests {
         r.drain(|e| out.push(e.time));
         assert_eq!(out, vec![10, 20, 30, 40, 50, 60]);
         assert_eq!(r.late, 0);
-    }
-
-    #[test]
-    fn the_live_tally_counts_what_is_known_before_the_end_in_registry_order() {
-        let names: Vec<_> = OnePass::default()
-            .so_far()
-            .into_iter()
-            .map(|(n, _)| n)
-            .collect();
-        assert_eq!(
-            names,
-            [
-                "lock-overlap",
-                "unsafe-action",
-                "foreign-release",
-                "stale-fence-accepted"
-            ]
-        );
     }
 
     #[test]

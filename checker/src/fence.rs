@@ -5,9 +5,8 @@
 //! before this op was invoked. Ops that overlap in time may have reached the
 //! storage in either order, so they prove nothing.
 
+use crate::finding::{Anomaly, CheckerReport, Finding, Witness};
 use crate::history::{f, Event, OpType, Process};
-use crate::registry::Finding;
-use crate::verdict::{Anomaly, CheckerReport, Witness};
 use crate::{anomaly, Checker, Invoked, OnEvent};
 use rustc_hash::FxHashMap;
 

@@ -93,7 +93,8 @@ pub fn valid_history(seed: u64, processes: u64, cycles: u64, info_per_mille: u64
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verdict::{Promise, Validity};
+    use crate::finding::Validity;
+    use crate::verdict::Promise;
 
     #[test]
     fn a_generated_history_of_a_correct_lock_is_valid_for_every_checker() {

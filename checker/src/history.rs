@@ -306,15 +306,6 @@ impl History {
         }
     }
 
-    /// Reads JSON Lines. A malformed *last* line is what a crash mid-write
-    /// leaves: it is dropped and the history marked truncated. A malformed
-    /// line anywhere else is an error naming the line.
-    pub fn from_jsonl(reader: impl BufRead) -> Result<Self, ParseError> {
-        let mut history = History::default();
-        crate::feed::read_jsonl(reader, &mut history.truncated, |e| history.events.push(e))?;
-        Ok(history)
-    }
-
     /// Events sorted by `time` (the authority on real-time order), ties by `index`.
     pub fn by_time(&self) -> Vec<&Event> {
         let mut events: Vec<&Event> = self.events.iter().collect();
@@ -362,35 +353,5 @@ mod tests {
         assert_eq!(serde_json::to_string(&e).unwrap(), line);
         let nemesis = r#"{"index":9,"time":1,"process":"nemesis","type":"info","f":"start-pause","value":{"pid":4242}}"#;
         assert!(serde_json::from_str::<Event>(nemesis).unwrap().is_nemesis());
-    }
-
-    #[test]
-    fn a_cut_off_last_line_marks_the_history_truncated() {
-        let text = "{\"index\":0,\"time\":1,\"process\":0,\"type\":\"invoke\",\"f\":\"read\"}\n{\"index\":1,\"ti";
-        let h = History::from_jsonl(text.as_bytes()).unwrap();
-        assert_eq!(h.events.len(), 1);
-        assert!(h.truncated);
-    }
-
-    #[test]
-    fn a_bad_last_line_that_ends_with_a_newline_is_malformed_not_truncated() {
-        let text =
-            "{\"index\":0,\"time\":1,\"process\":0,\"type\":\"invoke\",\"f\":\"read\"}\nnot json\n";
-        let err = History::from_jsonl(text.as_bytes()).unwrap_err();
-        assert!(err.to_string().starts_with("history line 2:"), "{err}");
-    }
-
-    #[test]
-    fn a_line_longer_than_the_bound_is_an_error_without_reading_on() {
-        let endless = std::io::BufReader::new(std::io::repeat(b'0'));
-        let err = History::from_jsonl(endless).unwrap_err();
-        assert!(err.to_string().contains("longer than 1 MiB"), "{err}");
-    }
-
-    #[test]
-    fn a_bad_line_in_the_middle_is_an_error_naming_it() {
-        let text = "{\"index\":0,\"time\":1,\"process\":0,\"type\":\"invoke\",\"f\":\"read\"}\nnot json\n{\"index\":1,\"time\":2,\"process\":0,\"type\":\"ok\",\"f\":\"read\"}\n";
-        let err = History::from_jsonl(text.as_bytes()).unwrap_err();
-        assert!(err.to_string().starts_with("history line 2:"), "{err}");
     }
 }

@@ -33,10 +33,13 @@ mod edn;
 mod faults;
 mod feed;
 mod fence;
+mod finding;
 mod holds;
+mod jsonl;
 mod linear;
 mod mutex;
 mod ops;
+mod pass;
 mod registry;
 mod scan;
 mod settings;
@@ -52,16 +55,16 @@ pub use availability::Availability;
 pub use check::{check, check_jsonl, StreamStats, Window};
 pub use counter::CounterReport;
 pub use edn::from_edn;
+pub use finding::{Anomaly, CheckerReport, Validity, Witness};
 pub use history::{Event, History, OpType, Process};
 pub use registry::{anomalies, AnomalyKind, Breaks};
 pub use settings::Settings;
 pub use strike::Point;
-pub use verdict::{
-    Anomaly, CheckerReport, Promise, Results, Stats, UnknownPromise, Validity, Witness,
-};
+pub use verdict::{Promise, Results, Stats, UnknownPromise};
 
 // Feeding checkers as events arrive (the harness's live tally).
-pub use feed::{OnePass, Pairing, Reorder};
+pub use feed::{Pairing, Reorder};
+pub use pass::OnePass;
 
 // What the pictures draw: lock holds, ops paired with their completions.
 pub use holds::{holds, Hold};
@@ -70,7 +73,8 @@ pub use ops::Pairs;
 // The linearizability search on its own, with its budget (benchmarks).
 pub use linear::{check as check_linearizability, Budget};
 
-use registry::{CheckerEntry, Fed, Finding};
+use finding::Finding;
+use registry::{CheckerEntry, Fed};
 
 /// A checker fed events one at a time, in time order (stateright's
 /// `on_invoke`/`on_return` in one call). `invoke` is the matching invocation
@@ -120,7 +124,7 @@ pub mod anomaly {
 /// reports, how it is fed. Checkers' notes appear in this order; anomalies
 /// in their `rank` order wherever a reader scans them. (`faults`, stats and
 /// attribution are the run's own record, not checkers of the lock: they
-/// are in every pass, see [`feed::OnePass`].)
+/// are in every pass, see [`OnePass`].)
 static CHECKERS: &[CheckerEntry] = &[
     CheckerEntry {
         name: mutex::NAME,

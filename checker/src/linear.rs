@@ -36,9 +36,9 @@
 //! holds 32 bytes per lock event rather than the events themselves.
 
 use crate::anomaly;
+use crate::finding::{Anomaly, CheckerReport, Finding, Validity, Witness};
 use crate::history::{Event, History, OpType};
-use crate::registry::{Finding, Whole};
-use crate::verdict::{Anomaly, CheckerReport, Validity, Witness};
+use crate::registry::Whole;
 use kept::{Does, Kept, NONE};
 use rustc_hash::FxHashMap;
 use search::Search;

@@ -6,11 +6,10 @@
 //! memory follows the concurrency (plus holds that never end), not the
 //! history's length.
 
+use crate::finding::{Anomaly, CheckerReport, Finding, Witness};
 use crate::history::fault::{started, stopped, PROCESS};
 use crate::history::{f, Event, OpType, Process};
 use crate::holds::Hold;
-use crate::registry::Finding;
-use crate::verdict::{Anomaly, CheckerReport, Witness};
 use crate::{anomaly, Checker, Invoked, OnEvent};
 use rustc_hash::FxHashMap;
 

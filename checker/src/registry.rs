@@ -3,9 +3,9 @@
 //! checkers or anomalies (the verdict, the one pass, reports, plots, the live
 //! tally) reads them from there, so a new checker is one module and one line.
 
+use crate::finding::{Anomaly, CheckerReport, Finding, Validity};
 use crate::history::Event;
 use crate::settings::Settings;
-use crate::verdict::{Anomaly, CheckerReport};
 use crate::{Checker, CHECKERS};
 
 /// One checker in the registry.
@@ -67,23 +67,11 @@ pub(crate) trait Whole {
     fn finish(self: Box<Self>) -> Finding;
 }
 
-/// What a checker found: its entry under `checkers`, each of its anomalies
-/// by name, and notes for the reader.
-pub(crate) struct Finding {
-    pub report: CheckerReport,
-    pub anomalies: Vec<(&'static str, Anomaly)>,
-    pub notes: Vec<String>,
-    /// Not checked because the check was not given what it needs (a
-    /// threshold the history cannot tell): its `unknown` leaves the verdict
-    /// alone, and its note says why.
-    pub not_asked: bool,
-}
-
 impl CheckerEntry {
     /// What a checker that was not run reports: unknown, and none of its
     /// anomalies.
     pub fn not_checked(&self) -> Finding {
-        let mut report = CheckerReport::new(crate::Validity::Unknown);
+        let mut report = CheckerReport::new(Validity::Unknown);
         report
             .details
             .insert("reason".into(), serde_json::json!("not checked"));

@@ -8,7 +8,7 @@
 //! set's hash with the holder's folded in).
 
 use super::{Budget, Kind, Op, Outcome, Prepared, NIL};
-use crate::verdict::Validity;
+use crate::finding::Validity;
 use rustc_hash::FxHashSet;
 use std::time::Instant;
 
