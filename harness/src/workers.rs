@@ -1,7 +1,7 @@
 //! Worker processes: `lockstorm worker --spec …`, one per `--workers`. Their
-//! stdout carries history events, and [`Parked`] lines when one stops at an
-//! armed strike point; their stdin carries control messages
-//! ([`ControlMessage`], one line each).
+//! stdout carries [`WorkerLine`]s: history events, and a line when one stops
+//! at an armed strike point, or its client adapter broke; their stdin
+//! carries control messages ([`ControlMessage`], one line each).
 //!
 //! Each worker index has a supervisor for the whole run: a worker that dies
 //! before it is told to stop is recorded as crashed (its op in flight
@@ -22,9 +22,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Child;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use workloads::strike::Parked;
-use workloads::worker::{AdapterBroken, ControlMessage, Warning, ADAPTER_BROKEN};
-use workloads::WorkerSpec;
+use workloads::worker::{ControlMessage, ADAPTER_BROKEN};
+use workloads::{WorkerLine, WorkerSpec};
 
 struct Worker {
     pid: u32,
@@ -94,29 +93,35 @@ fn spawn(spec: &WorkerSpec, ctx: &Shared) -> Result<Worker> {
         let mut seen = Seen::default();
         let mut lines = BufReader::new(stdout).lines();
         while let Ok(Some(line)) = lines.next_line().await {
-            if let Ok(event) = serde_json::from_str::<Event>(&line) {
-                seen.on_event(&event);
-                history.append(event, Some(index));
-            } else if let Ok(b) = serde_json::from_str::<AdapterBroken>(&line) {
-                broken.send_replace(Some(format!("worker {index}: {}", b.adapter_broken)));
-            } else if let Ok(w) = serde_json::from_str::<Warning>(&line) {
-                tracing::warn!("worker {index}: {}", w.warning);
-            } else if let Ok(at) = serde_json::from_str::<Parked>(&line) {
-                let process = seen.last_process.unwrap_or(first_process);
-                parked.send_modify(|p| {
-                    *p = AtPoint {
-                        seq: p.seq + 1,
-                        worker: index,
-                        process,
-                        point: at.parked,
-                        arm: at.arm,
-                        how: at.how.clone(),
-                    }
-                });
-            } else {
-                tracing::warn!(
-                    "worker {index} wrote a line that is neither an event nor a strike: {line}"
-                )
+            match serde_json::from_str::<WorkerLine>(&line) {
+                Ok(WorkerLine::Event(event)) => {
+                    seen.on_event(&event);
+                    history.append(event, Some(index));
+                }
+                Ok(WorkerLine::Parked(at)) => {
+                    let process = seen.last_process.unwrap_or(first_process);
+                    parked.send_modify(|p| {
+                        *p = AtPoint {
+                            seq: p.seq + 1,
+                            worker: index,
+                            process,
+                            point: at.point,
+                            arm: at.arm,
+                            how: at.how,
+                        }
+                    });
+                }
+                Ok(WorkerLine::AdapterBroken { why }) => {
+                    broken.send_replace(Some(format!("worker {index}: {why}")));
+                }
+                Ok(WorkerLine::Warning { warning }) => {
+                    tracing::warn!("worker {index}: {warning}")
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "worker {index} wrote a line that is not a worker line ({e}): {line}"
+                    )
+                }
             }
         }
         seen

@@ -15,7 +15,7 @@ pub mod strike;
 pub mod worker;
 
 pub use config::Config;
-pub use worker::WorkerSpec;
+pub use worker::{WorkerLine, WorkerSpec};
 
 /// The name of the lock key on every lock node, for the built-in clients
 /// and the adapters alike (the crate root, so neither module needs the other).

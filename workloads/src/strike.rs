@@ -12,12 +12,12 @@ use std::time::Duration;
 /// (the nemesis releases it within milliseconds; this bounds a lost message).
 const PARK_LIMIT: Duration = Duration::from_secs(10);
 
-/// The line a worker writes on stdout when it has parked at an armed point:
-/// `{"parked":"checked","arm":3}`. Not a history event: the harness hands
-/// it to the nemesis.
+/// What a worker says on stdout when it has parked at an armed point (a
+/// [`WorkerLine::Parked`](crate::worker::WorkerLine::Parked)). Not a history
+/// event: the harness hands it to the nemesis.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Parked {
-    pub parked: Point,
+    pub point: Point,
     pub arm: u64,
     /// How the worker saw the point, where it cannot see it exactly (a
     /// client adapter's library is opaque to it): the strike records this.
@@ -58,14 +58,14 @@ impl Strikes {
         self.release(u64::MAX);
     }
 
-    /// The worker is at `point`: if it is armed here, announce (with the
-    /// arm's id) and park until released. Returns whether it parked.
     /// Whether `point` is armed now (a client that must watch for a point
     /// only watches when it is).
     pub fn armed(&self, point: Point) -> bool {
         self.state().armed.is_some_and(|(p, _)| p == point)
     }
 
+    /// The worker is at `point`: if it is armed here, announce (with the
+    /// arm's id) and park until released. Returns whether it parked.
     pub fn at(&self, point: Point, announce: impl FnOnce(Parked)) -> bool {
         let arm = {
             let mut state = self.state();
@@ -78,7 +78,7 @@ impl Strikes {
             }
         };
         announce(Parked {
-            parked: point,
+            point,
             arm,
             how: None,
         });
@@ -157,7 +157,7 @@ mod tests {
                     assert_eq!(
                         p,
                         Parked {
-                            parked: Point::Checked,
+                            point: Point::Checked,
                             arm: 1,
                             how: None
                         }
@@ -184,20 +184,5 @@ mod tests {
         strikes.arm(Point::Acquired, 5);
         strikes.release_all();
         assert!(!strikes.at(Point::Acquired, |_| panic!("stopping")));
-    }
-
-    #[test]
-    fn the_parked_line_is_one_json_object() {
-        let mut parked = Parked {
-            parked: Point::Releasing,
-            arm: 9,
-            how: None,
-        };
-        let line = serde_json::to_string(&parked).unwrap();
-        assert_eq!(line, r#"{"parked":"releasing","arm":9}"#);
-        parked.how = Some("key seen".into());
-        let line = serde_json::to_string(&parked).unwrap();
-        assert_eq!(line, r#"{"parked":"releasing","arm":9,"how":"key seen"}"#);
-        assert_eq!(serde_json::from_str::<Parked>(&line).unwrap(), parked);
     }
 }

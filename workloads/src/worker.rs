@@ -7,7 +7,7 @@ use crate::clock::{monotonic_ns, LockClock, RunClock};
 use crate::lock::{self, Grant, LockClient, LockParams, Renewal};
 use crate::recorder::Recorder;
 use crate::storage::Storage;
-use crate::strike::{Hook, Strikes};
+use crate::strike::{Hook, Parked, Strikes};
 use crate::{Config, Outcome};
 use checker::history::{self, error, f, Event, OpType, Process};
 use checker::Point;
@@ -58,22 +58,27 @@ pub struct WorkerSpec {
     pub adapter: Option<AdapterSpec>,
 }
 
-/// The line a worker writes when its client adapter broke the protocol,
-/// just before it exits with [`ADAPTER_BROKEN`]: `{"adapter_broken":"…"}`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AdapterBroken {
-    pub adapter_broken: String,
+/// One line of a worker's stdout, the pipe from a worker to the harness:
+/// written by the worker ([`Emitter`]) and parsed once by the harness, by
+/// its `line` tag (`{"line":"event",…}`). The pipe is internal; the history
+/// is what the harness makes of its `Event`s, written in its own format.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "line", rename_all = "kebab-case")]
+pub enum WorkerLine {
+    /// A history event, for the harness to number and record.
+    Event(Event),
+    /// The worker parked at an armed strike point: for the nemesis, not the
+    /// history.
+    Parked(Parked),
+    /// The client adapter broke the protocol (why): the run ends, and the
+    /// worker exits with [`ADAPTER_BROKEN`] right after.
+    AdapterBroken { why: String },
+    /// Something for the harness's log that ends nothing.
+    Warning { warning: String },
 }
 
 /// The exit status of a worker whose client adapter broke the protocol.
 pub const ADAPTER_BROKEN: i32 = 3;
-
-/// A line a worker writes for the harness's log, about something that ends
-/// nothing: `{"warning":"…"}`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Warning {
-    pub warning: String,
-}
 
 impl WorkerSpec {
     pub fn first_process(&self) -> u64 {
@@ -91,7 +96,7 @@ impl WorkerSpec {
     }
 }
 
-/// Writes events as JSON lines, flushed one by one so the harness sees each
+/// Writes [`WorkerLine`]s as JSON lines, flushed one by one so the harness sees each
 /// step as it happens. Shared with the stall monitor's thread, one whole
 /// line at a time.
 struct Emitter<W: Write> {
@@ -101,11 +106,10 @@ struct Emitter<W: Write> {
 
 impl<W: Write> Emitter<W> {
     fn emit(&self, event: Event) {
-        self.line(&event);
+        self.line(&WorkerLine::Event(event));
     }
 
-    /// One JSON line: an event, or a [`Parked`] announcement.
-    fn line(&self, item: &impl Serialize) {
+    fn line(&self, item: &WorkerLine) {
         let mut line = serde_json::to_vec(item).expect("lines always serialise");
         line.push(b'\n');
         let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
@@ -289,16 +293,16 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
     };
     let strike: Hook = {
         let announce = emitter();
-        Hook::new(strikes, move |parked| announce.line(&parked))
+        Hook::new(strikes, move |parked| {
+            announce.line(&WorkerLine::Parked(parked))
+        })
     };
     let renewals = emitter();
     let give_up = {
         let announce = emitter();
         Arc::new(move |why: String| {
             eprintln!("{why}");
-            announce.line(&AdapterBroken {
-                adapter_broken: why,
-            });
+            announce.line(&WorkerLine::AdapterBroken { why });
             std::process::exit(ADAPTER_BROKEN);
         })
     };
@@ -306,7 +310,7 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
         let announce = emitter();
         Arc::new(move |warning: String| {
             eprintln!("{warning}");
-            announce.line(&Warning { warning });
+            announce.line(&WorkerLine::Warning { warning });
         })
     };
     let params = LockParams {
@@ -619,6 +623,48 @@ impl Lease {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_worker_line_round_trips_and_says_what_it_is() {
+        let event = Event::new(7, Process::Client(2), OpType::Ok, f::ACQUIRE)
+            .with_token("t1")
+            .with_value(serde_json::json!({"nodes": 5}));
+        let lines = [
+            (WorkerLine::Event(event.clone()), "event"),
+            (
+                WorkerLine::Parked(Parked {
+                    point: Point::Releasing,
+                    arm: 9,
+                    how: Some("key seen".into()),
+                }),
+                "parked",
+            ),
+            (
+                WorkerLine::AdapterBroken {
+                    why: "reply to #3 is not JSON".into(),
+                },
+                "adapter-broken",
+            ),
+            (
+                WorkerLine::Warning {
+                    warning: "strays left".into(),
+                },
+                "warning",
+            ),
+        ];
+        for (line, tag) in lines {
+            let json = serde_json::to_string(&line).unwrap();
+            assert!(!json.contains('\n'), "{json}");
+            let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+            assert_eq!(value["line"], tag, "{json}");
+            assert_eq!(serde_json::from_str::<WorkerLine>(&json).unwrap(), line);
+        }
+        // The event inside is the history's, field for field, beside the tag.
+        let json = serde_json::to_value(WorkerLine::Event(event.clone())).unwrap();
+        let mut history = serde_json::to_value(&event).unwrap();
+        history["line"] = "event".into();
+        assert_eq!(json, history);
+    }
 
     #[test]
     fn control_messages_round_trip_through_their_line() {
