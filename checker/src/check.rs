@@ -8,13 +8,13 @@ use crate::finding::{Anomaly, Finding, Validity};
 use crate::history::{self, Event, History};
 use crate::jsonl::read_jsonl;
 use crate::pass::{OnePass, PassFindings};
-use crate::registry::{CheckerEntry, Fed, Whole};
+use crate::registry::{CheckerEntry, Fed, CHECKERS};
 use crate::settings::Settings;
 use crate::verdict::{self, Results};
-use crate::{cause, crashes, faults, CHECKERS};
+use crate::{cause, crashes, faults, Whole};
 use std::collections::BTreeMap;
 
-/// Checks `history` against `settings` (a [`crate::Promise`] will do:
+/// Checks `history` against `settings` (a [`Promise`](crate::settings::Promise) will do:
 /// then `deadlock` is not checked). Every anomaly looked for is reported,
 /// with count 0 when absent.
 pub fn check(history: &History, settings: impl Into<Settings>) -> Results {
@@ -225,14 +225,17 @@ fn unmatched_note(pairing: &Pairing) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::settings::Promise;
     use crate::testing::Hist;
-    use crate::verdict::Promise;
-    use crate::{anomaly, counter, fence, mutex};
+    use crate::{anomaly, counter, deadlock, fence, mutex};
     use serde_json::json;
 
     /// Every anomaly's name, in the order a reader scans for them.
     fn all() -> Vec<&'static str> {
-        crate::anomalies().iter().map(|a| a.name).collect()
+        crate::registry::anomalies()
+            .iter()
+            .map(|a| a.name)
+            .collect()
     }
 
     /// Two workers taking turns, with fences; one acquire times out and the
@@ -302,7 +305,7 @@ mod tests {
     fn without_a_threshold_deadlock_is_not_checked_and_says_so_but_decides_nothing() {
         let r = check(&clean().build(), Promise::MutualExclusion);
         assert_eq!(r.valid, Validity::True, "{r:#?}");
-        let deadlock = &r.checkers[crate::deadlock::NAME];
+        let deadlock = &r.checkers[deadlock::NAME];
         assert_eq!(deadlock.valid, Validity::Unknown);
         assert!(deadlock.details.contains_key("not_checked"), "{deadlock:?}");
         assert_eq!(
@@ -310,10 +313,43 @@ mod tests {
             ["deadlock not checked: no threshold was given, and the history does not record the lock's TTL"]
         );
         let with = check(&clean().build(), settings(Promise::MutualExclusion));
+        assert_eq!(with.checkers[deadlock::NAME].details["threshold_ms"], 7_000);
+    }
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn a_lock_stuck_after_its_node_died_by_itself_is_put_down_to_the_death() {
+        let mut h = Hist::new();
+        h.invoke(1, "acquire").time(S);
+        h.ok(1, "acquire").token("a").time(S);
+        h.ungranted(S, 13 * S);
+        h.push_crash_of_node("n1", 2 * S);
+        let r = check(&h.build(), settings(Promise::MutualExclusion));
         assert_eq!(
-            with.checkers[crate::deadlock::NAME].details["threshold_ms"],
-            7_000
+            r.anomalies[anomaly::DEADLOCK].causes["node-died"],
+            1,
+            "{r:?}"
         );
+    }
+
+    #[test]
+    fn a_deadlock_after_a_crash_is_put_down_to_the_crash_and_fails_every_promise() {
+        let mut h = Hist::new();
+        h.invoke(1, "acquire").time(S);
+        h.nemesis("start-crash").time(S + 1);
+        h.info(1, "acquire").time(S + 2).error("crashed");
+        h.crash(1).time(S + 3);
+        h.nemesis("stop-crash").time(S + 4);
+        h.ungranted(2 * S, 20 * S);
+        h.final_read(0);
+        for promise in [Promise::MutualExclusion, Promise::DataSafety] {
+            let r = check(&h.build(), settings(promise));
+            let a = &r.anomalies[anomaly::DEADLOCK];
+            assert_eq!(a.count, 1, "{a:?}");
+            assert_eq!(a.example_causes, ["crash"], "{a:?}");
+            assert_eq!(r.valid, Validity::False, "{promise}");
+        }
     }
 
     #[test]

@@ -151,7 +151,7 @@ pub mod fault {
     /// The key that says why its effect was not seen.
     pub const UNVERIFIED: &str = "unverified";
     /// The key naming the strike point a fault that struck a client landed
-    /// at (a [`Point`](crate::Point)).
+    /// at (a strike point's name, see `strike.rs`).
     pub const AT: &str = "at";
     /// The key naming the client process such a fault struck.
     pub const PROCESS: &str = "process";

@@ -10,10 +10,12 @@
 //! through [`Pairing`]) for a live tally. The checkers themselves are
 //! private modules.
 //!
-//! The checkers are listed once, in `CHECKERS` below: each with the
-//! anomalies it reports and how it is fed. Adding one is a module
-//! implementing `Checker` (or `Whole`, for a whole-history check), its
-//! anomalies' names in [`anomaly`], and a line there.
+//! This page also holds what every checker implements (`OnEvent` and
+//! `Checker`, or `Whole` for a whole-history check); the checkers, each a
+//! private module, import it from here, and are listed once, in the
+//! registry (`registry.rs`, `CHECKERS`), each with the anomalies it reports
+//! and how it is fed. Adding one is its module, its anomalies' names in
+//! [`anomaly`], and its line there.
 
 #![forbid(unsafe_code)]
 
@@ -58,9 +60,10 @@ pub use edn::from_edn;
 pub use finding::{Anomaly, CheckerReport, Validity, Witness};
 pub use history::{Event, History, OpType, Process};
 pub use registry::{anomalies, AnomalyKind, Breaks};
-pub use settings::Settings;
+pub use settings::{Promise, Settings, UnknownPromise};
+pub use stats::Stats;
 pub use strike::Point;
-pub use verdict::{Promise, Results, Stats, UnknownPromise};
+pub use verdict::Results;
 
 // Feeding checkers as events arrive (the harness's live tally).
 pub use feed::{Pairing, Reorder};
@@ -74,7 +77,6 @@ pub use ops::Pairs;
 pub use linear::{check as check_linearizability, Budget};
 
 use finding::Finding;
-use registry::{CheckerEntry, Fed};
 
 /// A checker fed events one at a time, in time order (stateright's
 /// `on_invoke`/`on_return` in one call). `invoke` is the matching invocation
@@ -107,9 +109,17 @@ pub(crate) trait Checker: OnEvent + Send {
     fn finish(self: Box<Self>) -> Finding;
 }
 
+/// A whole-history checker: fed each event in time order, it keeps what
+/// it reads, then decides from all of it.
+pub(crate) trait Whole {
+    fn keep(&mut self, e: &Event);
+
+    fn finish(self: Box<Self>) -> Finding;
+}
+
 /// Anomaly names: the keys of `results.json`'s `anomalies` (contract). What
 /// each means is in docs/formats.md, "Anomalies"; which checker
-/// reports it, in `CHECKERS`.
+/// reports it, in the registry (`registry.rs`).
 pub mod anomaly {
     pub const LOCK_OVERLAP: &str = "lock-overlap";
     pub const UNSAFE_ACTION: &str = "unsafe-action";
@@ -118,71 +128,4 @@ pub mod anomaly {
     pub const FOREIGN_RELEASE: &str = "foreign-release";
     pub const NONLINEARIZABLE: &str = "nonlinearizable";
     pub const DEADLOCK: &str = "deadlock";
-}
-
-/// Every checker of the verdict, the one registry: its name, what it
-/// reports, how it is fed. Checkers' notes appear in this order; anomalies
-/// in their `rank` order wherever a reader scans them. (`faults`, stats and
-/// attribution are the run's own record, not checkers of the lock: they
-/// are in every pass, see [`OnePass`].)
-static CHECKERS: &[CheckerEntry] = &[
-    CheckerEntry {
-        name: mutex::NAME,
-        anomalies: &[
-            kind(anomaly::LOCK_OVERLAP, 0, Some("overlap"), Breaks::Exclusion),
-            kind(anomaly::UNSAFE_ACTION, 1, Some("unsafe"), Breaks::Exclusion),
-            kind(
-                anomaly::FOREIGN_RELEASE,
-                4,
-                Some("foreign"),
-                Breaks::Exclusion,
-            ),
-        ],
-        fed: Fed::Events(|_| Box::<mutex::Mutex>::default()),
-    },
-    CheckerEntry {
-        name: counter::NAME,
-        anomalies: &[kind(anomaly::LOST_UPDATE, 2, Some("lost"), Breaks::Data)],
-        fed: Fed::Events(|_| Box::<counter::Counter>::default()),
-    },
-    CheckerEntry {
-        name: fence::NAME,
-        anomalies: &[kind(
-            anomaly::STALE_FENCE_ACCEPTED,
-            3,
-            Some("stale fence"),
-            Breaks::Data,
-        )],
-        fed: Fed::Events(|_| Box::<fence::Fences>::default()),
-    },
-    CheckerEntry {
-        name: linear::NAME,
-        anomalies: &[kind(anomaly::NONLINEARIZABLE, 5, None, Breaks::Exclusion)],
-        fed: Fed::Whole(|| Box::<linear::Linear>::default()),
-    },
-    CheckerEntry {
-        name: deadlock::NAME,
-        anomalies: &[kind(
-            anomaly::DEADLOCK,
-            6,
-            Some("deadlock"),
-            Breaks::Liveness,
-        )],
-        fed: Fed::Events(|s| Box::new(deadlock::Deadlock::new(s))),
-    },
-];
-
-/// A registry line's anomaly, positionally to keep the table short.
-const fn kind(
-    name: &'static str,
-    rank: u8,
-    short: Option<&'static str>,
-    breaks: Breaks,
-) -> AnomalyKind {
-    AnomalyKind {
-        name,
-        rank,
-        short,
-        breaks,
-    }
 }

@@ -35,10 +35,9 @@
 //! ([`kept`]), then paired and searched at the end, so a streamed check
 //! holds 32 bytes per lock event rather than the events themselves.
 
-use crate::anomaly;
 use crate::finding::{Anomaly, CheckerReport, Finding, Validity, Witness};
 use crate::history::{Event, History, OpType};
-use crate::registry::Whole;
+use crate::{anomaly, Whole};
 use kept::{Does, Kept, NONE};
 use rustc_hash::FxHashMap;
 use search::Search;

@@ -8,11 +8,10 @@ use crate::crashes::Crashes;
 use crate::faults::Faults;
 use crate::finding::Finding;
 use crate::history::Event;
-use crate::registry::{CheckerEntry, Fed};
+use crate::registry::{CheckerEntry, Fed, CHECKERS};
 use crate::settings::Settings;
-use crate::stats::StatsCheck;
-use crate::verdict::Stats;
-use crate::{Checker, Invoked, OnEvent, CHECKERS};
+use crate::stats::{Stats, StatsCheck};
+use crate::{Checker, Invoked, OnEvent};
 
 /// Every event-fed checker in the registry, plus the run's own record
 /// (stats, unverified faults, what anomalies may be put down to): one pass

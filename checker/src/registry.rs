@@ -1,12 +1,79 @@
-//! How a line of the registry ([`crate::CHECKERS`]) is read: a checker's
-//! name, the anomalies it reports and how it is fed. Everything that lists
-//! checkers or anomalies (the verdict, the one pass, reports, plots, the live
-//! tally) reads them from there, so a new checker is one module and one line.
+//! The registry of checkers, [`CHECKERS`]: each checker's name, the
+//! anomalies it reports and how it is fed, how such a line reads, and the
+//! lookups on it. Everything that lists checkers or anomalies (the verdict,
+//! the one pass, reports, plots, the live tally) reads them from here, so a
+//! new checker is one module and one line.
 
 use crate::finding::{Anomaly, CheckerReport, Finding, Validity};
-use crate::history::Event;
 use crate::settings::Settings;
-use crate::{Checker, CHECKERS};
+use crate::{anomaly, counter, deadlock, fence, linear, mutex, Checker, Whole};
+
+/// Every checker of the verdict, the one registry: its name, what it
+/// reports, how it is fed. Checkers' notes appear in this order; anomalies
+/// in their `rank` order wherever a reader scans them. (`faults`, stats and
+/// attribution are the run's own record, not checkers of the lock: they
+/// are in every pass, see [`OnePass`](crate::pass::OnePass).)
+pub(crate) static CHECKERS: &[CheckerEntry] = &[
+    CheckerEntry {
+        name: mutex::NAME,
+        anomalies: &[
+            kind(anomaly::LOCK_OVERLAP, 0, Some("overlap"), Breaks::Exclusion),
+            kind(anomaly::UNSAFE_ACTION, 1, Some("unsafe"), Breaks::Exclusion),
+            kind(
+                anomaly::FOREIGN_RELEASE,
+                4,
+                Some("foreign"),
+                Breaks::Exclusion,
+            ),
+        ],
+        fed: Fed::Events(|_| Box::<mutex::Mutex>::default()),
+    },
+    CheckerEntry {
+        name: counter::NAME,
+        anomalies: &[kind(anomaly::LOST_UPDATE, 2, Some("lost"), Breaks::Data)],
+        fed: Fed::Events(|_| Box::<counter::Counter>::default()),
+    },
+    CheckerEntry {
+        name: fence::NAME,
+        anomalies: &[kind(
+            anomaly::STALE_FENCE_ACCEPTED,
+            3,
+            Some("stale fence"),
+            Breaks::Data,
+        )],
+        fed: Fed::Events(|_| Box::<fence::Fences>::default()),
+    },
+    CheckerEntry {
+        name: linear::NAME,
+        anomalies: &[kind(anomaly::NONLINEARIZABLE, 5, None, Breaks::Exclusion)],
+        fed: Fed::Whole(|| Box::<linear::Linear>::default()),
+    },
+    CheckerEntry {
+        name: deadlock::NAME,
+        anomalies: &[kind(
+            anomaly::DEADLOCK,
+            6,
+            Some("deadlock"),
+            Breaks::Liveness,
+        )],
+        fed: Fed::Events(|s| Box::new(deadlock::Deadlock::new(s))),
+    },
+];
+
+/// A registry line's anomaly, positionally to keep the table short.
+const fn kind(
+    name: &'static str,
+    rank: u8,
+    short: Option<&'static str>,
+    breaks: Breaks,
+) -> AnomalyKind {
+    AnomalyKind {
+        name,
+        rank,
+        short,
+        breaks,
+    }
+}
 
 /// One checker in the registry.
 pub(crate) struct CheckerEntry {
@@ -59,14 +126,6 @@ pub(crate) enum Fed {
     Whole(fn() -> Box<dyn Whole>),
 }
 
-/// A whole-history checker: fed each event in time order, it keeps what
-/// it reads, then decides from all of it.
-pub(crate) trait Whole {
-    fn keep(&mut self, e: &Event);
-
-    fn finish(self: Box<Self>) -> Finding;
-}
-
 impl CheckerEntry {
     /// What a checker that was not run reports: unknown, and none of its
     /// anomalies.
@@ -101,7 +160,7 @@ pub(crate) fn entry(name: &str) -> Option<&'static CheckerEntry> {
 }
 
 /// The registry's description of the anomaly called `name`.
-pub(crate) fn kind(name: &str) -> Option<&'static AnomalyKind> {
+pub(crate) fn anomaly_kind(name: &str) -> Option<&'static AnomalyKind> {
     CHECKERS
         .iter()
         .flat_map(|c| c.anomalies)

@@ -1,7 +1,52 @@
-//! What a check is asked to hold a history to, beyond the history itself.
+//! What a check is asked to hold a history to: the [`Promise`] the lock
+//! made, and what the history itself cannot tell ([`Settings`]).
 
-use crate::verdict::Promise;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
+
+/// What a lock configuration claims. Which anomalies break it is the
+/// registry's to say, so [`Promise::counts`] is the verdict's (verdict.rs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Promise {
+    /// Never two holders at once (unfenced configs).
+    #[default]
+    MutualExclusion,
+    /// Overlaps may happen, but the storage refuses the stale holder (fenced configs).
+    DataSafety,
+}
+
+impl Promise {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Promise::MutualExclusion => "mutual-exclusion",
+            Promise::DataSafety => "data-safety",
+        }
+    }
+}
+
+impl fmt::Display for Promise {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown promise `{0}`: use mutual-exclusion or data-safety")]
+pub struct UnknownPromise(pub String);
+
+impl FromStr for Promise {
+    type Err = UnknownPromise;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "mutual-exclusion" => Ok(Promise::MutualExclusion),
+            "data-safety" => Ok(Promise::DataSafety),
+            other => Err(UnknownPromise(other.to_owned())),
+        }
+    }
+}
 
 /// The promise to judge by, and what the history cannot say about the run
 /// that made it. `Settings::from(promise)` checks everything the history
@@ -36,5 +81,26 @@ impl Settings {
 impl From<Promise> for Settings {
     fn from(promise: Promise) -> Self {
         Settings::new(promise)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn promise_names_parse_print_and_serialise_alike() {
+        for p in [Promise::MutualExclusion, Promise::DataSafety] {
+            assert_eq!(p.to_string().parse::<Promise>().unwrap(), p);
+            assert_eq!(
+                serde_json::to_value(p).unwrap(),
+                json!(p.to_string()),
+                "serde and Display disagree"
+            );
+        }
+        assert_eq!(Promise::DataSafety.to_string(), "data-safety");
+        let err = "fenced".parse::<Promise>().unwrap_err();
+        assert!(err.to_string().contains("mutual-exclusion"), "{err}");
     }
 }

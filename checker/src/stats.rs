@@ -1,8 +1,41 @@
 //! Throughput and outcome counts for the report.
 
+use crate::availability::Availability;
 use crate::history::{error, f, Event, OpType};
-use crate::verdict::Stats;
 use crate::{Invoked, OnEvent};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Rates and counts for the report. Every field defaults so results written
+/// with fewer fields still read back.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Stats {
+    /// Client invocations.
+    pub ops: u64,
+    pub ok: u64,
+    pub fail: u64,
+    pub info: u64,
+    pub ops_per_s: f64,
+    /// Successful acquisitions.
+    pub acquired: u64,
+    pub cycles_per_s: f64,
+    pub duration_s: f64,
+    /// Time of the first `start-*` nemesis event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_fault_time: Option<u64>,
+    /// Faults injected: `start-*` nemesis events.
+    pub faults: u64,
+    /// Stalls of a worker or the harness that no nemesis fault explains (a
+    /// busy host), and the longest of them in ms.
+    pub stalls: u64,
+    pub longest_stall_ms: u64,
+    /// How often each kind of `error` (the part before any `:`) appeared on
+    /// a client `fail`/`info`.
+    pub errors: BTreeMap<String, u64>,
+    /// Grants with and without faults, recovery after heals and crashes.
+    pub availability: Availability,
+}
 
 /// Order does not matter here; fed like the others so one pass does all.
 #[derive(Default)]

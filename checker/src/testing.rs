@@ -109,6 +109,19 @@ impl Hist {
             .0
             .node = Some(node.into());
     }
+    /// Processes 2 and 3 try to acquire from `from` to `until` and are never
+    /// granted: each attempt times out after 4 s.
+    pub fn ungranted(&mut self, from: u64, until: u64) {
+        const S: u64 = 1_000_000_000;
+        let mut t = from;
+        while t + 4 * S <= until {
+            for p in [2, 3] {
+                self.invoke(p, "acquire").time(t);
+                self.fail(p, "acquire").time(t + 4 * S).error("timeout");
+            }
+            t += 4 * S;
+        }
+    }
     pub fn sleep(&mut self, ns: u64) {
         self.now += ns;
     }

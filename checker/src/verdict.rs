@@ -1,34 +1,21 @@
-//! The verdict: what a run promised, what was found, and whether that breaks
-//! the promise. These types are the `results.json` contract (docs/formats.md,
-//! "results.json"), so they read back what they write.
+//! The verdict: whether what was found breaks what the run promised
+//! ([`Promise::counts`], [`decide`]), and [`Results`], the content of
+//! `results.json` (docs/formats.md, "results.json"), which reads back what
+//! it writes. Its parts come from below: each checker's finding, the stats,
+//! the promise.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fmt;
-use std::str::FromStr;
 
 use crate::finding::{Anomaly, CheckerReport, Validity};
 use crate::registry::{self, Breaks};
+use crate::settings::Promise;
+use crate::stats::Stats;
 
-/// What a lock configuration claims.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Promise {
-    /// Never two holders at once (unfenced configs).
-    #[default]
-    MutualExclusion,
-    /// Overlaps may happen, but the storage refuses the stale holder (fenced configs).
-    DataSafety,
-}
-
+/// Which anomalies count under a promise is the registry's to say (each
+/// anomaly's [`Breaks`]), so it is said here, above the registry, rather
+/// than where [`Promise`] is defined.
 impl Promise {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Promise::MutualExclusion => "mutual-exclusion",
-            Promise::DataSafety => "data-safety",
-        }
-    }
-
     /// Whether an occurrence of `anomaly` breaks this promise. Under data
     /// safety, overlaps and what follows from them (actions and releases of a
     /// stale holder) are expected; only damage to the data, and a lock that
@@ -37,62 +24,10 @@ impl Promise {
         match self {
             Promise::MutualExclusion => true,
             Promise::DataSafety => {
-                registry::kind(anomaly).is_some_and(|k| k.breaks != Breaks::Exclusion)
+                registry::anomaly_kind(anomaly).is_some_and(|k| k.breaks != Breaks::Exclusion)
             }
         }
     }
-}
-
-impl fmt::Display for Promise {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown promise `{0}`: use mutual-exclusion or data-safety")]
-pub struct UnknownPromise(pub String);
-
-impl FromStr for Promise {
-    type Err = UnknownPromise;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "mutual-exclusion" => Ok(Promise::MutualExclusion),
-            "data-safety" => Ok(Promise::DataSafety),
-            other => Err(UnknownPromise(other.to_owned())),
-        }
-    }
-}
-
-/// Rates and counts for the report. Every field defaults so results written
-/// with fewer fields still read back.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Stats {
-    /// Client invocations.
-    pub ops: u64,
-    pub ok: u64,
-    pub fail: u64,
-    pub info: u64,
-    pub ops_per_s: f64,
-    /// Successful acquisitions.
-    pub acquired: u64,
-    pub cycles_per_s: f64,
-    pub duration_s: f64,
-    /// Time of the first `start-*` nemesis event.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub first_fault_time: Option<u64>,
-    /// Faults injected: `start-*` nemesis events.
-    pub faults: u64,
-    /// Stalls of a worker or the harness that no nemesis fault explains (a
-    /// busy host), and the longest of them in ms.
-    pub stalls: u64,
-    pub longest_stall_ms: u64,
-    /// How often each kind of `error` (the part before any `:`) appeared on
-    /// a client `fail`/`info`.
-    pub errors: BTreeMap<String, u64>,
-    /// Grants with and without faults, recovery after heals and crashes.
-    pub availability: crate::availability::Availability,
 }
 
 /// The content of `results.json`.
@@ -143,8 +78,7 @@ impl Results {
     }
 
     /// When the lock was stuck (`deadlock`): each interval found as
-    /// `(start, end)` in history time, the first
-    /// [`MAX_EXAMPLES`](crate::finding::MAX_EXAMPLES); empty
+    /// `(start, end)` in history time, the first `MAX_EXAMPLES`; empty
     /// when none was found or it was not checked.
     pub fn deadlocks(&self) -> Vec<(u64, u64)> {
         let intervals = self
@@ -205,22 +139,6 @@ pub fn decide(
 mod tests {
     use super::*;
     use crate::anomaly;
-    use serde_json::json;
-
-    #[test]
-    fn promise_names_parse_print_and_serialise_alike() {
-        for p in [Promise::MutualExclusion, Promise::DataSafety] {
-            assert_eq!(p.to_string().parse::<Promise>().unwrap(), p);
-            assert_eq!(
-                serde_json::to_value(p).unwrap(),
-                json!(p.to_string()),
-                "serde and Display disagree"
-            );
-        }
-        assert_eq!(Promise::DataSafety.to_string(), "data-safety");
-        let err = "fenced".parse::<Promise>().unwrap_err();
-        assert!(err.to_string().contains("mutual-exclusion"), "{err}");
-    }
 
     #[test]
     fn data_safety_counts_only_damage_to_the_data() {

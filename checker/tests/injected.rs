@@ -102,6 +102,21 @@ fn arbitrary_history() -> impl Strategy<Value = (History, usize)> {
     )
 }
 
+#[test]
+fn a_generated_history_of_a_correct_lock_is_valid_for_every_checker() {
+    for seed in 0..20 {
+        let h = valid_history(seed, 5, 200, 50);
+        let r = checker::check(&h, Promise::MutualExclusion);
+        assert_eq!(
+            r.valid,
+            Validity::True,
+            "seed {seed}: {:?} {:?}",
+            r.anomalies,
+            r.notes
+        );
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
