@@ -2,14 +2,17 @@
 //! made, and what the history itself cannot tell ([`Settings`]).
 
 use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
+use strum::VariantNames;
 
-/// What a lock configuration claims. Which anomalies break it is the
-/// registry's to say, so [`Promise::counts`] is the verdict's (verdict.rs).
+/// What a lock configuration claims. Its name is the variant's in
+/// kebab-case, alike for [`Promise::as_str`], `Display`, `FromStr` and
+/// serde. Which anomalies break it is the registry's to say, so
+/// [`Promise::counts`] is the verdict's (verdict.rs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::Display, strum::EnumString, strum::IntoStaticStr, strum::VariantNames)]
+#[strum(serialize_all = "kebab-case", parse_err_ty = UnknownPromise, parse_err_fn = unknown)]
 pub enum Promise {
     /// Never two holders at once (unfenced configs).
     #[default]
@@ -20,32 +23,17 @@ pub enum Promise {
 
 impl Promise {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Promise::MutualExclusion => "mutual-exclusion",
-            Promise::DataSafety => "data-safety",
-        }
+        self.into()
     }
 }
 
-impl fmt::Display for Promise {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
+/// `FromStr`'s error: the name given, which is no promise.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown promise `{0}`: use mutual-exclusion or data-safety")]
+#[error("unknown promise `{0}`: use {names}", names = Promise::VARIANTS.join(" or "))]
 pub struct UnknownPromise(pub String);
 
-impl FromStr for Promise {
-    type Err = UnknownPromise;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "mutual-exclusion" => Ok(Promise::MutualExclusion),
-            "data-safety" => Ok(Promise::DataSafety),
-            other => Err(UnknownPromise(other.to_owned())),
-        }
-    }
+fn unknown(name: &str) -> UnknownPromise {
+    UnknownPromise(name.to_owned())
 }
 
 /// The promise to judge by, and what the history cannot say about the run
@@ -101,6 +89,9 @@ mod tests {
         }
         assert_eq!(Promise::DataSafety.to_string(), "data-safety");
         let err = "fenced".parse::<Promise>().unwrap_err();
-        assert!(err.to_string().contains("mutual-exclusion"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "unknown promise `fenced`: use mutual-exclusion or data-safety"
+        );
     }
 }

@@ -8,11 +8,14 @@ use crate::history::fault::{AT, PROCESS};
 use crate::history::{f, Event, OpType, Process};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
+use strum::VariantArray;
 
+/// Where a strike lands. Its name is the variant's in kebab-case, alike for
+/// [`Point::name`], `Display`, `FromStr` and serde.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::Display, strum::EnumString, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case", parse_err_ty = String, parse_err_fn = unknown)]
 pub enum Point {
     /// The acquire is in flight: its first command has reached Redis (a
     /// multi-step client marks its most harmful inner step).
@@ -29,22 +32,12 @@ pub enum Point {
 }
 
 impl Point {
-    pub const ALL: [Point; 5] = [
-        Point::Acquiring,
-        Point::Acquired,
-        Point::Read,
-        Point::Checked,
-        Point::Releasing,
-    ];
+    /// Every point, in the order of a client's cycle: the derived
+    /// `VARIANTS`, as an array.
+    pub const ALL: [Point; Point::VARIANTS.len()] = *Point::VARIANTS.first_chunk().unwrap();
 
     pub fn name(self) -> &'static str {
-        match self {
-            Point::Acquiring => "acquiring",
-            Point::Acquired => "acquired",
-            Point::Read => "read",
-            Point::Checked => "checked",
-            Point::Releasing => "releasing",
-        }
+        self.into()
     }
 
     /// The client's last event before a strike here, and the op whose next
@@ -61,26 +54,10 @@ impl Point {
     }
 }
 
-impl fmt::Display for Point {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Point {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Point::ALL
-            .into_iter()
-            .find(|p| p.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Point::ALL.map(Point::name).to_vec();
-                format!(
-                    "unknown strike point '{s}': choose one of {}",
-                    names.join(", ")
-                )
-            })
-    }
+/// Why `name` is no point, listing those there are (`FromStr`'s error).
+fn unknown(name: &str) -> String {
+    let names = Point::ALL.map(Point::name).join(", ");
+    format!("unknown strike point '{name}': choose one of {names}")
 }
 
 /// Which event types a bound accepts.
@@ -245,11 +222,12 @@ mod tests {
     fn every_point_reads_back_from_its_name() {
         for p in Point::ALL {
             assert_eq!(p.name().parse::<Point>(), Ok(p));
+            assert_eq!(p.to_string(), p.name());
             assert_eq!(serde_json::to_value(p).unwrap(), json!(p.name()));
         }
-        assert!("later"
-            .parse::<Point>()
-            .unwrap_err()
-            .contains("acquiring, acquired"));
+        assert_eq!(
+            "later".parse::<Point>().unwrap_err(),
+            "unknown strike point 'later': choose one of acquiring, acquired, read, checked, releasing"
+        );
     }
 }
