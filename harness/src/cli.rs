@@ -4,10 +4,9 @@
 //! 2 unknown, 254 bad arguments or configuration, 255 the harness itself failed.
 
 use crate::check::Format;
-use crate::clients::Client;
 use crate::error::{Error, Result};
 use crate::matrix::MatrixArgs;
-use crate::options::{RunOptions, RunPlan};
+use crate::options::{ClientChoice, Output, RunOptions, RunPlan};
 use crate::{check, exit, logging, matrix, run, summary};
 use checker::{Promise, Validity};
 use clap::{Parser, Subcommand};
@@ -91,26 +90,18 @@ struct CheckArgs {
     json: bool,
 }
 
+// The client group is optional for `run` (the config's own lock is the
+// default) and required here.
 #[derive(clap::Args, Debug)]
-#[group(required = true, multiple = false)]
-struct ClientChoice {
-    #[arg(long, value_parser = Client::shipped, help = crate::help::shipped())]
-    client: Option<Client>,
-    /// Your own adapter's command (split at whitespace, run without a shell).
-    #[arg(long, value_parser = Client::command)]
-    client_cmd: Option<Client>,
-}
-
-#[derive(clap::Args, Debug)]
+#[command(mut_group("ClientChoice", |g| g.required(true)))]
 struct ClientTestArgs {
     #[command(flatten)]
-    choice: ClientChoice,
+    client: ClientChoice,
     /// The lease the adapter is given.
     #[arg(long, default_value_t = 1000)]
     ttl_ms: u64,
-    /// Where `client-test-<timestamp>/` (adapter stderr, node log) goes.
-    #[arg(long, default_value = "results")]
-    results: PathBuf,
+    #[command(flatten)]
+    output: Output,
     #[command(flatten)]
     nodes: crate::options::Nodes,
 }
@@ -135,7 +126,7 @@ enum ImageCommand {
 #[derive(clap::Args, Debug)]
 struct ReportArgs {
     /// The results folder.
-    #[arg(default_value = "results")]
+    #[arg(default_value = crate::options::RESULTS)]
     path: PathBuf,
 }
 
@@ -340,11 +331,7 @@ fn report_command(args: ReportArgs) -> Result<Validity> {
 }
 
 fn client_test_command(args: ClientTestArgs) -> Result<Validity> {
-    let client = args
-        .choice
-        .client
-        .or(args.choice.client_cmd)
-        .expect("clap requires one");
+    let client = args.client.chosen().expect("clap requires one");
     if !(100..=60_000).contains(&args.ttl_ms) {
         return Err(Error::Usage(format!(
             "--ttl-ms {} is out of range: use 100 to 60000 (ms)",
@@ -354,11 +341,10 @@ fn client_test_command(args: ClientTestArgs) -> Result<Validity> {
     let ttl = std::time::Duration::from_millis(args.ttl_ms);
     route_docker(args.nodes.backend);
     let report = runtime()?.block_on(crate::client_test::client_test(
-        &client,
+        client,
         ttl,
-        &args.results,
-        args.nodes.backend,
-        args.nodes.image.as_deref(),
+        &args.output.results,
+        &args.nodes,
     ))?;
     say(&report.render())?;
     Ok(match report.passed() {

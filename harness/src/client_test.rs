@@ -2,11 +2,11 @@
 //! what a lock must do, against one real Redis node, without faults. The
 //! first thing an adapter's author runs; each step prints pass or fail.
 
-use crate::backend::Backend;
 use crate::clients::{self, Client};
 use crate::error::{Context, Error, Result};
 use crate::node::{NodeSpec, RedisNode, Role};
-use crate::options::Persistence;
+use crate::options::{Nodes, Persistence};
+use crate::topology::Addresses;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use workloads::adapter::{self, AdapterSpec, Answer, Failure, Group, Hello, Op, Reply, Session};
@@ -60,12 +60,16 @@ pub async fn client_test(
     client: &Client,
     ttl: Duration,
     results: &Path,
-    backend: Backend,
-    image: Option<&str>,
+    nodes: &Nodes,
 ) -> Result<Report> {
     let prepared = clients::prepare(client)?;
-    let backend = crate::backend::provision(backend, image, false).await?;
-    let report = client_test_on(client, prepared, ttl, results, backend.clone()).await;
+    let backend = crate::backend::provision(nodes.backend, nodes.image.as_deref(), false).await?;
+    let block = crate::blocks::claim_one(nodes.address_block)?;
+    let ip = Addresses {
+        block: block.block(),
+    }
+    .data(1);
+    let report = client_test_on(client, prepared, ttl, results, ip, backend.clone()).await;
     backend.finish().await;
     report
 }
@@ -75,6 +79,7 @@ async fn client_test_on(
     prepared: clients::Prepared,
     ttl: Duration,
     results: &Path,
+    ip: std::net::Ipv4Addr,
     backend: std::sync::Arc<dyn crate::backend::Provisioner>,
 ) -> Result<Report> {
     let folder =
@@ -83,7 +88,7 @@ async fn client_test_on(
     let spec = NodeSpec {
         name: "n1".into(),
         role: Role::Lock,
-        ip: std::net::Ipv4Addr::new(127, 0, 0, 11),
+        ip,
         persistence: Persistence::None,
         clock: None,
     };

@@ -77,15 +77,11 @@ pub fn configs() -> String {
 
 pub fn client() -> String {
     format!(
-        "Test a shipped lock client through its adapter: {}. The config picks the topology ({})",
+        "Test a shipped lock client through its adapter: {}. In a run, the config picks the \
+         topology ({})",
         Shipped::names(),
         topologies()
     )
-}
-
-/// `client-test --client`.
-pub fn shipped() -> String {
-    format!("A shipped adapter: {}", Shipped::names())
 }
 
 pub fn clients() -> String {

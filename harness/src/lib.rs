@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+mod blocks;
 pub mod check;
 pub mod cli;
 pub mod client_test;

@@ -47,6 +47,11 @@ pub struct Nodes {
     /// when present (`lockstorm image import`), else redis:7.2].
     #[arg(long)]
     pub image: Option<String>,
+    /// The loopback block the nodes and workers take: `127.0.<N>.x`; a
+    /// matrix's cells at once take N, N+1, … [default: the lowest blocks no
+    /// other lockstorm run on this machine holds].
+    #[arg(long)]
+    pub address_block: Option<u8>,
 }
 
 impl Default for Nodes {
@@ -54,6 +59,66 @@ impl Default for Nodes {
         Nodes {
             backend: Backend::Auto,
             image: None,
+            address_block: None,
+        }
+    }
+}
+
+/// Which lock client a command tests instead of the config's own: one home
+/// for `--client` and `--client-cmd` (`run`, `client-test`).
+#[derive(Clone, Debug, Default, PartialEq, Args)]
+#[group(multiple = false)]
+pub struct ClientChoice {
+    #[arg(long, value_parser = Client::shipped, help = help::client())]
+    pub client: Option<Client>,
+    #[arg(long, value_parser = Client::command, help = help::client_cmd())]
+    pub client_cmd: Option<Client>,
+}
+
+impl ClientChoice {
+    /// The client given, by either option.
+    pub fn chosen(&self) -> Option<&Client> {
+        self.client.as_ref().or(self.client_cmd.as_ref())
+    }
+}
+
+/// The folder where runs, matrices and client tests write: one home for
+/// `--results` (and for `report`'s default folder).
+#[derive(Clone, Debug, PartialEq, Args)]
+pub struct Output {
+    /// The results folder: a run writes `<config>-<nemesis>/<timestamp>/`
+    /// in it, a matrix also `matrix-<timestamp>/`, a client test
+    /// `client-test-<timestamp>/`.
+    #[arg(long, default_value = RESULTS)]
+    pub results: PathBuf,
+}
+
+/// The results folder when none is given.
+pub const RESULTS: &str = "results";
+
+impl Default for Output {
+    fn default() -> Self {
+        Output {
+            results: PathBuf::from(RESULTS),
+        }
+    }
+}
+
+/// How long each run's workers run: one home for `--time-limit` (`run`,
+/// `matrix`).
+#[derive(Clone, Copy, Debug, PartialEq, Args)]
+pub struct Timing {
+    /// Seconds each run's workers run.
+    #[arg(long, default_value_t = TIME_LIMIT_S)]
+    pub time_limit: u64,
+}
+
+const TIME_LIMIT_S: u64 = 30;
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            time_limit: TIME_LIMIT_S,
         }
     }
 }
@@ -65,17 +130,14 @@ pub struct RunOptions {
     // The lists in these options' help are read from the registries: help.rs.
     #[arg(long, default_value = "single", value_parser = parse_config, help = help::config())]
     pub config: Config,
-    #[arg(long, value_parser = Client::shipped, conflicts_with = "client_cmd", help = help::client())]
-    pub client: Option<Client>,
-    #[arg(long, value_parser = Client::command, help = help::client_cmd())]
-    pub client_cmd: Option<Client>,
+    #[command(flatten)]
+    pub client: ClientChoice,
     #[arg(long, default_value = "none", value_parser = parse_nemesis, help = help::nemesis())]
     pub nemesis: Nemesis,
     #[arg(long, value_parser = parse_at, help = help::at())]
     pub at: Option<At>,
-    /// Seconds the workers run.
-    #[arg(long, default_value_t = 30)]
-    pub time_limit: u64,
+    #[command(flatten)]
+    pub timing: Timing,
     /// Worker processes contending for the lock.
     #[arg(long, default_value_t = 5)]
     pub workers: u64,
@@ -88,9 +150,8 @@ pub struct RunOptions {
     pub seed: Option<u64>,
     #[command(flatten)]
     pub nodes: Nodes,
-    /// Folder that receives `<config>-<nemesis>/<timestamp>/`.
-    #[arg(long, default_value = "results")]
-    pub results: PathBuf,
+    #[command(flatten)]
+    pub output: Output,
     /// How long `pause` freezes the holder [default: 1.5 × TTL].
     #[arg(long)]
     pub pause_ms: Option<u64>,
@@ -188,8 +249,8 @@ pub struct RunPlan {
     pub acquire_timeout: Duration,
     #[serde(rename = "op_timeout_ms", with = "millis")]
     pub op_timeout: Duration,
-    /// The run's loopback addresses are `127.0.<block>.x`: a matrix gives
-    /// each of the cells it runs at once its own block (0 for a lone run).
+    /// The run's loopback addresses are `127.0.<block>.x`: the block its
+    /// starter claimed for it (`blocks::claim`).
     pub address_block: u8,
 }
 
@@ -250,17 +311,16 @@ impl RunOptions {
     pub fn new(config: Config, nemesis: Nemesis) -> Self {
         RunOptions {
             config,
-            client: None,
-            client_cmd: None,
+            client: ClientChoice::default(),
             nemesis,
             at: None,
-            time_limit: 30,
+            timing: Timing::default(),
             workers: 5,
             ttl_ms: None,
             work_ms: None,
             seed: None,
             nodes: Nodes::default(),
-            results: PathBuf::from("results"),
+            output: Output::default(),
             pause_ms: None,
             node_pause_ms: None,
             restart_ms: 300,
@@ -337,17 +397,17 @@ impl RunOptions {
         let ms = Duration::from_millis;
         let plan = RunPlan {
             config: self.config,
-            client: self.client.or(self.client_cmd),
+            client: self.client.chosen().cloned(),
             nemesis: self.nemesis,
             at: self.at.unwrap_or_default(),
-            time_limit: Duration::from_secs(self.time_limit),
+            time_limit: Duration::from_secs(self.timing.time_limit),
             workers: self.workers,
             ttl: ms(ttl),
             work: ms(work),
             seed: self.seed.unwrap_or_else(rand_seed),
             backend: self.nodes.backend,
             image: self.nodes.image.clone(),
-            results: self.results,
+            results: self.output.results,
             pause: ms(self.pause_ms.unwrap_or(ttl * 3 / 2)),
             node_pause: ms(self.node_pause_ms.unwrap_or(node_pause)),
             restart: ms(self.restart_ms),
@@ -363,7 +423,7 @@ impl RunOptions {
             no_validity_check: self.no_validity_check,
             acquire_timeout: ms(self.acquire_timeout_ms.unwrap_or(ttl * 2)),
             op_timeout: ms(self.op_timeout_ms),
-            address_block: 0,
+            address_block: self.nodes.address_block.unwrap_or(0),
         };
         plan.check_schedule_fits()?;
         Ok(plan)
@@ -372,7 +432,7 @@ impl RunOptions {
     /// A client adapter runs on a topology it supports, and only faults
     /// that reach it through its process or its nodes apply.
     fn check_client(&self) -> Result<(), Refusal> {
-        let Some(client) = self.client.as_ref().or(self.client_cmd.as_ref()) else {
+        let Some(client) = self.client.chosen() else {
             return Ok(());
         };
         if let Some(why) = client.refusal(self.config) {
@@ -395,10 +455,7 @@ impl RunOptions {
         if self.nemesis.all {
             return Ok(());
         }
-        let shape = shape(
-            self.config,
-            self.client.is_some() || self.client_cmd.is_some(),
-        );
+        let shape = shape(self.config, self.client.chosen().is_some());
         // Single faults first, so the reason names the fault that cannot act.
         let singles = self.nemesis.faults.iter().map(|f| f.package());
         let actions = self.nemesis.actions().into_iter().map(|a| a.package());
@@ -419,7 +476,7 @@ impl RunOptions {
         let unsigned: [(&str, u64, u64, u64, &str); 14] = [
             (
                 "--time-limit",
-                self.time_limit,
+                self.timing.time_limit,
                 1,
                 MAX_TIME_LIMIT_S,
                 "seconds",
@@ -747,7 +804,7 @@ mod tests {
 
     fn with_client(config: Config, nemesis: &str, client: &str) -> Result<RunPlan, Refusal> {
         let mut o = RunOptions::new(config, nemesis.parse().unwrap());
-        o.client = Some(Client::shipped(client).unwrap());
+        o.client.client = Some(Client::shipped(client).unwrap());
         o.resolve()
     }
 
@@ -787,7 +844,7 @@ mod tests {
             "{actions:?}"
         );
         let mut skew = RunOptions::new(Config::Single, "clock".parse().unwrap());
-        skew.client = Some(Client::shipped("redis-py").unwrap());
+        skew.client.client = Some(Client::shipped("redis-py").unwrap());
         skew.holder_skew_ms = 100;
         assert!(
             matches!(skew.resolve(), Err(Refusal::Invalid(w)) if w.contains("--holder-skew-ms"))

@@ -36,10 +36,15 @@ pub struct RunOutcome {
 /// folder is made; a run that fails before it records anything leaves no
 /// folder. The error is the caller's to show: it goes to harness.log only.
 pub async fn run(options: RunOptions) -> Result<RunOutcome> {
-    run_plan(options.resolve()?).await
+    let wanted = options.nodes.address_block;
+    let mut plan = options.resolve()?;
+    let block = crate::blocks::claim_one(wanted)?;
+    plan.address_block = block.block();
+    run_plan(plan).await
 }
 
-/// Runs a plan already resolved (the matrix resolves each of its runs once).
+/// Runs a plan already resolved, in the address block its caller holds
+/// (the matrix resolves each of its runs once).
 pub async fn run_plan(options: RunPlan) -> Result<RunOutcome> {
     crate::topology::needs_firewall(&options)?;
     // Set up before the run's folder exists: the first use installs the

@@ -68,7 +68,7 @@ impl Addresses {
     }
 
     /// Data node `n` (1-based).
-    fn data(self, n: u8) -> Ipv4Addr {
+    pub fn data(self, n: u8) -> Ipv4Addr {
         self.host(10 + n)
     }
 
@@ -659,7 +659,7 @@ mod tests {
     }
 
     #[test]
-    fn address_blocks_share_no_address_and_block_0_is_the_lone_runs() {
+    fn address_blocks_share_no_address_and_stay_on_loopback() {
         let zero = all(0);
         assert_eq!(zero[0], Ipv4Addr::new(127, 0, 0, 11));
         assert_eq!(*zero.last().unwrap(), Ipv4Addr::LOCALHOST);

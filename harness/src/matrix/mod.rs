@@ -13,7 +13,7 @@ pub mod summary;
 use crate::clients::{Client, SHIPPED};
 use crate::error::{Context, Error, Result};
 use crate::interrupt::Interrupt;
-use crate::options::{Refusal, RunOptions, RunPlan};
+use crate::options::{Output, Refusal, RunOptions, RunPlan, Timing};
 use crate::plot;
 use checker::Validity;
 use expect::Expectations;
@@ -38,9 +38,8 @@ pub struct MatrixArgs {
     /// Runs per config × nemesis; run k uses seed `--seed` + k.
     #[arg(long, default_value_t = 1)]
     pub runs: u32,
-    /// Seconds each run's workers run.
-    #[arg(long, default_value_t = 30)]
-    pub time_limit: u64,
+    #[command(flatten)]
+    pub timing: Timing,
     /// Seed of each pair's first run: a matrix is reproducible.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -50,9 +49,8 @@ pub struct MatrixArgs {
     /// TOML of expected verdicts; the matrix exits 0 only if all are met.
     #[arg(long)]
     pub expect: Option<PathBuf>,
-    /// Folder that receives the runs and `matrix-<timestamp>/`.
-    #[arg(long, default_value = "results")]
-    pub results: PathBuf,
+    #[command(flatten)]
+    pub output: Output,
     #[command(flatten)]
     pub nodes: crate::options::Nodes,
     /// Stop a pair's runs at its first invalid one: enough to show an
@@ -195,12 +193,16 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     )
     .context(|| "catching stop signals".into())?;
 
+    let jobs = args.jobs(plan.len());
+    // Each cell at once runs in an address block of its own, held by the
+    // matrix until it ends.
+    let blocks = crate::blocks::claim(args.nodes.address_block, jobs)?;
     let started = crate::store::stamp();
-    let dir = crate::store::unique_dir(&args.results, &format!("matrix-{started}"))?;
+    let dir = crate::store::unique_dir(&args.output.results, &format!("matrix-{started}"))?;
     let wall = Instant::now();
     let mut summary = Summary {
         started,
-        time_limit_s: args.time_limit,
+        time_limit_s: args.timing.time_limit,
         runs_per_pair: args.runs,
         seed: args.seed,
         expect: args.expect.as_ref().map(|p| p.display().to_string()),
@@ -210,7 +212,6 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
         ..Summary::default()
     };
     let total = plan.len() * args.runs as usize;
-    let jobs = args.jobs(plan.len());
     // Pairs wait in plan order; each lane takes the next when it is free.
     let queue: std::collections::VecDeque<_> = plan.into_iter().enumerate().collect();
     let lanes = Lanes {
@@ -218,15 +219,15 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
         board: board::Board::new(),
         runs: args.runs as usize,
         total,
-        results: std::path::absolute(&args.results).unwrap_or_default(),
+        results: std::path::absolute(&args.output.results).unwrap_or_default(),
         until_invalid: args.until_invalid,
     };
     let lanes = Arc::new(lanes);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut running = tokio::task::JoinSet::new();
-    for block in 0..jobs {
+    for block in blocks.iter().map(crate::blocks::Claim::block) {
         let (lanes, stop) = (lanes.clone(), stop_rx.clone());
-        running.spawn(async move { lanes.run(block as u8, stop).await });
+        running.spawn(async move { lanes.run(block, stop).await });
     }
     let mut rows = Vec::new();
     let mut fatal = None;
@@ -365,7 +366,7 @@ fn plans(
     (0..args.runs)
         .map(|k| {
             let mut options = options_for(args, config, nemesis.nemesis.clone());
-            options.client = client.clone();
+            options.client.client = client.clone();
             // The default point stays unset: `run` refuses `--at` without a strike.
             if nemesis.at != nemesis::At::default() {
                 options.at = Some(nemesis.at);
@@ -386,7 +387,7 @@ fn print_plan(
 ) {
     let jobs = args.jobs(plan.len()) as u64;
     // Lanes take whole pairs: the slowest lane ends the matrix.
-    let per_pair = u64::from(args.runs) * (args.time_limit + RUN_OVERHEAD_S);
+    let per_pair = u64::from(args.runs) * (args.timing.time_limit + RUN_OVERHEAD_S);
     let secs = (plan.len() as u64).div_ceil(jobs) * per_pair;
     let shard = match args.shard {
         Some(shard) => format!(" (shard {shard} of the {pairs} pair(s))"),
@@ -396,7 +397,7 @@ fn print_plan(
         "matrix: {} pair(s){shard} × {} run(s) of {} s, {jobs} at once, about {} min:",
         plan.len(),
         args.runs,
-        args.time_limit,
+        args.timing.time_limit,
         secs.div_ceil(60)
     );
     for (_, runs) in plan {
@@ -413,8 +414,8 @@ const RUN_OVERHEAD_S: u64 = 3;
 
 fn options_for(args: &MatrixArgs, config: Config, nemesis: Nemesis) -> RunOptions {
     let mut options = RunOptions::new(config, nemesis);
-    options.time_limit = args.time_limit;
-    options.results = args.results.clone();
+    options.timing = args.timing;
+    options.output = args.output.clone();
     options.seed = Some(args.seed);
     options.nodes = args.nodes.clone();
     options.nemesis_interval_ms = args.nemesis_interval_ms;
