@@ -25,8 +25,11 @@ pub fn lockstorm_with(args: &[&str], env: &[(&str, &str)]) -> Run {
 /// `lockstorm` run from `cwd`: a client adapter runs where the harness was
 /// started, so a test that starts one there finds any it leaves behind.
 pub fn lockstorm_at(cwd: Option<&Path>, args: &[&str], env: &[(&str, &str)]) -> Run {
-    // Commands that start Redis nodes and workers wait for a slot.
-    let _slot = matches!(args.first(), Some(&"run" | &"matrix" | &"client-test")).then(e2e_slot);
+    // Commands that start Redis nodes and workers wait for a slot; their
+    // help starts nothing.
+    let starts_nodes = matches!(args.first(), Some(&"run" | &"matrix" | &"client-test"))
+        && !args.iter().any(|a| *a == "--help" || *a == "-h");
+    let _slot = starts_nodes.then(e2e_slot);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockstorm"));
     if let Some(cwd) = cwd {
         cmd.current_dir(cwd);
@@ -213,15 +216,16 @@ pub fn run_short(
 }
 
 /// How many end-to-end runs may go at once, across test threads and test
-/// binaries: half the cores (at least one), or `LOCKSTORM_TEST_RUNS`. A run
-/// is a harness, its workers and up to eight Redis processes; on 2 cores two
-/// at once starve each other into stalls and missed fault timing.
+/// binaries: two per core, or `LOCKSTORM_TEST_RUNS`. A run mostly waits on
+/// timers (its leases, its work, its faults), so a few share a core the way
+/// a matrix's cells do; each takes an address block of its own (the harness
+/// claims the lowest free one), so they never meet on the network.
 fn e2e_slots() -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     std::env::var("LOCKSTORM_TEST_RUNS")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(cores / 2)
+        .unwrap_or(cores * 2)
         .max(1)
 }
 

@@ -1,7 +1,7 @@
 //! The adapter protocol's messages, and the one place a reply line is judged:
 //! pure, so every way an adapter can break the protocol is tested without
 //! starting one. The protocol itself is docs/protocol.md, whose examples
-//! these types are held to (`harness/tests/protocol.rs`).
+//! these types are held to (`harness/tests/e2e/protocol.rs`).
 
 use serde::Serialize;
 use serde_json::Value;

@@ -2,7 +2,7 @@
 //! replicas and Sentinels: a primary that restarts empty before Sentinel
 //! notices, and a failover to a replica that never received the key.
 
-mod common;
+use crate::common;
 
 use common::{count, events, run_short};
 
@@ -40,7 +40,7 @@ fn failover(
 }
 
 #[test]
-fn a_failover_to_a_replica_without_the_key_loses_the_lock_unless_acquires_wait_for_a_replica() {
+fn a_failover_to_a_replica_without_the_key_loses_the_lock() {
     let tmp = tempfile::tempdir().unwrap();
     let (out, results, dir) = failover(tmp.path(), &[]);
     assert_eq!(out.code, 1, "{}", out.stdout);
@@ -57,9 +57,12 @@ fn a_failover_to_a_replica_without_the_key_loses_the_lock_unless_acquires_wait_f
     for op in ["start-failover", "kill", "stop-failover"] {
         common::assert_verified(&dir, op);
     }
+}
 
-    // The same failover, but an acquisition counts only once a replica has it:
-    // during the partition none does, so every acquire there fails instead.
+/// The same failover, but an acquisition counts only once a replica has it:
+/// during the partition none does, so every acquire there fails instead.
+#[test]
+fn acquires_that_wait_for_a_replica_keep_the_lock_across_a_failover() {
     let tmp = tempfile::tempdir().unwrap();
     let (out, results, dir) = failover(tmp.path(), &["--wait-replicas", "1"]);
     common::assert_valid(&results, &dir);

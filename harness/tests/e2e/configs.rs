@@ -2,7 +2,7 @@
 //! `unsafe-key-per-worker` (and `unsafe-get-del`'s release, in its unit
 //! test), against real Redis. Fixed seeds.
 
-mod common;
+use crate::common;
 
 use checker::Validity;
 use common::{count, events, run_short};

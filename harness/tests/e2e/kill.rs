@@ -1,7 +1,7 @@
 //! Killing the lock node: what it keeps across a restart decides whether the
 //! lock, and the fencing counter, survive.
 
-mod common;
+use crate::common;
 
 use checker::Results;
 use common::{count, run_short};
@@ -21,11 +21,14 @@ fn kill_run(config: &str, persistence: &str) -> (common::Run, Results, PathBuf, 
 }
 
 #[test]
-fn single_restarted_without_persistence_loses_the_lock_and_with_aof_always_keeps_it() {
+fn single_restarted_without_persistence_loses_the_lock() {
     let (out, results, _, _tmp) = kill_run("single", "none");
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
+}
 
+#[test]
+fn single_restarted_with_aof_always_keeps_the_lock() {
     let (out, results, dir, _tmp) = kill_run("single", "aof-always");
     common::assert_valid(&results, &dir);
     assert_eq!(out.code, 0, "{}", out.stdout);
@@ -37,7 +40,7 @@ fn single_restarted_without_persistence_loses_the_lock_and_with_aof_always_keeps
 /// highest it has seen (a holder reads, then writes, with one token): two
 /// holders share a token, and an increment is lost.
 #[test]
-fn fenced_needs_a_durable_fence_counter() {
+fn fenced_loses_an_update_when_its_fence_counter_restarts_from_zero() {
     let (out, results, _, _tmp) = kill_run("fenced", "none");
     assert_eq!(out.code, 1, "{}", out.stdout);
     let counter = results.counter().expect("a counter report");
@@ -47,7 +50,12 @@ fn fenced_needs_a_durable_fence_counter() {
         out.stdout
     );
     assert!(count(&results, "lost-update") > 0, "{}", out.stdout);
+}
 
+/// With the fence counter kept (AOF, fsync on every write) the storage
+/// refuses every stale token across the restart.
+#[test]
+fn fenced_with_a_durable_fence_counter_loses_nothing_across_a_restart() {
     let (out, results, dir, _tmp) = kill_run("fenced", "aof-always");
     common::assert_valid(&results, &dir);
     assert_eq!(out.code, 0, "{}", out.stdout);

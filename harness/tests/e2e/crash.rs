@@ -1,7 +1,7 @@
 //! Processes dying under a run: a worker SIGKILLed while it holds the lock,
 //! and the storage node SIGKILLed under every worker.
 
-mod common;
+use crate::common;
 
 use checker::Validity;
 use serde_json::Value;

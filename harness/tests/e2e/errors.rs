@@ -1,8 +1,6 @@
 //! Setup problems end a run with one clear line on stderr, the documented
 //! exit code, and nothing left in the results folder.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
@@ -430,4 +428,32 @@ fn a_node_that_never_answers_is_killed_with_its_children() {
     );
     assert_clean_failure(&f, 255, "no answer to PING", &results);
     assert!(f.stderr.contains("node n1 failed to start"), "{}", f.stderr);
+}
+
+/// A block another run holds (here: this test, by the same `flock` a run
+/// takes) is refused before anything starts; without `--address-block`
+/// the run would have taken a free one.
+#[test]
+fn an_address_block_another_run_holds_is_refused_naming_it() {
+    use nix::fcntl::{Flock, FlockArg};
+    let dir = std::env::temp_dir().join("lockstorm-blocks");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("block-233.lock"))
+        .unwrap();
+    let _held = Flock::lock(file, FlockArg::LockExclusiveNonblock)
+        .map_err(|(_, e)| e)
+        .expect("block 233 is free (runs take the lowest free blocks)");
+    let tmp = tempfile::tempdir().unwrap();
+    let results = tmp.path().join("results");
+    let f = run(&mut lockstorm(), &results, &["--address-block", "233"]);
+    assert_clean_failure(
+        &f,
+        254,
+        "--address-block 233 is held by another lockstorm run",
+        &results,
+    );
 }

@@ -2,7 +2,7 @@
 //! and what breaks it (pauses, clock jumps on a majority, Kleppmann's bare
 //! majority with one clock jump, nodes restarted empty).
 
-mod common;
+use crate::common;
 
 use common::{count, events, run_short};
 use std::collections::BTreeSet;
@@ -23,7 +23,7 @@ fn redlock(
 }
 
 #[test]
-fn clock_jumps_on_a_majority_break_redlock_and_on_one_node_only_a_bare_majority() {
+fn clock_jumps_on_a_majority_break_redlock() {
     let (out, results, dir, _t) = redlock(&["--nemesis", "clock", "--targets", "majority"], "15");
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
@@ -33,10 +33,13 @@ fn clock_jumps_on_a_majority_break_redlock_and_on_one_node_only_a_bare_majority(
     // Each jumped node's TIME was read back moved, and back again on heal.
     common::assert_verified(&dir, "start-clock");
     common::assert_verified(&dir, "stop-clock");
+}
 
-    // One node's jump frees only that node's copy: a rival can complete a
-    // majority only if the holder had a bare one (Kleppmann), so every
-    // overlap's two majorities may share nothing but jumped nodes.
+/// One node's jump frees only that node's copy: a rival can complete a
+/// majority only if the holder had a bare one (Kleppmann), so every
+/// overlap's two majorities may share nothing but jumped nodes.
+#[test]
+fn a_clock_jump_on_one_node_breaks_redlock_only_through_a_bare_majority() {
     let (out, results, dir, _t) = redlock(&["--nemesis", "clock", "--targets", "one"], "15");
     overlaps_share_only_faulted_nodes(&out, &results, &dir, "start-clock");
 }
@@ -123,12 +126,15 @@ fn two_nodes_restarted_empty_leave_a_bare_majority_and_one_clock_jump_breaks_red
 }
 
 #[test]
-fn killing_the_holders_majority_breaks_redlock_unless_nodes_stay_down_past_the_ttl() {
+fn killing_the_holders_majority_breaks_redlock() {
     let (out, results, _, _t) = redlock(&["--nemesis", "kill", "--targets", "majority"], "20");
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
+}
 
-    // Delayed restart (Redlock's advice): down longer than the 6 s TTL.
+/// Delayed restart (Redlock's advice): down longer than the 6 s TTL.
+#[test]
+fn a_killed_majority_that_stays_down_past_the_ttl_keeps_redlock_safe() {
     let args = [
         "--nemesis",
         "kill",
@@ -140,17 +146,20 @@ fn killing_the_holders_majority_breaks_redlock_unless_nodes_stay_down_past_the_t
     let (out, results, dir, _t) = redlock(&args, "20");
     common::assert_valid(&results, &dir);
     assert_eq!(out.code, 0, "{}", out.stdout);
+}
 
-    // One node killed and restarted empty breaks it too whenever the holder
-    // had a bare majority including that node: a rival completes a majority
-    // with the empty node. Whether that happens depends on the race for the
-    // lock, so assert what the history shows, not a verdict.
+/// One node killed and restarted empty breaks it too whenever the holder
+/// had a bare majority including that node: a rival completes a majority
+/// with the empty node. Whether that happens depends on the race for the
+/// lock, so assert what the history shows, not a verdict.
+#[test]
+fn one_node_restarted_empty_breaks_redlock_only_through_a_bare_majority() {
     let (out, results, dir, _t) = redlock(&["--nemesis", "kill", "--targets", "one"], "20");
     overlaps_share_only_faulted_nodes(&out, &results, &dir, "start-kill");
 }
 
 #[test]
-fn no_lease_survives_a_pause_and_a_lease_check_does_not_close_the_gap() {
+fn no_redlock_lease_survives_a_pause_and_its_check_notices_a_pause_before_it() {
     // Frozen after its read, before its check: the check notices the lease
     // ran out and refuses the stale write.
     let args = ["--nemesis", "pause", "--ttl-ms", "1000", "--at", "read"];
@@ -163,9 +172,12 @@ fn no_lease_survives_a_pause_and_a_lease_check_does_not_close_the_gap() {
         "{}",
         out.stdout
     );
+}
 
-    // Frozen after its check (the default point), right before its write:
-    // the same careful holder writes stale.
+/// Frozen after its check (the default point), right before its write: the
+/// same careful holder writes stale, so a lease check does not close the gap.
+#[test]
+fn a_redlock_lease_check_does_not_close_the_gap_after_it() {
     let (out, after_check, _, _t) = redlock(&["--nemesis", "pause", "--ttl-ms", "1000"], "15");
     assert_eq!(out.code, 1, "{}", out.stdout);
     // Its write was invoked before the pause, so it is not an

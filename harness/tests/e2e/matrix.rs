@@ -2,7 +2,7 @@
 //! pairs that do not apply are skipped and listed, bad input stops it before
 //! anything starts.
 
-mod common;
+use crate::common;
 
 use common::{assert_no_process_left, lockstorm};
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! A fault must show that it took effect, and a node must be the process we
 //! started: otherwise the run cannot vouch for what it tested.
 
-mod common;
+use crate::common;
 
 use checker::Validity;
 use harness::backend::local::{find_redis_server, Local};

@@ -2,7 +2,7 @@
 //! code and nothing left behind; `--help` lists what the registries hold,
 //! and docs/options.md is what `--help` says.
 
-mod common;
+use crate::common;
 
 use common::{lockstorm, lockstorm_with};
 
@@ -363,7 +363,7 @@ fn options_reference_in_the_docs_is_the_command_lines_help() {
             .position(|(a, b)| a != b)
             .map_or("in its length".into(), |n| format!("from line {}", n + 1));
         panic!(
-            "docs/options.md differs from `--help` ({line} of its generated part): regenerate it with `LOCKSTORM_UPDATE_DOCS=1 cargo test -p harness --test cli options_reference`"
+            "docs/options.md differs from `--help` ({line} of its generated part): regenerate it with `LOCKSTORM_UPDATE_DOCS=1 cargo test -p harness --test e2e options_reference`"
         );
     }
     // And what the page says is what the binary prints: every option of

@@ -2,7 +2,7 @@
 //! nemesis, and the negative controls that the checker must catch.
 //! Fixed seeds, so a failure reproduces with the same schedule.
 
-mod common;
+use crate::common;
 
 use checker::Validity;
 use common::{count, run};

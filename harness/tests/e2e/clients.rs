@@ -2,7 +2,7 @@
 //! example adapter, a broken one written from the protocol page alone, and
 //! adapters that break the protocol, hang, or outlive a killed harness.
 
-mod common;
+use crate::common;
 
 use checker::{Results, Validity};
 use common::{assert_no_process_left, assert_valid, count, events, lockstorm_at, run_at, wait_for};
@@ -40,20 +40,16 @@ fn client_test(root: &Path, client: &[&str]) -> (i32, String) {
     (out.code, format!("{}{}", out.stdout, out.stderr))
 }
 
-/// No fault: valid, with enough lock cycles to mean something. Under
-/// `pause` (after the lease check, the default): the holder's lease
-/// expires while it is frozen and its write lands stale.
-fn caught_under_pause_and_valid_without(client: &str, config: &str) {
+/// `client-test` passes, and with no fault the run is valid, with enough
+/// lock cycles to mean something.
+fn passes_client_test_and_is_valid_without_faults(client: &str, config: &str) {
     let root = root();
     let (code, report) = client_test(root.path(), &["--client", client]);
     assert_eq!(code, 0, "client-test {client} failed:\n{report}");
     assert!(report.contains(" 0 failed"), "{report}");
 
-    let common = ["--config", config, "--client", client, "--seed", "1"];
-    let (r, dir) = run_client(
-        root.path(),
-        &[&common[..], &["--time-limit", "10"]].concat(),
-    );
+    let args = ["--config", config, "--client", client, "--seed", "1"];
+    let (r, dir) = run_client(root.path(), &[&args[..], &["--time-limit", "10"]].concat());
     assert_valid(&r, &dir);
     assert!(
         r.stats.acquired >= 20,
@@ -70,7 +66,13 @@ fn caught_under_pause_and_valid_without(client: &str, config: &str) {
         "run.json names the library: {}",
         record["client"]
     );
+}
 
+/// Under `pause` (after the lease check, the default): the holder's lease
+/// expires while it is frozen and its write lands stale.
+fn caught_under_pause(client: &str, config: &str) {
+    let root = root();
+    let args = ["--config", config, "--client", client, "--seed", "1"];
     let pause = [
         "--nemesis",
         "pause",
@@ -79,7 +81,7 @@ fn caught_under_pause_and_valid_without(client: &str, config: &str) {
         "--nemesis-interval-ms",
         "2000",
     ];
-    let (r, dir) = run_client(root.path(), &[&common[..], &pause].concat());
+    let (r, dir) = run_client(root.path(), &[&args[..], &pause].concat());
     assert_eq!(
         r.valid,
         Validity::False,
@@ -90,28 +92,53 @@ fn caught_under_pause_and_valid_without(client: &str, config: &str) {
 }
 
 #[test]
-fn redis_py_passes_client_test_is_valid_without_faults_and_is_caught_under_pause() {
-    caught_under_pause_and_valid_without("redis-py", "single");
+fn redis_py_passes_client_test_and_is_valid_without_faults() {
+    passes_client_test_and_is_valid_without_faults("redis-py", "single");
 }
 
 #[test]
-fn pottery_passes_client_test_is_valid_without_faults_and_is_caught_under_pause() {
-    caught_under_pause_and_valid_without("pottery", "redlock");
+fn redis_py_is_caught_under_pause() {
+    caught_under_pause("redis-py", "single");
 }
 
 #[test]
-fn python_redis_lock_passes_client_test_is_valid_without_faults_and_is_caught_under_pause() {
-    caught_under_pause_and_valid_without("python-redis-lock", "single");
+fn pottery_passes_client_test_and_is_valid_without_faults() {
+    passes_client_test_and_is_valid_without_faults("pottery", "redlock");
 }
 
 #[test]
-fn node_redlock_passes_client_test_is_valid_without_faults_and_is_caught_under_pause() {
-    caught_under_pause_and_valid_without("node-redlock", "single");
+fn pottery_is_caught_under_pause() {
+    caught_under_pause("pottery", "redlock");
 }
 
 #[test]
-fn redis_semaphore_passes_client_test_is_valid_without_faults_and_is_caught_under_pause() {
-    caught_under_pause_and_valid_without("redis-semaphore", "single");
+fn python_redis_lock_passes_client_test_and_is_valid_without_faults() {
+    passes_client_test_and_is_valid_without_faults("python-redis-lock", "single");
+}
+
+#[test]
+fn python_redis_lock_is_caught_under_pause() {
+    caught_under_pause("python-redis-lock", "single");
+}
+
+#[test]
+fn node_redlock_passes_client_test_and_is_valid_without_faults() {
+    passes_client_test_and_is_valid_without_faults("node-redlock", "single");
+}
+
+#[test]
+fn node_redlock_is_caught_under_pause() {
+    caught_under_pause("node-redlock", "single");
+}
+
+#[test]
+fn redis_semaphore_passes_client_test_and_is_valid_without_faults() {
+    passes_client_test_and_is_valid_without_faults("redis-semaphore", "single");
+}
+
+#[test]
+fn redis_semaphore_is_caught_under_pause() {
+    caught_under_pause("redis-semaphore", "single");
 }
 
 /// The protocol page's complete example adapter, as a newcomer would copy it.

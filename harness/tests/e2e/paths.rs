@@ -1,7 +1,7 @@
 //! Paths the harness hands to its children: the default relative `results/`
 //! folder, and results folders whose path LD_PRELOAD would split.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

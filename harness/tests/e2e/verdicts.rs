@@ -2,7 +2,7 @@
 //! lock granted or an interruption are `unknown`; `check` agrees with `run`
 //! and with itself across formats.
 
-mod common;
+use crate::common;
 
 use common::lockstorm;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! verdict's exit code, a full disk is one clear line and 255. Logs going
 //! into a pipe carry no terminal colour codes.
 
-mod common;
+use crate::common;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;

@@ -3,7 +3,7 @@
 //! stall, not to nothing. The test itself plays the busy host: it freezes a
 //! worker with SIGSTOP while no nemesis runs.
 
-mod common;
+use crate::common;
 
 use checker::Results;
 use common::wait_for;

@@ -3,7 +3,7 @@
 //! node or worker survives it and none is left stopped, no partition rule is
 //! left, and the history recorded so far stays readable.
 
-mod common;
+use crate::common;
 
 use common::wait_for;
 use nix::sys::signal::{kill, Signal};

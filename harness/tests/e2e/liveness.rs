@@ -2,7 +2,7 @@
 //! `PEXPIRE` leaves a key that never expires (`deadlock`), while a holder
 //! of a key with a TTL is waited out within that TTL.
 
-mod common;
+use crate::common;
 
 use checker::{Results, Validity};
 use common::{count, lockstorm, run_short};

@@ -1,0 +1,31 @@
+//! The harness's tests: one binary, so the suite links once. Each module
+//! runs the real `lockstorm` binary (and real `redis-server`, Sentinel,
+//! Docker, Python and Node where it says); end-to-end runs take turns
+//! through `common::e2e_slot`, each in an address block of its own.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod chains;
+mod cli;
+mod clients;
+mod configs;
+mod crash;
+mod docker;
+mod errors;
+mod faults;
+mod kill;
+mod lifecycle;
+mod liveness;
+mod matrix;
+mod output;
+mod paths;
+mod protocol;
+mod redlock;
+mod replicated;
+mod report;
+mod runs;
+mod stalls;
+mod strikes;
+mod verdicts;
+mod workspace;
