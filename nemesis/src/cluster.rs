@@ -1,11 +1,12 @@
 //! What a nemesis may do to the nodes. The harness owns the processes and
 //! implements this; faults only decide *when* and *which*.
 
+use crate::names::Names;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::pin::Pin;
-use std::str::FromStr;
 use std::time::Duration;
+use strum::{Display, EnumString, IntoStaticStr, VariantArray};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -75,6 +76,8 @@ pub trait Cluster: Send + Sync {
 /// configs with one lock node, or a primary, always hit that one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(VariantArray, IntoStaticStr, Display, EnumString)]
+#[strum(serialize_all = "kebab-case", parse_err_ty = String, parse_err_fn = unknown_targets)]
 pub enum Targets {
     One,
     Minority,
@@ -87,7 +90,12 @@ pub enum Targets {
 }
 
 impl Targets {
-    pub const NAMES: &'static str = "one, minority, majority, all, ring";
+    /// The valid names, for messages: `one, minority, majority, all, ring`.
+    pub const NAMES: Names<Targets> = Names(Targets::VARIANTS);
+
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
 
     /// The first nodes of `nodes`, as many as the choice asks for (pure).
     pub fn pick(self, nodes: &[String]) -> Vec<String> {
@@ -102,19 +110,24 @@ impl Targets {
     }
 }
 
-impl FromStr for Targets {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "one" => Ok(Targets::One),
-            "minority" => Ok(Targets::Minority),
-            "majority" => Ok(Targets::Majority),
-            "all" => Ok(Targets::All),
-            "ring" => Ok(Targets::Ring),
-            _ => Err(format!(
-                "unknown targets '{s}': choose one of {}",
-                Targets::NAMES
-            )),
+fn unknown_targets(s: &str) -> String {
+    format!("unknown targets '{s}': choose one of {}", Targets::NAMES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_have_one_name_everywhere_and_an_unknown_one_lists_them() {
+        for t in Targets::VARIANTS.iter().copied() {
+            assert_eq!(t.name().parse::<Targets>(), Ok(t));
+            assert_eq!(t.to_string(), t.name());
+            assert_eq!(serde_json::to_value(t).unwrap(), t.name(), "serde agrees");
         }
+        assert_eq!(
+            "most".parse::<Targets>(),
+            Err("unknown targets 'most': choose one of one, minority, majority, all, ring".into())
+        );
     }
 }

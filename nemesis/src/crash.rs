@@ -4,6 +4,7 @@
 //! until its TTL, or forever if it died before giving its key an expiry.
 
 use crate::cluster::BoxFuture;
+use crate::names::Fault;
 use crate::package::{Package, Shape};
 use crate::process;
 use crate::runner::{Env, FaultParams, Struck};
@@ -16,14 +17,9 @@ const REPLACED_WITHIN: Duration = Duration::from_secs(5);
 
 pub struct Crash;
 
-impl Crash {
-    pub const START: &'static str = "start-crash";
-    pub const STOP: &'static str = "stop-crash";
-}
-
 impl Package for Crash {
     fn name(&self) -> &'static str {
-        "crash"
+        Fault::Crash.name()
     }
     fn supports(&self, _: &Shape) -> Result<(), String> {
         Ok(())
@@ -52,7 +48,8 @@ async fn crash(env: &mut Env, at: Point) {
     // Recorded before the kill, so it precedes everything the death
     // causes (the harness completes the op in flight and records `crash`);
     // the worker is parked at the point meanwhile.
-    env.journal.record(Crash::START, target.clone(), None);
+    env.journal
+        .record(&Fault::Crash.start_event(), target.clone(), None);
     let killed = process::kill_group(pid);
     // The others are disarmed; the dead one needs nothing.
     env.release(&parked);
@@ -60,8 +57,11 @@ async fn crash(env: &mut Env, at: Point) {
         Ok(()) => replaced(env, parked.worker, pid).await,
         Err(e) => Err(format!("SIGKILL to pid {pid}'s group failed: {e}")),
     };
-    env.journal
-        .record(Crash::STOP, crate::verify::attach(target, seen), None);
+    env.journal.record(
+        &Fault::Crash.stop_event(),
+        crate::verify::attach(target, seen),
+        None,
+    );
 }
 
 /// The evidence of a crash: the worker's index runs a new pid, and the old

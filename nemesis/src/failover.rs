@@ -12,6 +12,7 @@
 
 use crate::cluster::BoxFuture;
 use crate::kill::restart;
+use crate::names::{skip_event, Fault};
 use crate::package::{Package, Shape, RESTART_MARGIN};
 use crate::runner::{Env, FaultParams};
 use crate::verify;
@@ -22,14 +23,9 @@ use tokio::time::Instant;
 
 pub struct Failover;
 
-impl Failover {
-    pub const START: &'static str = "start-failover";
-    pub const STOP: &'static str = "stop-failover";
-}
-
 impl Package for Failover {
     fn name(&self) -> &'static str {
-        "failover"
+        Fault::Failover.name()
     }
     fn supports(&self, shape: &Shape) -> Result<(), String> {
         match shape.replicated {
@@ -60,8 +56,11 @@ const PROMOTION_TIMEOUT: Duration = Duration::from_secs(30);
 
 async fn run(env: &mut Env, lock_ttl: Duration) {
     let Some(primary) = env.cluster.primary().await else {
-        env.journal
-            .record("skip-failover", json!({"reason": "no primary known"}), None);
+        env.journal.record(
+            &skip_event(Failover.name()),
+            json!({"reason": "no primary known"}),
+            None,
+        );
         return;
     };
     let name = primary.name.clone();
@@ -69,7 +68,8 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
     let began = env.journal.now_ns();
     if let Err(e) = env.cluster.partition(&name, &replicas) {
         let reason = json!({"reason": e.to_string()});
-        env.journal.record("skip-failover", reason, Some(&name));
+        env.journal
+            .record(&skip_event(Failover.name()), reason, Some(&name));
         return;
     }
     // Both directions are cut: the replicas cannot reach the primary, nor it them.
@@ -86,7 +86,7 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
     let value = json!({"target": name, "pid": primary.pid, "cut-from": replicas});
     let start = verify::attach(value, seen);
     env.journal
-        .record_at(began, Failover::START, start, Some(&name));
+        .record_at(began, &Fault::Failover.start_event(), start, Some(&name));
     env.sleep(lock_ttl).await;
 
     // A lock taken now lives on the primary alone. With `--wait-replicas`
@@ -95,7 +95,7 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
     if env.stopping() {
         let _ = env.cluster.heal();
         env.journal.record(
-            Failover::STOP,
+            &Fault::Failover.stop_event(),
             json!({"target": name, "healed": "run ending"}),
             Some(&name),
         );
@@ -125,5 +125,10 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
         env.journal
             .record("heal-failed", json!({"error": e.to_string()}), None);
     }
-    restart(env, killed.as_ref().unwrap_or(&primary), Failover::STOP).await;
+    restart(
+        env,
+        killed.as_ref().unwrap_or(&primary),
+        &Fault::Failover.stop_event(),
+    )
+    .await;
 }

@@ -1,11 +1,13 @@
 //! The faults lockstorm can inject, `--nemesis` parsing, node targets, and
 //! the scheduled actions (single faults, and scenarios that combine them).
-//! What each fault is and does lives in its [`Package`].
+//! Their names live in `names.rs`; what each fault is and does lives in its
+//! [`Package`], which this module maps it to.
 
 pub use crate::cluster::Targets;
 use crate::crash::Crash;
 use crate::failover::Failover;
 use crate::kill::Kill;
+pub use crate::names::{Action, Fault};
 use crate::package::Package;
 use crate::partition::Partition;
 use crate::pause::{Pause, PauseNode};
@@ -16,37 +18,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Fault {
-    /// SIGSTOP the lock holder in its critical section, for longer than the TTL.
-    Pause,
-    /// SIGSTOP the node the lock lives on (the primary, for `replicated`).
-    PauseNode,
-    /// SIGKILL a worker's process group at a strike point; it is replaced.
-    Crash,
-    /// SIGKILL lock nodes right after an acquisition; restart them later.
-    Kill,
-    /// Partition the primary from its replicas, kill it after an
-    /// acquisition, heal once Sentinel has promoted a replica.
-    Failover,
-    /// Jump lock nodes' wall clocks (and optionally skew the holder's lease clock).
-    Clock,
-    /// Cut links between workers and lock nodes.
-    Partition,
-}
-
 impl Fault {
-    pub const ALL: [Fault; 7] = [
-        Fault::Pause,
-        Fault::PauseNode,
-        Fault::Crash,
-        Fault::Kill,
-        Fault::Failover,
-        Fault::Clock,
-        Fault::Partition,
-    ];
-
     /// Everything else about the fault: the one line to add with a variant.
     pub fn package(self) -> &'static dyn Package {
         match self {
@@ -58,16 +30,6 @@ impl Fault {
             Fault::Clock => &Clock,
             Fault::Partition => &Partition,
         }
-    }
-
-    pub fn name(self) -> &'static str {
-        self.package().name()
-    }
-}
-
-impl fmt::Display for Fault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 
@@ -166,20 +128,6 @@ impl FromStr for Aimed {
     }
 }
 
-/// One scheduled action: a single fault, or a scenario that needs two faults
-/// acting together.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(into = "String", try_from = "String")]
-pub enum Action {
-    Fault(Fault),
-    /// Kleppmann's: the holder reaches n1–n3 only, n3's clock jumps past the
-    /// TTL, a second client reaching n3–n5 only takes the lock.
-    SplitClock,
-    /// Two nodes killed and restarted empty leave the holder a bare
-    /// majority; a clock jump on one of them takes it away.
-    KillClock,
-}
-
 impl Action {
     /// The scenarios: each runs when all of its faults are asked for.
     pub const SCENARIOS: [Action; 2] = [Action::SplitClock, Action::KillClock];
@@ -190,10 +138,6 @@ impl Action {
             Action::SplitClock => &SplitClock,
             Action::KillClock => &KillClock,
         }
-    }
-
-    pub fn name(self) -> &'static str {
-        self.package().name()
     }
 
     /// The faults `--nemesis` names to ask for this action: a scenario
@@ -217,7 +161,7 @@ impl Action {
 
 impl From<Action> for String {
     fn from(a: Action) -> String {
-        a.name().to_string()
+        a.to_string()
     }
 }
 
@@ -323,14 +267,9 @@ impl FromStr for Nemesis {
                     nemesis.all = true;
                     nemesis.faults.extend(Fault::ALL);
                 }
-                _ => nemesis.faults.push(
-                    Fault::ALL
-                        .into_iter()
-                        .find(|f| f.name() == name)
-                        .ok_or_else(|| {
-                            format!("unknown nemesis '{name}': choose from {}", Nemesis::names())
-                        })?,
-                ),
+                _ => nemesis.faults.push(name.parse().map_err(|_| {
+                    format!("unknown nemesis '{name}': choose from {}", Nemesis::names())
+                })?),
             }
         }
         nemesis.faults.sort();
@@ -461,6 +400,13 @@ mod tests {
             .parse::<Aimed>()
             .unwrap_err()
             .contains("later"));
+    }
+
+    #[test]
+    fn each_action_s_package_bears_its_name() {
+        for a in Action::all() {
+            assert_eq!(a.package().name(), a.name());
+        }
     }
 
     #[test]

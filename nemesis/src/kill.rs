@@ -5,6 +5,7 @@
 
 use crate::cluster::BoxFuture;
 use crate::cluster::Targets;
+use crate::names::{skip_event, Fault};
 use crate::package::{needs_lock_node, Package, Shape, RESTART_MARGIN};
 use crate::runner::{Env, FaultParams};
 use crate::verify;
@@ -14,14 +15,9 @@ use std::time::Duration;
 
 pub struct Kill;
 
-impl Kill {
-    pub const START: &'static str = "start-kill";
-    pub const STOP: &'static str = "stop-kill";
-}
-
 impl Package for Kill {
     fn name(&self) -> &'static str {
-        "kill"
+        Fault::Kill.name()
     }
     fn supports(&self, shape: &Shape) -> Result<(), String> {
         needs_lock_node(shape)
@@ -43,8 +39,11 @@ async fn nodes(env: &mut Env, targets: Targets, down_for: Duration) {
     };
     let nodes = env.cluster.targets(targets).await;
     if nodes.is_empty() {
-        env.journal
-            .record("skip-kill", json!({"reason": "no node to kill"}), None);
+        env.journal.record(
+            &skip_event(Kill.name()),
+            json!({"reason": "no node to kill"}),
+            None,
+        );
         return;
     }
     let began = env.journal.now_ns();
@@ -54,7 +53,8 @@ async fn nodes(env: &mut Env, targets: Targets, down_for: Duration) {
             Ok(was) => killed.push(was),
             Err(e) => {
                 let reason = json!({"target": node.name, "reason": e.to_string()});
-                env.journal.record("skip-kill", reason, Some(&node.name));
+                env.journal
+                    .record(&skip_event(Kill.name()), reason, Some(&node.name));
             }
         }
     }
@@ -66,11 +66,11 @@ async fn nodes(env: &mut Env, targets: Targets, down_for: Duration) {
     let value = json!({"targets": names, "killed": pids, "holder": holder.process});
     let value = verify::attach(value, verify::gone(&killed));
     env.journal
-        .record_at(began, Kill::START, value, single(&names));
+        .record_at(began, &Fault::Kill.start_event(), value, single(&names));
     // Restart even when the run is ending: every fault heals before the final read.
     env.sleep(down_for).await;
     for was in &killed {
-        restart(env, was, Kill::STOP).await;
+        restart(env, was, &Fault::Kill.stop_event()).await;
     }
 }
 

@@ -8,6 +8,7 @@ mod crash;
 mod failover;
 pub mod fault;
 mod kill;
+mod names;
 pub mod net;
 mod package;
 pub mod partition;
@@ -22,6 +23,7 @@ mod verify;
 
 pub use cluster::{Cluster, NodeRef, Source};
 pub use fault::{Action, Aimed, At, Fault, Nemesis, Targets};
+pub use names::Names;
 pub use package::{Package, Shape};
 pub use play::play;
 pub use runner::{AtPoint, Env, FaultParams, Holder, Journal, Live, WorkerControl};

@@ -4,10 +4,11 @@
 //! what it did). The harness, the schedule and the matrix ask the package;
 //! none of them knows a fault by name.
 //!
-//! Adding a fault: a module with a unit struct implementing [`Package`] (and
-//! its `START`/`STOP` event names), a [`Fault`](crate::Fault) variant, its
-//! entry in `Fault::ALL` and its line in `Fault::package`. A scenario (faults
-//! that act together) is an [`Action`](crate::Action) the same way.
+//! Adding a fault: a [`Fault`](crate::Fault) variant (its name, and the
+//! `start-…`/`stop-…` names of its events, come from the variant), a module
+//! with a unit struct implementing [`Package`] whose `name` is the
+//! variant's, and its line in `Fault::package`. A scenario (faults that act
+//! together) is an [`Action`](crate::Action) the same way.
 
 use crate::cluster::BoxFuture;
 use crate::runner::{Env, FaultParams};
@@ -77,35 +78,3 @@ pub(crate) fn needs_lock_node(shape: &Shape) -> Result<(), String> {
 
 /// A killed node is back within this long after its restart is asked for.
 pub(crate) const RESTART_MARGIN: Duration = Duration::from_millis(500);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::crash::Crash;
-    use crate::failover::Failover;
-    use crate::kill::Kill;
-    use crate::partition::Partition;
-    use crate::pause::{Pause, PauseNode};
-    use crate::skew::Clock;
-    use checker::history::fault::{started, stopped};
-
-    #[test]
-    fn each_fault_names_its_events_as_the_history_reads_them() {
-        let events: [(&dyn Package, &str, &str); 7] = [
-            (&Pause, Pause::START, Pause::STOP),
-            (&Crash, Crash::START, Crash::STOP),
-            (&PauseNode, PauseNode::START, PauseNode::STOP),
-            (&Kill, Kill::START, Kill::STOP),
-            (&Failover, Failover::START, Failover::STOP),
-            (&Clock, Clock::START, Clock::STOP),
-            (&Partition, Partition::START, Partition::STOP),
-        ];
-        for (package, start, stop) in events {
-            assert_eq!(started(start), Some(package.name()));
-            assert_eq!(stopped(stop), Some(package.name()));
-        }
-        for f in crate::Fault::ALL {
-            assert!(events.iter().any(|(p, _, _)| p.name() == f.name()), "{f}");
-        }
-    }
-}

@@ -5,6 +5,7 @@
 
 use crate::cluster::BoxFuture;
 use crate::cluster::Targets;
+use crate::names::{skip_event, Fault};
 use crate::package::{needs_lock_node, Package, Shape};
 use crate::runner::{Env, FaultParams};
 use crate::verify;
@@ -14,14 +15,9 @@ use std::time::Duration;
 
 pub struct Partition;
 
-impl Partition {
-    pub const START: &'static str = "start-partition";
-    pub const STOP: &'static str = "stop-partition";
-}
-
 impl Package for Partition {
     fn name(&self) -> &'static str {
-        "partition"
+        Fault::Partition.name()
     }
     fn supports(&self, shape: &Shape) -> Result<(), String> {
         if shape.adapter {
@@ -48,20 +44,25 @@ async fn cut(env: &mut Env, targets: Targets, hold: Duration) {
     let links = shape(targets, env.workers.len(), &nodes);
     let began = env.journal.now_ns();
     if let Err(e) = env.cluster.cut_workers(&links) {
-        env.journal
-            .record("skip-partition", json!({"reason": e.to_string()}), None);
+        env.journal.record(
+            &skip_event(Partition.name()),
+            json!({"reason": e.to_string()}),
+            None,
+        );
         return;
     }
-    let value = json!({"targets": format!("{targets:?}").to_lowercase(), "cut": links});
+    let value = json!({"targets": targets.name(), "cut": links});
     let seen = verify::cut(env, &worker_links(&links)).await;
     let start = verify::attach(value.clone(), seen);
-    env.journal.record_at(began, Partition::START, start, None);
+    env.journal
+        .record_at(began, &Fault::Partition.start_event(), start, None);
     env.sleep(hold).await;
     if let Err(e) = env.cluster.heal() {
         env.journal
             .record("heal-failed", json!({"error": e.to_string()}), None);
     }
-    env.journal.record(Partition::STOP, value, None);
+    env.journal
+        .record(&Fault::Partition.stop_event(), value, None);
 }
 
 /// The probes that show `links` are cut: from each worker's address.

@@ -4,6 +4,7 @@
 //! than its TTL. `pause-node`: SIGSTOP a lock node.
 
 use crate::cluster::BoxFuture;
+use crate::names::{skip_event, Fault};
 use crate::package::{needs_lock_node, Package, Shape};
 use crate::process::Suspended;
 use crate::runner::{Env, FaultParams, Struck};
@@ -13,14 +14,9 @@ use std::time::Duration;
 
 pub struct Pause;
 
-impl Pause {
-    pub const START: &'static str = "start-pause";
-    pub const STOP: &'static str = "stop-pause";
-}
-
 impl Package for Pause {
     fn name(&self) -> &'static str {
-        "pause"
+        Fault::Pause.name()
     }
     fn supports(&self, _: &Shape) -> Result<(), String> {
         Ok(())
@@ -38,14 +34,9 @@ impl Package for Pause {
 
 pub struct PauseNode;
 
-impl PauseNode {
-    pub const START: &'static str = "start-pause-node";
-    pub const STOP: &'static str = "stop-pause-node";
-}
-
 impl Package for PauseNode {
     fn name(&self) -> &'static str {
-        "pause-node"
+        Fault::PauseNode.name()
     }
     fn supports(&self, shape: &Shape) -> Result<(), String> {
         needs_lock_node(shape)
@@ -74,14 +65,13 @@ async fn holder(env: &mut Env, duration: Duration, at: Point) {
         Err(e) => {
             env.release(&parked);
             let reason = json!({"pid": pid, "reason": e.to_string()});
-            env.journal
-                .record(&format!("skip-{}", Pause.name()), reason, None);
+            env.journal.record(&skip_event(Pause.name()), reason, None);
             return;
         }
     };
     let seen = crate::verify::stopped(pid).await;
     env.journal.record(
-        Pause::START,
+        &Fault::Pause.start_event(),
         crate::verify::attach(target.clone(), seen),
         None,
     );
@@ -89,14 +79,14 @@ async fn holder(env: &mut Env, duration: Duration, at: Point) {
     env.release(&parked);
     env.sleep(duration).await;
     drop(paused);
-    env.journal.record(Pause::STOP, target, None);
+    env.journal.record(&Fault::Pause.stop_event(), target, None);
 }
 
 /// Freezes the node the lock lives on (the primary, for `replicated`).
 async fn node(env: &mut Env, duration: Duration) {
     let Some(node) = env.cluster.primary().await else {
         env.journal.record(
-            "skip-pause-node",
+            &skip_event(PauseNode.name()),
             json!({"reason": "no primary known"}),
             None,
         );
@@ -105,8 +95,7 @@ async fn node(env: &mut Env, duration: Duration) {
     let target = json!({"target": node.name, "pid": node.pid});
     suspend_for(
         env,
-        PauseNode.name(),
-        (PauseNode::START, PauseNode::STOP),
+        Fault::PauseNode,
         node.pid,
         duration,
         target,
@@ -117,8 +106,7 @@ async fn node(env: &mut Env, duration: Duration) {
 
 async fn suspend_for(
     env: &mut Env,
-    fault: &str,
-    (start_event, stop_event): (&str, &str),
+    fault: Fault,
     pid: u32,
     duration: Duration,
     target: Value,
@@ -129,14 +117,15 @@ async fn suspend_for(
         Ok(p) => p,
         Err(e) => {
             let reason = json!({"pid": pid, "reason": e.to_string()});
-            env.journal.record(&format!("skip-{fault}"), reason, node);
+            env.journal.record(&skip_event(fault.name()), reason, node);
             return;
         }
     };
     let seen = crate::verify::stopped(pid).await;
     let start = crate::verify::attach(target.clone(), seen);
-    env.journal.record_at(began, start_event, start, node);
+    env.journal
+        .record_at(began, &fault.start_event(), start, node);
     env.sleep(duration).await;
     drop(paused);
-    env.journal.record(stop_event, target, node);
+    env.journal.record(&fault.stop_event(), target, node);
 }

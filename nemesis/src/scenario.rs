@@ -3,11 +3,10 @@
 //! node of it away with a clock jump.
 
 use crate::cluster::BoxFuture;
-use crate::kill::Kill;
+use crate::names::{skip_event, Action, Fault};
 use crate::package::{Package, Shape, RESTART_MARGIN};
-use crate::partition::Partition;
 use crate::runner::{Env, FaultParams, Holder};
-use crate::skew::{jump_nodes, Clock};
+use crate::skew::jump_nodes;
 use crate::verify;
 use serde_json::json;
 use std::time::Duration;
@@ -27,7 +26,7 @@ pub struct SplitClock;
 
 impl Package for SplitClock {
     fn name(&self) -> &'static str {
-        "partition+clock"
+        Action::SplitClock.name()
     }
     fn supports(&self, shape: &Shape) -> Result<(), String> {
         needs_five_nodes(shape)
@@ -54,7 +53,7 @@ pub struct KillClock;
 
 impl Package for KillClock {
     fn name(&self) -> &'static str {
-        "kill+clock"
+        Action::KillClock.name()
     }
     fn supports(&self, shape: &Shape) -> Result<(), String> {
         needs_five_nodes(shape)
@@ -97,12 +96,13 @@ async fn split_clock(env: &mut Env, ttl: Duration, jump_ns: i64, hold: Duration)
     if let Err(e) = env.cluster.cut_workers(&links) {
         let reason = json!({"reason": e.to_string()});
         env.journal
-            .record(&format!("skip-{}", SplitClock.name()), reason, None);
+            .record(&skip_event(SplitClock.name()), reason, None);
         return;
     }
     let seen = verify::cut(env, &crate::partition::worker_links(&links)).await;
     let value = verify::attach(json!({"cut": links}), seen);
-    env.journal.record_at(began, Partition::START, value, None);
+    env.journal
+        .record_at(began, &Fault::Partition.start_event(), value, None);
     env.sleep(ttl).await;
     if let Some(holder) = env.await_holder(SplitClock.name()).await {
         jump_one_node(env, &nodes[2], jump_ns, holder, hold).await;
@@ -112,7 +112,7 @@ async fn split_clock(env: &mut Env, ttl: Duration, jump_ns: i64, hold: Duration)
             .record("heal-failed", json!({"error": e.to_string()}), None);
     }
     env.journal
-        .record(Partition::STOP, json!({"cut": links}), None);
+        .record(&Fault::Partition.stop_event(), json!({"cut": links}), None);
 }
 
 /// The holder has its key on all five nodes; n1 and n2 are killed and
@@ -139,10 +139,11 @@ async fn kill_clock(env: &mut Env, down: Duration, jump_ns: i64, hold: Duration)
     }
     let value = json!({"targets": targets, "holder": holder.process});
     let value = verify::attach(value, verify::gone(&killed));
-    env.journal.record_at(began, Kill::START, value, None);
+    env.journal
+        .record_at(began, &Fault::Kill.start_event(), value, None);
     tokio::time::sleep(down).await;
     for was in &killed {
-        crate::kill::restart(env, was, Kill::STOP).await;
+        crate::kill::restart(env, was, &Fault::Kill.stop_event()).await;
     }
     jump_one_node(env, &nodes[2], jump_ns, holder, hold).await;
 }
@@ -152,8 +153,7 @@ fn five_nodes(env: &Env, scenario: &str) -> Option<Vec<String>> {
     let nodes = env.cluster.lock_nodes();
     if nodes.len() < 5 {
         let reason = json!({"reason": "needs five lock nodes"});
-        env.journal
-            .record(&format!("skip-{scenario}"), reason, None);
+        env.journal.record(&skip_event(scenario), reason, None);
         return None;
     }
     Some(nodes)
@@ -167,9 +167,13 @@ async fn jump_one_node(env: &mut Env, node: &str, jump_ns: i64, holder: Holder, 
     let value =
         json!({"targets": shared, "jump_ms": jump_ns / 1_000_000, "holder": holder.process});
     let start = verify::attach(value.clone(), moved);
-    env.journal.record_at(began, Clock::START, start, None);
+    env.journal
+        .record_at(began, &Fault::Clock.start_event(), start, None);
     env.sleep(hold).await;
     let back = jump_nodes(env, &shared, 0).await;
-    env.journal
-        .record(Clock::STOP, verify::attach(value, back), None);
+    env.journal.record(
+        &Fault::Clock.stop_event(),
+        verify::attach(value, back),
+        None,
+    );
 }

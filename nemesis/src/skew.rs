@@ -4,6 +4,7 @@
 
 use crate::cluster::BoxFuture;
 use crate::cluster::Targets;
+use crate::names::Fault;
 use crate::package::{needs_lock_node, Package, Shape};
 use crate::runner::{Env, FaultParams};
 use crate::verify;
@@ -12,14 +13,9 @@ use std::time::Duration;
 
 pub struct Clock;
 
-impl Clock {
-    pub const START: &'static str = "start-clock";
-    pub const STOP: &'static str = "stop-clock";
-}
-
 impl Package for Clock {
     fn name(&self) -> &'static str {
-        "clock"
+        Fault::Clock.name()
     }
     fn supports(&self, shape: &Shape) -> Result<(), String> {
         needs_lock_node(shape)
@@ -59,14 +55,18 @@ async fn jump(env: &mut Env, targets: Targets, jump_ns: i64, skew_ns: i64, hold:
     }
     let value = json!({"targets": nodes, "jump_ms": jump_ns / 1_000_000, "holder": holder.process, "holder_skew_ms": skew_ns / 1_000_000});
     let start = verify::attach(value.clone(), moved);
-    env.journal.record_at(began, Clock::START, start, None);
+    env.journal
+        .record_at(began, &Fault::Clock.start_event(), start, None);
     env.sleep(hold).await;
     let back = jump_nodes(env, &nodes, 0).await;
     if skew_ns != 0 {
         env.skew(holder.worker, 0, 1.0);
     }
-    env.journal
-        .record(Clock::STOP, verify::attach(value, back), None);
+    env.journal.record(
+        &Fault::Clock.stop_event(),
+        verify::attach(value, back),
+        None,
+    );
 }
 
 /// Sets every node in `nodes` to `offset_ns` from real time and reads their
