@@ -2,11 +2,15 @@
 
 use checker::Promise;
 use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
+use strum::{Display, EnumCount, EnumString, IntoStaticStr, VariantArray};
 
+/// Each config's name is its variant's, kebab-cased (strum for the command
+/// line and messages, serde for run.json and the worker's spec: a test holds
+/// them to the same).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(EnumCount, VariantArray, IntoStaticStr, Display, EnumString)]
+#[strum(serialize_all = "kebab-case", parse_err_ty = String, parse_err_fn = unknown_config)]
 pub enum Config {
     /// One node; `SET NX PX`, compare-and-delete release.
     Single,
@@ -34,34 +38,13 @@ pub enum Config {
 }
 
 impl Config {
-    pub const ALL: [Config; 11] = [
-        Config::Single,
-        Config::Replicated,
-        Config::Redlock,
-        Config::RedlockRslock,
-        Config::Fenced,
-        Config::Watchdog,
-        Config::UnsafeDel,
-        Config::UnsafeGetDel,
-        Config::UnsafeSetnx,
-        Config::UnsafeKeyPerWorker,
-        Config::NoLock,
-    ];
+    /// Every config, in the order the variants are declared.
+    pub const ALL: [Config; Config::COUNT] = *Config::VARIANTS
+        .first_chunk()
+        .expect("COUNT is the number of VARIANTS");
 
     pub fn name(self) -> &'static str {
-        match self {
-            Config::Single => "single",
-            Config::Replicated => "replicated",
-            Config::Redlock => "redlock",
-            Config::RedlockRslock => "redlock-rslock",
-            Config::Fenced => "fenced",
-            Config::Watchdog => "watchdog",
-            Config::UnsafeDel => "unsafe-del",
-            Config::UnsafeGetDel => "unsafe-get-del",
-            Config::UnsafeSetnx => "unsafe-setnx",
-            Config::UnsafeKeyPerWorker => "unsafe-key-per-worker",
-            Config::NoLock => "no-lock",
-        }
+        self.into()
     }
 
     /// Fenced configs promise data safety; the rest promise mutual exclusion.
@@ -120,20 +103,8 @@ impl Config {
     }
 }
 
-impl fmt::Display for Config {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Config {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Config::ALL
-            .into_iter()
-            .find(|c| c.name() == s)
-            .ok_or_else(|| format!("unknown config '{s}': choose one of {}", Config::names()))
-    }
+fn unknown_config(s: &str) -> String {
+    format!("unknown config '{s}': choose one of {}", Config::names())
 }
 
 #[cfg(test)]
@@ -144,6 +115,7 @@ mod tests {
     fn names_parse_back_and_unknown_names_list_the_valid_ones() {
         for c in Config::ALL {
             assert_eq!(c.name().parse::<Config>().unwrap(), c);
+            assert_eq!(c.to_string(), c.name());
             assert_eq!(
                 serde_json::to_string(&c).unwrap(),
                 format!("\"{}\"", c.name())
