@@ -13,9 +13,9 @@ pub mod local;
 use crate::error::{Error, Result};
 pub use crate::options::Backend;
 use nemesis::cluster::BoxFuture;
-use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::Arc;
+use store::BackendRecord;
 
 /// The program a node runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,21 +67,6 @@ pub trait Provisioner: Send + Sync {
     /// Called once the run's nodes are gone, or the run failed: removes
     /// whatever of the run is left on the backend.
     fn finish(&self) -> BoxFuture<'_, ()>;
-}
-
-/// The backend a run used, as `run.json` records it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct BackendRecord {
-    /// `local` or `docker`.
-    pub kind: String,
-    /// The image the containers ran, and its id (docker only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image_id: Option<String>,
-    /// The `lockstorm.run` label on the run's containers (docker only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run: Option<String>,
 }
 
 /// The provisioner `backend` names, ready to launch nodes: `auto` is the

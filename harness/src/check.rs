@@ -2,11 +2,12 @@
 //! run-level judgement `lockstorm run` shares with it.
 
 use crate::error::{Error, Result};
-use crate::store::{ReadError, RunRecord, StoredRun, HISTORY, RUN_JSON};
+use crate::record::RunRecord;
 use checker::History;
 use checker::{Promise, Results, Settings, Validity};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use store::{ReadError, StoredRun, HISTORY, RUN_JSON};
 
 /// How a history file is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -7,12 +7,13 @@ use crate::check::Format;
 use crate::error::{Error, Result};
 use crate::matrix::MatrixArgs;
 use crate::options::{ClientChoice, Output, RunOptions, RunPlan};
-use crate::{check, exit, logging, matrix, run, summary};
+use crate::{check, exit, logging, matrix, run};
 use checker::{Promise, Validity};
 use clap::{Parser, Subcommand};
 use std::io::{ErrorKind, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use store::summary;
 use workloads::WorkerSpec;
 
 #[derive(Parser, Debug)]

@@ -83,7 +83,7 @@ async fn client_test_on(
     backend: std::sync::Arc<dyn crate::backend::Provisioner>,
 ) -> Result<Report> {
     let folder =
-        crate::store::unique_dir(results, &format!("client-test-{}", crate::store::stamp()))?;
+        store::layout::unique_dir(results, &format!("client-test-{}", store::layout::stamp()))?;
     std::fs::create_dir_all(&folder).context(|| format!("creating {}", folder.display()))?;
     let spec = NodeSpec {
         name: "n1".into(),

@@ -11,6 +11,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
+use store::ClientRecord;
 use workloads::adapter::{self, AdapterSpec, Group, Hello};
 use workloads::Config;
 
@@ -389,32 +390,19 @@ impl Prepared {
     }
 }
 
-/// What run.json says of the client a run tested.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClientRecord {
-    /// The shipped adapter's name, or `custom`.
-    pub name: String,
-    pub command: String,
-    /// The library and version, as the adapter said at `init`.
-    pub library: String,
-    pub features: Vec<String>,
-    /// What the worker's check before each write asks.
-    pub check: String,
-}
-
-impl ClientRecord {
-    pub fn new(client: &Client, spec: &AdapterSpec, hello: &Hello) -> Self {
-        let check = match hello.has("check") {
-            true => "the library's own view (op check) before each write",
-            false => "none: the library offers no check, so the worker treats every hold as valid",
-        };
-        ClientRecord {
-            name: client.to_string(),
-            command: spec.command(),
-            library: hello.client.clone(),
-            features: hello.features.clone(),
-            check: check.into(),
-        }
+/// What run.json says of the client a run tested, from the adapter's
+/// `init` answer.
+pub fn record(client: &Client, spec: &AdapterSpec, hello: &Hello) -> ClientRecord {
+    let check = match hello.has("check") {
+        true => "the library's own view (op check) before each write",
+        false => "none: the library offers no check, so the worker treats every hold as valid",
+    };
+    ClientRecord {
+        name: client.to_string(),
+        command: spec.command(),
+        library: hello.client.clone(),
+        features: hello.features.clone(),
+        check: check.into(),
     }
 }
 

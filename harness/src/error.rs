@@ -34,14 +34,6 @@ pub enum Error {
     /// discarded, so the message quotes the node instead of pointing to it.
     #[error("node {name} failed to start: {message}")]
     NodeStart { name: String, message: String },
-    /// The results folder cannot be written: the user's to fix, as bad
-    /// configuration (a clone owned by another user, a read-only mount).
-    #[error("cannot create {}: {source}; give --results a folder you can write to", .path.display())]
-    ResultsNotWritable {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
     #[error("cannot set up iptables: {0}")]
     Firewall(#[source] std::io::Error),
     #[error("cannot start the async runtime: {0}")]
@@ -51,9 +43,6 @@ pub enum Error {
     /// Runs of a matrix that ended in an error (named `config × nemesis`).
     #[error("runs of {} could not complete; see their harness.log", .0.join(", "))]
     MatrixIncomplete(Vec<String>),
-    /// Every `<name>`, `<name>-1` … `<name>-999` already exists.
-    #[error("too many folders named {name} in {}", .parent.display())]
-    NoFreeFolder { name: String, parent: PathBuf },
     /// A client adapter cannot start, refused `init` or broke the protocol
     /// at it: the user's to fix.
     #[error("{0}")]
@@ -68,6 +57,10 @@ pub enum Error {
     /// error's message and exit code.
     #[error("{message}")]
     Cell { message: String, code: u8 },
+    /// A stored file or folder could not be written (a results folder the
+    /// user may not write to is theirs to fix).
+    #[error(transparent)]
+    Store(#[from] store::Error),
 }
 
 impl Error {
@@ -77,7 +70,7 @@ impl Error {
             Error::Usage(_)
             | Error::MissingProgram { .. }
             | Error::BadInput { .. }
-            | Error::ResultsNotWritable { .. }
+            | Error::Store(store::Error::ResultsNotWritable { .. })
             | Error::Adapter(_) => exit::BAD_INPUT,
             Error::Node { .. }
             | Error::NodeStart { .. }
@@ -86,7 +79,7 @@ impl Error {
             | Error::Runtime(_)
             | Error::NemesisTask(_)
             | Error::MatrixIncomplete(_)
-            | Error::NoFreeFolder { .. }
+            | Error::Store(_)
             | Error::ClientSetup(_)
             | Error::Report(_) => exit::HARNESS_FAILED,
             Error::Cell { code, .. } => *code,

@@ -20,10 +20,9 @@ pub mod node;
 pub mod options;
 pub mod plot;
 mod progress;
+pub mod record;
 pub mod report;
 pub mod run;
-pub mod store;
-pub mod summary;
 pub mod topology;
 mod workers;
 

@@ -2,12 +2,12 @@
 //! take the final read, check the history and store the results.
 
 use crate::backend::Provisioner;
-use crate::clients::{ClientRecord, Prepared};
+use crate::clients::Prepared;
 use crate::error::{Context, Error, Result};
 use crate::interrupt::Interrupt;
 use crate::journal::HistoryWriter;
 use crate::options::{RunOptions, RunPlan};
-use crate::store::{write_json, RunDir, RunRecord};
+use crate::record::RunRecord;
 use crate::topology::Topology;
 use crate::{logging, workers};
 use checker::history::{f, OpType, Process};
@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use store::{write_json, RunDir};
 use tokio::sync::watch;
 use workloads::clock::RunClock;
 use workloads::storage::Storage;
@@ -191,7 +192,7 @@ async fn run_workload(
             .client
             .as_ref()
             .expect("a prepared client was chosen");
-        client_record = Some(ClientRecord::new(chosen, &spec, &hello));
+        client_record = Some(crate::clients::record(chosen, &spec, &hello));
     }
     let clock = RunClock::starting_now();
     let (history, holders) = HistoryWriter::create(&dir.history(), clock, late_events(options))
@@ -211,7 +212,7 @@ async fn run_workload(
         .collect();
     let pool = workers::Pool::start(specs, &exe, &dir.path, history.clone())?;
 
-    let mut record = RunRecord::new(options, backend);
+    let mut record = new_record(options, backend);
     record.client = client_record;
     record.nodes = topology.records().await;
     record.worker_pids = pool.pids.snapshot();
@@ -405,7 +406,7 @@ fn interrupted_at_startup(
     dir: &RunDir,
     why: &str,
 ) -> Result<RunOutcome> {
-    let mut record = RunRecord::new(options, backend);
+    let mut record = new_record(options, backend);
     record.interrupted = true;
     let mut results = checker::check(&History::default(), record.settings());
     mark_interrupted(&mut results, why);
@@ -418,24 +419,22 @@ fn interrupted_at_startup(
     })
 }
 
-impl RunRecord {
-    /// The record of a run about to start: nodes, workers and schedule empty.
-    fn new(options: &RunPlan, backend: &dyn Provisioner) -> Self {
-        RunRecord {
-            lockstorm: env!("CARGO_PKG_VERSION").to_string(),
-            redis: backend.redis_version(),
-            backend: Some(backend.record()),
-            started: chrono::Utc::now().to_rfc3339(),
-            promise: options.config.promise(),
-            options: options.clone(),
-            nodes: Vec::new(),
-            worker_pids: Vec::new(),
-            schedule: Some(Vec::new()),
-            interrupted: false,
-            interrupted_at_ms: None,
-            client: None,
-            adapter_broken: None,
-        }
+/// The record of a run about to start: nodes, workers and schedule empty.
+fn new_record(options: &RunPlan, backend: &dyn Provisioner) -> RunRecord {
+    RunRecord {
+        lockstorm: env!("CARGO_PKG_VERSION").to_string(),
+        redis: backend.redis_version(),
+        backend: Some(backend.record()),
+        started: chrono::Utc::now().to_rfc3339(),
+        promise: options.config.promise(),
+        options: options.clone(),
+        nodes: Vec::new(),
+        worker_pids: Vec::new(),
+        schedule: Some(Vec::new()),
+        interrupted: false,
+        interrupted_at_ms: None,
+        client: None,
+        adapter_broken: None,
     }
 }
 

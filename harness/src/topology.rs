@@ -13,12 +13,12 @@ use nemesis::cluster::BoxFuture;
 use nemesis::net::{Firewall, Link};
 use nemesis::Targets;
 use nemesis::{Cluster, Journal, NodeRef, Source};
-use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use store::NodeRecord;
 use tokio::sync::Mutex;
 use workloads::lock::PRIMARY_NAME;
 use workloads::Config;
@@ -27,15 +27,6 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How often the harness looks for nodes that died by themselves.
 const DEATH_POLL: Duration = Duration::from_millis(250);
-
-/// A node as `run.json` records it.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct NodeRecord {
-    pub name: String,
-    pub role: String,
-    pub addr: String,
-    pub pid: u32,
-}
 
 pub struct Topology {
     /// Lock nodes first (n1 is the first primary), then Sentinels.

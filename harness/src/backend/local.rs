@@ -3,12 +3,13 @@
 //! and killed by the kernel if the harness dies. A node is killed as a
 //! group, so whatever it started (a wrapper script's server) goes with it.
 
-use super::{BackendRecord, Launch, NodeProcess, Program, Provisioner};
+use super::{Launch, NodeProcess, Program, Provisioner};
 use crate::error::{Context, Error, Result};
 use nemesis::cluster::BoxFuture;
 use nemesis::process;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use store::BackendRecord;
 
 pub struct Local {
     server: PathBuf,

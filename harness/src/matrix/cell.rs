@@ -13,11 +13,11 @@ use crate::error::{Error, Result};
 use crate::exit;
 use crate::progress::Tick;
 use crate::run::RunOutcome;
-use crate::store::StoredRun;
 use crate::RunPlan;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::PathBuf;
+use store::StoredRun;
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::watch;
 

@@ -10,18 +10,8 @@
 //! ```
 
 use nemesis::Aimed;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Expected {
-    /// Every run valid: an unknown verdict does not prove the promise.
-    Valid,
-    /// At least one run invalid: the harness caught the broken setup. Faults
-    /// that need a race to go one way may take more than one run.
-    Invalid,
-}
+use store::matrix::{Expected, Summary};
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Expectations {
@@ -63,16 +53,32 @@ impl Expectations {
             .iter()
             .map(|((c, n), e)| (c.as_str(), n.as_str(), *e))
     }
-}
 
-impl Expected {
-    /// Whether a pair's verdicts (how many runs, how many valid, how many
-    /// invalid) meet this expectation: valid every time, or caught once.
-    pub fn met_by(self, runs: u32, valid: u32, invalid: u32) -> bool {
-        match self {
-            Expected::Valid => runs > 0 && valid == runs,
-            Expected::Invalid => invalid > 0,
+    /// Sets each row of a matrix's summary to its expectation and whether
+    /// it was met, lists the pairs expected but not run, and sets `ok`.
+    pub fn judge(&self, summary: &mut Summary) {
+        for row in &mut summary.rows {
+            row.expected = self.get(&row.config, &row.nemesis);
+            row.matches = row
+                .expected
+                .map(|e| e.met_by(row.runs, row.valid, row.invalid));
         }
+        let ran = |c: &str, n: &str| summary.rows.iter().any(|r| r.config == c && r.nemesis == n);
+        let skipped = |c: &str, n: &str| {
+            summary
+                .skipped
+                .iter()
+                .any(|s| s.config == c && s.nemesis == n)
+        };
+        // Only pairs the matrix was asked for and could not run count as
+        // missing: a short matrix checks a subset of the same file.
+        summary.missing = self
+            .pairs()
+            .filter(|(c, n, _)| !ran(c, n) && skipped(c, n))
+            .map(|(c, n, _)| format!("{c} × {n}"))
+            .collect();
+        let all_match = summary.rows.iter().all(|r| r.matches != Some(false));
+        summary.ok = Some(all_match && summary.missing.is_empty());
     }
 }
 
@@ -89,11 +95,7 @@ fn one_line(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Whether `valid`, `invalid` and `unknown` runs meet `expected`.
-    fn matches(expected: Expected, (valid, invalid, unknown): (u32, u32, u32)) -> bool {
-        expected.met_by(valid + invalid + unknown, valid, invalid)
-    }
+    use store::matrix::{Row, Skipped};
 
     #[test]
     fn names_are_normalised_and_checked() {
@@ -158,11 +160,43 @@ mod tests {
     }
 
     #[test]
-    fn valid_needs_every_run_valid_and_invalid_one_caught() {
-        assert!(matches(Expected::Valid, (2, 0, 0)));
-        assert!(!matches(Expected::Valid, (1, 0, 1)));
-        assert!(!matches(Expected::Valid, (0, 0, 0)));
-        assert!(matches(Expected::Invalid, (2, 1, 0)));
-        assert!(!matches(Expected::Invalid, (3, 0, 0)));
+    fn judging_marks_mismatches_and_expected_pairs_that_could_not_run() {
+        let e = Expectations::parse(
+            "[fenced]\npause = \"valid\"\nkill = \"valid\"\n[single]\npause = \"invalid\"\nnone = \"valid\"\n",
+        )
+        .unwrap();
+        let valid_run = |config: &str, overlaps: u64| Row {
+            runs: 1,
+            valid: 1,
+            anomalies: [("lock-overlap".to_string(), overlaps)].into(),
+            ops_per_s: 1.0,
+            ..Row::new(config, "pause")
+        };
+        let mut s = Summary {
+            rows: vec![valid_run("fenced", 2), valid_run("single", 0)],
+            ..Summary::default()
+        };
+        e.judge(&mut s);
+        assert_eq!(s.rows[0].matches, Some(true));
+        assert_eq!(s.rows[1].matches, Some(false), "single must be caught");
+        assert_eq!(s.ok, Some(false));
+        // Not asked for: single × none and fenced × kill are not missing.
+        assert!(s.missing.is_empty(), "{:?}", s.missing);
+
+        s.rows.pop();
+        s.skipped.push(Skipped {
+            config: "fenced".into(),
+            nemesis: "kill".into(),
+            reason: "x".into(),
+        });
+        e.judge(&mut s);
+        assert_eq!(s.missing, vec!["fenced × kill"]);
+        assert_eq!(s.ok, Some(false));
+        let md = s.markdown();
+        assert!(
+            md.contains("| fenced | pause | 1 | VALID | valid | ✓ | 2 |"),
+            "{md}"
+        );
+        assert!(md.contains("Expected but not run: fenced × kill"), "{md}");
     }
 }

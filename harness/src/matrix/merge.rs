@@ -7,9 +7,9 @@
 //! cannot be merged (a shard missing, one K in two folders) is said, one
 //! line a set ([`Unmerged`]): a lost shard must not vanish from the report.
 
-use super::summary::{ShardOf, Summary};
 use std::collections::BTreeMap;
 use std::path::Path;
+use store::matrix::{ShardOf, Summary};
 
 /// What identifies a whole matrix across its shards.
 type Whole = (Vec<String>, u64, u64, u32, u32);
@@ -219,8 +219,7 @@ pub fn merge(root: &Path, matrices: &[String]) -> crate::Result<(Vec<String>, Ve
     let shards: Vec<(String, Summary)> = matrices
         .iter()
         .filter_map(|rel| {
-            let summary: Summary =
-                crate::store::read_json(&root.join(rel).join(super::SUMMARY_JSON)).ok()?;
+            let summary = Summary::read(&root.join(rel)).ok()?;
             summary.shard.is_some().then(|| (rel.clone(), summary))
         })
         .collect();
@@ -241,9 +240,9 @@ pub fn merge(root: &Path, matrices: &[String]) -> crate::Result<(Vec<String>, Ve
 
 #[cfg(test)]
 mod tests {
-    use super::super::shard::Shard;
-    use super::super::summary::Row;
     use super::*;
+    use store::matrix::Row;
+    use store::shard::Shard;
 
     fn shard(k: u32, n: u32, started: &str, rows: &[(usize, &str)]) -> (String, Summary) {
         let pairs: Vec<String> = (0..5).map(|i| format!("c{i} × none")).collect();

@@ -7,8 +7,6 @@ mod board;
 pub mod cell;
 pub mod expect;
 pub mod merge;
-pub mod shard;
-pub mod summary;
 
 use crate::clients::{Client, SHIPPED};
 use crate::error::{Context, Error, Result};
@@ -18,11 +16,11 @@ use crate::plot;
 use checker::Validity;
 use expect::Expectations;
 use nemesis::{Aimed, Nemesis};
-use shard::Shard;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
-use summary::{Row, Skipped, Summary};
+use store::matrix::{Row, ShardOf, Skipped, Summary};
+use store::shard::Shard;
 use tokio::sync::watch;
 use workloads::Config;
 
@@ -88,10 +86,6 @@ impl MatrixArgs {
         jobs.min(pairs).max(1)
     }
 }
-
-/// The files of a matrix folder besides its pictures.
-pub const SUMMARY_JSON: &str = "summary.json";
-pub const SUMMARY_MD: &str = "summary.md";
 
 pub struct MatrixOutcome {
     pub dir: PathBuf,
@@ -197,8 +191,8 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     // Each cell at once runs in an address block of its own, held by the
     // matrix until it ends.
     let blocks = crate::blocks::claim(args.nodes.address_block, jobs)?;
-    let started = crate::store::stamp();
-    let dir = crate::store::unique_dir(&args.output.results, &format!("matrix-{started}"))?;
+    let started = store::layout::stamp();
+    let dir = store::layout::unique_dir(&args.output.results, &format!("matrix-{started}"))?;
     let wall = Instant::now();
     let mut summary = Summary {
         started,
@@ -207,7 +201,7 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
         seed: args.seed,
         expect: args.expect.as_ref().map(|p| p.display().to_string()),
         skipped,
-        shard: args.shard.map(|shard| summary::ShardOf { shard, pairs }),
+        shard: args.shard.map(|shard| ShardOf { shard, pairs }),
         until_invalid: args.until_invalid,
         ..Summary::default()
     };
@@ -263,7 +257,7 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     summary.interrupted = interrupted;
     summary.wall_s = wall.elapsed().as_secs_f64();
     if let Some(expectations) = &expectations {
-        summary.judge(expectations);
+        expectations.judge(&mut summary);
     }
     write(&dir, &summary)?;
     Ok(MatrixOutcome {
@@ -449,9 +443,7 @@ fn load(path: &Path) -> Result<Expectations> {
 }
 
 pub(crate) fn write(dir: &Path, summary: &Summary) -> Result<()> {
-    crate::store::write_json(&dir.join(SUMMARY_JSON), summary)?;
-    let path = dir.join(SUMMARY_MD);
-    std::fs::write(&path, summary.markdown()).context(|| format!("writing {}", path.display()))?;
+    summary.write(dir)?;
     // The picture is a view of the table: a failure to draw is logged.
     if let Err(e) = plot::comparison(dir, summary) {
         tracing::warn!("drawing comparison.svg failed: {e:#}");
@@ -467,7 +459,7 @@ fn brief(results: &checker::Results) -> String {
         .filter(|(_, a)| a.count > 0)
         .map(|(n, a)| format!("{n} {}", a.count))
         .collect();
-    let word = crate::summary::verdict_word(results.valid);
+    let word = store::summary::verdict_word(results.valid);
     match found.is_empty() {
         true => word.to_string(),
         false => format!("{word} ({})", found.join(", ")),

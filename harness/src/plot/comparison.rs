@@ -4,11 +4,11 @@
 //! same fault.
 
 use super::font::{self, FAMILY};
-use crate::matrix::summary::{Row, Summary};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::Path;
+use store::matrix::{Row, Summary};
 
 pub const SVG: &str = "comparison.svg";
 pub const PNG: &str = "comparison.png";
@@ -218,7 +218,7 @@ fn detection(row: &Row) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::matrix::summary::Skipped;
+    use store::matrix::Skipped;
 
     fn row(config: &str, nemesis: &str, valid: u32, invalid: u32, overlaps: u64) -> Row {
         let mut r = Row::new(config, nemesis);

@@ -79,7 +79,7 @@ pub fn verdict(v: Option<Validity>) -> String {
                 Validity::False => "invalid",
                 Validity::Unknown => "unknown",
             },
-            crate::summary::verdict_word(v),
+            store::summary::verdict_word(v),
         ),
         None => ("unread", "UNREADABLE"),
     };

@@ -1,11 +1,12 @@
-//! One page section per `matrix-<timestamp>/` folder. `summary.json` is read
-//! as loose JSON: its writer is newer than this code and older summaries
-//! lack fields, so every missing value shows as a dash instead of failing.
+//! One page section per `matrix-<timestamp>/` folder, from its
+//! `summary.json` read typed through `store` (a summary older than a field
+//! reads it as its default); a folder whose summary cannot be read shows its
+//! problem and its files.
 
 use super::html::{anchor, anomaly_names, esc, href, rate};
-use super::scan::{text, Matrix, Run, COMPARISON_PNG, COMPARISON_SVG};
-use serde_json::Value;
+use super::scan::{Matrix, Run, COMPARISON_PNG, COMPARISON_SVG};
 use std::fmt::Write;
+use store::matrix::{Row, Summary};
 
 pub fn sections(o: &mut String, matrices: &[Matrix], runs: &[Run]) {
     o.push_str("<section id=\"matrices\"><h2>Matrices</h2>\n");
@@ -18,14 +19,8 @@ pub fn sections(o: &mut String, matrices: &[Matrix], runs: &[Run]) {
     o.push_str("</section>\n");
 }
 
-fn dash(v: &Value) -> String {
-    text(v).map_or_else(|| "–".into(), |s| esc(&s))
-}
-
 fn section(o: &mut String, m: &Matrix, runs: &[Run]) {
-    let null = Value::Null;
-    let s = m.summary.as_ref().unwrap_or(&null);
-    let badge = match s["ok"].as_bool() {
+    let badge = match m.summary.as_ref().and_then(|s| s.ok) {
         Some(true) => "<span class=\"verdict valid\">EXPECTED</span>",
         Some(false) => "<span class=\"verdict invalid\">UNEXPECTED</span>",
         None => "",
@@ -36,19 +31,7 @@ fn section(o: &mut String, m: &Matrix, runs: &[Run]) {
         esc(&m.rel),
         esc(&m.rel)
     );
-    let mut meta = Vec::new();
-    if let Some(w) = s["wall_s"].as_f64() {
-        meta.push(format!("{w:.0} s wall time"));
-    }
-    if let Some(t) = text(&s["time_limit_s"]) {
-        meta.push(format!("{t} s per run"));
-    }
-    if let Some(n) = text(&s["runs_per_pair"]) {
-        meta.push(format!("{n} run(s) per pair"));
-    }
-    if let Some(e) = text(&s["expect"]) {
-        meta.push(format!("expectations from {e}"));
-    }
+    let meta = m.summary.as_ref().map_or_else(Vec::new, meta);
     let links: Vec<String> = m
         .files
         .iter()
@@ -70,22 +53,23 @@ fn section(o: &mut String, m: &Matrix, runs: &[Run]) {
         let _ = writeln!(o, "<p class=\"c-invalid\">{}</p>", esc(p));
     }
 
-    let rows = s["rows"].as_array().map(Vec::as_slice).unwrap_or_default();
-    if !rows.is_empty() {
-        table(o, rows, runs);
-    }
-    if let Some(skipped) = s["skipped"].as_array().filter(|s| !s.is_empty()) {
-        o.push_str("<p class=\"meta\">Skipped:</p><ul class=\"notes\">");
-        for k in skipped {
-            let _ = write!(
-                o,
-                "<li>{} / {}: {}</li>",
-                dash(&k["config"]),
-                dash(&k["nemesis"]),
-                dash(&k["reason"])
-            );
+    if let Some(s) = &m.summary {
+        if !s.rows.is_empty() {
+            table(o, &s.rows, runs);
         }
-        o.push_str("</ul>\n");
+        if !s.skipped.is_empty() {
+            o.push_str("<p class=\"meta\">Skipped:</p><ul class=\"notes\">");
+            for k in &s.skipped {
+                let _ = write!(
+                    o,
+                    "<li>{} / {}: {}</li>",
+                    esc(&k.config),
+                    esc(&k.nemesis),
+                    esc(&k.reason)
+                );
+            }
+            o.push_str("</ul>\n");
+        }
     }
     // The SVG scales crisply; the PNG is the fallback for older matrices.
     if let Some(pic) = [COMPARISON_SVG, COMPARISON_PNG]
@@ -102,11 +86,23 @@ fn section(o: &mut String, m: &Matrix, runs: &[Run]) {
     o.push_str("</div>\n");
 }
 
-fn table(o: &mut String, rows: &[Value], runs: &[Run]) {
+/// The matrix's wall time, run length, runs per pair and expectations file.
+fn meta(s: &Summary) -> Vec<String> {
+    let mut meta = vec![
+        format!("{:.0} s wall time", s.wall_s),
+        format!("{} s per run", s.time_limit_s),
+        format!("{} run(s) per pair", s.runs_per_pair),
+    ];
+    if let Some(e) = &s.expect {
+        meta.push(format!("expectations from {e}"));
+    }
+    meta
+}
+
+fn table(o: &mut String, rows: &[Row], runs: &[Run]) {
     let names = anomaly_names(
         rows.iter()
-            .filter_map(|r| r["anomalies"].as_object())
-            .flat_map(|a| a.keys().map(String::as_str)),
+            .flat_map(|r| r.anomalies.keys().map(String::as_str)),
     );
     o.push_str(
         "<table class=\"runs\">\n<thead><tr><th>Config</th><th>Nemesis</th><th>Runs</th>\
@@ -117,7 +113,7 @@ fn table(o: &mut String, rows: &[Value], runs: &[Run]) {
     }
     o.push_str("<th>ops/s</th><th>Run folders</th></tr></thead>\n<tbody>\n");
     for r in rows {
-        let matches = match r["matches"].as_bool() {
+        let matches = match r.matches {
             Some(true) => "<td class=\"match yes\">✓</td>",
             Some(false) => "<td class=\"match no\">✗</td>",
             None => "<td class=\"none\">–</td>",
@@ -127,44 +123,38 @@ fn table(o: &mut String, rows: &[Value], runs: &[Run]) {
             "<tr><td class=\"cfg\">{}</td><td>{}</td><td class=\"num\">{}</td>\
              <td class=\"num c-valid\">{}</td><td class=\"num c-invalid\">{}</td>\
              <td class=\"num c-unknown\">{}</td><td>{}</td>{matches}",
-            dash(&r["config"]),
-            dash(&r["nemesis"]),
-            dash(&r["runs"]),
-            dash(&r["valid"]),
-            dash(&r["invalid"]),
-            dash(&r["unknown"]),
-            dash(&r["expected"]),
+            esc(&r.config),
+            esc(&r.nemesis),
+            r.runs,
+            r.valid,
+            r.invalid,
+            r.unknown,
+            r.expected.map_or_else(|| "–".into(), |e| e.to_string()),
         );
         for n in &names {
             // Whether a count breaks the promise depends on the config, which
             // the row does not say; non-zero counts are only made to stand out.
-            let _ = match r["anomalies"][n.as_str()].as_u64() {
+            let _ = match r.anomalies.get(n).copied() {
                 None => write!(o, "<td class=\"num none\">–</td>"),
                 Some(0) => write!(o, "<td class=\"num zero\">0</td>"),
                 Some(c) => write!(o, "<td class=\"num nz\">{c}</td>"),
             };
         }
-        let dirs: Vec<String> = strings(&r["run_dirs"]).map(|d| run_link(d, runs)).collect();
+        let dirs: Vec<String> = r.run_dirs.iter().map(|d| run_link(d, runs)).collect();
         // Runs that ended without a verdict say why here.
-        let errors: String = strings(&r["errors"])
+        let errors: String = r
+            .errors
+            .iter()
             .map(|e| format!("<br><span class=\"c-invalid\">{}</span>", esc(e)))
             .collect();
         let _ = writeln!(
             o,
             "<td class=\"num\">{}</td><td class=\"dirs\">{}{errors}</td></tr>",
-            rate(r["ops_per_s"].as_f64()),
+            rate(Some(r.ops_per_s)),
             dirs.join(" ")
         );
     }
     o.push_str("</tbody></table>\n");
-}
-
-fn strings(v: &Value) -> impl Iterator<Item = &str> {
-    v.as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-        .iter()
-        .filter_map(Value::as_str)
 }
 
 /// A link to the run's entry on this page; plain text when the folder is not

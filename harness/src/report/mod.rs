@@ -1,6 +1,6 @@
 //! `lockstorm report`: redraws every stored run's pictures, merges the
 //! shards of a matrix into one (`crate::matrix::merge`), and writes one
-//! static `index.html` over a results folder (laid out as [`crate::store`] says).
+//! static `index.html` over a results folder (laid out as `store` says).
 //!
 //! The page has no scripts and no external resources, and links only
 //! relatively, so a copied results folder still browses from `file://`.

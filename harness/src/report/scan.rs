@@ -2,7 +2,7 @@
 //! reading them. Nothing here fails as a whole: whatever cannot be read
 //! becomes a problem on the entry, so one broken run never hides the others.
 
-use crate::store::{ReadError, RunRecord, StoredRun};
+use crate::record::RunRecord;
 use checker::{History, Promise, Results};
 use serde::Deserialize;
 use serde_json::Value;
@@ -10,11 +10,13 @@ use std::fs;
 use std::io::BufReader;
 use std::path::Path;
 use std::time::Duration;
+use store::matrix::Summary;
+use store::{ReadError, StoredRun};
 use workloads::Config;
 
-pub use crate::matrix::{SUMMARY_JSON, SUMMARY_MD};
 pub use crate::plot::{COMPARISON_PNG, COMPARISON_SVG};
-pub use crate::store::{HARNESS_LOG, HISTORY, RESULTS, RUN_JSON};
+pub use store::matrix::{SUMMARY_JSON, SUMMARY_MD};
+pub use store::{HARNESS_LOG, HISTORY, RESULTS, RUN_JSON};
 
 /// One stored run, as far as it could be read.
 #[derive(Debug, Default)]
@@ -43,7 +45,7 @@ pub struct Run {
 #[derive(Debug, Default)]
 pub struct Matrix {
     pub rel: String,
-    pub summary: Option<Value>,
+    pub summary: Option<Summary>,
     pub files: Vec<&'static str>,
     pub problems: Vec<String>,
 }
@@ -248,7 +250,7 @@ pub fn read_run(root: &Path, rel: &str) -> (Run, Option<History>, crate::plot::S
         ..Run::default()
     };
     let mut settings = None;
-    match folder.record() {
+    match folder.record::<crate::RunPlan>() {
         Ok(record) => {
             run.shown = Shown::from(&record);
             settings = Some(record.settings());
@@ -256,7 +258,7 @@ pub fn read_run(root: &Path, rel: &str) -> (Run, Option<History>, crate::plot::S
         // JSON, but not a run record (hand-written, or from another tool):
         // the page still shows what it says, as before records were typed.
         Err(ReadError::Json(e)) if e.is_data() => {
-            run.shown = crate::store::read_json(&folder.run_json()).unwrap_or_default()
+            run.shown = store::read_json(&folder.run_json()).unwrap_or_default()
         }
         Err(e) => run.problems.push(unreadable(RUN_JSON, &e)),
     }
@@ -342,7 +344,7 @@ pub fn read_matrix(root: &Path, rel: &str) -> Matrix {
         rel: rel.to_owned(),
         ..Matrix::default()
     };
-    match crate::store::read_json::<Value>(&dir.join(SUMMARY_JSON)) {
+    match Summary::read(&dir) {
         Ok(v) => matrix.summary = Some(v),
         Err(e) => matrix.problems.push(unreadable(SUMMARY_JSON, &e)),
     }

@@ -288,7 +288,7 @@ pub fn assert_valid(results: &Results, dir: &Path) {
     }
     let mut why = Vec::new();
     for (name, a) in results.anomalies.iter().filter(|(_, a)| a.count > 0) {
-        let causes = harness::summary::causes(a).unwrap_or_else(|| "not attributed".into());
+        let causes = store::summary::causes(a).unwrap_or_else(|| "not attributed".into());
         why.push(format!("{name} {} ({causes})", a.count));
         for (example, cause) in a.examples.iter().zip(&a.example_causes) {
             why.push(format!("  events {example:?}: {cause}"));

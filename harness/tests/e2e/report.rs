@@ -11,6 +11,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use store::matrix::{Expected, Row, Summary};
 
 /// The browser: `LOCKSTORM_CHROMIUM`, else the first Chromium on PATH under
 /// the names distributions give it.
@@ -79,11 +80,25 @@ fn results_tree(root: &Path) {
     write_run(root, "fenced-kill/20261129T114700", "fenced", "kill", None);
     let m = root.join("matrix-20261129T120000");
     fs::create_dir_all(&m).unwrap();
-    let summary = serde_json::json!({"ok": true, "rows": [{"config": "single", "nemesis": "pause",
-        "runs": 1, "valid": 0, "invalid": 1, "unknown": 0, "expected": "invalid", "matches": true,
-        "anomalies": {"lock-overlap": 4}, "ops_per_s": 9.5,
-        "run_dirs": ["single-pause/20261129T114541"]}]});
-    fs::write(m.join("summary.json"), summary.to_string()).unwrap();
+    let summary = Summary {
+        ok: Some(true),
+        rows: vec![Row {
+            runs: 1,
+            invalid: 1,
+            expected: Some(Expected::Invalid),
+            matches: Some(true),
+            anomalies: [("lock-overlap".to_string(), 4)].into(),
+            ops_per_s: 9.5,
+            run_dirs: vec!["single-pause/20261129T114541".into()],
+            ..Row::new("single", "pause")
+        }],
+        ..Summary::default()
+    };
+    fs::write(
+        m.join("summary.json"),
+        serde_json::to_string(&summary).unwrap(),
+    )
+    .unwrap();
     fs::write(
         m.join("comparison.svg"),
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"200\" height=\"80\">\

@@ -23,7 +23,7 @@ pub mod bridge;
 pub mod image;
 pub mod reap;
 
-use crate::backend::{BackendRecord, Launch, NodeProcess, Program, Provisioner};
+use crate::backend::{Launch, NodeProcess, Program, Provisioner};
 use crate::error::{Error, Result};
 use bollard::models::ContainerState;
 use bollard::query_parameters::{
@@ -36,6 +36,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
+use store::BackendRecord;
 use testcontainers::core::{AccessMode, Mount, WaitFor};
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};

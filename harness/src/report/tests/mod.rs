@@ -158,9 +158,17 @@ fn links_are_relative_and_point_at_what_exists() {
         "<svg xmlns='http://www.w3.org/2000/svg'/>",
     )
     .unwrap();
-    let summary = serde_json::json!({"rows": [{"config": "single", "nemesis": "none",
-        "run_dirs": ["single-none/20261129T114541", "gone/20200101T000000"]}]});
-    fs::write(m.join("summary.json"), summary.to_string()).unwrap();
+    let summary = store::matrix::Summary {
+        rows: vec![store::matrix::Row {
+            run_dirs: vec![
+                "single-none/20261129T114541".into(),
+                "gone/20200101T000000".into(),
+            ],
+            ..store::matrix::Row::new("single", "none")
+        }],
+        ..Default::default()
+    };
+    summary.write(&m).unwrap();
 
     build(root).unwrap();
     let page = index(root);

@@ -2,6 +2,7 @@
 
 use super::super::html::{esc, href};
 use super::*;
+use store::matrix::{Row, Skipped, Summary};
 
 #[test]
 fn text_from_disk_is_escaped() {
@@ -17,9 +18,21 @@ fn text_from_disk_is_escaped() {
     );
     let m = root.join("matrix-20261129T120000");
     fs::create_dir_all(&m).unwrap();
-    let summary = serde_json::json!({"ok": false, "rows": [{"config": evil, "nemesis": "<b>"}],
-        "skipped": [{"config": "x", "nemesis": "y", "reason": "<img src=x>"}]});
-    fs::write(m.join("summary.json"), summary.to_string()).unwrap();
+    let summary = Summary {
+        ok: Some(false),
+        rows: vec![Row::new(evil, "<b>")],
+        skipped: vec![Skipped {
+            config: "x".into(),
+            nemesis: "y".into(),
+            reason: "<img src=x>".into(),
+        }],
+        ..Summary::default()
+    };
+    fs::write(
+        m.join("summary.json"),
+        serde_json::to_string(&summary).unwrap(),
+    )
+    .unwrap();
 
     build(root).unwrap();
     let page = index(root);
@@ -30,7 +43,7 @@ fn text_from_disk_is_escaped() {
 }
 
 #[test]
-fn matrices_are_tabled_and_missing_fields_tolerated() {
+fn matrices_are_tabled_and_a_summary_that_is_not_one_is_a_problem() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     write_run(
@@ -43,7 +56,7 @@ fn matrices_are_tabled_and_missing_fields_tolerated() {
     let full = root.join("matrix-20261129T120000");
     fs::create_dir_all(&full).unwrap();
     let summary = serde_json::json!({"started":"20261129T120000","wall_s":312.4,"time_limit_s":15,
-        "runs_per_pair":1,"expect":"expectations.toml","ok":true,
+        "runs_per_pair":1,"seed":1,"expect":"expectations.toml","ok":true,
         "rows":[{"config":"single","nemesis":"pause","runs":1,"valid":0,"invalid":1,"unknown":0,
             "expected":"invalid","matches":true,"anomalies":{"lock-overlap":5,"unsafe-action":0},
             "ops_per_s":12.3,"errors":["run 2: redis-server died"],"run_dirs":["single-pause/20261129T120001"]}],
@@ -57,8 +70,12 @@ fn matrices_are_tabled_and_missing_fields_tolerated() {
 
     let report = build(root).unwrap();
     assert_eq!((report.runs, report.matrices), (1, 3));
-    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
-    assert!(report.problems[0].starts_with("matrix-20261201T000000: summary.json"));
+    assert_eq!(report.problems.len(), 2, "{:?}", report.problems);
+    // Read typed, as the matrix wrote it: a file that is not a summary is
+    // said to be damaged, and a folder without one, to lack it.
+    assert!(report.problems[0].starts_with("matrix-20261201T000000: summary.json is missing"));
+    assert!(report.problems[1]
+        .starts_with("matrix-20261130T000000: summary.json is damaged (missing field"));
     let page = index(root);
     for needle in [
         ">EXPECTED<",

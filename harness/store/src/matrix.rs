@@ -2,12 +2,19 @@
 //! verdicts of its runs, the anomalies they found, and whether they met the
 //! expectation. Plain data, so a stored matrix can be re-read and redrawn.
 
-use super::expect::{Expectations, Expected};
+use crate::error::{doing, ReadError, Result};
+use crate::layout::{read_json, write_json};
+use crate::shard::Shard;
 use crate::summary::verdict_word;
 use checker::{Results, Validity};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::path::Path;
+
+/// The files of a matrix folder besides its pictures.
+pub const SUMMARY_JSON: &str = "summary.json";
+pub const SUMMARY_MD: &str = "summary.md";
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
@@ -46,7 +53,7 @@ pub struct Summary {
 /// the same `pairs` (and seed, time limit and runs per pair).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ShardOf {
-    pub shard: super::shard::Shard,
+    pub shard: Shard,
     /// Every pair of the whole matrix, `config × nemesis`, in its order.
     pub pairs: Vec<String>,
 }
@@ -94,6 +101,38 @@ pub struct Skipped {
     pub config: String,
     pub nemesis: String,
     pub reason: String,
+}
+
+/// The verdict `expectations.toml` asks of a config × nemesis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Expected {
+    /// Every run valid: an unknown verdict does not prove the promise.
+    Valid,
+    /// At least one run invalid: the harness caught the broken setup. Faults
+    /// that need a race to go one way may take more than one run.
+    Invalid,
+}
+
+impl Expected {
+    /// Whether a pair's verdicts (how many runs, how many valid, how many
+    /// invalid) meet this expectation: valid every time, or caught once.
+    pub fn met_by(self, runs: u32, valid: u32, invalid: u32) -> bool {
+        match self {
+            Expected::Valid => runs > 0 && valid == runs,
+            Expected::Invalid => invalid > 0,
+        }
+    }
+}
+
+/// As `expectations.toml` and `summary.json` spell it.
+impl std::fmt::Display for Expected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Expected::Valid => "valid",
+            Expected::Invalid => "invalid",
+        })
+    }
 }
 
 impl Row {
@@ -174,6 +213,18 @@ impl Row {
 }
 
 impl Summary {
+    /// Reads `summary.json` from a matrix folder.
+    pub fn read(dir: &Path) -> std::result::Result<Summary, ReadError> {
+        read_json(&dir.join(SUMMARY_JSON))
+    }
+
+    /// Writes `summary.json` and `summary.md` into a matrix folder.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        write_json(&dir.join(SUMMARY_JSON), self)?;
+        let path = dir.join(SUMMARY_MD);
+        std::fs::write(&path, self.markdown()).map_err(doing(format!("writing {}", path.display())))
+    }
+
     /// How fast each cell finds what it can find: runs, invalid runs,
     /// faults injected, the median time from a run's first fault to its
     /// first anomaly, and anomalies (that break the promise) per minute.
@@ -243,29 +294,6 @@ impl Summary {
         md
     }
 
-    /// Sets each row's expectation and match, the pairs expected but not
-    /// run, and the overall `ok`.
-    pub fn judge(&mut self, expectations: &Expectations) {
-        for row in &mut self.rows {
-            row.expected = expectations.get(&row.config, &row.nemesis);
-            row.matches = row
-                .expected
-                .map(|e| e.met_by(row.runs, row.valid, row.invalid));
-        }
-        let ran = |c: &str, n: &str| self.rows.iter().any(|r| r.config == c && r.nemesis == n);
-        let skipped =
-            |c: &str, n: &str| self.skipped.iter().any(|s| s.config == c && s.nemesis == n);
-        // Only pairs the matrix was asked for and could not run count as
-        // missing: a short matrix checks a subset of the same file.
-        self.missing = expectations
-            .pairs()
-            .filter(|(c, n, _)| !ran(c, n) && skipped(c, n))
-            .map(|(c, n, _)| format!("{c} × {n}"))
-            .collect();
-        let all_match = self.rows.iter().all(|r| r.matches != Some(false));
-        self.ok = Some(all_match && self.missing.is_empty());
-    }
-
     /// A Markdown table: one row per config × nemesis.
     pub fn markdown(&self) -> String {
         let names: Vec<&String> = self
@@ -317,8 +345,7 @@ impl Summary {
                 r.nemesis.clone(),
                 r.runs.to_string(),
                 r.verdicts(),
-                r.expected
-                    .map_or("–".into(), |e| format!("{e:?}").to_lowercase()),
+                r.expected.map_or("–".into(), |e| e.to_string()),
                 match r.matches {
                     Some(true) => "✓".into(),
                     Some(false) => "**✗**".into(),
@@ -452,39 +479,17 @@ mod tests {
         );
     }
 
-    #[test]
-    fn judging_marks_mismatches_and_expected_pairs_that_could_not_run() {
-        let e = Expectations::parse(
-            "[fenced]\npause = \"valid\"\nkill = \"valid\"\n[single]\npause = \"invalid\"\nnone = \"valid\"\n",
-        )
-        .unwrap();
-        let mut s = Summary::default();
-        let mut fenced = Row::new("fenced", "pause");
-        fenced.add(&results(Validity::True, 2, 1.0), "f".into());
-        let mut single = Row::new("single", "pause");
-        single.add(&results(Validity::True, 0, 1.0), "s".into());
-        s.rows = vec![fenced, single];
-        s.judge(&e);
-        assert_eq!(s.rows[0].matches, Some(true));
-        assert_eq!(s.rows[1].matches, Some(false), "single must be caught");
-        assert_eq!(s.ok, Some(false));
-        // Not asked for: single × none and fenced × kill are not missing.
-        assert!(s.missing.is_empty(), "{:?}", s.missing);
+    /// Whether `valid`, `invalid` and `unknown` runs meet `expected`.
+    fn matches(expected: Expected, (valid, invalid, unknown): (u32, u32, u32)) -> bool {
+        expected.met_by(valid + invalid + unknown, valid, invalid)
+    }
 
-        s.rows.pop();
-        s.skipped.push(Skipped {
-            config: "fenced".into(),
-            nemesis: "kill".into(),
-            reason: "x".into(),
-        });
-        s.judge(&e);
-        assert_eq!(s.missing, vec!["fenced × kill"]);
-        assert_eq!(s.ok, Some(false));
-        let md = s.markdown();
-        assert!(
-            md.contains("| fenced | pause | 1 | VALID | valid | ✓ | 2 |"),
-            "{md}"
-        );
-        assert!(md.contains("Expected but not run: fenced × kill"), "{md}");
+    #[test]
+    fn valid_needs_every_run_valid_and_invalid_one_caught() {
+        assert!(matches(Expected::Valid, (2, 0, 0)));
+        assert!(!matches(Expected::Valid, (1, 0, 1)));
+        assert!(!matches(Expected::Valid, (0, 0, 0)));
+        assert!(matches(Expected::Invalid, (2, 1, 0)));
+        assert!(!matches(Expected::Invalid, (3, 0, 0)));
     }
 }

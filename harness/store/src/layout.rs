@@ -1,13 +1,11 @@
 //! The results layout: `results/<config>-<nemesis>/<YYYYMMDDTHHMMSS>/` and a
 //! `latest` link, and the files of each run folder below.
 
-use crate::error::{Context, Result};
-use crate::options::RunPlan;
-use crate::topology::NodeRecord;
-use checker::{Promise, Results};
-use nemesis::Step;
+use crate::error::{doing, Error, ReadError, Result};
+use crate::record::{Plan, RunRecord};
+use checker::Results;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 /// The files of a run folder (docs/formats.md lists them all).
@@ -36,7 +34,7 @@ pub fn unique_dir(parent: &Path, name: &str) -> Result<PathBuf> {
             Err(e) => return Err(creating(&path, e)),
         }
     }
-    Err(crate::Error::NoFreeFolder {
+    Err(Error::NoFreeFolder {
         name: name.into(),
         parent: parent.into(),
     })
@@ -44,17 +42,14 @@ pub fn unique_dir(parent: &Path, name: &str) -> Result<PathBuf> {
 
 /// Why a results folder could not be made: a folder the user may not write
 /// to is theirs to fix (bad input), anything else the harness's failure.
-fn creating(path: &Path, e: std::io::Error) -> crate::Error {
+fn creating(path: &Path, e: std::io::Error) -> Error {
     use std::io::ErrorKind::{PermissionDenied, ReadOnlyFilesystem};
     match e.kind() {
-        PermissionDenied | ReadOnlyFilesystem => crate::Error::ResultsNotWritable {
+        PermissionDenied | ReadOnlyFilesystem => Error::ResultsNotWritable {
             path: path.into(),
             source: e,
         },
-        _ => crate::Error::Io {
-            context: format!("creating {}", path.display()),
-            source: e,
-        },
+        _ => doing(format!("creating {}", path.display()))(e),
     }
 }
 
@@ -78,8 +73,8 @@ impl std::ops::Deref for RunDir {
 impl RunDir {
     /// Creates a fresh, uniquely named folder for one run.
     pub fn create(results: &Path, name: &str) -> Result<Self> {
-        let results =
-            std::path::absolute(results).context(|| format!("resolving {}", results.display()))?;
+        let results = std::path::absolute(results)
+            .map_err(doing(format!("resolving {}", results.display())))?;
         let group = results.join(name);
         let made = group
             .ancestors()
@@ -94,7 +89,7 @@ impl RunDir {
         let nodes = dir.nodes();
         if let Err(e) = std::fs::create_dir(&nodes) {
             dir.discard();
-            return Err(e).context(|| format!("creating {}", nodes.display()));
+            return Err(doing(format!("creating {}", nodes.display()))(e));
         }
         Ok(dir)
     }
@@ -120,55 +115,10 @@ impl RunDir {
         let leaf = self.path.file_name().expect("a run dir has a name");
         let tmp = group.join(format!(".latest-{}", std::process::id()));
         let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(leaf, &tmp).context(|| format!("linking {}", tmp.display()))?;
+        std::os::unix::fs::symlink(leaf, &tmp)
+            .map_err(doing(format!("linking {}", tmp.display())))?;
         let latest = group.join("latest");
-        std::fs::rename(&tmp, &latest).context(|| format!("replacing {}", latest.display()))
-    }
-}
-
-/// `run.json`: everything needed to understand or repeat the run. Fields
-/// newer than a stored run read as their defaults; `promise` is required,
-/// the mark of a lockstorm run folder.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RunRecord {
-    #[serde(default)]
-    pub lockstorm: String,
-    #[serde(default)]
-    pub redis: String,
-    /// Where the nodes ran (older runs: not recorded, always local).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backend: Option<crate::backend::BackendRecord>,
-    #[serde(default)]
-    pub started: String,
-    pub promise: Promise,
-    #[serde(default)]
-    pub options: RunPlan,
-    #[serde(default)]
-    pub nodes: Vec<NodeRecord>,
-    #[serde(default)]
-    pub worker_pids: Vec<u32>,
-    /// None only in a record that lacks the key (hand-written, or from a
-    /// tool that is not lockstorm); every run writes one, perhaps empty.
-    #[serde(default)]
-    pub schedule: Option<Vec<Step>>,
-    #[serde(default)]
-    pub interrupted: bool,
-    /// How far into the run it was interrupted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub interrupted_at_ms: Option<u64>,
-    /// The client adapter the run tested, as it introduced itself.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client: Option<crate::clients::ClientRecord>,
-    /// Why a client adapter broke the protocol, ending the run early.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub adapter_broken: Option<String>,
-}
-
-impl RunRecord {
-    /// What the run's history is checked against: its promise, and the
-    /// `deadlock` threshold its options give.
-    pub fn settings(&self) -> checker::Settings {
-        checker::Settings::new(self.promise).deadlock_after(self.options.deadlock_after())
+        std::fs::rename(&tmp, &latest).map_err(doing(format!("replacing {}", latest.display())))
     }
 }
 
@@ -199,7 +149,7 @@ impl StoredRun {
     }
 
     /// `run.json`, typed; older runs load with defaults for what they lack.
-    pub fn record(&self) -> std::result::Result<RunRecord, ReadError> {
+    pub fn record<P: Plan>(&self) -> std::result::Result<RunRecord<P>, ReadError> {
         read_json(&self.run_json())
     }
 
@@ -208,26 +158,6 @@ impl StoredRun {
         read_json(&self.results_json())
     }
 }
-
-/// Why a stored JSON file could not be read back.
-#[derive(Debug)]
-pub enum ReadError {
-    /// Missing or unreadable.
-    Io(std::io::Error),
-    /// Not JSON, or not the shape the file should have.
-    Json(serde_json::Error),
-}
-
-impl std::fmt::Display for ReadError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ReadError::Io(e) => e.fmt(f),
-            ReadError::Json(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for ReadError {}
 
 /// Reads one stored JSON file, typed.
 pub fn read_json<T: DeserializeOwned>(path: &Path) -> std::result::Result<T, ReadError> {
@@ -242,8 +172,8 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
     text.push('\n');
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, text).context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).context(|| format!("replacing {}", path.display()))
+    std::fs::write(&tmp, text).map_err(doing(format!("writing {}", tmp.display())))?;
+    std::fs::rename(&tmp, path).map_err(doing(format!("replacing {}", path.display())))
 }
 
 #[cfg(test)]
@@ -310,37 +240,6 @@ mod tests {
         let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().collect();
         assert_eq!(left.len(), 1, "{left:?}");
         assert!(tmp.path().join("mine").is_dir(), "a folder it did not make");
-    }
-
-    #[test]
-    fn a_stored_run_reads_back_typed_and_an_older_record_loads_with_defaults() {
-        let tmp = tempfile::tempdir().unwrap();
-        let run = StoredRun::open(tmp.path());
-        assert!(
-            matches!(run.record(), Err(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound)
-        );
-        let older = r#"{"promise": "data-safety", "options": {"config": "fenced", "nemesis": "clock,partition"}}"#;
-        std::fs::write(run.run_json(), older).unwrap();
-        let record = run.record().unwrap();
-        assert_eq!(record.promise, Promise::DataSafety);
-        assert_eq!(record.options.config.to_string(), "fenced");
-        assert_eq!(record.options.nemesis.to_string(), "partition+clock");
-        assert_eq!(record.options.workers, RunPlan::default().workers);
-        assert_eq!((record.schedule, record.interrupted), (None, false));
-        write_json(
-            &run.run_json(),
-            &RunRecord {
-                schedule: Some(Vec::new()),
-                ..record
-            },
-        )
-        .unwrap();
-        assert_eq!(run.record().unwrap().schedule, Some(Vec::new()));
-        std::fs::write(run.run_json(), r#"{"options": {}}"#).unwrap();
-        assert!(
-            matches!(run.record(), Err(ReadError::Json(e)) if e.is_data()),
-            "no promise: not a run record"
-        );
     }
 
     /// `path` relative to the current folder, through `..` as needed.

@@ -1,0 +1,193 @@
+//! `run.json`: the record of one run ([`RunRecord`]), and the records of
+//! what it ran on that it holds (nodes, backend, client adapter).
+//!
+//! The run's plan (`options`) and its schedule are written in the harness's
+//! types: the plan's defaults are the command line's, and a step is the
+//! nemesis's. A record is generic over them through [`Plan`], which says all
+//! that a reader of stored runs may ask of a plan.
+
+use checker::Promise;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::fmt::Debug;
+use std::time::Duration;
+
+/// A run's plan, `options` in `run.json`: every option resolved (the
+/// harness's `RunPlan`). Its `Default` is what a field missing from an
+/// older run reads as.
+pub trait Plan: Clone + Debug + Default + Serialize + DeserializeOwned {
+    /// One step of the schedule the plan made (`schedule` in `run.json`).
+    type Step: Clone + Debug + PartialEq + Serialize + DeserializeOwned;
+    /// How long the lock may go ungranted, with acquires attempted and no
+    /// fault active, before a check counts it as stuck (`deadlock`).
+    fn deadlock_after(&self) -> Duration;
+    /// What a reader shows of the plan.
+    fn outline(&self) -> Outline;
+    /// Whether the lock of the config named `config` keeps its key for the
+    /// plan's TTL, so a hold that lasts longer outlived the key (false for
+    /// a name the plan does not know).
+    fn lease_is_ttl(config: &str) -> bool;
+}
+
+/// A plan as a reader of stored runs shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outline {
+    pub config: String,
+    /// The nemesis and where it strikes: `pause@read`, or `pause`.
+    pub nemesis: String,
+    pub seed: u64,
+    pub workers: u64,
+    pub time_limit: Duration,
+    pub ttl: Duration,
+}
+
+/// `run.json`: everything needed to understand or repeat the run. Fields
+/// newer than a stored run read as their defaults; `promise` is required,
+/// the mark of a lockstorm run folder.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(bound = "")]
+pub struct RunRecord<P: Plan> {
+    #[serde(default)]
+    pub lockstorm: String,
+    #[serde(default)]
+    pub redis: String,
+    /// Where the nodes ran (older runs: not recorded, always local).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<BackendRecord>,
+    #[serde(default)]
+    pub started: String,
+    pub promise: Promise,
+    #[serde(default)]
+    pub options: P,
+    #[serde(default)]
+    pub nodes: Vec<NodeRecord>,
+    #[serde(default)]
+    pub worker_pids: Vec<u32>,
+    /// None only in a record that lacks the key (hand-written, or from a
+    /// tool that is not lockstorm); every run writes one, perhaps empty.
+    #[serde(default)]
+    pub schedule: Option<Vec<P::Step>>,
+    #[serde(default)]
+    pub interrupted: bool,
+    /// How far into the run it was interrupted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted_at_ms: Option<u64>,
+    /// The client adapter the run tested, as it introduced itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<ClientRecord>,
+    /// Why a client adapter broke the protocol, ending the run early.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter_broken: Option<String>,
+}
+
+impl<P: Plan> RunRecord<P> {
+    /// What the run's history is checked against: its promise, and the
+    /// `deadlock` threshold its options give.
+    pub fn settings(&self) -> checker::Settings {
+        checker::Settings::new(self.promise).deadlock_after(self.options.deadlock_after())
+    }
+}
+
+/// A node as `run.json` records it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NodeRecord {
+    pub name: String,
+    pub role: String,
+    pub addr: String,
+    pub pid: u32,
+}
+
+/// The backend a run used, as `run.json` records it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BackendRecord {
+    /// `local` or `docker`.
+    pub kind: String,
+    /// The image the containers ran, and its id (docker only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
+    /// The `lockstorm.run` label on the run's containers (docker only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
+}
+
+/// What run.json says of the client a run tested.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientRecord {
+    /// The shipped adapter's name, or `custom`.
+    pub name: String,
+    pub command: String,
+    /// The library and version, as the adapter said at `init`.
+    pub library: String,
+    pub features: Vec<String>,
+    /// What the worker's check before each write asks.
+    pub check: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{write_json, ReadError, StoredRun};
+
+    /// A plan as another tool might write one: the store asks no more of it.
+    #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+    #[serde(default)]
+    struct Options {
+        config: String,
+        workers: u64,
+    }
+
+    impl Plan for Options {
+        type Step = String;
+        fn deadlock_after(&self) -> Duration {
+            Duration::from_secs(self.workers)
+        }
+        fn outline(&self) -> Outline {
+            Outline {
+                config: self.config.clone(),
+                nemesis: "none".into(),
+                seed: 0,
+                workers: self.workers,
+                time_limit: Duration::ZERO,
+                ttl: Duration::ZERO,
+            }
+        }
+        fn lease_is_ttl(_: &str) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn a_stored_run_reads_back_typed_and_an_older_record_loads_with_defaults() {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = StoredRun::open(tmp.path());
+        assert!(
+            matches!(run.record::<Options>(), Err(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound)
+        );
+        let older = r#"{"promise": "data-safety", "options": {"config": "fenced"}}"#;
+        std::fs::write(run.run_json(), older).unwrap();
+        let record = run.record::<Options>().unwrap();
+        assert_eq!(record.promise, Promise::DataSafety);
+        assert_eq!(record.options.config, "fenced");
+        assert_eq!(record.options.workers, Options::default().workers);
+        assert_eq!((record.schedule.clone(), record.interrupted), (None, false));
+        let settings = record.settings();
+        assert_eq!(settings.deadlock_after, Some(Duration::ZERO));
+        write_json(
+            &run.run_json(),
+            &RunRecord {
+                schedule: Some(vec!["pause".to_string()]),
+                ..record
+            },
+        )
+        .unwrap();
+        let again = run.record::<Options>().unwrap().schedule;
+        assert_eq!(again, Some(vec!["pause".to_string()]));
+        std::fs::write(run.run_json(), r#"{"options": {}}"#).unwrap();
+        assert!(
+            matches!(run.record::<Options>(), Err(ReadError::Json(e)) if e.is_data()),
+            "no promise: not a run record"
+        );
+    }
+}
