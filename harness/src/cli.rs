@@ -241,10 +241,10 @@ fn run_to_end<T>(run: impl std::future::Future<Output = Result<T>>) -> Result<T>
 
 /// testcontainers finds the daemon through `DOCKER_HOST`, which may only
 /// change before the runtime's threads start.
-fn route_docker(backend: crate::backend::Backend) {
+fn route_docker(backend: backend::Backend) {
     #[cfg(feature = "docker")]
-    if backend != crate::backend::Backend::Local {
-        crate::backend::docker::route_testcontainers();
+    if backend != backend::Backend::Local {
+        backend::docker::route_testcontainers();
     }
     #[cfg(not(feature = "docker"))]
     let _ = backend;
@@ -374,10 +374,10 @@ fn check_command(args: CheckArgs) -> Result<Validity> {
 #[cfg(feature = "docker")]
 fn image_command(args: ImageArgs) -> Result<Validity> {
     let ImageCommand::Import { tag } = args.command;
-    let server = crate::backend::local::find_redis_server()?;
+    let server = backend::local::find_redis_server()?;
     let imported = runtime()?.block_on(async {
-        let api = crate::backend::docker::connect_daemon().await?;
-        crate::backend::docker::image::import(&api, &server, &tag)
+        let api = backend::docker::connect_daemon().await?;
+        backend::docker::image::import(&api, &server, &tag)
             .await
             .map_err(Error::Usage)
     })?;
@@ -403,7 +403,7 @@ fn image_command(_args: ImageArgs) -> Result<Validity> {
 /// `lockstorm reap`: exit 0 once the run's containers are removed.
 fn reap(daemon: &std::path::Path, run: &str) -> ExitCode {
     #[cfg(feature = "docker")]
-    if let Err(e) = crate::backend::docker::reap::reap(daemon, run) {
+    if let Err(e) = backend::docker::reap::reap(daemon, run) {
         complain(&format!("lockstorm reap: {e}"));
         return ExitCode::from(exit::HARNESS_FAILED);
     }

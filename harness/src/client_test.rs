@@ -4,9 +4,10 @@
 
 use crate::clients::{self, Client};
 use crate::error::{Context, Error, Result};
-use crate::node::{NodeSpec, RedisNode, Role};
-use crate::options::{Nodes, Persistence};
+use crate::options::Nodes;
 use crate::topology::Addresses;
+use backend::node::Persistence;
+use backend::node::{NodeSpec, RedisNode, Role};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use workloads::adapter::{self, AdapterSpec, Answer, Failure, Group, Hello, Op, Reply, Session};
@@ -63,7 +64,7 @@ pub async fn client_test(
     nodes: &Nodes,
 ) -> Result<Report> {
     let prepared = clients::prepare(client)?;
-    let backend = crate::backend::provision(nodes.backend, nodes.image.as_deref(), false).await?;
+    let backend = backend::provision(nodes.backend, nodes.image.as_deref(), false).await?;
     let block = crate::blocks::claim_one(nodes.address_block)?;
     let ip = Addresses {
         block: block.block(),
@@ -80,7 +81,7 @@ async fn client_test_on(
     ttl: Duration,
     results: &Path,
     ip: std::net::Ipv4Addr,
-    backend: std::sync::Arc<dyn crate::backend::Provisioner>,
+    backend: std::sync::Arc<dyn backend::Provisioner>,
 ) -> Result<Report> {
     let folder =
         store::layout::unique_dir(results, &format!("client-test-{}", store::layout::stamp()))?;

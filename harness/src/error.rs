@@ -9,21 +9,8 @@ pub enum Error {
     /// Bad arguments or configuration: the message names the problem and the fix.
     #[error("{0}")]
     Usage(String),
-    #[error("{program} not found ({looked}): install it with `apt-get install -y {package}`, or set {env} to its path")]
-    MissingProgram {
-        program: &'static str,
-        package: &'static str,
-        env: &'static str,
-        looked: String,
-    },
     #[error("cannot read {path}: {message}")]
     BadInput { path: PathBuf, message: String },
-    #[error("node {name} failed: {message} (see {log})")]
-    Node {
-        name: String,
-        message: String,
-        log: PathBuf,
-    },
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -61,6 +48,10 @@ pub enum Error {
     /// user may not write to is theirs to fix).
     #[error(transparent)]
     Store(#[from] store::Error),
+    /// Nodes could not be provisioned, or one failed (nowhere to run them
+    /// as asked, or a missing program, is the user's to fix).
+    #[error(transparent)]
+    Backend(#[from] backend::Error),
 }
 
 impl Error {
@@ -68,12 +59,12 @@ impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Usage(_)
-            | Error::MissingProgram { .. }
+            | Error::Backend(backend::Error::Usage(_) | backend::Error::MissingProgram { .. })
             | Error::BadInput { .. }
             | Error::Store(store::Error::ResultsNotWritable { .. })
             | Error::Adapter(_) => exit::BAD_INPUT,
-            Error::Node { .. }
-            | Error::NodeStart { .. }
+            Error::NodeStart { .. }
+            | Error::Backend(_)
             | Error::Io { .. }
             | Error::Firewall(_)
             | Error::Runtime(_)

@@ -3,7 +3,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod backend;
 mod blocks;
 pub mod check;
 pub mod cli;
@@ -16,7 +15,6 @@ mod interrupt;
 mod journal;
 mod logging;
 pub mod matrix;
-pub mod node;
 pub mod options;
 pub mod plot;
 mod progress;

@@ -5,35 +5,14 @@
 use crate::clients::Client;
 use crate::error::Error;
 use crate::help;
-use clap::{Args, ValueEnum};
+use backend::node::Persistence;
+use backend::Backend;
+use clap::Args;
 use nemesis::{Aimed, At, FaultParams, Nemesis, Package, ScheduleSpec, Shape, Step, Targets};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
 use workloads::Config;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Backend {
-    /// `local` when `redis-server` is on PATH, else `docker` when a daemon answers.
-    Auto,
-    /// Each node is a `redis-server` child process on a loopback address.
-    Local,
-    /// Each node is a container (host networking, same loopback addresses).
-    Docker,
-}
-
-/// What a lock node keeps across a kill and restart.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Persistence {
-    /// Nothing: a restarted node is empty.
-    None,
-    /// AOF, fsync once a second: the last second may be lost.
-    AofEverysec,
-    /// AOF, fsync on every write.
-    AofAlways,
-}
 
 /// Where a command's nodes run: one home for `--backend` and `--image`,
 /// flattened into every command that starts nodes (`run`, `matrix`,

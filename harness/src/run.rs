@@ -1,7 +1,6 @@
 //! One run: provision nodes, start workers and the nemesis, stop them all,
 //! take the final read, check the history and store the results.
 
-use crate::backend::Provisioner;
 use crate::clients::Prepared;
 use crate::error::{Context, Error, Result};
 use crate::interrupt::Interrupt;
@@ -10,6 +9,7 @@ use crate::options::{RunOptions, RunPlan};
 use crate::record::RunRecord;
 use crate::topology::Topology;
 use crate::{logging, workers};
+use backend::Provisioner;
 use checker::history::{f, OpType, Process};
 use checker::History;
 use checker::{Results, Validity};
@@ -54,7 +54,7 @@ pub async fn run_plan(options: RunPlan) -> Result<RunOutcome> {
         Some(client) => Some(crate::clients::prepare(client)?),
         None => None,
     };
-    let backend = crate::backend::provision(
+    let backend = backend::provision(
         options.backend,
         options.image.as_deref(),
         options.config == Config::Replicated,
@@ -89,7 +89,9 @@ async fn run_on(
             dir.discard();
             Err(match e {
                 // Its log went with the folder: the message quotes the node.
-                Error::Node { name, message, .. } => Error::NodeStart { name, message },
+                Error::Backend(backend::Error::Node { name, message, .. }) => {
+                    Error::NodeStart { name, message }
+                }
                 e => e,
             })
         }

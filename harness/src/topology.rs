@@ -3,11 +3,11 @@
 //! own loopback address so a partition can cut the link between two of them.
 //! Implements [`nemesis::Cluster`], the faults' handle on the nodes.
 
-use crate::backend::Provisioner;
 use crate::error::Context;
 use crate::error::{Error, Result};
-use crate::node::{connect, NodeClock, NodeSpec, RedisNode, Role};
 use crate::options::RunPlan;
+use backend::node::{connect, NodeClock, NodeSpec, RedisNode, Role};
+use backend::Provisioner;
 use nemesis::clock::TimeControl;
 use nemesis::cluster::BoxFuture;
 use nemesis::net::{Firewall, Link};
@@ -574,11 +574,12 @@ async fn await_probe(
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(Error::Node {
+            return Err(backend::Error::Node {
                 name: name.to_string(),
                 message: format!("{what} not within {READY_TIMEOUT:?}"),
                 log,
-            });
+            }
+            .into());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -59,7 +59,9 @@ pub fn outcome_line(outcome: &Result<RunOutcome>) -> Line {
             fatal: matches!(
                 e,
                 Error::Usage(_)
-                    | Error::MissingProgram { .. }
+                    | Error::Backend(
+                        backend::Error::Usage(_) | backend::Error::MissingProgram { .. }
+                    )
                     | Error::Adapter(_)
                     | Error::ClientSetup(_)
             ),

@@ -122,8 +122,7 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     // Fail before the first run if the nodes have nowhere to run.
     let replicated = configs.contains(&Config::Replicated);
     let backend =
-        crate::backend::provision(args.nodes.backend, args.nodes.image.as_deref(), replicated)
-            .await?;
+        backend::provision(args.nodes.backend, args.nodes.image.as_deref(), replicated).await?;
     backend.finish().await;
 
     let mut plan = Vec::new();

@@ -3,10 +3,10 @@
 
 use crate::common;
 
+use backend::local::{find_redis_server, Local};
+use backend::node::Persistence;
+use backend::node::{NodeSpec, RedisNode, Role};
 use checker::Validity;
-use harness::backend::local::{find_redis_server, Local};
-use harness::node::{NodeSpec, RedisNode, Role};
-use harness::options::Persistence;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
 use std::os::unix::fs::PermissionsExt;

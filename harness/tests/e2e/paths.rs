@@ -128,7 +128,7 @@ fn a_node_without_the_time_shim_stops_the_run() {
     use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().unwrap();
     let server = tmp.path().join("redis-server");
-    let real = harness::backend::local::find_redis_server().unwrap();
+    let real = backend::local::find_redis_server().unwrap();
     std::fs::write(
         &server,
         format!(

@@ -14,13 +14,14 @@
 //! once both sides have switched; the old hijack without `Upgrade:` is only
 //! bridged from the daemon to the client.
 //!
-//! A daemon that does not answer a request in time ([`super::ANSWER`] for
+//! A daemon that does not answer a request in time ([`super::api::ANSWER`] for
 //! the backend) gets the client a 504 that names its socket, rather than a wait without end: a
 //! testcontainers call never waits longer for its answer (the status and
 //! headers, which the daemon sends at once even for a followed log or a
 //! wait). None of its calls uploads a large body; an import goes straight
 //! to the daemon.
 
+use super::api::unanswered;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Either, Empty, Full, Limited};
 use hyper::body::Incoming;
@@ -101,7 +102,7 @@ impl Bridge {
         let daemon = tokio::time::timeout(answer, ask_version(&upstream))
             .await
             .map_err(|_| {
-                let what = super::unanswered(&upstream, "GET /version", answer);
+                let what = unanswered(&upstream, "GET /version", answer);
                 io::Error::new(io::ErrorKind::TimedOut, what)
             })??;
         let cannot = |e: io::Error, what: &str| {
@@ -273,7 +274,7 @@ async fn forward(
             // next one gets a new connection, and this one's task goes.
             upstream.send = None;
             upstream.tasks.abort_all();
-            let message = super::unanswered(&socket, &what, answer);
+            let message = unanswered(&socket, &what, answer);
             return Ok(gateway_error(StatusCode::GATEWAY_TIMEOUT, message));
         }
     };
@@ -345,7 +346,7 @@ mod tests {
     use hyper::Method;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    const ANSWER: Duration = super::super::ANSWER;
+    const ANSWER: Duration = super::super::api::ANSWER;
 
     fn v(s: &str) -> ApiVersion {
         s.parse().unwrap()

@@ -1,20 +1,11 @@
-//! Where nodes run. One provisioning interface — [`Provisioner`] starts a
-//! node's process, [`NodeProcess`] is that process — with two
-//! implementations: [`local`] (child processes) and, with the `docker`
-//! feature, [`docker`] (containers through testcontainers, with host
-//! networking and the host's PID namespace). Everything above it (the
-//! topology, the nemeses, the workers, the checker) sees a node as an
-//! address and a host PID, and never asks which backend runs it.
+//! The provisioning interface every backend implements: [`Provisioner`]
+//! starts a node's process from a [`Launch`], and [`NodeProcess`] is that
+//! process. Apart from the crate root so that the backends, which implement
+//! it, import nothing that imports them.
 
-#[cfg(feature = "docker")]
-pub mod docker;
-pub mod local;
-
-use crate::error::{Error, Result};
-pub use crate::options::Backend;
+use crate::error::Result;
 use nemesis::cluster::BoxFuture;
 use std::path::PathBuf;
-use std::sync::Arc;
 use store::BackendRecord;
 
 /// The program a node runs.
@@ -67,41 +58,4 @@ pub trait Provisioner: Send + Sync {
     /// Called once the run's nodes are gone, or the run failed: removes
     /// whatever of the run is left on the backend.
     fn finish(&self) -> BoxFuture<'_, ()>;
-}
-
-/// The provisioner `backend` names, ready to launch nodes: `auto` is the
-/// local backend when `redis-server` is on PATH, else Docker when a daemon
-/// answers (an `image` asks for Docker). `sentinel` says whether the run
-/// needs `redis-sentinel`.
-pub async fn provision(
-    backend: Backend,
-    image: Option<&str>,
-    sentinel: bool,
-) -> Result<Arc<dyn Provisioner>> {
-    match backend {
-        Backend::Local => Ok(Arc::new(local::Local::find(sentinel)?)),
-        Backend::Docker => docker(image).await,
-        Backend::Auto if image.is_some() => docker(image).await,
-        Backend::Auto => match local::Local::find(sentinel) {
-            Ok(local) => Ok(Arc::new(local)),
-            Err(no_local) => match docker(image).await {
-                Ok(docker) => Ok(docker),
-                Err(no_docker) => Err(Error::Usage(format!(
-                    "nowhere to run Redis nodes: {no_local}; and {no_docker}. Install Redis, or start Docker, or choose with --backend"
-                ))),
-            },
-        },
-    }
-}
-
-#[cfg(feature = "docker")]
-async fn docker(image: Option<&str>) -> Result<Arc<dyn Provisioner>> {
-    Ok(Arc::new(docker::Docker::connect(image).await?))
-}
-
-#[cfg(not(feature = "docker"))]
-async fn docker(_image: Option<&str>) -> Result<Arc<dyn Provisioner>> {
-    Err(Error::Usage(
-        "this lockstorm was built without the Docker backend: build it with `cargo build --features docker` (a default feature)".into(),
-    ))
 }

@@ -11,30 +11,34 @@
 //! testcontainers speaks Docker API 1.53 and does not negotiate; it reaches
 //! the daemon through [`bridge`], which lowers the version for an older
 //! daemon. The harness's own calls (inspect, kill, list, remove, import) use
-//! a negotiated bollard client ([`Api`]). No call waits on the daemon for
-//! ever: each answer is awaited for [`ANSWER`], each progress message of a
-//! pull or an import for [`PROGRESS`], here and in the bridge (which answers
+//! a negotiated bollard client ([`api::Api`]). No call waits on the daemon for
+//! ever: each answer is awaited for [`api::ANSWER`], each progress message of a
+//! pull or an import for [`api::PROGRESS`], here and in the bridge (which answers
 //! testcontainers' call with a 504 when the daemon does not). Every
 //! container carries the run's labels ([`reap`]): the run removes its
 //! containers at its end, a reaper process removes them if the harness dies,
 //! and a later start removes those of runs that are provably gone.
 
+pub mod api;
 pub mod bridge;
 pub mod image;
 pub mod reap;
 
-use crate::backend::{Launch, NodeProcess, Program, Provisioner};
-use crate::error::{Error, Result};
+use api::{bridge_socket, client, daemon, Api, ANSWER};
+pub use api::{connect_daemon, route_testcontainers};
+use image::{split_image, VERSION_LABEL};
+
+use crate::error::{doing, Error, Result};
+use crate::provision::{Launch, NodeProcess, Program, Provisioner};
 use bollard::models::ContainerState;
 use bollard::query_parameters::{
     CreateImageOptionsBuilder, KillContainerOptionsBuilder, RemoveContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
 use nemesis::cluster::BoxFuture;
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Duration;
 use store::BackendRecord;
 use testcontainers::core::{AccessMode, Mount, WaitFor};
@@ -43,103 +47,6 @@ use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 
 /// The image used when `--image` is not given and no local image was imported.
 pub const PUBLIC_IMAGE: &str = "redis:7.2";
-const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
-/// The label `lockstorm image import` gives its image: the Redis it holds.
-pub const VERSION_LABEL: &str = "lockstorm.redis-version";
-
-/// How long one call may wait for the daemon's answer. A daemon answers a
-/// ping, an inspect, a list or a kill in milliseconds, and creates or
-/// starts a container in seconds even on a loaded CI machine: 30 s is far
-/// beyond what a working daemon takes, and short enough that one that never
-/// answers is reported within a minute.
-pub const ANSWER: Duration = Duration::from_secs(30);
-/// How long a pull or an import may go without a progress message. The
-/// whole may take minutes (a registry, tens of MB to unpack and commit),
-/// but the daemon reports as it goes: only a silence this long is stuck.
-pub const PROGRESS: Duration = Duration::from_secs(120);
-
-/// The one line for a daemon that did not answer `what` within `after`.
-pub fn unanswered(socket: &Path, what: &str, after: Duration) -> String {
-    format!(
-        "the Docker daemon at unix://{} (DOCKER_HOST) did not answer {what} within {} s: check that dockerd is running and answers (`docker info`, and its log), or set DOCKER_HOST to the socket of one that does",
-        socket.display(),
-        after.as_secs()
-    )
-}
-
-/// A daemon that does not answer is bad configuration (exit 254), as a
-/// socket with no daemon behind it is: the socket is the one the user named
-/// (DOCKER_HOST, or the default) and what listens there is theirs to fix.
-/// Only lockstorm's own mistakes with it (DOCKER_HOST not routed to the
-/// bridge) are the harness failing (255).
-fn silent(socket: &Path, what: &str, after: Duration) -> Error {
-    Error::Usage(unanswered(socket, what, after))
-}
-
-/// The daemon's negotiated client, and its socket for the messages that
-/// name it.
-#[derive(Clone)]
-pub struct Api {
-    pub docker: bollard::Docker,
-    pub socket: Arc<Path>,
-}
-
-impl Api {
-    /// `call`'s outcome, or the line saying the daemon did not answer
-    /// `what` within [`ANSWER`].
-    pub async fn answer<T>(&self, what: &str, call: impl Future<Output = T>) -> Result<T> {
-        tokio::time::timeout(ANSWER, call)
-            .await
-            .map_err(|_| silent(&self.socket, what, ANSWER))
-    }
-
-    /// The next progress message of a pull or an import (`what`), or the
-    /// line saying none came within [`PROGRESS`].
-    pub async fn progress<S: futures_util::Stream + Unpin>(
-        &self,
-        what: &str,
-        stream: &mut S,
-    ) -> Result<Option<S::Item>> {
-        tokio::time::timeout(PROGRESS, stream.next())
-            .await
-            .map_err(|_| silent(&self.socket, what, PROGRESS))
-    }
-}
-
-/// The daemon's socket as the user named it (`DOCKER_HOST`) before
-/// [`route_testcontainers`] pointed `DOCKER_HOST` at the bridge.
-static DAEMON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-
-/// Points testcontainers (which reads `DOCKER_HOST` whenever it makes its
-/// client) at this process's bridge socket, and remembers where the daemon
-/// really is. Call before the async runtime starts: changing the
-/// environment is only sound while one thread runs.
-pub fn route_testcontainers() {
-    let daemon = DAEMON.get_or_init(|| daemon_socket(std::env::var("DOCKER_HOST").ok()));
-    if daemon.is_ok() {
-        if let Ok(path) = bridge_socket() {
-            std::env::set_var("DOCKER_HOST", format!("unix://{}", path.display()));
-        }
-    }
-}
-
-/// The daemon's Unix socket from a `DOCKER_HOST` value (or the default).
-fn daemon_socket(docker_host: Option<String>) -> Result<PathBuf, String> {
-    match docker_host.as_deref().filter(|h| !h.is_empty()) {
-        None => Ok(PathBuf::from(DEFAULT_SOCKET)),
-        Some(host) => match host.strip_prefix("unix://") {
-            Some(path) => Ok(PathBuf::from(path)),
-            None => Err(format!(
-                "DOCKER_HOST={host} is not a Unix socket: the Docker backend runs containers in this machine's network, so it needs the local daemon's socket (unix:///var/run/docker.sock)"
-            )),
-        },
-    }
-}
-
-/// This process's bridge socket, in the user's private folder.
-fn bridge_socket() -> std::io::Result<PathBuf> {
-    Ok(nemesis::clock::private_dir()?.join(format!("docker-{}.sock", std::process::id())))
-}
 
 /// Removes the bridge sockets in `dir` of harnesses that died without
 /// removing theirs (a SIGKILL): those whose PID no longer exists.
@@ -154,48 +61,6 @@ fn remove_stale_sockets(dir: &Path) {
             let _ = std::fs::remove_file(entry.path());
         }
     }
-}
-
-/// The daemon, or why not, for `--backend auto` and every error message.
-fn daemon() -> Result<PathBuf> {
-    DAEMON
-        .get_or_init(|| daemon_socket(std::env::var("DOCKER_HOST").ok()))
-        .clone()
-        .map_err(Error::Usage)
-}
-
-/// A negotiated client of the daemon at `socket`, once it answers a ping.
-pub async fn client(socket: &Path) -> Result<Api> {
-    let no_daemon = |e: &dyn std::fmt::Display| {
-        Error::Usage(format!(
-            "no Docker daemon answers at unix://{} ({e}): start one (`dockerd`), or set DOCKER_HOST to its socket",
-            socket.display()
-        ))
-    };
-    let path = socket.to_string_lossy();
-    // bollard's own limit (on a request's answer, not on a stream) only
-    // backs up ours: [`Api::answer`] and [`Api::progress`] come first.
-    let docker =
-        bollard::Docker::connect_with_unix(&path, PROGRESS.as_secs(), bollard::API_DEFAULT_VERSION)
-            .map_err(|e| no_daemon(&e))?;
-    let mut api = Api {
-        docker,
-        socket: socket.into(),
-    };
-    let negotiated = api.docker.clone().negotiate_version();
-    api.docker = api
-        .answer("GET /version", negotiated)
-        .await?
-        .map_err(|e| no_daemon(&e))?;
-    api.answer("a ping", api.docker.ping())
-        .await?
-        .map_err(|e| no_daemon(&e))?;
-    Ok(api)
-}
-
-/// The daemon's client for `lockstorm image import` and the tests.
-pub async fn connect_daemon() -> Result<Api> {
-    client(&daemon()?).await
 }
 
 pub struct Docker {
@@ -220,10 +85,9 @@ impl Docker {
         let api = client(&socket).await?;
         reap::sweep(&api).await?;
         let (image, image_id, redis) = find_image(&api, image).await?;
-        let path = bridge_socket().map_err(|e| Error::Io {
-            context: "finding a folder for the Docker bridge's socket".into(),
-            source: e,
-        })?;
+        let path = bridge_socket().map_err(doing(
+            "finding a folder for the Docker bridge's socket".into(),
+        ))?;
         if let Some(dir) = path.parent() {
             remove_stale_sockets(dir);
         }
@@ -241,16 +105,11 @@ impl Docker {
             .map_err(|e| match e.kind() {
                 // The daemon went silent: its message names the socket.
                 std::io::ErrorKind::TimedOut => Error::Usage(e.to_string()),
-                _ => Error::Io {
-                    context: "starting the Docker API bridge".into(),
-                    source: e,
-                },
+                _ => doing("starting the Docker API bridge".into())(e),
             })?;
         let labels = reap::Labels::fresh();
-        let reaper = reap::Reaper::start(&socket, &labels.run).map_err(|e| Error::Io {
-            context: "starting the container reaper".into(),
-            source: e,
-        })?;
+        let reaper = reap::Reaper::start(&socket, &labels.run)
+            .map_err(doing("starting the container reaper".into()))?;
         Ok(Docker {
             api,
             _bridge: bridge,
@@ -521,15 +380,6 @@ impl NodeProcess for Container {
     }
 }
 
-/// `repo:tag` split for testcontainers (`latest` when untagged; a registry
-/// port is not a tag).
-fn split_image(image: &str) -> (String, String) {
-    match image.rsplit_once(':') {
-        Some((repo, tag)) if !tag.contains('/') => (repo.to_string(), tag.to_string()),
-        _ => (image.to_string(), "latest".to_string()),
-    }
-}
-
 /// The image to run (`--image`, else the imported local image when present,
 /// else the public one), pulled if absent: its name, id and Redis version.
 async fn find_image(api: &Api, asked: Option<&str>) -> Result<(String, String, String)> {
@@ -582,25 +432,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_image_splits_at_its_tag_not_at_a_registry_port() {
-        let split = |s| split_image(s);
-        assert_eq!(split("redis:7.2"), ("redis".into(), "7.2".into()));
-        assert_eq!(
-            split("lockstorm/redis:local"),
-            ("lockstorm/redis".into(), "local".into())
-        );
-        assert_eq!(split("redis"), ("redis".into(), "latest".into()));
-        assert_eq!(
-            split("127.0.0.1:5000/redis"),
-            ("127.0.0.1:5000/redis".into(), "latest".into())
-        );
-        assert_eq!(
-            split("127.0.0.1:5000/redis:7"),
-            ("127.0.0.1:5000/redis".into(), "7".into())
-        );
-    }
-
-    #[test]
     fn only_the_bridge_sockets_of_dead_harnesses_are_removed() {
         let dir = tempfile::tempdir().unwrap();
         let mut gone = std::process::Command::new("true").spawn().unwrap();
@@ -621,23 +452,5 @@ mod tests {
             .collect();
         left.sort();
         assert_eq!(left, [format!("docker-{me}.sock"), "other".into()]);
-    }
-
-    #[test]
-    fn the_daemon_must_be_a_unix_socket() {
-        assert_eq!(daemon_socket(None).unwrap(), PathBuf::from(DEFAULT_SOCKET));
-        assert_eq!(
-            daemon_socket(Some(String::new())).unwrap(),
-            PathBuf::from(DEFAULT_SOCKET)
-        );
-        assert_eq!(
-            daemon_socket(Some("unix:///tmp/d.sock".into())).unwrap(),
-            PathBuf::from("/tmp/d.sock")
-        );
-        let tcp = daemon_socket(Some("tcp://10.0.0.1:2375".into())).unwrap_err();
-        assert!(
-            tcp.contains("not a Unix socket") && tcp.contains("DOCKER_HOST"),
-            "{tcp}"
-        );
     }
 }

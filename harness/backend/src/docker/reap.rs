@@ -6,7 +6,7 @@
 //! other way (SIGKILL included: the kernel closes the pipe); and any later
 //! start **sweeps** away containers whose owner is provably gone.
 
-use super::Api;
+use super::api::{client, Api};
 use crate::error::Result;
 use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
 use std::collections::HashMap;
@@ -223,7 +223,7 @@ pub fn reap(daemon: &Path, run: &str) -> std::io::Result<usize> {
         .enable_all()
         .build()?;
     runtime
-        .block_on(async { remove_run(&super::client(daemon).await?, run).await })
+        .block_on(async { remove_run(&client(daemon).await?, run).await })
         .map_err(|e| std::io::Error::other(e.to_string()))
 }
 

@@ -1,12 +1,11 @@
 //! One Redis node (`redis-server`, or `redis-sentinel`) on its own loopback
 //! address and port, in its own folder under the run with its own log: its
 //! settings, its readiness, and the proof that the process answering is the
-//! one we started. Where the process runs is the backend's business
-//! ([`crate::backend`]).
+//! one we started. Where the process runs is a [`Provisioner`]'s business.
 
-use crate::backend::{Launch, NodeProcess, Program, Provisioner};
-use crate::error::{Context, Error, Result};
-use crate::options::Persistence;
+use crate::error::{doing, Error, Result};
+use crate::provision::{Launch, NodeProcess, Program, Provisioner};
+use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -15,6 +14,18 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a lock node keeps across a kill and restart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Persistence {
+    /// Nothing: a restarted node is empty.
+    None,
+    /// AOF, fsync once a second: the last second may be lost.
+    AofEverysec,
+    /// AOF, fsync on every write.
+    AofAlways,
+}
 
 /// What a node is for, and what it needs to know to play that part.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -86,13 +97,13 @@ impl RedisNode {
         backend: Arc<dyn Provisioner>,
     ) -> Result<Self> {
         let dir = std::path::absolute(nodes_dir.join(&spec.name))
-            .context(|| format!("finding the folder of node {}", spec.name))?;
-        std::fs::create_dir_all(&dir).context(|| format!("creating {}", dir.display()))?;
+            .map_err(doing(format!("finding the folder of node {}", spec.name)))?;
+        std::fs::create_dir_all(&dir).map_err(doing(format!("creating {}", dir.display())))?;
         // A free port can be taken by someone else before redis binds it: retry.
         let mut last = None;
         for _ in 0..5 {
             let port =
-                free_port(spec.ip).context(|| format!("finding a free port on {}", spec.ip))?;
+                free_port(spec.ip).map_err(doing(format!("finding a free port on {}", spec.ip)))?;
             let mut node = RedisNode {
                 spec: spec.clone(),
                 port,
@@ -180,8 +191,9 @@ impl RedisNode {
         let Some(clock) = &self.spec.clock else {
             return Ok(());
         };
-        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid()))
-            .context(|| format!("reading the memory map of node {}", self.spec.name))?;
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid())).map_err(doing(
+            format!("reading the memory map of node {}", self.spec.name),
+        ))?;
         match maps.contains(&*clock.shim.to_string_lossy()) {
             true => Ok(()),
             false => Err(self.error(format!(
@@ -222,7 +234,7 @@ impl RedisNode {
                  sentinel parallel-syncs lockstorm 1\n"
             );
             let path = self.dir.join("sentinel.conf");
-            std::fs::write(&path, conf).context(|| format!("writing {}", path.display()))?;
+            std::fs::write(&path, conf).map_err(doing(format!("writing {}", path.display())))?;
             args.insert(0, path.display().to_string());
             return Ok(args);
         }
@@ -472,7 +484,7 @@ async fn ping(addr: &str) -> bool {
 
 /// A blocking connection to a node, with short timeouts: for the harness's
 /// own probes and reads (readiness, Sentinel, the final look at a node).
-pub(crate) fn connect(addr: &str) -> redis::RedisResult<redis::Connection> {
+pub fn connect(addr: &str) -> redis::RedisResult<redis::Connection> {
     let client = redis::Client::open(format!("redis://{addr}/"))?;
     let con = client.get_connection_with_timeout(Duration::from_millis(500))?;
     con.set_read_timeout(Some(Duration::from_millis(1000)))?;

@@ -6,6 +6,7 @@
 //! `ld.so.cache`) and the loader itself: nothing else, no shell. Nodes run it
 //! with host networking and the host's PID namespace, so it needs no `/etc`.
 
+use super::api::Api;
 use bollard::query_parameters::CreateImageOptionsBuilder;
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -16,6 +17,8 @@ use std::time::{Duration, Instant};
 
 /// The image `lockstorm image import` makes, and the default `--image` when present.
 pub const LOCAL_IMAGE: &str = "lockstorm/redis:local";
+/// The label `lockstorm image import` gives its image: the Redis it holds.
+pub const VERSION_LABEL: &str = "lockstorm.redis-version";
 
 /// Where the binary goes: on the image's PATH, named so that Redis starts
 /// as a server (it picks its mode from `argv[0]`, e.g. `redis-check-rdb`).
@@ -202,8 +205,8 @@ pub struct Imported {
 
 /// Builds the tarball for `server` and imports it into the daemon as
 /// `image` (repo:tag), with PATH, WORKDIR /data, ENTRYPOINT redis-server and
-/// the [`super::VERSION_LABEL`] label; returns the new image's id.
-pub async fn import(api: &super::Api, server: &Path, image: &str) -> Result<Imported, String> {
+/// the [`VERSION_LABEL`] label; returns the new image's id.
+pub async fn import(api: &Api, server: &Path, image: &str) -> Result<Imported, String> {
     let start = Instant::now();
     // Reading ~20 MB and running ldd and redis-server block: keep them off
     // the runtime's workers (the bridge to the daemon may share them).
@@ -233,9 +236,9 @@ pub async fn import(api: &super::Api, server: &Path, image: &str) -> Result<Impo
         "ENV PATH=/usr/local/bin:/usr/bin:/bin".to_string(),
         "WORKDIR /data".to_string(),
         r#"ENTRYPOINT ["redis-server"]"#.to_string(),
-        format!(r#"LABEL {}="{label}""#, super::VERSION_LABEL),
+        format!(r#"LABEL {}="{label}""#, VERSION_LABEL),
     ];
-    let (repo, tag) = super::split_image(image);
+    let (repo, tag) = split_image(image);
     let options = CreateImageOptionsBuilder::new()
         .from_src("-")
         .repo(&repo)
@@ -291,6 +294,15 @@ fn version_of(server: &Path) -> Result<String, String> {
         ));
     }
     Ok(line)
+}
+
+/// `repo:tag` split for testcontainers (`latest` when untagged; a registry
+/// port is not a tag).
+pub(super) fn split_image(image: &str) -> (String, String) {
+    match image.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => (repo.to_string(), tag.to_string()),
+        _ => (image.to_string(), "latest".to_string()),
+    }
 }
 
 #[cfg(test)]
@@ -409,7 +421,7 @@ mod tests {
     async fn an_import_makes_an_image_that_starts_redis_server() {
         // Asked for by --ignored: no daemon (DOCKER_HOST, else the default
         // socket) fails it below rather than passing.
-        let api = super::super::connect_daemon().await.unwrap();
+        let api = super::super::api::connect_daemon().await.unwrap();
         let docker = api.docker.clone();
         let image = format!("lockstorm/redis:test-{}", std::process::id());
         // Removing it at the end is only right if this test made it.
@@ -442,16 +454,31 @@ mod tests {
             .env
             .unwrap()
             .contains(&"PATH=/usr/local/bin:/usr/bin:/bin".to_string()));
-        let label = config
-            .labels
-            .unwrap()
-            .get(super::super::VERSION_LABEL)
-            .cloned();
+        let label = config.labels.unwrap().get(VERSION_LABEL).cloned();
         assert_eq!(label.as_deref(), Some(imported.redis_version.as_str()));
         assert!(
             imported.redis_version.starts_with("Redis server v="),
             "{}",
             imported.redis_version
+        );
+    }
+
+    #[test]
+    fn an_image_splits_at_its_tag_not_at_a_registry_port() {
+        let split = |s| split_image(s);
+        assert_eq!(split("redis:7.2"), ("redis".into(), "7.2".into()));
+        assert_eq!(
+            split("lockstorm/redis:local"),
+            ("lockstorm/redis".into(), "local".into())
+        );
+        assert_eq!(split("redis"), ("redis".into(), "latest".into()));
+        assert_eq!(
+            split("127.0.0.1:5000/redis"),
+            ("127.0.0.1:5000/redis".into(), "latest".into())
+        );
+        assert_eq!(
+            split("127.0.0.1:5000/redis:7"),
+            ("127.0.0.1:5000/redis".into(), "7".into())
         );
     }
 }

@@ -3,10 +3,9 @@
 //! and killed by the kernel if the harness dies. A node is killed as a
 //! group, so whatever it started (a wrapper script's server) goes with it.
 
-use super::{Launch, NodeProcess, Program, Provisioner};
-use crate::error::{Context, Error, Result};
+use crate::error::{doing, Error, Result};
+use crate::provision::{Launch, NodeProcess, Program, Provisioner};
 use nemesis::cluster::BoxFuture;
-use nemesis::process;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use store::BackendRecord;
@@ -80,10 +79,10 @@ impl LocalProcess {
             .create(true)
             .append(true)
             .open(&l.output)
-            .context(|| format!("creating {}", l.output.display()))?;
+            .map_err(doing(format!("creating {}", l.output.display())))?;
         let err = out
             .try_clone()
-            .context(|| format!("opening {}", l.output.display()))?;
+            .map_err(doing(format!("opening {}", l.output.display())))?;
         let mut cmd = Command::new(&self.program);
         cmd.args(&l.args)
             .envs(l.env.iter().map(|(k, v)| (k, v)))
@@ -92,9 +91,11 @@ impl LocalProcess {
             .stdout(out)
             .stderr(err);
         process::isolate(&mut cmd);
-        let child = cmd
-            .spawn()
-            .context(|| format!("starting {} for node {}", self.program.display(), l.name))?;
+        let child = cmd.spawn().map_err(doing(format!(
+            "starting {} for node {}",
+            self.program.display(),
+            l.name
+        )))?;
         self.child = Some(child);
         Ok(())
     }
