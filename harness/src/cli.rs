@@ -306,7 +306,7 @@ fn report_command(args: ReportArgs) -> Result<Validity> {
             message: "no such folder; give the results folder runs were written to".into(),
         });
     }
-    let report = crate::report::build(&args.path).map_err(|e| Error::Report(format!("{e:#}")))?;
+    let report = report::build::<RunPlan>(&args.path)?;
     for problem in &report.problems {
         complain(&format!("lockstorm report: {problem}"));
     }

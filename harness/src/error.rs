@@ -37,9 +37,10 @@ pub enum Error {
     /// A shipped adapter's environment (venv, `npm ci`) could not be set up.
     #[error("cannot set up the client adapters: {0}")]
     ClientSetup(String),
-    /// `lockstorm report` could not write its pages or pictures.
-    #[error("{0}")]
-    Report(String),
+    /// `lockstorm report` could not read the results folder or write its
+    /// page: said with what caused it.
+    #[error("{}", with_causes(.0))]
+    Report(#[from] report::Error),
     /// A matrix's cell (a run in a process of its own) failed: its own
     /// error's message and exit code.
     #[error("{message}")]
@@ -79,6 +80,17 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An error and each of its causes, joined by `: `.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    text
+}
 
 /// Attaches what was being done to an I/O error.
 pub trait Context<T> {

@@ -286,11 +286,11 @@ async fn run_workload(
     let (results, history) = check_history(dir, &record)?;
     write_json(&dir.results_json(), &results)?;
     // Pictures are evidence, not the verdict: a failure to draw is logged.
-    let setup = crate::plot::Setup {
+    let setup = report::plot::Setup {
         workers: options.workers,
         lease: options.config.lease_is_ttl().then_some(options.ttl),
     };
-    if let Err(e) = crate::plot::render(&dir.path, &history, &results, setup) {
+    if let Err(e) = report::plot::render(&dir.path, &history, &results, setup) {
         tracing::warn!("drawing the run's pictures failed: {e:#}");
     }
     write_json(&dir.run_json(), &record)?;

@@ -6,13 +6,11 @@
 mod board;
 pub mod cell;
 pub mod expect;
-pub mod merge;
 
 use crate::clients::{Client, SHIPPED};
 use crate::error::{Context, Error, Result};
 use crate::interrupt::Interrupt;
 use crate::options::{Output, Refusal, RunOptions, RunPlan, Timing};
-use crate::plot;
 use checker::Validity;
 use expect::Expectations;
 use nemesis::{Aimed, Nemesis};
@@ -258,7 +256,7 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     if let Some(expectations) = &expectations {
         expectations.judge(&mut summary);
     }
-    write(&dir, &summary)?;
+    report::write_matrix(&dir, &summary)?;
     Ok(MatrixOutcome {
         dir,
         summary,
@@ -439,15 +437,6 @@ fn load(path: &Path) -> Result<Expectations> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| bad(format!("{e}; give a TOML file like expectations.toml")))?;
     Expectations::parse(&text).map_err(bad)
-}
-
-pub(crate) fn write(dir: &Path, summary: &Summary) -> Result<()> {
-    summary.write(dir)?;
-    // The picture is a view of the table: a failure to draw is logged.
-    if let Err(e) = plot::comparison(dir, summary) {
-        tracing::warn!("drawing comparison.svg failed: {e:#}");
-    }
-    Ok(())
 }
 
 /// `INVALID (lock-overlap 5, lost-update 2)`: the verdict and what was found.

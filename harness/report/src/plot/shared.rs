@@ -1,29 +1,13 @@
-//! Per-run pictures, stored in the run folder: `timeline.svg`,
-//! `latency.png` and `rate.png`, drawn from a stored history and its verdict.
-//!
-//! Everything here reads only the history and `results.json`, so
-//! `lockstorm report` can redraw any stored run.
-
-mod comparison;
-mod font;
-mod latency;
-mod scene;
-mod timeline;
-
-pub use comparison::{comparison, PNG as COMPARISON_PNG, SVG as COMPARISON_SVG};
-pub use latency::{latency, rate};
-pub use timeline::{timeline, timeline_svg};
+//! What the pictures share: what they need to know of the run that the
+//! history does not say ([`Setup`]), what they read off a history (its
+//! faults, its completed ops, the end of its time axis), a sample of many
+//! items, and their colours. It imports none of the pictures.
 
 use checker::history::fault;
 use checker::Pairs;
-use checker::{History, OpType, Results};
+use checker::{History, OpType};
 use plotters::style::RGBColor;
 use std::collections::HashMap;
-use std::path::Path;
-
-pub const TIMELINE: &str = "timeline.svg";
-pub const LATENCY: &str = "latency.png";
-pub const RATE: &str = "rate.png";
 
 /// What the pictures need to know of the run that the history does not say.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -47,36 +31,23 @@ impl From<u64> for Setup {
     }
 }
 
-/// Writes `timeline.svg`, `latency.png` and `rate.png` into `dir`.
-pub fn render(
-    dir: &Path,
-    history: &History,
-    results: &Results,
-    setup: impl Into<Setup>,
-) -> anyhow::Result<()> {
-    timeline(&dir.join(TIMELINE), history, results, setup)?;
-    latency(&dir.join(LATENCY), history)?;
-    rate(&dir.join(RATE), history)?;
-    Ok(())
-}
-
-const OK_COLOR: RGBColor = RGBColor(46, 160, 67);
-const FAIL_COLOR: RGBColor = RGBColor(232, 106, 26);
-const INFO_COLOR: RGBColor = RGBColor(70, 90, 200);
-const FAULT_COLOR: RGBColor = RGBColor(160, 120, 200);
-const FAULT_ALPHA: f64 = 0.18;
-const FAULT_TEXT: RGBColor = RGBColor(100, 60, 150);
+pub(super) const OK_COLOR: RGBColor = RGBColor(46, 160, 67);
+pub(super) const FAIL_COLOR: RGBColor = RGBColor(232, 106, 26);
+pub(super) const INFO_COLOR: RGBColor = RGBColor(70, 90, 200);
+pub(super) const FAULT_COLOR: RGBColor = RGBColor(160, 120, 200);
+pub(super) const FAULT_ALPHA: f64 = 0.18;
+pub(super) const FAULT_TEXT: RGBColor = RGBColor(100, 60, 150);
 
 /// A nemesis fault, from its `start-<name>` to its `stop-<name>` event.
 #[derive(Clone, Debug, PartialEq)]
-struct Fault {
-    name: String,
-    start: u64,
+pub(super) struct Fault {
+    pub name: String,
+    pub start: u64,
     /// The end of the history when the run stopped before the fault did.
-    end: u64,
+    pub end: u64,
 }
 
-fn faults(history: &History) -> Vec<Fault> {
+pub(super) fn faults(history: &History) -> Vec<Fault> {
     let end_of_history = end_time(history);
     let mut open: HashMap<&str, u64> = HashMap::new();
     let mut faults = Vec::new();
@@ -104,14 +75,14 @@ fn faults(history: &History) -> Vec<Fault> {
 
 /// A completed client operation.
 #[derive(Clone, Copy, Debug)]
-struct Op {
-    invoked: u64,
-    completed: u64,
-    outcome: OpType,
+pub(super) struct Op {
+    pub invoked: u64,
+    pub completed: u64,
+    pub outcome: OpType,
 }
 
 /// Client ops with both an invocation and a completion, in completion order.
-fn ops(history: &History) -> Vec<Op> {
+pub(super) fn ops(history: &History) -> Vec<Op> {
     let pairs = Pairs::new(history);
     let mut ops: Vec<Op> = history
         .events
@@ -133,15 +104,15 @@ fn ops(history: &History) -> Vec<Op> {
 
 /// The right edge of every time axis: the last event, and at least 1 ms so
 /// an empty or instantaneous history still has a drawable range.
-fn end_time(history: &History) -> u64 {
+pub(super) fn end_time(history: &History) -> u64 {
     history.time_span().map_or(0, |(_, max)| max).max(1_000_000)
 }
 
-fn secs(ns: u64) -> f64 {
+pub(super) fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
-fn outcome_style(outcome: OpType) -> (&'static str, RGBColor) {
+pub(super) fn outcome_style(outcome: OpType) -> (&'static str, RGBColor) {
     match outcome {
         OpType::Ok => ("ok", OK_COLOR),
         OpType::Fail => ("fail", FAIL_COLOR),
@@ -152,7 +123,7 @@ fn outcome_style(outcome: OpType) -> (&'static str, RGBColor) {
 /// At most `cap` items spread evenly over `items`: one from each of `cap`
 /// equal windows, at a pseudo-random place in it, so a periodic workload
 /// (acquire, read, write, release, ...) cannot alias into one kind of op.
-fn sample<T>(items: Vec<T>, cap: usize) -> Vec<T> {
+pub(super) fn sample<T>(items: Vec<T>, cap: usize) -> Vec<T> {
     let (n, k) = (items.len(), cap.min(items.len()));
     if k == n {
         return items;
@@ -177,12 +148,9 @@ fn sample<T>(items: Vec<T>, cap: usize) -> Vec<T> {
 }
 
 /// SplitMix64's finaliser: a cheap, deterministic scramble.
-fn mix(x: u64) -> u64 {
+pub(super) fn mix(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
 }
-
-#[cfg(test)]
-mod tests;

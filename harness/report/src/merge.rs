@@ -7,6 +7,7 @@
 //! cannot be merged (a shard missing, one K in two folders) is said, one
 //! line a set ([`Unmerged`]): a lost shard must not vanish from the report.
 
+use crate::folder::write_matrix;
 use std::collections::BTreeMap;
 use std::path::Path;
 use store::matrix::{ShardOf, Summary};
@@ -215,7 +216,7 @@ pub fn folder(merged: &Summary) -> String {
 /// Reads every shard summary under `root`, merges the complete sets and
 /// writes each as a matrix folder. Returns the folders written, and the
 /// sets that were not merged.
-pub fn merge(root: &Path, matrices: &[String]) -> crate::Result<(Vec<String>, Vec<Unmerged>)> {
+pub fn merge(root: &Path, matrices: &[String]) -> store::Result<(Vec<String>, Vec<Unmerged>)> {
     let shards: Vec<(String, Summary)> = matrices
         .iter()
         .filter_map(|rel| {
@@ -228,11 +229,11 @@ pub fn merge(root: &Path, matrices: &[String]) -> crate::Result<(Vec<String>, Ve
     for merged in sets.merged {
         let rel = folder(&merged);
         let dir = root.join(&rel);
-        std::fs::create_dir_all(&dir).map_err(|e| crate::Error::Io {
+        std::fs::create_dir_all(&dir).map_err(|e| store::Error::Io {
             context: format!("creating {}", dir.display()),
             source: e,
         })?;
-        super::write(&dir, &merged)?;
+        write_matrix(&dir, &merged)?;
         written.push(rel);
     }
     Ok((written, sets.unmerged))

@@ -1,7 +1,49 @@
 use super::*;
 use checker::generate::valid_history;
 use checker::{History, Promise, Results, Validity};
+use serde::{Deserialize, Serialize};
 use std::fs;
+use std::time::Duration;
+use store::Outline;
+
+/// A plan as these tests write one (`options` in `run.json`): the report
+/// asks no more of a plan than `store::Plan` says.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+struct Options {
+    config: String,
+    nemesis: String,
+    seed: u64,
+    workers: u64,
+    time_limit: u64,
+    ttl_ms: u64,
+}
+
+impl Plan for Options {
+    type Step = serde_json::Value;
+    /// Longer than any wait in these tests' valid histories.
+    fn deadlock_after(&self) -> Duration {
+        Duration::from_secs(7)
+    }
+    fn outline(&self) -> Outline {
+        Outline {
+            config: self.config.clone(),
+            nemesis: self.nemesis.clone(),
+            seed: self.seed,
+            workers: self.workers,
+            time_limit: Duration::from_secs(self.time_limit),
+            ttl: Duration::from_millis(self.ttl_ms),
+        }
+    }
+    fn lease_is_ttl(config: &str) -> bool {
+        config == "single"
+    }
+}
+
+/// The report of the runs under `root`, their plans read as [`Options`].
+fn build(root: &Path) -> Result<Report, Error> {
+    super::build::<Options>(root)
+}
 
 fn jsonl(history: &History) -> String {
     history

@@ -1,7 +1,7 @@
 //! What the timeline shows, decided apart from how it is drawn: which rows,
 //! which holds (a large run merges neighbours), where the ✗ marks go.
 
-use super::end_time;
+use super::shared::end_time;
 use checker::anomaly::{LOCK_OVERLAP, UNSAFE_ACTION};
 use checker::{History, Hold, Process, Results};
 use std::collections::{HashMap, HashSet};

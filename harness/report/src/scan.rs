@@ -2,7 +2,6 @@
 //! reading them. Nothing here fails as a whole: whatever cannot be read
 //! becomes a problem on the entry, so one broken run never hides the others.
 
-use crate::record::RunRecord;
 use checker::{History, Promise, Results};
 use serde::Deserialize;
 use serde_json::Value;
@@ -11,8 +10,7 @@ use std::io::BufReader;
 use std::path::Path;
 use std::time::Duration;
 use store::matrix::Summary;
-use store::{ReadError, StoredRun};
-use workloads::Config;
+use store::{Plan, ReadError, RunRecord, StoredRun};
 
 pub use crate::plot::{COMPARISON_PNG, COMPARISON_SVG};
 pub use store::matrix::{SUMMARY_JSON, SUMMARY_MD};
@@ -72,7 +70,7 @@ fn looks_like_stamp(name: &str) -> bool {
 }
 
 /// Run folders (`<group>/<stamp>`) and matrix folders under `root`.
-pub fn find(root: &Path) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+pub fn find(root: &Path) -> std::io::Result<(Vec<String>, Vec<String>)> {
     let (mut runs, mut matrices) = (Vec::new(), Vec::new());
     for group in subdirs(root)? {
         if group.starts_with("matrix-") {
@@ -148,9 +146,9 @@ pub struct ShownOptions {
     pub ttl_ms: Value,
 }
 
-impl From<&RunRecord> for Shown {
-    fn from(r: &RunRecord) -> Self {
-        let o = &r.options;
+impl<P: Plan> From<&RunRecord<P>> for Shown {
+    fn from(r: &RunRecord<P>) -> Self {
+        let o = r.options.outline();
         // What a record left empty, its file did not say.
         let said = |s: &str| match s {
             "" => Value::Null,
@@ -165,8 +163,8 @@ impl From<&RunRecord> for Shown {
                 Value::Array(s.iter().map(|_| Value::Null).collect())
             }),
             options: Loose(Some(ShownOptions {
-                config: Value::from(o.config.to_string()),
-                nemesis: Value::from(r.options.aimed().to_string()),
+                config: Value::from(o.config),
+                nemesis: Value::from(o.nemesis),
                 seed: Value::from(o.seed),
                 workers: Value::from(o.workers),
                 time_limit: Value::from(o.time_limit.as_secs()),
@@ -237,7 +235,7 @@ fn display_time(started: Option<&str>, stamp: &str) -> String {
 
 /// Reads one run folder. Returns the history too (when readable) so the
 /// caller can redraw the pictures, and the worker count they need.
-pub fn read_run(root: &Path, rel: &str) -> (Run, Option<History>, crate::plot::Setup) {
+pub fn read_run<P: Plan>(root: &Path, rel: &str) -> (Run, Option<History>, crate::plot::Setup) {
     let folder = StoredRun::open(root.join(rel));
     let (group, stamp) = rel.split_once('/').unwrap_or((rel, ""));
     let mut run = Run {
@@ -250,7 +248,7 @@ pub fn read_run(root: &Path, rel: &str) -> (Run, Option<History>, crate::plot::S
         ..Run::default()
     };
     let mut settings = None;
-    match folder.record::<crate::RunPlan>() {
+    match folder.record::<P>() {
         Ok(record) => {
             run.shown = Shown::from(&record);
             settings = Some(record.settings());
@@ -271,9 +269,8 @@ pub fn read_run(root: &Path, rel: &str) -> (Run, Option<History>, crate::plot::S
         run.nemesis = n;
     }
     run.seed = o.seed.as_u64();
-    let config = o.config.as_str().and_then(|c| c.parse::<Config>().ok());
-    let lease = match config {
-        Some(c) if c.lease_is_ttl() => o.ttl_ms.as_u64().map(Duration::from_millis),
+    let lease = match o.config.as_str() {
+        Some(c) if P::lease_is_ttl(c) => o.ttl_ms.as_u64().map(Duration::from_millis),
         _ => None,
     };
     let setup = crate::plot::Setup {

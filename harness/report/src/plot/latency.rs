@@ -1,9 +1,10 @@
 //! `latency.png` and `rate.png`: how the client ops fared over time, with
 //! the fault periods shaded so a reader can see what each fault did.
 
+use super::font;
 use super::font::FAMILY;
-use super::{end_time, faults, font, ops, outcome_style, sample, secs, Fault, Op};
-use super::{FAULT_ALPHA, FAULT_COLOR, FAULT_TEXT};
+use super::shared::{end_time, faults, ops, outcome_style, sample, secs, Fault, Op};
+use super::shared::{FAULT_ALPHA, FAULT_COLOR, FAULT_TEXT};
 use checker::{History, OpType};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;

@@ -4,7 +4,7 @@
 
 use super::font::{self, FAMILY};
 use super::scene::Scene;
-use super::{end_time, faults, secs, Setup, FAULT_ALPHA, FAULT_COLOR, FAULT_TEXT};
+use super::shared::{end_time, faults, secs, Setup, FAULT_ALPHA, FAULT_COLOR, FAULT_TEXT};
 use checker::anomaly::{LOCK_OVERLAP, UNSAFE_ACTION};
 use checker::{History, Results};
 use plotters::coord::Shift;

@@ -1,7 +1,9 @@
+use super::shared::{faults, ops, sample, FAULT_COLOR};
 use super::timeline::{CRASH_MARK, DEADLOCK_COLOR, HOLD_COLOR, OPEN_HOLD_COLOR, OVERLAP_COLOR};
 use super::*;
 use checker::anomaly::LOCK_OVERLAP;
-use checker::{Anomaly, Promise, Validity};
+use checker::{Anomaly, OpType, Promise, Validity};
+use plotters::style::RGBColor;
 use std::collections::BTreeMap;
 
 const MS: u64 = 1_000_000;

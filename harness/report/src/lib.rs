@@ -1,17 +1,32 @@
-//! `lockstorm report`: redraws every stored run's pictures, merges the
-//! shards of a matrix into one (`crate::matrix::merge`), and writes one
-//! static `index.html` over a results folder (laid out as `store` says).
+//! Views of stored runs, read only through `store`: the pictures of a run
+//! and of a matrix ([`plot`]), and `lockstorm report` ([`build`]), which
+//! redraws every stored run's pictures, merges the shards of a matrix into
+//! one ([`merge`]), and writes one static `index.html` over a results folder
+//! (laid out as `store` says).
 //!
 //! The page has no scripts and no external resources, and links only
 //! relatively, so a copied results folder still browses from `file://`.
+//!
+//! A run's plan is the harness's type: the report reads records of any
+//! [`Plan`], and asks of it only what that trait says.
 
+#![forbid(unsafe_code)]
+
+mod error;
+mod folder;
 mod html;
 mod matrix;
+mod merge;
 mod page;
+pub mod plot;
 mod runs;
 mod scan;
 
+pub use error::Error;
+pub use folder::write_matrix;
+
 use std::path::{Path, PathBuf};
+use store::Plan;
 
 pub const INDEX: &str = "index.html";
 
@@ -30,14 +45,16 @@ pub struct Report {
     pub problems: Vec<String>,
 }
 
-/// Rebuilds every run's pictures and writes `<root>/index.html`.
-pub fn build(root: &Path) -> anyhow::Result<Report> {
-    use anyhow::Context;
-    let (run_dirs, mut matrix_dirs) =
-        scan::find(root).with_context(|| format!("reading {}", root.display()))?;
+/// Rebuilds every run's pictures and writes `<root>/index.html`; the runs'
+/// plans are `P`s.
+pub fn build<P: Plan>(root: &Path) -> Result<Report, Error> {
+    let (run_dirs, mut matrix_dirs) = scan::find(root).map_err(|source| Error::Read {
+        path: root.into(),
+        source,
+    })?;
     // The shards of a matrix run on several machines, gathered here: one
     // matrix again.
-    let (merged, unmerged) = crate::matrix::merge::merge(root, &matrix_dirs)?;
+    let (merged, unmerged) = merge::merge(root, &matrix_dirs)?;
     for merged in merged {
         if !matrix_dirs.contains(&merged) {
             matrix_dirs.push(merged);
@@ -48,22 +65,18 @@ pub fn build(root: &Path) -> anyhow::Result<Report> {
     let mut redrawn = 0;
     for rel in &run_dirs {
         // The history is dropped after each run: a long one can be large.
-        let (mut run, history, setup) = scan::read_run(root, rel);
+        let (mut run, history, setup) = scan::read_run::<P>(root, rel);
         if let (Some(history), Some(results)) = (&history, &run.results) {
-            match crate::plot::render(&root.join(rel), history, results, setup) {
+            match plot::render(&root.join(rel), history, results, setup) {
                 Ok(()) => redrawn += 1,
                 Err(e) => run.problems.push(format!("drawing pictures: {e:#}")),
             }
         }
         let dir = root.join(rel);
-        run.pictures = [
-            crate::plot::TIMELINE,
-            crate::plot::LATENCY,
-            crate::plot::RATE,
-        ]
-        .into_iter()
-        .filter(|p| dir.join(p).is_file())
-        .collect();
+        run.pictures = [plot::TIMELINE, plot::LATENCY, plot::RATE]
+            .into_iter()
+            .filter(|p| dir.join(p).is_file())
+            .collect();
         runs.push(run);
     }
     // Newest first; the folder stamp sorts as time, the path breaks ties.
@@ -94,8 +107,12 @@ pub fn build(root: &Path) -> anyhow::Result<Report> {
     let index = root.join(INDEX);
     // Written aside and renamed so a browser never sees half a page.
     let tmp = root.join(format!(".{INDEX}.{}", std::process::id()));
-    std::fs::write(&tmp, page).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &index).with_context(|| format!("writing {}", index.display()))?;
+    let writing = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Write { path, source }
+    };
+    std::fs::write(&tmp, page).map_err(writing(&tmp))?;
+    std::fs::rename(&tmp, &index).map_err(writing(&index))?;
 
     Ok(Report {
         index,
