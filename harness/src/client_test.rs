@@ -77,7 +77,7 @@ pub async fn client_test(
 
 async fn client_test_on(
     client: &Client,
-    prepared: clients::Prepared,
+    prepared: workloads::install::Prepared,
     ttl: Duration,
     results: &Path,
     ip: std::net::Ipv4Addr,

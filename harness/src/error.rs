@@ -36,7 +36,7 @@ pub enum Error {
     Adapter(String),
     /// A shipped adapter's environment (venv, `npm ci`) could not be set up.
     #[error("cannot set up the client adapters: {0}")]
-    ClientSetup(String),
+    ClientSetup(#[from] workloads::install::SetupFailed),
     /// `lockstorm report` could not read the results folder or write its
     /// page: said with what caused it.
     #[error("{}", with_causes(.0))]

@@ -1,12 +1,12 @@
 //! The lists `--help` shows, read from the registries: the configs
 //! (`Config::ALL`), the faults and scenarios (`Fault::ALL`, `Action`, and
 //! what each fault's package says of itself), the strike points
-//! (`Point::ALL`) and the shipped clients (`clients::SHIPPED`). A new
+//! (`Point::ALL`) and the shipped clients (`install::SHIPPED`). A new
 //! config, fault, point or client appears in `--help` without editing prose.
 
-use crate::clients::{self, Shipped};
 use checker::Point;
 use nemesis::{Action, At, Fault, Nemesis, Package, Targets};
+use workloads::install::{self, Shipped};
 use workloads::Config;
 
 /// `a, b or c`.
@@ -40,7 +40,7 @@ fn faults_where(need: impl Fn(&dyn Package) -> bool) -> Vec<&'static str> {
 fn topologies() -> String {
     let names: Vec<&str> = Config::ALL
         .into_iter()
-        .filter_map(clients::topology)
+        .filter_map(install::topology)
         .collect();
     or_list(&names)
 }

@@ -415,7 +415,7 @@ impl RunOptions {
             return Ok(());
         };
         if let Some(why) = client.refusal(self.config) {
-            return Err(match crate::clients::topology(self.config) {
+            return Err(match workloads::install::topology(self.config) {
                 None => Refusal::Invalid(why),
                 Some(_) => Refusal::Inapplicable(why),
             });

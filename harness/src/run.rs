@@ -1,7 +1,6 @@
 //! One run: provision nodes, start workers and the nemesis, stop them all,
 //! take the final read, check the history and store the results.
 
-use crate::clients::Prepared;
 use crate::error::{Context, Error, Result};
 use crate::interrupt::Interrupt;
 use crate::journal::HistoryWriter;
@@ -20,6 +19,7 @@ use std::time::Duration;
 use store::{write_json, RunDir};
 use tokio::sync::watch;
 use workloads::clock::RunClock;
+use workloads::install::Prepared;
 use workloads::storage::Storage;
 use workloads::{Config, Outcome, WorkerSpec};
 

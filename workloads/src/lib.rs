@@ -7,6 +7,7 @@ pub mod adapter;
 pub mod clock;
 pub mod config;
 pub mod conn;
+pub mod install;
 pub mod lock;
 pub mod recorder;
 pub mod stall;

@@ -7,7 +7,7 @@ mod board;
 pub mod cell;
 pub mod expect;
 
-use crate::clients::{Client, SHIPPED};
+use crate::clients::Client;
 use crate::error::{Context, Error, Result};
 use crate::interrupt::Interrupt;
 use crate::options::{Output, Refusal, RunOptions, RunPlan, Timing};
@@ -20,6 +20,7 @@ use std::time::Instant;
 use store::matrix::{Row, ShardOf, Skipped, Summary};
 use store::shard::Shard;
 use tokio::sync::watch;
+use workloads::install::SHIPPED;
 use workloads::Config;
 
 #[derive(clap::Args, Clone, Debug)]
@@ -95,7 +96,7 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     // A client adapter brings its own lock: `all` means every topology.
     let all: Vec<String> = Config::ALL
         .into_iter()
-        .filter(|&c| args.clients.is_none() || crate::clients::topology(c).is_some())
+        .filter(|&c| args.clients.is_none() || workloads::install::topology(c).is_some())
         .map(|c| c.to_string())
         .collect();
     let configs = parse_list(&args.configs, &all, |s| s.parse::<Config>())?;

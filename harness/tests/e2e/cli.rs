@@ -194,7 +194,7 @@ fn help_lists_every_fault_config_point_and_client_from_the_registries() {
     let scenarios = nemesis::Action::SCENARIOS.map(nemesis::Action::name);
     let configs = workloads::Config::ALL.map(workloads::Config::name);
     let points = checker::Point::ALL.map(checker::Point::name);
-    let clients: Vec<&str> = harness::clients::SHIPPED.iter().map(|s| s.name).collect();
+    let clients: Vec<&str> = workloads::install::SHIPPED.iter().map(|s| s.name).collect();
     assert!(faults.contains(&"crash"), "the registry has crash");
     for command in [&["run"][..], &[]] {
         assert_lists(command, "nemesis", &faults);
