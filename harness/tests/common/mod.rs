@@ -216,7 +216,7 @@ pub fn run_short(
 }
 
 /// How many end-to-end runs may go at once, across test threads and test
-/// binaries: three per core, or `LOCKSTORM_TEST_RUNS`. A run mostly waits on
+/// binaries: two per core, or `LOCKSTORM_TEST_RUNS`. A run mostly waits on
 /// timers (its leases, its work, its faults), so a few share a core the way
 /// a matrix's cells do; each takes an address block of its own (the harness
 /// claims the lowest free one), so they never meet on the network.
@@ -225,7 +225,7 @@ fn e2e_slots() -> usize {
     std::env::var("LOCKSTORM_TEST_RUNS")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(cores * 3)
+        .unwrap_or(cores * 2)
         .max(1)
 }
 

@@ -85,8 +85,10 @@ fn caught_under_pause(client: &str, config: &str) {
     assert_eq!(
         r.valid,
         Validity::False,
-        "{client} under pause: {}",
-        dir.display()
+        "{client} under pause: {}\nnotes: {:#?}\nstalls: {}",
+        dir.display(),
+        r.notes,
+        common::events(&dir, "stall").len()
     );
     assert!(count(&r, "lock-overlap") > 0, "{}", dir.display());
 }
