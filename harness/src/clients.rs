@@ -8,7 +8,6 @@ use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
-use std::time::Duration;
 use store::ClientRecord;
 use workloads::adapter::{self, AdapterSpec, Group, Hello};
 use workloads::install::{topology, Prepared, Shipped};
@@ -136,8 +135,7 @@ pub fn preflight(
     leader: &std::sync::atomic::AtomicU32,
 ) -> Result<Hello> {
     use std::sync::atomic::Ordering::SeqCst;
-    // Python and Node take a moment to start; a library may dial every node.
-    let started = adapter::start_noting(spec, init, Duration::from_secs(20), Group::Own, |pid| {
+    let started = adapter::start_noting(spec, init, adapter::INIT_BUDGET, Group::Own, |pid| {
         leader.store(pid, SeqCst)
     });
     // Ours to stop from here on, whatever came of it.

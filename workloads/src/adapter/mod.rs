@@ -111,6 +111,14 @@ impl Hello {
     }
 }
 
+/// How long a freshly started adapter has to answer `init`. An interpreter
+/// importing its library takes a fraction of a second alone, but seconds
+/// beside others on a busy machine: five Python adapters of each of several
+/// runs starting together on 2 cores missed a 5 s budget, and a run blamed
+/// the adapter for the machine's load. A late `init` costs the run some of
+/// its time, which its verdict accounts for; a missed one ends it.
+pub const INIT_BUDGET: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// Starts an adapter in `group` and has it `init`: the hello, or why not.
 /// An `init` answered `ok:false` is a [`Failure::Broken`] carrying its error.
 pub fn start(

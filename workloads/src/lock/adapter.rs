@@ -69,17 +69,17 @@ impl Adapter {
         };
         // The worker cannot run without it: a first start that fails in any
         // way is the adapter's to fix.
-        if let Err(f) = client.restart() {
+        if let Err(f) = client.restart(adapter::INIT_BUDGET) {
             client.broken(f.to_string());
         }
         client
     }
 
-    /// A fresh adapter process, `init`ed.
-    fn restart(&mut self) -> Result<(), Failure> {
+    /// A fresh adapter process, `init`ed within `budget`.
+    fn restart(&mut self, budget: Duration) -> Result<(), Failure> {
         self.end_session();
         let (session, hello) =
-            adapter::start(&self.spec, self.init.clone(), self.grace, Group::Worker)?;
+            adapter::start(&self.spec, self.init.clone(), budget, Group::Worker)?;
         self.session = Some(session);
         self.hello = hello;
         Ok(())
@@ -155,8 +155,10 @@ impl Adapter {
         reply
     }
 
+    /// A replacement mid-run has the ops' grace, not the first start's
+    /// budget: the worker's ops wait on it.
     fn restart_or_give_up(&mut self) -> Result<(), String> {
-        match self.restart() {
+        match self.restart(self.grace) {
             Ok(()) => Ok(()),
             Err(Failure::Broken(why) | Failure::Unstartable(why)) => self.broken(why),
             Err(f) => Err(format!("{}: {f}", error::ADAPTER)),
