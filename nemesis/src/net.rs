@@ -159,6 +159,10 @@ pub fn chains() -> io::Result<Vec<String>> {
 pub fn clean_stale() -> io::Result<()> {
     for chain in chains()? {
         match claim(&chain) {
+            // Its run ended after the listing: it removes its chain, then its
+            // lock file, then lets go of the lock. Not stale, nothing to say.
+            Ok(Some(_lock)) if !lock_path(&chain).exists() => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !chain_exists(&chain) => {}
             Ok(Some(_lock)) => {
                 tracing::warn!("removing iptables chain {chain} left by a run that did not finish");
                 if remove_chain(&chain) {
@@ -186,12 +190,16 @@ fn claim(chain: &str) -> io::Result<Option<Flock<File>>> {
     }
 }
 
+fn chain_exists(chain: &str) -> bool {
+    iptables(&["-S", chain]).is_ok()
+}
+
 /// Unhooks, empties and deletes `chain`; whether it is gone (by whoever).
 fn remove_chain(chain: &str) -> bool {
     // The hook may have been inserted more than once; remove until gone.
     while iptables(&["-D", "INPUT", "-j", chain]).is_ok() {}
     let _ = iptables(&["-F", chain]);
-    iptables(&["-X", chain]).is_ok() || iptables(&["-S", chain]).is_err()
+    iptables(&["-X", chain]).is_ok() || !chain_exists(chain)
 }
 
 fn iptables(args: &[&str]) -> io::Result<()> {
