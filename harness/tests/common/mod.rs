@@ -216,16 +216,17 @@ pub fn run_short(
 }
 
 /// How many end-to-end runs may go at once, across test threads and test
-/// binaries: two per core, or `LOCKSTORM_TEST_RUNS`. A run mostly waits on
+/// binaries: four per core, or `LOCKSTORM_TEST_RUNS`. A run mostly waits on
 /// timers (its leases, its work, its faults), so a few share a core the way
-/// a matrix's cells do; each takes an address block of its own (the harness
-/// claims the lowest free one), so they never meet on the network.
+/// a matrix's cells do (eight at once keep 2 cores about two-thirds busy);
+/// each takes an address block of its own (the harness claims the lowest
+/// free one), so they never meet on the network.
 fn e2e_slots() -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     std::env::var("LOCKSTORM_TEST_RUNS")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(cores * 2)
+        .unwrap_or(cores * 4)
         .max(1)
 }
 
