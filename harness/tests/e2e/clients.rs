@@ -7,6 +7,7 @@ use crate::common;
 use checker::{Results, Validity};
 use common::{assert_no_process_left, assert_valid, count, events, lockstorm_at, run_at, wait_for};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// A test's folder: the harness runs in it (so its adapters do), and its
 /// runs go to `results/` inside.
@@ -403,14 +404,23 @@ fn no_adapter_outlives_a_harness_killed_mid_run() {
     };
     kill_harness_once("five adapters and a frozen one", root.path(), &cmd, || {
         let a = adapters();
-        a.len() >= 5 && a.iter().any(|p| p.contains(") T "))
+        let frozen = a.iter().filter(|p| p.contains(") T ")).count();
+        (a.len() >= 5 && frozen > 0)
+            .then_some(())
+            .ok_or(format!("{} adapters, {frozen} frozen", a.len()))
     });
 }
 
 /// Starts a run of `cmd` from `root` whose pauses last 30 s, waits until
-/// `ready`, SIGKILLs the harness, and waits until no process of the run is
-/// left.
-fn kill_harness_once(what: &str, root: &Path, cmd: &str, mut ready: impl FnMut() -> bool) {
+/// `ready` (for as long as the run would last: six adapters starting beside
+/// other runs can take a while; its error says what was seen last),
+/// SIGKILLs the harness, and waits until no process of the run is left.
+fn kill_harness_once(
+    what: &str,
+    root: &Path,
+    cmd: &str,
+    mut ready: impl FnMut() -> Result<(), String>,
+) {
     let _slot = common::e2e_slot();
     let mut harness = std::process::Command::new(env!("CARGO_BIN_EXE_lockstorm"))
         .current_dir(root)
@@ -421,7 +431,18 @@ fn kill_harness_once(what: &str, root: &Path, cmd: &str, mut ready: impl FnMut()
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    wait_for(what, || ready().then_some(()));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while let Err(seen) = ready() {
+        if Instant::now() > deadline {
+            let _ = harness.kill();
+            let _ = harness.wait();
+            panic!(
+                "timed out after 60 s waiting for {what}; last seen: {seen}\n{}",
+                run_so_far(&root.join("results"))
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(harness.id() as i32),
         nix::sys::signal::Signal::SIGKILL,
@@ -431,6 +452,40 @@ fn kill_harness_once(what: &str, root: &Path, cmd: &str, mut ready: impl FnMut()
     wait_for("every process of the run to go", || {
         common::leftover_processes(root).is_empty().then_some(())
     });
+}
+
+/// What a run under `results` recorded so far, for a test that gave up on
+/// it: how many ops its history has, its nemesis's and harness's lines, and
+/// the end of its harness.log.
+fn run_so_far(results: &Path) -> String {
+    let mut said = Vec::new();
+    let mut dirs = vec![results.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            match path.file_name().and_then(|n| n.to_str()) {
+                _ if path.is_dir() && !path.is_symlink() => dirs.push(path),
+                Some("history.jsonl") => {
+                    let history = std::fs::read_to_string(&path).unwrap_or_default();
+                    let (theirs, ops): (Vec<&str>, Vec<&str>) =
+                        history.lines().partition(|l| l.contains(r#""process":""#));
+                    said.push(format!("{}: {} ops; the rest:", path.display(), ops.len()));
+                    said.extend(theirs.iter().map(|l| l.to_string()));
+                }
+                Some("harness.log") => {
+                    let log = std::fs::read_to_string(&path).unwrap_or_default();
+                    let lines: Vec<&str> = log.lines().collect();
+                    said.extend(
+                        lines[lines.len().saturating_sub(20)..]
+                            .iter()
+                            .map(|l| l.to_string()),
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+    said.join("\n")
 }
 
 /// client-test gives each reply what its request asks for: the expiry
@@ -527,17 +582,17 @@ fn assert_children_gone(pids: &Path, expected: usize) {
         "{} adapters forked, expected {expected} or more",
         children.len()
     );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let alive: Vec<u32> = children.iter().copied().filter(|&p| !gone(p)).collect();
         if alive.is_empty() {
             return;
         }
         assert!(
-            std::time::Instant::now() < deadline,
+            Instant::now() < deadline,
             "adapter children outlived lockstorm: {alive:?} of {children:?}"
         );
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -631,8 +686,11 @@ fn an_adapters_child_is_gone_after_the_harness_is_killed_with_a_worker_frozen() 
         let children = child_pids(&pids);
         let frozen = children
             .iter()
-            .any(|&p| nemesis::process::state(p) == Some('T'));
-        children.len() >= 6 && frozen
+            .filter(|&&p| nemesis::process::state(p) == Some('T'))
+            .count();
+        (children.len() >= 6 && frozen > 0)
+            .then_some(())
+            .ok_or(format!("{} children, {frozen} frozen", children.len()))
     });
     assert_children_gone(&pids, 6);
 }

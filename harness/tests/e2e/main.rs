@@ -6,7 +6,6 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-mod chains;
 mod cli;
 mod clients;
 mod configs;

@@ -1,8 +1,12 @@
 //! A run removes the partition chains left by runs that are gone, and only
 //! those: a chain whose lock file is held belongs to a live run (maybe in
 //! another pid namespace, where its pid means nothing here) and stays.
+//!
+//! In a test binary of its own, run while no other test runs: the planted
+//! stale chain is any starting run's to remove, and each that does says so
+//! on stderr, which the tests of one-line errors would see.
 
-use crate::common;
+mod common;
 
 use nix::fcntl::{Flock, FlockArg};
 use std::fs::File;
