@@ -275,11 +275,20 @@ impl Session {
     /// Closes its stdin, which asks it to exit; one that has not within
     /// half a second is killed. Either way it is reaped, its group killed
     /// first if it leads one.
-    pub fn close(mut self) -> Ended {
-        self.end()
+    pub fn close(self) -> Ended {
+        self.close_within(Duration::from_millis(500))
+    }
+
+    /// [`Session::close`], giving it `wait` to exit.
+    pub fn close_within(mut self, wait: Duration) -> Ended {
+        self.end_within(wait)
     }
 
     fn end(&mut self) -> Ended {
+        self.end_within(Duration::from_millis(500))
+    }
+
+    fn end_within(&mut self, wait: Duration) -> Ended {
         if self.status.is_some() {
             return Ended {
                 exited: true,
@@ -298,7 +307,7 @@ impl Session {
             }
         }
         drop(self.stdin.take());
-        let deadline = Instant::now() + Duration::from_millis(500);
+        let deadline = Instant::now() + wait;
         while !process::exited(self.pid()) && Instant::now() < deadline {
             std::thread::sleep(POLL);
         }
