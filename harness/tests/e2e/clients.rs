@@ -411,9 +411,11 @@ fn no_adapter_outlives_a_harness_killed_mid_run() {
     });
 }
 
-/// Starts a run of `cmd` from `root` whose pauses last 30 s, waits until
-/// `ready` (for as long as the run would last: six adapters starting beside
-/// other runs can take a while; its error says what was seen last),
+/// Starts a run of `cmd` from `root` that pauses a holder for 5 s about
+/// every 6 s (one long pause could find no holder yet, with the adapters
+/// still starting on a busy machine, and leave nothing to see), waits until
+/// `ready` (for as long as the run would last; its error says what was seen
+/// last, with the run's record so far),
 /// SIGKILLs the harness, and waits until no process of the run is left.
 fn kill_harness_once(
     what: &str,
@@ -426,7 +428,7 @@ fn kill_harness_once(
         .current_dir(root)
         .args(["run", "--results", "results", "--time-limit", "60"])
         .args(["--client-cmd", cmd, "--nemesis", "pause"])
-        .args(["--nemesis-interval-ms", "1000", "--pause-ms", "30000"])
+        .args(["--nemesis-interval-ms", "1000", "--pause-ms", "5000"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
