@@ -350,24 +350,35 @@ impl RedisNode {
             if let Some(status) = exited {
                 let mut why = format!("exited at start ({status})");
                 if ping(&self.addr()).await {
-                    let (who, _) = self.answering().await;
+                    let who = match self.answering().await {
+                        Ok((who, _)) | Err(who) => who,
+                    };
                     why.push_str(&format!("; {} is held by {who}", self.addr()));
                 }
                 return Err(self.error(why));
             }
             if ping(&self.addr()).await {
-                let (who, identity) = self.answering().await;
-                match identity {
-                    Some((their, run_id)) if their == pid => {
+                match self.answering().await {
+                    Ok((_, Some((their, run_id)))) if their == pid => {
                         self.run_id = run_id;
                         return Ok(());
                     }
-                    _ => {
+                    Ok((who, _)) => {
                         return Err(self.error(format!(
                             "{} is answered by {who}, not by the node we started (pid {pid}): something else listens there",
                             self.addr(),
                         )))
                     }
+                    // No answer to INFO says nothing of whose server it is:
+                    // a node starting on a busy machine can miss the read's
+                    // timeout. Ask again until the deadline.
+                    Err(who) if Instant::now() > deadline => {
+                        return Err(self.error(format!(
+                            "{} is answered by {who} within {READY_TIMEOUT:?}",
+                            self.addr(),
+                        )))
+                    }
+                    Err(_) => {}
                 }
             }
             if Instant::now() > deadline {
@@ -378,8 +389,9 @@ impl RedisNode {
     }
 
     /// Who answers `INFO server` on our address, for a message, and its
-    /// `process_id` and `run_id` when it reports both.
-    async fn answering(&self) -> (String, Option<(u32, String)>) {
+    /// `process_id` and `run_id` when it reports both; what to say of it
+    /// when INFO got no answer.
+    async fn answering(&self) -> Result<(String, Option<(u32, String)>), String> {
         let addr = self.addr();
         let info = tokio::task::spawn_blocking(move || {
             let mut con = connect(&addr)?;
@@ -390,13 +402,8 @@ impl RedisNode {
         .await;
         let info = match info {
             Ok(Ok(info)) => info,
-            Ok(Err(e)) => {
-                return (
-                    format!("a server that answers PING but not INFO ({e})"),
-                    None,
-                )
-            }
-            Err(e) => return (format!("a server we could not ask ({e})"), None),
+            Ok(Err(e)) => return Err(format!("a server that answers PING but not INFO ({e})")),
+            Err(e) => return Err(format!("a server we could not ask ({e})")),
         };
         let pid = info.get::<u32>("process_id");
         let run_id = info.get::<String>("run_id").filter(|r| !r.is_empty());
@@ -405,7 +412,7 @@ impl RedisNode {
             pid.map_or("?".into(), |p| p.to_string()),
             run_id.as_deref().unwrap_or("?")
         );
-        (who, pid.zip(run_id))
+        Ok((who, pid.zip(run_id)))
     }
 
     /// SIGKILLs the node and waits until it is gone (SIGKILL also ends a
