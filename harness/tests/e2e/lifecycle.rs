@@ -301,10 +301,17 @@ fn a_signal_during_the_adapter_check_stops_the_run_before_any_worker_starts() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let run = wait_for("the adapter check to start", || {
+    // The pid file is whole once it parses: seen between its creation and
+    // its write, it is empty.
+    let (run, pid) = wait_for("the adapter check to start", || {
         let group = std::fs::read_dir(&results).ok()?.flatten().next()?.path();
         let run = std::fs::read_dir(group).ok()?.flatten().next()?.path();
-        child_pid.is_file().then_some(run)
+        let pid: u32 = std::fs::read_to_string(&child_pid)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        Some((run, pid))
     });
     let signalled = std::time::Instant::now();
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
@@ -318,10 +325,6 @@ fn a_signal_during_the_adapter_check_stops_the_run_before_any_worker_starts() {
         !run.join("history.jsonl").exists() && !run.join("workers").exists(),
         "workers started after the signal"
     );
-    let pid: u32 = std::fs::read_to_string(&child_pid)
-        .unwrap()
-        .parse()
-        .unwrap();
     wait_for("the adapter's child to be gone", || {
         matches!(nemesis::process::state(pid), None | Some('Z')).then_some(())
     });
