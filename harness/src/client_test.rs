@@ -260,8 +260,9 @@ impl Steps {
         let seen = match ended.exited {
             true => format!("exited in {} ms", started.elapsed().as_millis()),
             false => format!(
-                "still running {} s after its stdin closed (killed)",
-                EXIT_BUDGET.as_secs()
+                "still running {} s after its stdin closed (killed; {})",
+                EXIT_BUDGET.as_secs(),
+                ended.stuck.as_deref().unwrap_or("state unknown")
             ),
         };
         self.step("exits when its stdin closes", ended.exited, seen);

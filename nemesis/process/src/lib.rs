@@ -50,6 +50,30 @@ pub fn state(pid: u32) -> Option<char> {
     stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
+/// The processes other than `pid` that hold the pipe or file `pid` reads
+/// its stdin from: while one holds a pipe's write end, `pid` never reads
+/// its end. Read from /proc, so best-effort (a process may come or go).
+pub fn stdin_holders(pid: u32) -> Vec<u32> {
+    let Ok(stdin) = std::fs::read_link(format!("/proc/{pid}/fd/0")) else {
+        return Vec::new();
+    };
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .flatten()
+        .filter_map(|p| p.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| p != pid)
+        .filter(|p| {
+            std::fs::read_dir(format!("/proc/{p}/fd"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l == stdin))
+        })
+        .collect()
+}
+
 /// The parent PID from /proc, if the process still exists (a zombie does
 /// until it is reaped, keeping its PID and so its group's id from reuse).
 pub fn parent(pid: u32) -> Option<u32> {
@@ -253,6 +277,30 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         false
+    }
+
+    #[test]
+    fn the_holders_of_a_childs_stdin_pipe_are_found_until_they_let_go() {
+        let mut child = Command::new("sleep")
+            .arg("30")
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Another test's child, between its fork and its exec, may hold a
+        // copy for a moment: ours is what must be there, then gone.
+        let me = std::process::id();
+        assert!(
+            stdin_holders(child.id()).contains(&me),
+            "we hold its write end"
+        );
+        drop(child.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !stdin_holders(child.id()).is_empty() {
+            assert!(Instant::now() < deadline, "{:?}", stdin_holders(child.id()));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 
     #[test]

@@ -80,6 +80,9 @@ pub struct Ended {
     /// Its descendants that had left its process group, which no kill of
     /// the group reaches: `pid (command)`.
     pub strays: Vec<String>,
+    /// For one that did not exit: what it was doing when it was killed (its
+    /// state, and who else held its stdin open).
+    pub stuck: Option<String>,
 }
 
 /// What the reader of an adapter's stdout hands over.
@@ -293,6 +296,7 @@ impl Session {
             return Ended {
                 exited: true,
                 strays: Vec::new(),
+                stuck: None,
             };
         }
         // Before its stdin closes: once it has exited, its children are
@@ -312,8 +316,31 @@ impl Session {
             std::thread::sleep(POLL);
         }
         let exited = process::exited(self.pid());
+        let stuck = (!exited).then(|| {
+            let holders = process::stdin_holders(self.pid())
+                .into_iter()
+                .map(|p| {
+                    let name =
+                        std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+                    format!("{p} ({})", name.trim())
+                })
+                .collect::<Vec<_>>();
+            format!(
+                "state {}; its stdin also held by {}",
+                process::state(self.pid()).unwrap_or('?'),
+                if holders.is_empty() {
+                    "no other process".to_string()
+                } else {
+                    holders.join(", ")
+                }
+            )
+        });
         self.reap();
-        Ended { exited, strays }
+        Ended {
+            exited,
+            strays,
+            stuck,
+        }
     }
 }
 
