@@ -31,11 +31,10 @@ fn a_primary_restarted_empty_before_sentinel_notices_loses_the_lock() {
 
 fn failover(
     results: &std::path::Path,
+    time_limit: &str,
     extra: &[&'static str],
 ) -> (common::Run, checker::Results, std::path::PathBuf) {
-    // 30 s: the failover starts about 16 s in, and a loaded machine's
-    // Sentinel may need more than the 6 s a 22 s run left it to promote.
-    let outcome = run_short(results, "replicated", "failover", "30", "4", extra);
+    let outcome = run_short(results, "replicated", "failover", time_limit, "4", extra);
     let orphans = common::orphaned_chains();
     assert!(orphans.is_empty(), "iptables rules left: {orphans:?}");
     outcome
@@ -44,7 +43,7 @@ fn failover(
 #[test]
 fn a_failover_to_a_replica_without_the_key_loses_the_lock() {
     let tmp = tempfile::tempdir().unwrap();
-    let (out, results, dir) = failover(tmp.path(), &[]);
+    let (out, results, dir) = failover(tmp.path(), "22", &[]);
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
     let promoted = events(&dir, "promoted");
@@ -66,7 +65,9 @@ fn a_failover_to_a_replica_without_the_key_loses_the_lock() {
 #[test]
 fn acquires_that_wait_for_a_replica_keep_the_lock_across_a_failover() {
     let tmp = tempfile::tempdir().unwrap();
-    let (out, results, dir) = failover(tmp.path(), &["--wait-replicas", "1"]);
+    // 30 s: the failover's kill comes about 16 s in, and a loaded machine's
+    // Sentinel may need more than the 6 s a 22 s run would leave it.
+    let (out, results, dir) = failover(tmp.path(), "30", &["--wait-replicas", "1"]);
     common::assert_valid(&results, &dir);
     assert_eq!(out.code, 0, "{}", out.stdout);
     let refused: u64 = results

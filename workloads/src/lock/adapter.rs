@@ -69,17 +69,23 @@ impl Adapter {
         };
         // The worker cannot run without it: a first start that fails in any
         // way is the adapter's to fix.
-        if let Err(f) = client.restart(adapter::INIT_BUDGET) {
+        if let Err(f) = client.restart() {
             client.broken(f.to_string());
         }
         client
     }
 
-    /// A fresh adapter process, `init`ed within `budget`.
-    fn restart(&mut self, budget: Duration) -> Result<(), Failure> {
+    /// A fresh adapter process, `init`ed. A replacement mid-run has as long
+    /// as the first: it starts the same way (on a busy machine, 5 s was too
+    /// little for either), and the op that needed it is already unknown.
+    fn restart(&mut self) -> Result<(), Failure> {
         self.end_session();
-        let (session, hello) =
-            adapter::start(&self.spec, self.init.clone(), budget, Group::Worker)?;
+        let (session, hello) = adapter::start(
+            &self.spec,
+            self.init.clone(),
+            adapter::INIT_BUDGET,
+            Group::Worker,
+        )?;
         self.session = Some(session);
         self.hello = hello;
         Ok(())
@@ -155,10 +161,8 @@ impl Adapter {
         reply
     }
 
-    /// A replacement mid-run has the ops' grace, not the first start's
-    /// budget: the worker's ops wait on it.
     fn restart_or_give_up(&mut self) -> Result<(), String> {
-        match self.restart(self.grace) {
+        match self.restart() {
             Ok(()) => Ok(()),
             Err(Failure::Broken(why) | Failure::Unstartable(why)) => self.broken(why),
             Err(f) => Err(format!("{}: {f}", error::ADAPTER)),
