@@ -221,13 +221,55 @@ pub fn run_short(
 /// a matrix's cells do (eight at once keep 2 cores about two-thirds busy);
 /// each takes an address block of its own (the harness claims the lowest
 /// free one), so they never meet on the network.
+///
+/// On a machine already more than half busy before this process starts a
+/// run (another build, another suite), two per core: under two CPU-bound
+/// loops, eight runs starving each other's interpreters, Sentinels and
+/// SIGKILLed processes turned runs unknown and faults late.
 fn e2e_slots() -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    std::env::var("LOCKSTORM_TEST_RUNS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(cores * 4)
-        .max(1)
+    static SLOTS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SLOTS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if let Some(n) = std::env::var("LOCKSTORM_TEST_RUNS")
+            .ok()
+            .and_then(|n| n.parse::<usize>().ok())
+        {
+            return n.max(1);
+        }
+        let busy = busy_share(Duration::from_millis(500));
+        let per_core = if busy > 0.5 { 2 } else { 4 };
+        eprintln!(
+            "e2e: the machine was {:.0}% busy before this process's first run: {} run slots",
+            busy * 100.0,
+            cores * per_core
+        );
+        cores * per_core
+    })
+}
+
+/// The share of all CPUs' time spent busy (not idle, not waiting on I/O)
+/// over `over`, from /proc/stat; 0 if it cannot be read.
+fn busy_share(over: Duration) -> f64 {
+    let sample = || -> Option<(u64, u64)> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let cpu: Vec<u64> = stat
+            .lines()
+            .next()?
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        let idle = cpu.get(3)? + cpu.get(4)?;
+        Some((cpu.iter().sum(), idle))
+    };
+    let (Some((total0, idle0)), Some((total1, idle1))) = (sample(), {
+        std::thread::sleep(over);
+        sample()
+    }) else {
+        return 0.0;
+    };
+    let total = total1.saturating_sub(total0).max(1) as f64;
+    1.0 - idle1.saturating_sub(idle0) as f64 / total
 }
 
 /// A slot for one end-to-end run, held (a `flock` on its file) until dropped.
