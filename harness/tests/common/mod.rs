@@ -248,9 +248,11 @@ fn e2e_slots() -> usize {
 }
 
 /// The share of all CPUs' time spent busy (not idle, not waiting on I/O)
-/// over `over`, from /proc/stat; 0 if it cannot be read.
+/// over `over` by processes other than this one and the children it has
+/// reaped (this binary's other tests start at the same moment), from
+/// /proc; 0 if it cannot be read.
 fn busy_share(over: Duration) -> f64 {
-    let sample = || -> Option<(u64, u64)> {
+    let sample = || -> Option<(u64, u64, u64)> {
         let stat = std::fs::read_to_string("/proc/stat").ok()?;
         let cpu: Vec<u64> = stat
             .lines()
@@ -260,16 +262,27 @@ fn busy_share(over: Duration) -> f64 {
             .filter_map(|n| n.parse().ok())
             .collect();
         let idle = cpu.get(3)? + cpu.get(4)?;
-        Some((cpu.iter().sum(), idle))
+        // utime, stime, cutime, cstime: fields 14 to 17, after the name.
+        let me = std::fs::read_to_string("/proc/self/stat").ok()?;
+        let own: u64 = me
+            .rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .skip(11)
+            .take(4)
+            .filter_map(|n| n.parse::<u64>().ok())
+            .sum();
+        Some((cpu.iter().sum(), idle, own))
     };
-    let (Some((total0, idle0)), Some((total1, idle1))) = (sample(), {
+    let (Some((total0, idle0, own0)), Some((total1, idle1, own1))) = (sample(), {
         std::thread::sleep(over);
         sample()
     }) else {
         return 0.0;
     };
     let total = total1.saturating_sub(total0).max(1) as f64;
-    1.0 - idle1.saturating_sub(idle0) as f64 / total
+    let busy = total - idle1.saturating_sub(idle0) as f64 - own1.saturating_sub(own0) as f64;
+    (busy / total).max(0.0)
 }
 
 /// A slot for one end-to-end run, held (a `flock` on its file) until dropped.
