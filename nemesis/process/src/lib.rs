@@ -185,6 +185,13 @@ fn wait_id(
     nix::sys::wait::waitid(nix::sys::wait::Id::Pid(Pid::from_raw(pid as i32)), flags)
 }
 
+/// `pid (command)`, as messages name a process (the command from /proc,
+/// empty once it is gone).
+pub fn named(pid: u32) -> String {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    format!("{pid} ({})", comm.trim())
+}
+
 /// The descendants of `pid` that left its process group (they called
 /// `setsid` or `setpgid`), as `pid (command)`: killing the group misses
 /// them. Found through each process's `/proc/<pid>/task/*/children`, so a
@@ -200,11 +207,7 @@ pub fn strays(pid: u32) -> Vec<String> {
         for child in children(parent) {
             match group(child) {
                 // Its own descendants went with it: it is the one to name.
-                Some(g) if g != own => {
-                    let comm =
-                        std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
-                    found.push(format!("{child} ({})", comm.trim()));
-                }
+                Some(g) if g != own => found.push(named(child)),
                 _ => todo.push(child),
             }
         }

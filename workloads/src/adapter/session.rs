@@ -274,12 +274,16 @@ impl Session {
     }
 }
 
+/// How long a run's adapter has to exit once its stdin closes: a worker
+/// waits on it.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
+
 impl Session {
     /// Closes its stdin, which asks it to exit; one that has not within
     /// half a second is killed. Either way it is reaped, its group killed
     /// first if it leads one.
     pub fn close(self) -> Ended {
-        self.close_within(Duration::from_millis(500))
+        self.close_within(EXIT_GRACE)
     }
 
     /// [`Session::close`], giving it `wait` to exit.
@@ -288,7 +292,7 @@ impl Session {
     }
 
     fn end(&mut self) -> Ended {
-        self.end_within(Duration::from_millis(500))
+        self.end_within(EXIT_GRACE)
     }
 
     fn end_within(&mut self, wait: Duration) -> Ended {
@@ -319,11 +323,7 @@ impl Session {
         let stuck = (!exited).then(|| {
             let holders = process::stdin_holders(self.pid())
                 .into_iter()
-                .map(|p| {
-                    let name =
-                        std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
-                    format!("{p} ({})", name.trim())
-                })
+                .map(process::named)
                 .collect::<Vec<_>>();
             format!(
                 "state {}; its stdin also held by {}",
