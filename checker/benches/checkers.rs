@@ -8,7 +8,7 @@
 // The counting allocator implements `GlobalAlloc`, an unsafe trait.
 #![allow(unsafe_code)]
 
-use checker::generate::valid_history;
+use checker::generate::{contended_history, valid_history, Contended};
 use checker::History;
 use checker::{check_linearizability, Budget};
 use checker::{OnePass, Pairing};
@@ -188,11 +188,60 @@ fn linearizability(c: &mut Criterion) {
     group.finish();
 }
 
+/// The `lose-reply` shape (issue 25): 20 workers contending, each acquire
+/// retrying within the op for up to 4 s, and a fifth of the acquires ending
+/// `info`, never released (their workers go on under new process ids). The
+/// search alone must decide it valid within 10 s, and so must the whole check
+/// as `lockstorm check` runs it (streamed, every checker); criterion times
+/// the search.
+fn lost_replies(c: &mut Criterion) {
+    let shape = Contended {
+        processes: 20,
+        lock_ops: 100_000,
+        info_acquire_per_mille: 200,
+    };
+    let history = contended_history(25, shape);
+    let ops = shape.lock_ops;
+    let id = format!("linearizability-lost-replies/20-processes/{ops}");
+    let started = std::time::Instant::now();
+    let outcome = report_peak(&id, ops, || {
+        check_linearizability(&history, Budget::default())
+    });
+    assert_eq!(outcome.valid, checker::Validity::True, "{id}: {outcome:?}");
+    assert!(
+        started.elapsed().as_secs() < 10,
+        "{id}: over the 10 s target"
+    );
+
+    let window = Window {
+        ns: 120_000_000_000,
+        events: 1 << 16,
+    };
+    let text = to_jsonl(&history);
+    let n = text.iter().filter(|&&b| b == b'\n').count() as u64;
+    let label = format!("whole-check-streamed-lost-replies/{n}");
+    let (results, _) = report_peak(&label, n, || {
+        checker::check_jsonl(&text[..], Promise::MutualExclusion, window, true)
+    })
+    .unwrap();
+    assert_eq!(results.valid, checker::Validity::True, "{results:?}");
+
+    let mut group = c.benchmark_group("linearizability-lost-replies");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(ops));
+    let id = BenchmarkId::new("20-processes", ops);
+    group.bench_with_input(id, &history, |b, h| {
+        b.iter(|| check_linearizability(h, Budget::default()))
+    });
+    group.finish();
+}
+
 criterion_group!(
     benches,
     linear,
     whole_streamed,
     all_checkers,
-    linearizability
+    linearizability,
+    lost_replies
 );
 criterion_main!(benches);

@@ -2,8 +2,14 @@
 //! (acquire → read → write → release) with some outcomes unknown, fencing
 //! tokens rising with each grant. For
 //! benchmarks and property tests; every checker must find nothing in them.
+//!
+//! [`valid_history`] is the plain shape (one contender a cycle, 2% of
+//! releases `info` in the benchmarks); [`contended_history`] is many
+//! workers contending at once, with lost replies on acquires.
 
-use crate::history::{f, Event, History, OpType, Process};
+use crate::history::{error, f, Event, History, OpType, Process, ATTEMPT_SENT};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// A small deterministic generator (SplitMix64), so this pure crate needs no
 /// RNG dependency.
@@ -90,6 +96,226 @@ pub fn valid_history(seed: u64, processes: u64, cycles: u64, info_per_mille: u64
     History::new(events)
 }
 
+/// The shape of a [`contended_history`].
+#[derive(Clone, Copy, Debug)]
+pub struct Contended {
+    pub processes: u64,
+    /// Lock ops to invoke (acquires and releases); holders still release at
+    /// the end, so a history may have a few more.
+    pub lock_ops: u64,
+    /// Of the acquires, how many per mille lose a reply and end `info`.
+    pub info_acquire_per_mille: u64,
+}
+
+/// What a worker does next, at the time it is scheduled for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Next {
+    Acquire,
+    /// One attempt reaches the lock: granted, refused, or its reply lost.
+    Attempt,
+    Acquired(Ended),
+    Read,
+    ReadDone,
+    Write,
+    WriteDone,
+    Release,
+    ApplyRelease,
+    Released,
+}
+
+/// How an acquire op ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ended {
+    /// Granted to the attempt sent at this time.
+    Granted(u64),
+    Refused,
+    Lost,
+}
+
+/// One worker's acquire op in flight.
+#[derive(Clone, Copy, Default)]
+struct Acquiring {
+    invoked: u64,
+    attempts: u32,
+    /// The attempt whose reply is lost, or 0 if none is.
+    lost_at: u32,
+}
+
+const MS: u64 = 1_000_000;
+const TTL: u64 = 2_000 * MS;
+const ACQUIRE_TIMEOUT: u64 = 2 * TTL;
+
+/// `shape.processes` workers contending for one lock at once, shaped like
+/// lockstorm's worker loop with its default timing (TTL 2 s, work 200 ms,
+/// acquire timeout 4 s): each acquire op retries a busy lock every 5–25 ms
+/// within the op until granted or timed out, so an acquire spans many other
+/// holds; a granted worker reads, works, writes and releases. Every attempt
+/// and release takes effect at one instant inside its op, in a simulation of
+/// the lock.
+///
+/// An acquire that loses a reply (the `lose-reply` fault) ends `info` (a
+/// `timeout`) and its worker goes on under a new process id (Jepsen's
+/// convention), never releasing its token. The lost attempt was refused, or,
+/// if the lock was free, granted: then the key stays, held by nobody who
+/// knows it, until its TTL runs out, and every attempt meanwhile is refused.
+///
+/// Valid by construction for every checker: in time order the certain ops
+/// grant and release one holder at a time, and an `info` acquire may be
+/// left out (the linearizability model has no TTL, but with no certain op
+/// acting while a lost grant's key lives, leaving it out is the same).
+pub fn contended_history(seed: u64, shape: Contended) -> History {
+    let mut rng = Rng(seed);
+    let mut events: Vec<Event> = Vec::new();
+    let n = shape.processes as usize;
+    let mut ids: Vec<u64> = (0..shape.processes).collect();
+    let mut cycles = vec![0u64; n];
+    let mut acquiring = vec![Acquiring::default(); n];
+    // (time, worker, what): events come out in time order; the worker breaks
+    // ties, so a seed always gives the same history.
+    let mut queue: BinaryHeap<Reverse<(u64, usize, Next)>> = BinaryHeap::new();
+    for w in 0..n {
+        queue.push(Reverse((1 + rng.next() % MS, w, Next::Acquire)));
+    }
+    let mut holder: Option<usize> = None;
+    // A grant whose reply was lost holds the key until then.
+    let mut lost_key_until = 0;
+    let (mut grants, mut counter, mut lock_ops) = (0u64, 0i64, 0u64);
+    while let Some(Reverse((time, w, next))) = queue.pop() {
+        let p = ids[w];
+        let token = format!("{p}-{}", cycles[w]);
+        let fence = Some(grants);
+        let mut between = |lo: u64, hi: u64| lo + rng.next() % (hi - lo + 1);
+        // A round trip to the lock, in ns.
+        let trip = between(50_000, 500_000);
+        let (then, after) = match next {
+            Next::Acquire if lock_ops >= shape.lock_ops => continue,
+            Next::Acquire => {
+                lock_ops += 1;
+                emit(&mut events, time, p, OpType::Invoke, f::ACQUIRE).token = Some(token);
+                let lost = rng.chance(shape.info_acquire_per_mille);
+                acquiring[w] = Acquiring {
+                    invoked: time,
+                    attempts: 0,
+                    lost_at: if lost { 1 + (rng.next() % 4) as u32 } else { 0 },
+                };
+                (Next::Attempt, trip / 2)
+            }
+            Next::Attempt => {
+                let a = &mut acquiring[w];
+                a.attempts += 1;
+                let free = holder.is_none() && time >= lost_key_until;
+                // A doomed op loses the reply to its first attempt that is
+                // granted, or to its `lost_at`th, whichever comes first.
+                let lose = a.lost_at != 0 && (free || a.attempts == a.lost_at);
+                let timed_out = time - a.invoked >= ACQUIRE_TIMEOUT;
+                match (lose, free) {
+                    (true, true) => {
+                        lost_key_until = time + TTL;
+                        (Next::Acquired(Ended::Lost), trip)
+                    }
+                    (true, false) => (Next::Acquired(Ended::Lost), trip),
+                    (false, true) => {
+                        holder = Some(w);
+                        grants += 1;
+                        // Sent half a trip ago, but not before the op began.
+                        let sent = time.saturating_sub(trip / 2).max(a.invoked);
+                        (Next::Acquired(Ended::Granted(sent)), trip / 2)
+                    }
+                    (false, false) if timed_out => (Next::Acquired(Ended::Refused), trip / 2),
+                    (false, false) => (Next::Attempt, between(5 * MS, 25 * MS)),
+                }
+            }
+            Next::Acquired(attempt) => {
+                let kind = match attempt {
+                    Ended::Granted(_) => OpType::Ok,
+                    Ended::Refused => OpType::Fail,
+                    Ended::Lost => OpType::Info,
+                };
+                let e = emit(&mut events, time, p, kind, f::ACQUIRE);
+                e.token = Some(token);
+                match attempt {
+                    Ended::Granted(sent) => {
+                        e.fence = fence;
+                        e.value = serde_json::json!({ ATTEMPT_SENT: sent });
+                        (Next::Read, trip)
+                    }
+                    Ended::Refused => {
+                        e.error = Some(error::LOCK_BUSY.into());
+                        cycles[w] += 1;
+                        (Next::Acquire, between(10 * MS, 300 * MS))
+                    }
+                    Ended::Lost => {
+                        e.error = Some(error::TIMEOUT.into());
+                        ids[w] += shape.processes;
+                        cycles[w] = 0;
+                        (Next::Acquire, between(10 * MS, 300 * MS))
+                    }
+                }
+            }
+            Next::Read => {
+                emit(&mut events, time, p, OpType::Invoke, f::READ).fence = fence;
+                (Next::ReadDone, trip)
+            }
+            Next::ReadDone => {
+                let e = emit(&mut events, time, p, OpType::Ok, f::READ);
+                (e.fence, e.value) = (fence, counter.into());
+                // The work under the lock.
+                (Next::Write, between(150 * MS, 250 * MS))
+            }
+            Next::Write | Next::WriteDone => {
+                let kind = [OpType::Invoke, OpType::Ok][usize::from(next == Next::WriteDone)];
+                let e = emit(&mut events, time, p, kind, f::WRITE);
+                (e.fence, e.value) = (fence, (counter + 1).into());
+                if next == Next::Write {
+                    (Next::WriteDone, trip)
+                } else {
+                    counter += 1;
+                    (Next::Release, trip / 10)
+                }
+            }
+            Next::Release => {
+                lock_ops += 1;
+                emit(&mut events, time, p, OpType::Invoke, f::RELEASE).token = Some(token);
+                (Next::ApplyRelease, trip / 2)
+            }
+            Next::ApplyRelease => {
+                holder = None;
+                (Next::Released, trip / 2)
+            }
+            Next::Released => {
+                emit(&mut events, time, p, OpType::Ok, f::RELEASE).token = Some(token);
+                cycles[w] += 1;
+                (Next::Acquire, trip / 10)
+            }
+        };
+        queue.push(Reverse((time + after.max(1), w, then)));
+    }
+    let end = events.last().map_or(0, |e| e.time);
+    for (k, kind) in [OpType::Invoke, OpType::Ok].into_iter().enumerate() {
+        let mut e = Event::new(end + 1 + k as u64, Process::harness(), kind, f::READ);
+        e.index = events.len() as u64;
+        if kind == OpType::Ok {
+            e.value = counter.into();
+        }
+        events.push(e);
+    }
+    History::new(events)
+}
+
+/// Appends client `p`'s event, numbered next, and hands it back to be filled in.
+fn emit<'a>(
+    events: &'a mut Vec<Event>,
+    time: u64,
+    p: u64,
+    kind: OpType,
+    op: &str,
+) -> &'a mut Event {
+    let mut e = Event::new(time, Process::Client(p), kind, op);
+    e.index = events.len() as u64;
+    events.push(e);
+    events.last_mut().expect("just pushed")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,5 +324,30 @@ mod tests {
     fn the_same_seed_gives_the_same_history() {
         assert_eq!(valid_history(7, 3, 50, 100), valid_history(7, 3, 50, 100));
         assert_ne!(valid_history(7, 3, 50, 100), valid_history(8, 3, 50, 100));
+    }
+
+    #[test]
+    fn a_contended_history_is_seeded_and_never_releases_a_lost_reply() {
+        let shape = Contended {
+            processes: 4,
+            lock_ops: 400,
+            info_acquire_per_mille: 200,
+        };
+        assert_eq!(contended_history(3, shape), contended_history(3, shape));
+        assert_ne!(contended_history(3, shape), contended_history(4, shape));
+        let h = contended_history(3, shape);
+        let lost: Vec<usize> = (0..h.events.len())
+            .filter(|&i| h.events[i].kind == OpType::Info)
+            .collect();
+        assert!(!lost.is_empty());
+        for i in lost {
+            // Its worker went on under a new id: the old one never acts
+            // again, and nobody releases the token.
+            let e = &h.events[i];
+            let later = &h.events[i + 1..];
+            assert!(later
+                .iter()
+                .all(|l| l.process != e.process && l.token != e.token));
+        }
     }
 }

@@ -30,6 +30,15 @@
 //! once no `ok` release could release it, an uncertain release once neither
 //! the holder nor any remaining acquire could give it something to release.
 //! Either way any valid completion using the op has one without it.
+//! This is what keeps lost replies cheap (the `lose-reply` fault; see
+//! `generate::contended_history`): an acquire whose reply was lost, its
+//! worker gone on under a new id, is never released, so it is pruned when
+//! the search first meets it. Kept, it would be a candidate at every later
+//! moment the lock is free, and 20 k lock ops with a fifth of the acquires
+//! lost would exhaust the budget. Leaving it out matches the real lock too:
+//! the model has no TTL, so taken, it would hold the lock for good; a lost
+//! grant whose key really lapsed at its TTL is, to every certain op, one
+//! that never happened.
 //!
 //! Fed: the events are kept as they go by, in time order and compactly
 //! ([`kept`]), then paired and searched at the end, so a streamed check
@@ -463,6 +472,61 @@ mod tests {
         h.info(1, "acquire").error("timeout");
         h.release(11, "lost");
         assert_eq!(run(&h).valid, Validity::True);
+    }
+
+    #[test]
+    fn a_lost_reply_acquire_that_nothing_releases_did_not_take_effect() {
+        // `lose-reply`: acquires whose replies were lost, their workers gone
+        // on under new ids, never released, and the lock granted to others
+        // after each. Taken, either would hold the lock for good (the model
+        // has no TTL), so each must be judged not taken.
+        let mut h = Hist::new();
+        h.invoke(1, "acquire").token("a");
+        h.invoke(2, "acquire").token("b");
+        h.info(1, "acquire").token("a").error("timeout"); // 1 goes on as 11
+        h.ok(2, "acquire").token("b");
+        h.invoke(3, "acquire").token("c");
+        h.release(2, "b");
+        h.info(3, "acquire").token("c").error("timeout"); // 3 goes on as 13
+        h.acquire(11, "d");
+        h.release(11, "d");
+        h.acquire(13, "e");
+        let out = run(&h);
+        assert_eq!(out.valid, Validity::True, "{out:?}");
+    }
+
+    #[test]
+    fn a_lost_reply_acquire_whose_token_is_released_took_effect_and_can_overlap() {
+        // The release of its token under the worker's new id proves the
+        // lost reply's acquire took effect, so it is not pruned as not
+        // taken; and it held while b did.
+        let mut h = Hist::new();
+        h.invoke(1, "acquire").token("a");
+        h.info(1, "acquire").token("a").error("timeout"); // goes on as 11
+        h.acquire(2, "b"); // ok 3
+        h.release(11, "a"); // ok 5: a held while b did
+        h.release(2, "b");
+        let out = run(&h);
+        assert_eq!(out.valid, Validity::False, "{out:?}");
+        assert_eq!(out.witness, vec![3, 5]);
+    }
+
+    #[test]
+    fn a_lost_reply_acquire_whose_token_is_released_must_be_judged_taken() {
+        // Only a taking effect, between b's release and its own, explains
+        // the release of a; c, never released, did not take effect.
+        let mut h = Hist::new();
+        h.invoke(1, "acquire").token("a");
+        h.acquire(2, "b");
+        h.info(1, "acquire").token("a").error("timeout"); // goes on as 11
+        h.release(2, "b");
+        h.invoke(3, "acquire").token("c");
+        h.info(3, "acquire").token("c").error("timeout");
+        h.release(11, "a");
+        h.acquire(12, "d");
+        h.release(12, "d");
+        let out = run(&h);
+        assert_eq!(out.valid, Validity::True, "{out:?}");
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! One violation injected into a generated history of a correct lock must be
 //! found, as the right anomaly; the untouched history must stay clean.
 
-use checker::generate::valid_history;
+use checker::generate::{contended_history, valid_history, Contended};
 use checker::history::{f, Event, History, OpType, Process};
-use checker::{Promise, Results, Validity};
+use checker::{check_linearizability, Budget, Promise, Results, Validity};
 use proptest::prelude::*;
 
 /// Room made after the event at `pos` for `new` events, one ns apart, so
@@ -114,6 +114,97 @@ fn a_generated_history_of_a_correct_lock_is_valid_for_every_checker() {
             r.anomalies,
             r.notes
         );
+    }
+}
+
+/// The `lose-reply` shape (issue 25) at test size: 20 workers contending, a
+/// fifth of the acquires ending `info`, never released.
+const LOST_REPLIES: Contended = Contended {
+    processes: 20,
+    lock_ops: 2_000,
+    info_acquire_per_mille: 200,
+};
+
+#[test]
+fn a_contended_history_with_lost_replies_is_decided_valid() {
+    for seed in 0..5 {
+        let h = contended_history(seed, LOST_REPLIES);
+        let acquires = positions(&h, f::ACQUIRE, OpType::Invoke).len();
+        let lost = positions(&h, f::ACQUIRE, OpType::Info).len();
+        assert!(
+            (150..250).contains(&(lost * 1000 / acquires)),
+            "{lost}/{acquires}"
+        );
+        let out = check_linearizability(&h, Budget::default());
+        assert_eq!(out.valid, Validity::True, "seed {seed}: {out:?}");
+        // About a state per op: each lost reply's acquire is pruned when the
+        // search first meets it. Were it kept as a candidate at every later
+        // free moment, states would grow with lost acquires × grants (some
+        // 60 000 here, and a 20 000-op history would exhaust the budget).
+        assert!(out.states < 2 * LOST_REPLIES.lock_ops as usize, "{out:?}");
+        let r = checker::check(&h, Promise::MutualExclusion);
+        assert_eq!(r.valid, Validity::True, "seed {seed}: {:?}", r.anomalies);
+    }
+}
+
+#[test]
+fn a_double_grant_among_lost_replies_is_caught() {
+    let h = contended_history(1, LOST_REPLIES);
+    let holds = positions(&h, f::READ, OpType::Ok).len();
+    for cycle in [0, holds / 2, holds - 1] {
+        let r = checker::check(&inject_overlap(&h, cycle), Promise::MutualExclusion);
+        assert_eq!(count(&r, "nonlinearizable"), 1, "cycle {cycle}");
+        assert_eq!(count(&r, "lock-overlap"), 1, "cycle {cycle}");
+        assert_eq!(r.valid, Validity::False);
+    }
+}
+
+/// The `k`th lost reply's acquire, made to take effect: its worker, under a
+/// new id, releases its token right after the first event at or after it of
+/// this `f` and type. Its invoke and the event found.
+fn release_lost(h: &History, k: usize, op: &str, kind: OpType) -> (History, usize, usize) {
+    let info = positions(h, f::ACQUIRE, OpType::Info)[k];
+    let token = h.events[info].token.clone();
+    let invoke = (0..info)
+        .rev()
+        .find(|&i| h.events[i].process == h.events[info].process)
+        .expect("an info has its invoke");
+    let at = *positions(h, op, kind)
+        .iter()
+        .find(|&&i| i > invoke)
+        .expect("events after it");
+    let new = [OpType::Invoke, OpType::Ok].map(|kind| {
+        let mut e = event(2_000_000, kind, f::RELEASE);
+        e.token = token.clone();
+        e
+    });
+    (insert_after(h, at, new.to_vec()), invoke, at)
+}
+
+#[test]
+fn a_lost_reply_acquire_released_during_a_hold_took_effect_and_is_caught() {
+    // Released inside another's hold (after its read): the release proves
+    // the acquire took effect, and it held while the other did.
+    let h = contended_history(2, LOST_REPLIES);
+    for k in [0, 10, 100] {
+        let (h, ..) = release_lost(&h, k, f::READ, OpType::Ok);
+        let out = check_linearizability(&h, Budget::default());
+        assert_eq!(out.valid, Validity::False, "lost reply {k}: {out:?}");
+        let r = checker::check(&h, Promise::MutualExclusion);
+        assert_eq!(count(&r, "nonlinearizable"), 1, "lost reply {k}");
+        assert_eq!(r.valid, Validity::False);
+    }
+}
+
+#[test]
+fn a_lost_reply_acquire_released_while_the_lock_may_be_free_is_judged_taken() {
+    // Released just after a holder began releasing: the acquire may have
+    // taken effect right after that release, so it must not be pruned.
+    let h = contended_history(2, LOST_REPLIES);
+    for k in [0, 10, 100] {
+        let (h, ..) = release_lost(&h, k, f::RELEASE, OpType::Invoke);
+        let out = check_linearizability(&h, Budget::default());
+        assert_eq!(out.valid, Validity::True, "lost reply {k}: {out:?}");
     }
 }
 
