@@ -17,6 +17,7 @@ mod logging;
 pub mod matrix;
 pub mod options;
 mod progress;
+mod proxied;
 pub mod record;
 pub mod run;
 pub mod topology;

@@ -176,6 +176,79 @@ pub struct RunOptions {
     /// Socket timeout for one Redis request; a timeout makes the op `info`.
     #[arg(long, default_value_t = 500)]
     pub op_timeout_ms: u64,
+    /// Background latency on every request a worker sends, `MIN` or
+    /// `MIN..MAX` ms, drawn per request from the seed (through the fault
+    /// proxy; 0 adds nothing and needs no proxy).
+    #[arg(long, default_value = "0", value_parser = parse_latency)]
+    pub latency_ms: Latency,
+}
+
+/// `--latency-ms MIN[..MAX]`: each request is held a time drawn uniformly
+/// from the range, in ms.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub struct Latency {
+    pub min_ms: u64,
+    pub max_ms: u64,
+}
+
+impl Latency {
+    pub fn is_zero(&self) -> bool {
+        self.max_ms == 0
+    }
+
+    /// The range as the proxy takes it (`None`: no latency).
+    pub fn range(self) -> Option<(Duration, Duration)> {
+        let ms = Duration::from_millis;
+        (!self.is_zero()).then_some((ms(self.min_ms), ms(self.max_ms)))
+    }
+}
+
+impl std::fmt::Display for Latency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.min_ms == self.max_ms {
+            true => write!(f, "{}", self.min_ms),
+            false => write!(f, "{}..{}", self.min_ms, self.max_ms),
+        }
+    }
+}
+
+impl std::str::FromStr for Latency {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("bad latency '{s}': give MIN or MIN..MAX in ms, e.g. 1..5");
+        let number = |t: &str| t.trim().parse::<u64>().map_err(|_| bad());
+        let (min_ms, max_ms) = match s.split_once("..") {
+            Some((a, b)) => (number(a)?, number(b)?),
+            None => (number(s)?, number(s)?),
+        };
+        if min_ms > max_ms || max_ms > MAX_LATENCY_MS {
+            return Err(format!(
+                "bad latency '{s}': MIN must not exceed MAX, and MAX must be at most {MAX_LATENCY_MS} ms"
+            ));
+        }
+        Ok(Latency { min_ms, max_ms })
+    }
+}
+
+impl From<Latency> for String {
+    fn from(l: Latency) -> String {
+        l.to_string()
+    }
+}
+
+impl TryFrom<String> for Latency {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+/// Latency is background noise, not a fault: longer belongs to `delay`.
+const MAX_LATENCY_MS: u64 = 10_000;
+
+fn parse_latency(s: &str) -> Result<Latency, String> {
+    s.parse()
 }
 
 /// One run, every option resolved. Durations are [`Duration`]s; `run.json`
@@ -231,6 +304,8 @@ pub struct RunPlan {
     /// The run's loopback addresses are `127.0.<block>.x`: the block its
     /// starter claimed for it (`blocks::claim`).
     pub address_block: u8,
+    #[serde(skip_serializing_if = "Latency::is_zero")]
+    pub latency_ms: Latency,
 }
 
 /// Why options cannot become a plan.
@@ -315,6 +390,7 @@ impl RunOptions {
             no_validity_check: false,
             acquire_timeout_ms: None,
             op_timeout_ms: 500,
+            latency_ms: Latency::default(),
         }
     }
 
@@ -326,7 +402,7 @@ impl RunOptions {
         self.check_faults_apply()?;
         if self.at.is_some() && !self.nemesis.any(|p| p.strikes()) {
             return Err(Refusal::Invalid(format!(
-                "--at places a fault that strikes a worker, and --nemesis {} has none: add pause or crash, or drop --at",
+                "--at places a fault that strikes a worker, and --nemesis {} has none: add pause, crash, delay or lose-reply, or drop --at",
                 self.nemesis
             )));
         }
@@ -403,6 +479,7 @@ impl RunOptions {
             acquire_timeout: ms(self.acquire_timeout_ms.unwrap_or(ttl * 2)),
             op_timeout: ms(self.op_timeout_ms),
             address_block: self.nodes.address_block.unwrap_or(0),
+            latency_ms: self.latency_ms,
         };
         plan.check_schedule_fits()?;
         Ok(plan)
@@ -615,6 +692,13 @@ impl RunPlan {
     /// Whether any fault the run names needs this of the host or the run.
     pub fn needs(&self, need: impl Fn(&dyn Package) -> bool) -> bool {
         self.nemesis.any(need)
+    }
+
+    /// Whether every worker's connections go through the fault proxy: only
+    /// when a fault acts there or latency is asked for, so other runs pay
+    /// no hop and stay comparable with runs made before the proxy.
+    pub fn proxied(&self) -> bool {
+        self.needs(|p| p.needs_proxy()) || !self.latency_ms.is_zero()
     }
 
     /// The nemesis and where it strikes: `pause@read`, or `pause` at the default point.

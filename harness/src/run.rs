@@ -206,10 +206,15 @@ async fn run_workload(
         workloads::stall::watch(who, clock, move |s| history.append(s.event(), None))
     };
     let exe = std::env::current_exe().context(|| "finding the lockstorm binary".into())?;
+    let net = crate::proxied::start(options, topology).await?;
     let specs = (0..options.workers)
         .map(|index| WorkerSpec {
             adapter: adapter(&checker::history::worker_name(index)),
             ..worker_spec(options, index, topology, clock)
+        })
+        .map(|spec| match &net {
+            Some(net) => crate::proxied::route(spec, net, topology),
+            None => spec,
         })
         .collect();
     let pool = workers::Pool::start(specs, &exe, &dir.path, history.clone())?;
@@ -234,6 +239,7 @@ async fn run_workload(
         journal: history.clone(),
         arm_timeout: options.nemesis_interval.max(options.ttl),
         stop: stop_rx,
+        net: net.clone(),
     };
     let nemesis = tokio::spawn(nemesis::play(
         steps,
@@ -267,6 +273,10 @@ async fn run_workload(
     let _ = stop_tx.send(true);
     nemesis.await.map_err(Error::NemesisTask)?;
     stop_workers(pool, options, interrupt).await;
+    if let Some(net) = &net {
+        record.proxied_requests = Some(net.requests());
+        net.shutdown().await;
+    }
     final_read(&history, &topology.storage_addr).await;
     watching.store(true, Ordering::SeqCst);
     if let Some(w) = watcher {
@@ -437,6 +447,7 @@ fn new_record(options: &RunPlan, backend: &dyn Provisioner) -> RunRecord {
         interrupted_at_ms: None,
         client: None,
         adapter_broken: None,
+        proxied_requests: None,
     }
 }
 

@@ -11,6 +11,7 @@ use backend::Provisioner;
 use nemesis::clock::TimeControl;
 use nemesis::cluster::BoxFuture;
 use nemesis::net::{Firewall, Link};
+use nemesis::proxy;
 use nemesis::Targets;
 use nemesis::{Cluster, Journal, NodeRef, Source};
 use std::net::Ipv4Addr;
@@ -22,6 +23,9 @@ use store::NodeRecord;
 use tokio::sync::Mutex;
 use workloads::lock::PRIMARY_NAME;
 use workloads::Config;
+
+/// The storage node's name, in the proxy and in events.
+pub const STORAGE: &str = "storage";
 
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -170,7 +174,7 @@ impl Topology {
                 nodes.push(start(spec(&format!("s{n}"), role, addresses.sentinel(n), None)).await?);
             }
         }
-        let storage = start(spec("storage", Role::Storage, addresses.storage(), None)).await?;
+        let storage = start(spec(STORAGE, Role::Storage, addresses.storage(), None)).await?;
         let mut sentinels = Vec::new();
         for node in nodes
             .iter()
@@ -209,12 +213,42 @@ impl Topology {
         self.sentinels.clone()
     }
 
+    /// The names of [`Self::sentinel_addrs`], same order.
+    pub fn sentinel_names(&self) -> Vec<String> {
+        let named = |a: &String| self.name_of(a).expect("every Sentinel is a node");
+        self.sentinels.iter().map(named).collect()
+    }
+
     /// The names of [`Self::lock_addrs`], same order.
     pub fn lock_names(&self) -> Vec<String> {
         if !self.sentinels.is_empty() {
             return Vec::new();
         }
         self.data_nodes().map(|(name, _, _)| name.clone()).collect()
+    }
+
+    /// Every node a worker talks to, named, with its role for the fault
+    /// proxy: the data nodes, the Sentinels and the storage.
+    pub fn upstreams(&self) -> Vec<proxy::Upstream> {
+        let storage = self
+            .storage_addr
+            .parse()
+            .expect("the storage listens on ip:port");
+        let node = |(name, ip, port): &(String, Ipv4Addr, u16), role| proxy::Upstream {
+            name: name.clone(),
+            addr: (*ip, *port).into(),
+            role,
+        };
+        let sentinels = self.addrs.iter().filter(|(n, _, _)| n.starts_with('s'));
+        self.data_nodes()
+            .map(|n| node(n, proxy::Role::Lock))
+            .chain(sentinels.map(|n| node(n, proxy::Role::Sentinel)))
+            .chain([proxy::Upstream {
+                name: STORAGE.into(),
+                addr: storage,
+                role: proxy::Role::Storage,
+            }])
+            .collect()
     }
 
     fn data_nodes(&self) -> impl Iterator<Item = &(String, Ipv4Addr, u16)> {

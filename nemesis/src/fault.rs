@@ -5,6 +5,7 @@
 
 pub use crate::cluster::Targets;
 use crate::crash::Crash;
+use crate::delay::{Delay, LoseReply};
 use crate::failover::Failover;
 use crate::kill::Kill;
 pub use crate::names::{Action, Fault};
@@ -29,6 +30,8 @@ impl Fault {
             Fault::Failover => &Failover,
             Fault::Clock => &Clock,
             Fault::Partition => &Partition,
+            Fault::Delay => &Delay,
+            Fault::LoseReply => &LoseReply,
         }
     }
 }

@@ -5,6 +5,7 @@
 pub mod clock;
 pub mod cluster;
 mod crash;
+mod delay;
 mod failover;
 pub mod fault;
 mod kill;
@@ -15,6 +16,7 @@ pub mod partition;
 mod pause;
 mod play;
 pub use process;
+pub use proxy;
 pub mod runner;
 mod scenario;
 pub mod schedule;

@@ -28,8 +28,14 @@ pub enum Fault {
     Failover,
     /// Jump lock nodes' wall clocks (and optionally skew the holder's lease clock).
     Clock,
-    /// Cut links between workers and lock nodes.
+    /// Cut links between workers and lock nodes (in the fault proxy).
     Partition,
+    /// Hold one request of a worker, or its reply, past the lease, in the
+    /// fault proxy; then let it go on.
+    Delay,
+    /// Forward one request of a worker, drop its reply and reset the
+    /// connection, in the fault proxy.
+    LoseReply,
 }
 
 impl Fault {

@@ -55,6 +55,12 @@ pub trait Package: Sync {
         false
     }
 
+    /// The fault acts in the fault proxy: the run sends every worker's
+    /// connections through it.
+    fn needs_proxy(&self) -> bool {
+        false
+    }
+
     /// The fault moves node clocks, so nodes run under the time shim.
     fn needs_time_shim(&self) -> bool {
         false

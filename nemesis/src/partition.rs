@@ -2,6 +2,12 @@
 //! chooses which nodes every worker loses (one, a minority, a majority, all),
 //! or `ring`: Jepsen's majorities ring, where every worker still reaches a
 //! majority, but each a different one.
+//!
+//! The cut is made in the fault proxy, which every connection of a worker
+//! goes through, a client adapter's included: every byte either way on a
+//! cut link is dropped, as iptables' `DROP` would, and a connection that
+//! lived through the cut is reset when it heals (its bytes are gone). The
+//! `partition+clock` scenario still cuts with iptables (built-in clients).
 
 use crate::cluster::BoxFuture;
 use crate::cluster::Targets;
@@ -20,9 +26,6 @@ impl Package for Partition {
         Fault::Partition.name()
     }
     fn supports(&self, shape: &Shape) -> Result<(), String> {
-        if shape.adapter {
-            return Err("cuts a worker off by its source address, which a client adapter's own connections do not use: test adapters with the other faults".into());
-        }
         needs_lock_node(shape)
     }
     fn duration(&self, p: &FaultParams) -> Duration {
@@ -31,7 +34,7 @@ impl Package for Partition {
     fn slow(&self) -> bool {
         true
     }
-    fn needs_firewall(&self) -> bool {
+    fn needs_proxy(&self) -> bool {
         true
     }
     fn run<'a>(&'a self, env: &'a mut Env, p: &'a FaultParams) -> BoxFuture<'a, ()> {
@@ -40,29 +43,34 @@ impl Package for Partition {
 }
 
 async fn cut(env: &mut Env, targets: Targets, hold: Duration) {
-    let nodes = env.cluster.lock_nodes();
-    let links = shape(targets, env.workers.len(), &nodes);
-    let began = env.journal.now_ns();
-    if let Err(e) = env.cluster.cut_workers(&links) {
+    let Some(net) = env.net.clone() else {
+        let reason = "this run has no fault proxy";
         env.journal.record(
             &skip_event(Partition.name()),
-            json!({"reason": e.to_string()}),
+            json!({"reason": reason}),
             None,
         );
         return;
+    };
+    let nodes = env.cluster.lock_nodes();
+    let links = shape(targets, env.workers.len(), &nodes);
+    let began = env.journal.now_ns();
+    if let Err(e) = net.cut(&links) {
+        env.journal
+            .record(&skip_event(Partition.name()), json!({"reason": e}), None);
+        return;
     }
-    let value = json!({"targets": targets.name(), "cut": links});
-    let seen = verify::cut(env, &worker_links(&links)).await;
+    let value = json!({"targets": targets.name(), "cut": links, "by": "proxy"});
+    let seen = verify::cut_in_proxy(env, &net, &links).await;
     let start = verify::attach(value.clone(), seen);
     env.journal
         .record_at(began, &Fault::Partition.start_event(), start, None);
     env.sleep(hold).await;
-    if let Err(e) = env.cluster.heal() {
-        env.journal
-            .record("heal-failed", json!({"error": e.to_string()}), None);
-    }
+    let report = net.heal();
+    let mut stop = value;
+    stop["dropped_bytes"] = json!(report.dropped_bytes);
     env.journal
-        .record(&Fault::Partition.stop_event(), value, None);
+        .record(&Fault::Partition.stop_event(), stop, None);
 }
 
 /// The probes that show `links` are cut: from each worker's address.

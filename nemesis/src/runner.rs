@@ -134,6 +134,9 @@ pub struct Env {
     pub arm_timeout: Duration,
     /// Turns true when the run ends: every fault heals at once.
     pub stop: watch::Receiver<bool>,
+    /// The fault proxy every worker's connections go through, when a fault
+    /// (or background latency) asked for it.
+    pub net: Option<proxy::Fabric>,
 }
 
 /// How each fault behaves, from the run's options.

@@ -148,6 +148,44 @@ pub(crate) async fn cut(env: &Env, links: &[(Source, String)]) -> Result<Value, 
     Ok(json!({"cut_links_refused": refused, "nodes_reachable_otherwise": reachable}))
 }
 
+/// A cut made in the proxy: a `PING` through each cut link's proxy goes
+/// unanswered, and, from the harness, every node behind one answers a
+/// connection (it was up: the cut did it).
+pub(crate) async fn cut_in_proxy(
+    env: &Env,
+    net: &proxy::Fabric,
+    links: &[(usize, String)],
+) -> Result<Value, String> {
+    let mut probes = JoinSet::new();
+    for (w, node) in links.iter().cloned() {
+        let net = net.clone();
+        probes.spawn(async move { (w, node.clone(), net.answers(w, &node, CUT_PROBE).await) });
+    }
+    let mut silent = 0;
+    while let Some(probe) = probes.join_next().await {
+        let (w, node, answered) = probe.map_err(|e| format!("probe task: {e}"))?;
+        if answered? {
+            return Err(format!("worker {w} still hears {node} across the cut"));
+        }
+        silent += 1;
+    }
+    let mut nodes: Vec<&String> = links.iter().map(|(_, n)| n).collect();
+    nodes.sort();
+    nodes.dedup();
+    for node in &nodes {
+        if !env
+            .cluster
+            .connects(Source::Harness, node, OPEN_PROBE)
+            .await?
+        {
+            return Err(format!(
+                "{node} does not accept the harness's probe: down, not cut"
+            ));
+        }
+    }
+    Ok(json!({"cut_links_silent": silent, "nodes_reachable_otherwise": nodes.len()}))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -78,6 +78,10 @@ pub struct RunRecord<P: Plan> {
     /// Why a client adapter broke the protocol, ending the run early.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adapter_broken: Option<String>,
+    /// Requests the workers sent through the fault proxy (`None`: the run
+    /// had none, and workers reached the nodes directly).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxied_requests: Option<u64>,
 }
 
 impl<P: Plan> RunRecord<P> {

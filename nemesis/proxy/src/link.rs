@@ -7,7 +7,7 @@
 use crate::command::{self, Class, Role};
 use crate::resp;
 use crate::sentinel;
-use crate::trap::{self, Act, Caught, Sprung};
+use crate::trap::{self, Act, Answered, Caught, Sprung};
 use crate::Inner;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -155,8 +155,17 @@ async fn requests(
     let fabric = &shared.fabric;
     let mut buf = Vec::with_capacity(4096);
     loop {
-        if let Err(end) = fill(shared, &mut from, &mut buf).await {
-            return end;
+        match fill(shared, &mut from, &mut buf).await {
+            Ok(()) => {}
+            // The client is gone, but what it sent is still on its way, as
+            // on a real wire: close toward the node after it (a FIN, not a
+            // reset that would discard it) and let the replies drain until
+            // the node closes too.
+            Err(End::Closed) => {
+                let _ = to.shutdown().await;
+                return std::future::pending().await;
+            }
+            Err(end) => return end,
         }
         if shared.raw.load(Ordering::Relaxed) {
             if to.write_all(&buf).await.is_err() {
@@ -198,6 +207,23 @@ async fn requests(
             };
             for set in fabric.traps(shared.worker, shared.role, class) {
                 match set.trap.act {
+                    Act::HoldPast { hold, after } => {
+                        let caught = catch(shared, class, &words);
+                        if set.take(caught.clone()) {
+                            let mut answered = fabric.answered.subscribe();
+                            let (cut_short, behind) = set
+                                .hold_past(hold, &mut answered, shared.worker, after)
+                                .await;
+                            set.done(Sprung {
+                                held_ms: millis(caught.at.elapsed()),
+                                caught,
+                                bytes: frame.len(),
+                                reset: 0,
+                                cut_short,
+                                behind_another: Some(behind),
+                            });
+                        }
+                    }
                     Act::HoldRequest(hold) => {
                         let caught = catch(shared, class, &words);
                         if set.take(caught.clone()) {
@@ -208,6 +234,7 @@ async fn requests(
                                 bytes: frame.len(),
                                 reset: 0,
                                 cut_short,
+                                behind_another: None,
                             });
                         }
                     }
@@ -288,7 +315,7 @@ async fn replies(shared: &Shared, mut from: OwnedReadHalf, to: &OwnedWriteHalf) 
                     .unwrap_or_else(|e| e.into_inner())
                     .pop_front(),
             };
-            if let Some(p) = pending {
+            if let Some(p) = &pending {
                 if let Some(set) = &p.drop {
                     let caught = Caught {
                         worker: shared.worker,
@@ -304,6 +331,7 @@ async fn replies(shared: &Shared, mut from: OwnedReadHalf, to: &OwnedWriteHalf) 
                             bytes: frame.len(),
                             reset: 1,
                             cut_short: false,
+                            behind_another: None,
                         });
                         return End::Reset;
                     }
@@ -328,13 +356,30 @@ async fn replies(shared: &Shared, mut from: OwnedReadHalf, to: &OwnedWriteHalf) 
                                 bytes: frame.len(),
                                 reset: 0,
                                 cut_short,
+                                behind_another: None,
                             });
                         }
                     }
                 }
             }
+            let answered = pending.as_ref().map(|p| p.class).filter(|c| match c {
+                Class::Other => false,
+                Class::Acquire => resp::grants(&frame),
+                _ => true,
+            });
             if write(to, &frame).await.is_err() {
                 return End::Closed;
+            }
+            if let Some(class) = answered {
+                let (worker, role) = (shared.worker, shared.role);
+                fabric.answered.send_modify(|a| {
+                    *a = Answered {
+                        seq: a.seq + 1,
+                        worker,
+                        role,
+                        class,
+                    }
+                });
             }
         }
         if shared.raw.load(Ordering::Relaxed) && !buf.is_empty() {

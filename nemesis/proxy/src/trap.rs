@@ -15,6 +15,12 @@ use tokio::sync::{oneshot, watch};
 pub enum Act {
     /// Hold the request this long before it goes on (the command arrives late).
     HoldRequest(Duration),
+    /// Hold the request at least `hold`, then until another worker's
+    /// `after` request (on the same role) has been answered — a grant, for
+    /// an acquire — and let it go right behind it: the write that reaches
+    /// the storage after the next holder's, the release that reaches the
+    /// node after the key changed hands. Waits at most `hold` more for it.
+    HoldPast { hold: Duration, after: Class },
     /// Forward the request; hold its reply this long. With `granted_only`,
     /// only a reply that grants the lock is held.
     HoldReply { hold: Duration, granted_only: bool },
@@ -58,6 +64,20 @@ pub struct Sprung {
     pub reset: u32,
     /// The hold ended early because the fault was healed (the run ended).
     pub cut_short: bool,
+    /// For a hold past another's request: whether that request was answered
+    /// before this one went on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub behind_another: Option<bool>,
+}
+
+/// The latest answer the proxy passed to a worker for a lock or counter
+/// request (a grant only, for an acquire).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Answered {
+    pub seq: u64,
+    pub worker: usize,
+    pub role: Role,
+    pub class: Class,
 }
 
 /// A trap set in the fabric, shared by every connection that may match it.
@@ -147,6 +167,29 @@ impl Set {
         tokio::select! {
             _ = tokio::time::sleep(hold) => false,
             _ = heal.wait_for(|h| *h) => true,
+        }
+    }
+
+    /// Like [`Set::hold`], then waits (at most `hold` more) until `answered`
+    /// shows an answer to another worker's `after` request on `role`.
+    /// Returns (cut short, whether that answer came).
+    pub async fn hold_past(
+        &self,
+        hold: Duration,
+        answered: &mut watch::Receiver<Answered>,
+        me: usize,
+        after: Class,
+    ) -> (bool, bool) {
+        if self.hold(hold).await {
+            return (true, false);
+        }
+        answered.borrow_and_update();
+        let role = self.trap.role;
+        let mut heal = self.heal.clone();
+        let theirs = |a: &Answered| a.worker != me && a.role == role && a.class == after;
+        tokio::select! {
+            seen = tokio::time::timeout(hold, answered.wait_for(theirs)) => (false, matches!(seen, Ok(Ok(_)))),
+            _ = heal.wait_for(|h| *h) => (true, false),
         }
     }
 }

@@ -123,7 +123,7 @@ fn node(name: &str, s: &Server, role: Role) -> Upstream {
 
 fn conn(addr: SocketAddr) -> redis::Connection {
     let c = redis::Client::open(format!("redis://{addr}/")).unwrap();
-    let mut c = c.get_connection().unwrap();
+    let c = c.get_connection().unwrap();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     c
 }
@@ -359,4 +359,45 @@ async fn nothing_listens_after_shutdown() {
             .await
             .unwrap();
     assert!(r.is_err(), "an open connection ended with the fabric");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_request_still_arrives_after_its_client_gave_up() {
+    let redis = Server::redis();
+    let fabric = Fabric::start(spec(1, vec![node("n1", &redis, Role::Lock)]))
+        .await
+        .unwrap();
+    let a = fabric.addr(0, "n1").unwrap();
+    let armed = fabric.arm(Trap {
+        workers: None,
+        role: Role::Lock,
+        class: Class::Acquire,
+        act: Act::HoldRequest(Duration::from_millis(500)),
+    });
+    let gave_up = tokio::task::spawn_blocking(move || {
+        let mut c = conn(a);
+        c.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        acquire(&mut c, "late").is_err_and(|e| e.is_timeout())
+    })
+    .await
+    .unwrap();
+    assert!(gave_up, "the client timed out and closed its connection");
+    let sprung = armed.done.await.unwrap();
+    assert!(sprung.held_ms >= 500);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let seen: Option<String> = tokio::task::spawn_blocking({
+            let addr = redis.addr;
+            move || conn(addr).get(LOCK).unwrap()
+        })
+        .await
+        .unwrap();
+        if seen.as_deref() == Some("late") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the late request never landed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    fabric.shutdown().await;
 }
