@@ -155,8 +155,20 @@ async fn spring(env: &mut Env, fault: Fault, at: Point, aim: Aim, act: Act) {
         "command": caught.command,
         "class": caught.class,
         "on": if aim.reply { "reply" } else { "request" },
-        "act": act,
     });
+    let mut value = value;
+    match act {
+        Act::HoldRequest(hold) => value["hold_ms"] = json!(hold.as_millis()),
+        Act::HoldPast { hold, after } => {
+            value["hold_ms"] = json!(hold.as_millis());
+            value["then_behind"] = json!(after);
+        }
+        Act::HoldReply { hold, granted_only } => {
+            value["hold_ms"] = json!(hold.as_millis());
+            value["grants_only"] = json!(granted_only);
+        }
+        Act::DropReply => value["drops"] = json!("reply"),
+    }
     let evidence = json!({"proxy": "caught", "command": caught.command, "node": caught.node});
     let start = verify::attach(value.clone(), Ok(evidence));
     env.journal
