@@ -175,7 +175,11 @@ mod tests {
 
     #[test]
     fn lists_read_as_prose() {
-        assert!(at().contains("pause or crash"), "{}", at());
+        assert!(
+            at().contains("pause, crash, delay or lose-reply"),
+            "{}",
+            at()
+        );
         assert_eq!(or_list(&["a"]), "a");
         assert_eq!(or_list(&["a", "b", "c"]), "a, b or c");
         assert_eq!(and_list(&["a", "b"]), "a and b");

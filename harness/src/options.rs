@@ -891,19 +891,56 @@ mod tests {
     }
 
     #[test]
-    fn faults_an_adapter_cannot_feel_are_refused_and_left_out_of_all() {
-        let Err(Refusal::Inapplicable(why)) = with_client(Config::Redlock, "partition", "pottery")
-        else {
-            panic!("partition singles workers out by address")
-        };
-        assert!(why.contains("source address"), "{why}");
+    fn latency_is_min_or_a_range_and_asks_for_the_proxy() {
+        assert_eq!(
+            "3".parse(),
+            Ok(Latency {
+                min_ms: 3,
+                max_ms: 3
+            })
+        );
+        assert_eq!(
+            "1..5".parse(),
+            Ok(Latency {
+                min_ms: 1,
+                max_ms: 5
+            })
+        );
+        assert_eq!(
+            Latency {
+                min_ms: 1,
+                max_ms: 5
+            }
+            .to_string(),
+            "1..5"
+        );
+        for bad in ["5..1", "x", "1..", "-1", "1..99999"] {
+            let e = bad.parse::<Latency>().unwrap_err();
+            assert!(e.contains(bad) && e.contains("MAX"), "{e}");
+        }
+        let mut o = RunOptions::new(Config::Single, Nemesis::none());
+        assert!(
+            !o.clone().resolve().unwrap().proxied(),
+            "no fault, no latency: no hop"
+        );
+        o.latency_ms = "0..2".parse().unwrap();
+        assert!(o.resolve().unwrap().proxied());
+    }
+
+    #[test]
+    fn network_faults_reach_an_adapter_through_the_proxy_and_its_own_clock_is_not_skewed() {
+        // The fault proxy carries an adapter's own connections: partition,
+        // delay and lose-reply apply to it, and `all` schedules them.
+        for nemesis in ["partition", "delay", "lose-reply"] {
+            let plan = with_client(Config::Redlock, nemesis, "pottery").unwrap();
+            assert!(plan.proxied(), "{nemesis}");
+        }
         let all = with_client(Config::Redlock, "all", "pottery").unwrap();
         let actions = all.schedule_spec().actions;
-        assert!(!actions.is_empty());
         assert!(
             actions
                 .iter()
-                .all(|(a, _)| a.package().name() != "partition"),
+                .any(|(a, _)| a.package().name() == "partition"),
             "{actions:?}"
         );
         let mut skew = RunOptions::new(Config::Single, "clock".parse().unwrap());
@@ -987,11 +1024,15 @@ mod plan_tests {
                 .map(|(a, _)| a.name())
                 .collect()
         };
-        assert_eq!(names(Config::NoLock), ["pause", "crash"]);
-        assert_eq!(names(Config::Replicated).len(), 7);
+        assert_eq!(
+            names(Config::NoLock),
+            ["pause", "crash", "delay", "lose-reply"],
+            "no lock node: only what acts on the worker and the storage"
+        );
+        assert_eq!(names(Config::Replicated).len(), 9);
         assert_eq!(
             names(Config::Redlock).len(),
-            8,
+            10,
             "{:?}",
             names(Config::Redlock)
         );

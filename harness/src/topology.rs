@@ -516,23 +516,6 @@ impl Cluster for Topology {
         control.set(offset_ns, rate)
     }
 
-    fn cut_workers(&self, links: &[(usize, String)]) -> std::io::Result<()> {
-        let fw = self
-            .firewall
-            .as_ref()
-            .ok_or_else(|| std::io::Error::other("this run has no firewall"))?;
-        let mut cut = Vec::new();
-        for (worker, node) in links {
-            let (ip, port) = self.socket_of(node)?;
-            cut.push(Link {
-                client: self.addresses.worker(*worker as u64),
-                server: ip,
-                port,
-            });
-        }
-        fw.cut(&cut)
-    }
-
     fn connects(
         &self,
         from: Source,

@@ -57,8 +57,6 @@ pub trait Cluster: Send + Sync {
     /// Shifts a node's wall clock (through its time shim) by `offset_ns`,
     /// running at `rate` from now on.
     fn set_clock(&self, node: &str, offset_ns: i64, rate: f64) -> std::io::Result<()>;
-    /// Drops every packet between each worker and node in `links`.
-    fn cut_workers(&self, links: &[(usize, String)]) -> std::io::Result<()>;
     /// Whether a TCP connection from `from` to `node`'s port is accepted
     /// within `timeout` (false on a timeout or refusal; `Err` when the probe
     /// itself cannot be made).

@@ -321,7 +321,7 @@ mod tests {
         let err = "pause,gc".parse::<Nemesis>().unwrap_err();
         assert_eq!(
             err,
-            "unknown nemesis 'gc': choose from none, pause, pause-node, crash, kill, failover, clock, partition, all"
+            "unknown nemesis 'gc': choose from none, pause, pause-node, crash, kill, failover, clock, partition, delay, lose-reply, all"
         );
     }
 
@@ -338,7 +338,7 @@ mod tests {
         );
         let all = nemesis("all").actions();
         assert!(all.contains(&Action::SplitClock) && all.contains(&Action::Fault(Fault::Clock)));
-        assert_eq!(all.len(), 9);
+        assert_eq!(all.len(), 11);
         for a in all {
             assert_eq!(Action::try_from(String::from(a)).unwrap(), a);
         }
@@ -373,6 +373,8 @@ mod tests {
                 "failover",
                 "clock",
                 "partition",
+                "delay",
+                "lose-reply",
                 "partition+clock",
                 "kill+clock"
             ]

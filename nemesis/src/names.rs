@@ -142,7 +142,7 @@ mod tests {
     fn an_unknown_fault_lists_the_valid_ones() {
         assert_eq!(
             "gc".parse::<Fault>(),
-            Err("unknown fault 'gc': choose one of pause, pause-node, crash, kill, failover, clock, partition".to_string())
+            Err("unknown fault 'gc': choose one of pause, pause-node, crash, kill, failover, clock, partition, delay, lose-reply".to_string())
         );
     }
 }

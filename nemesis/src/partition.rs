@@ -7,7 +7,7 @@
 //! goes through, a client adapter's included: every byte either way on a
 //! cut link is dropped, as iptables' `DROP` would, and a connection that
 //! lived through the cut is reset when it heals (its bytes are gone). The
-//! `partition+clock` scenario still cuts with iptables (built-in clients).
+//! `partition+clock` scenario cuts the same way.
 
 use crate::cluster::BoxFuture;
 use crate::cluster::Targets;
@@ -15,7 +15,6 @@ use crate::names::{skip_event, Fault};
 use crate::package::{needs_lock_node, Package, Shape};
 use crate::runner::{Env, FaultParams};
 use crate::verify;
-use crate::Source;
 use serde_json::json;
 use std::time::Duration;
 
@@ -43,42 +42,54 @@ impl Package for Partition {
 }
 
 async fn cut(env: &mut Env, targets: Targets, hold: Duration) {
-    let Some(net) = env.net.clone() else {
-        let reason = "this run has no fault proxy";
-        env.journal.record(
-            &skip_event(Partition.name()),
-            json!({"reason": reason}),
-            None,
-        );
-        return;
-    };
     let nodes = env.cluster.lock_nodes();
     let links = shape(targets, env.workers.len(), &nodes);
-    let began = env.journal.now_ns();
-    if let Err(e) = net.cut(&links) {
-        env.journal
-            .record(&skip_event(Partition.name()), json!({"reason": e}), None);
+    let extra = json!({"targets": targets.name()});
+    let Some(net) = start(env, Partition.name(), &links, extra).await else {
         return;
-    }
-    let value = json!({"targets": targets.name(), "cut": links, "by": "proxy"});
-    let seen = verify::cut_in_proxy(env, &net, &links).await;
-    let start = verify::attach(value.clone(), seen);
-    env.journal
-        .record_at(began, &Fault::Partition.start_event(), start, None);
+    };
     env.sleep(hold).await;
-    let report = net.heal();
-    let mut stop = value;
-    stop["dropped_bytes"] = json!(report.dropped_bytes);
-    env.journal
-        .record(&Fault::Partition.stop_event(), stop, None);
+    heal(env, &net, &links);
 }
 
-/// The probes that show `links` are cut: from each worker's address.
-pub(crate) fn worker_links(links: &[(usize, String)]) -> Vec<(Source, String)> {
-    links
-        .iter()
-        .map(|(w, n)| (Source::Worker(*w), n.clone()))
-        .collect()
+/// Cuts `links` in the fault proxy and records `start-partition` with the
+/// evidence (`extra`'s fields added to its value); `None`, with a
+/// `skip-<fault>` note, when the run has no proxy or the links are unknown.
+pub(crate) async fn start(
+    env: &mut Env,
+    fault: &str,
+    links: &[(usize, String)],
+    extra: serde_json::Value,
+) -> Option<proxy::Fabric> {
+    let Some(net) = env.net.clone() else {
+        let reason = "this run has no fault proxy";
+        env.journal
+            .record(&skip_event(fault), json!({"reason": reason}), None);
+        return None;
+    };
+    let began = env.journal.now_ns();
+    if let Err(e) = net.cut(links) {
+        env.journal
+            .record(&skip_event(fault), json!({"reason": e}), None);
+        return None;
+    }
+    let mut value = json!({"cut": links, "by": "proxy"});
+    if let (Some(v), serde_json::Value::Object(more)) = (value.as_object_mut(), extra) {
+        v.extend(more);
+    }
+    let seen = verify::cut_in_proxy(env, &net, links).await;
+    let start = verify::attach(value, seen);
+    env.journal
+        .record_at(began, &Fault::Partition.start_event(), start, None);
+    Some(net)
+}
+
+/// Heals every cut and records `stop-partition` with the bytes it dropped.
+pub(crate) fn heal(env: &Env, net: &proxy::Fabric, links: &[(usize, String)]) {
+    let report = net.heal();
+    let value = json!({"cut": links, "by": "proxy", "dropped_bytes": report.dropped_bytes});
+    env.journal
+        .record(&Fault::Partition.stop_event(), value, None);
 }
 
 /// The (worker, node) links to cut (pure).

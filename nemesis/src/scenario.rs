@@ -38,7 +38,7 @@ impl Package for SplitClock {
     fn slow(&self) -> bool {
         true
     }
-    fn needs_firewall(&self) -> bool {
+    fn needs_proxy(&self) -> bool {
         true
     }
     fn needs_time_shim(&self) -> bool {
@@ -92,27 +92,14 @@ async fn split_clock(env: &mut Env, ttl: Duration, jump_ns: i64, hold: Duration)
             lost.into_iter().map(move |n| (w, n.clone()))
         })
         .collect();
-    let began = env.journal.now_ns();
-    if let Err(e) = env.cluster.cut_workers(&links) {
-        let reason = json!({"reason": e.to_string()});
-        env.journal
-            .record(&skip_event(SplitClock.name()), reason, None);
+    let Some(net) = crate::partition::start(env, SplitClock.name(), &links, json!({})).await else {
         return;
-    }
-    let seen = verify::cut(env, &crate::partition::worker_links(&links)).await;
-    let value = verify::attach(json!({"cut": links}), seen);
-    env.journal
-        .record_at(began, &Fault::Partition.start_event(), value, None);
+    };
     env.sleep(ttl).await;
     if let Some(holder) = env.await_holder(SplitClock.name()).await {
         jump_one_node(env, &nodes[2], jump_ns, holder, hold).await;
     }
-    if let Err(e) = env.cluster.heal() {
-        env.journal
-            .record("heal-failed", json!({"error": e.to_string()}), None);
-    }
-    env.journal
-        .record(&Fault::Partition.stop_event(), json!({"cut": links}), None);
+    crate::partition::heal(env, &net, &links);
 }
 
 /// The holder has its key on all five nodes; n1 and n2 are killed and

@@ -87,7 +87,7 @@ fn a_missing_iptables_is_one_line_and_leaves_nothing() {
             .env("PATH", &empty)
             .env("LOCKSTORM_REDIS_SERVER", "/usr/bin/redis-server"),
         &results,
-        &["--config", "single", "--nemesis", "partition"],
+        &["--config", "replicated", "--nemesis", "failover"],
     );
     assert_clean_failure(&f, 254, "iptables", &results);
 }
@@ -115,7 +115,7 @@ fn a_node_that_fails_to_start_shows_its_fatal_line_and_leaves_nothing() {
     assert!(f.stderr.contains("node n1"), "{}", f.stderr);
 }
 
-/// A partition needs root; run as `nobody` (through setpriv) when the test
+/// Cutting links (failover partitions the primary) needs root; run as `nobody` (through setpriv) when the test
 /// runs as root, else as the test's own non-root user.
 #[test]
 fn a_partition_without_root_is_one_line_and_leaves_nothing() {
@@ -136,7 +136,7 @@ fn a_partition_without_root_is_one_line_and_leaves_nothing() {
     let f = run(
         &mut cmd,
         &results,
-        &["--config", "single", "--nemesis", "partition"],
+        &["--config", "replicated", "--nemesis", "failover"],
     );
     assert_clean_failure(&f, 254, "root", &results);
 }
