@@ -92,6 +92,8 @@ pub(crate) struct Inner {
     dropped: AtomicU64,
     resets: AtomicU32,
     loops: Mutex<JoinSet<()>>,
+    /// The thread that runs the proxy's own runtime.
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Inner {
@@ -106,8 +108,20 @@ impl Inner {
             .contains(&(worker, up))
     }
 
+    /// Whether any trap is set (most requests pass none).
+    fn armed(&self) -> bool {
+        !self
+            .traps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
     /// The live traps a command of `worker` on a `role` upstream may spring.
     fn traps(&self, worker: usize, role: Role, class: Class) -> Vec<Arc<trap::Set>> {
+        if class == Class::Other {
+            return Vec::new();
+        }
         let mut traps = self.traps.lock().unwrap_or_else(|e| e.into_inner());
         traps.retain(|t| !t.is_over());
         traps
@@ -120,8 +134,50 @@ impl Inner {
 
 impl Fabric {
     /// Opens every worker's proxy for every upstream (each on the worker's
-    /// address, a port the system picks) and starts serving.
+    /// address, a port the system picks) and starts serving, on a runtime of
+    /// its own: the harness's runtime writes the history as events arrive,
+    /// and a request must not wait behind that (on the shared runtime, the
+    /// hop cost a lock cycle five times its own length).
     pub async fn start(spec: Spec) -> std::io::Result<Fabric> {
+        let (opened_tx, opened) = tokio::sync::oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("lockstorm-proxy".into())
+            .spawn(move || {
+                // One thread: a request's wake-up is handled where epoll saw
+                // it, with no hand-over to another thread.
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(r) => r,
+                    Err(e) => return drop(opened_tx.send(Err(e))),
+                };
+                runtime.block_on(async move {
+                    let fabric = match Fabric::open(spec).await {
+                        Ok(f) => f,
+                        Err(e) => return drop(opened_tx.send(Err(e))),
+                    };
+                    let mut closed = fabric.inner.closed.subscribe();
+                    let _ = opened_tx.send(Ok(fabric.clone()));
+                    let _ = closed.wait_for(|c| *c).await;
+                    let mut loops = std::mem::take(
+                        &mut *fabric.inner.loops.lock().unwrap_or_else(|e| e.into_inner()),
+                    );
+                    while loops.join_next().await.is_some() {}
+                });
+            })?;
+        let fabric = opened
+            .await
+            .map_err(|_| std::io::Error::other("the proxy's thread ended before it opened"))??;
+        *fabric
+            .inner
+            .thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(thread);
+        Ok(fabric)
+    }
+
+    async fn open(spec: Spec) -> std::io::Result<Fabric> {
         let mut listeners = Vec::new();
         let mut listen = Vec::new();
         for ip in &spec.workers {
@@ -171,6 +227,7 @@ impl Fabric {
             dropped: AtomicU64::new(0),
             resets: AtomicU32::new(0),
             loops: Mutex::new(JoinSet::new()),
+            thread: Mutex::new(None),
         });
         let ups = inner.upstreams.len();
         for (i, listener) in listeners.into_iter().enumerate() {
@@ -277,9 +334,15 @@ impl Fabric {
     /// Closes every listener and connection and waits for their tasks.
     pub async fn shutdown(&self) {
         let _ = self.inner.closed.send(true);
-        let mut loops =
-            std::mem::take(&mut *self.inner.loops.lock().unwrap_or_else(|e| e.into_inner()));
-        while loops.join_next().await.is_some() {}
+        let thread = self
+            .inner
+            .thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(thread) = thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
     }
 }
 

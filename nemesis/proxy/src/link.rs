@@ -242,7 +242,8 @@ async fn requests(
                     _ => {}
                 }
             }
-            if class != Class::Other || pending.drop.is_some() {
+            // Evidence is only wanted for a reply a trap may catch.
+            if pending.drop.is_some() || fabric.armed() {
                 pending.command = command::summary(&words);
             }
             shared
