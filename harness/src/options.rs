@@ -177,10 +177,11 @@ pub struct RunOptions {
     #[arg(long, default_value_t = 500)]
     pub op_timeout_ms: u64,
     /// Background latency on every request a worker sends, `MIN` or
-    /// `MIN..MAX` ms, drawn per request from the seed (through the fault
-    /// proxy; 0 adds nothing and needs no proxy).
-    #[arg(long, default_value = "0", value_parser = parse_latency)]
-    pub latency_ms: Latency,
+    /// `MIN..MAX` ms, drawn per request from the seed, in the fault proxy
+    /// [default: none, and no proxy unless a network fault needs it; `0`:
+    /// through the proxy, with no latency added to its hop].
+    #[arg(long, value_parser = parse_latency)]
+    pub latency_ms: Option<Latency>,
 }
 
 /// `--latency-ms MIN[..MAX]`: each request is held a time drawn uniformly
@@ -304,8 +305,8 @@ pub struct RunPlan {
     /// The run's loopback addresses are `127.0.<block>.x`: the block its
     /// starter claimed for it (`blocks::claim`).
     pub address_block: u8,
-    #[serde(skip_serializing_if = "Latency::is_zero")]
-    pub latency_ms: Latency,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<Latency>,
 }
 
 /// Why options cannot become a plan.
@@ -390,7 +391,7 @@ impl RunOptions {
             no_validity_check: false,
             acquire_timeout_ms: None,
             op_timeout_ms: 500,
-            latency_ms: Latency::default(),
+            latency_ms: None,
         }
     }
 
@@ -695,10 +696,10 @@ impl RunPlan {
     }
 
     /// Whether every worker's connections go through the fault proxy: only
-    /// when a fault acts there or latency is asked for, so other runs pay
+    /// when a fault acts there or `--latency-ms` is given, so other runs pay
     /// no hop and stay comparable with runs made before the proxy.
     pub fn proxied(&self) -> bool {
-        self.needs(|p| p.needs_proxy()) || !self.latency_ms.is_zero()
+        self.needs(|p| p.needs_proxy()) || self.latency_ms.is_some()
     }
 
     /// The nemesis and where it strikes: `pause@read`, or `pause` at the default point.
@@ -923,8 +924,9 @@ mod tests {
             !o.clone().resolve().unwrap().proxied(),
             "no fault, no latency: no hop"
         );
-        o.latency_ms = "0..2".parse().unwrap();
-        assert!(o.resolve().unwrap().proxied());
+        o.latency_ms = Some("0".parse().unwrap());
+        assert!(o.clone().resolve().unwrap().proxied(), "0: the hop alone");
+        assert_eq!(o.latency_ms.unwrap().range(), None);
     }
 
     #[test]

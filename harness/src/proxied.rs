@@ -4,7 +4,7 @@
 //! nodes'. A client adapter gets them in `init` and sees nothing more.
 
 use crate::error::{Error, Result};
-use crate::options::RunPlan;
+use crate::options::{Latency, RunPlan};
 use crate::topology::{Topology, STORAGE};
 use nemesis::proxy::{Fabric, Keys, Spec};
 use workloads::WorkerSpec;
@@ -23,7 +23,7 @@ pub async fn start(plan: &RunPlan, topology: &Topology) -> Result<Option<Fabric>
             lock: workloads::LOCK_KEY.into(),
             counter: workloads::storage::COUNTER_KEY.into(),
         },
-        latency: plan.latency_ms.range(),
+        latency: plan.latency_ms.and_then(Latency::range),
         seed: plan.seed,
     };
     Fabric::start(spec)

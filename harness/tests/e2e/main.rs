@@ -17,6 +17,7 @@ mod kill;
 mod lifecycle;
 mod liveness;
 mod matrix;
+mod network;
 mod output;
 mod paths;
 mod protocol;

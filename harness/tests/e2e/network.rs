@@ -1,0 +1,112 @@
+//! Network faults through the fault proxy, end to end with real Redis: a
+//! write delayed past the lease lands behind the next holder's and loses
+//! updates, fencing refuses it; a late plain `DEL` takes the next holder's
+//! lock, a late compare-and-delete harms nothing; a lost acquire reply is no
+//! overlap by itself; a client adapter's own connections are partitioned.
+
+use crate::common;
+
+use common::{assert_all_caused, assert_verified, count, events, run_short};
+
+/// Every `stop-<fault>` event carries the proxy's evidence of what it held.
+fn stops(dir: &std::path::Path, fault: &str) -> Vec<serde_json::Value> {
+    let found = events(dir, &format!("stop-{fault}"));
+    assert!(!found.is_empty(), "no stop-{fault}");
+    found.into_iter().map(|e| e["value"].clone()).collect()
+}
+
+#[test]
+fn a_write_delayed_past_the_lease_lands_behind_the_next_holders_and_loses_updates() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, results, dir) = run_short(tmp.path(), "single", "delay", "12", "3", &[]);
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    assert!(count(&results, "lost-update") > 0, "{}", out.stdout);
+    assert_all_caused(&results, "lost-update");
+    assert_verified(&dir, "start-delay");
+    let held: Vec<serde_json::Value> = stops(&dir, "delay");
+    assert!(
+        held.iter().any(|s| s["class"] == "write"
+            && s["behind_another"] == true
+            && s["held_ms"].as_u64() >= Some(3_000)),
+        "no write held past the lease and let go behind another: {held:?}"
+    );
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    assert!(record["proxied_requests"].as_u64() > Some(0), "{record}");
+}
+
+#[test]
+fn fencing_refuses_the_delayed_write_at_the_storage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, _, dir) = run_short(tmp.path(), "fenced", "delay", "12", "3", &[]);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert_verified(&dir, "start-delay");
+    assert!(
+        stops(&dir, "delay")
+            .iter()
+            .any(|s| s["behind_another"] == true),
+        "the held write never went behind another's: the run did not test fencing"
+    );
+}
+
+#[test]
+fn a_late_plain_del_takes_the_next_holders_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = ["--at", "releasing"];
+    let (out, results, dir) = run_short(tmp.path(), "unsafe-del", "delay", "12", "3", &args);
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
+    assert_all_caused(&results, "lock-overlap");
+    let held = stops(&dir, "delay");
+    assert!(held.iter().all(|s| s["class"] == "release"), "{held:?}");
+}
+
+#[test]
+fn a_late_compare_and_delete_finds_another_token_and_harms_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = ["--at", "releasing"];
+    let (out, _, dir) = run_short(tmp.path(), "single", "delay", "12", "3", &args);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert!(
+        stops(&dir, "delay")
+            .iter()
+            .any(|s| s["behind_another"] == true),
+        "the release never went behind another's grant: the run did not test it"
+    );
+}
+
+#[test]
+fn a_lost_acquire_reply_is_no_overlap_by_itself() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = ["--at", "acquiring"];
+    let (out, _, dir) = run_short(tmp.path(), "single", "lose-reply", "12", "3", &args);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert_verified(&dir, "start-lose-reply");
+    assert!(stops(&dir, "lose-reply").iter().all(|s| s["reset"] == 1));
+    let lost = events(&dir, "acquire")
+        .into_iter()
+        .filter(|e| e["type"] == "info")
+        .count();
+    assert!(lost > 0, "no acquire ended info: the reply was not lost");
+}
+
+#[test]
+fn a_partition_cuts_a_client_adapters_own_connections() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = ["--client", "redis-py"];
+    let (out, _, dir) = run_short(tmp.path(), "single", "partition", "20", "3", &args);
+    assert!(
+        out.code == 0 || out.code == 1,
+        "refused or unknown: {}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    assert_verified(&dir, "start-partition");
+    let stopped = stops(&dir, "partition");
+    assert!(
+        stopped
+            .iter()
+            .any(|s| s["dropped_bytes"].as_u64() > Some(0)),
+        "the adapter sent nothing across the cut: {stopped:?}"
+    );
+}
