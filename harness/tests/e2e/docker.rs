@@ -138,6 +138,18 @@ fn fenced_under_pause_keeps_the_data_safe_in_containers_too() {
     );
 }
 
+/// The fault proxy sits between the workers and containers on the host
+/// network as it does between workers and local processes.
+#[test]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p harness --test e2e docker:: -- --ignored)"]
+fn a_write_delayed_in_the_proxy_loses_updates_in_containers_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, results, dir) = docker_run(tmp.path(), "single", "delay", "12", "3", &[]);
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    assert!(count(&results, "lost-update") > 0, "{}", out.stdout);
+    common::assert_verified(&dir, "start-delay");
+}
+
 #[test]
 #[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p harness --test e2e docker:: -- --ignored)"]
 fn a_primary_container_restarted_empty_loses_the_lock() {

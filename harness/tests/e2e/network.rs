@@ -110,3 +110,25 @@ fn a_partition_cuts_a_client_adapters_own_connections() {
         "the adapter sent nothing across the cut: {stopped:?}"
     );
 }
+
+/// redis-py's `Sentinel.master_for` finds the primary through a Sentinel
+/// whose answer the proxy rewrote: its acquire is caught on the primary's
+/// proxy, which only a connection that stayed behind the proxy can be.
+#[test]
+fn a_library_that_asks_sentinel_for_the_primary_stays_behind_the_proxy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = ["--client", "redis-py", "--at", "acquiring"];
+    let (out, _, dir) = run_short(tmp.path(), "replicated", "delay", "14", "3", &args);
+    assert!(
+        out.code == 0 || out.code == 1,
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    let caught = events(&dir, "start-delay");
+    assert!(!caught.is_empty(), "no acquire reached the primary's proxy");
+    for e in &caught {
+        assert_eq!(e["node"], "n1", "the primary is n1: {e}");
+        assert_eq!(e["value"]["class"], "acquire", "{e}");
+    }
+}
