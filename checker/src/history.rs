@@ -155,6 +155,10 @@ pub mod fault {
     pub const AT: &str = "at";
     /// The key naming the client process such a fault struck.
     pub const PROCESS: &str = "process";
+    /// The key of a fault's stop event saying the storage accepted, at that
+    /// event's time, a write the fault had held back in the network: its
+    /// value is the value the write carried (a `write` invoke's `value`).
+    pub const DELIVERED_WRITE: &str = "delivered_write";
 }
 
 /// The key of an acquire `ok`'s value holding the history time its granted

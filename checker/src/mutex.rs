@@ -7,14 +7,19 @@
 //! history's length.
 
 use crate::finding::{Anomaly, CheckerReport, Finding, Witness};
-use crate::history::fault::{started, stopped, PROCESS};
+use crate::history::fault::{started, stopped, DELIVERED_WRITE, PROCESS};
 use crate::history::{f, Event, OpType, Process};
 use crate::holds::Hold;
 use crate::{anomaly, Checker, Invoked, OnEvent};
 use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 
 /// The checker's key under `results.json`'s `checkers`.
 pub const NAME: &str = "mutex";
+
+/// Grants kept for writes the network held back: a held write lands within
+/// one fault's hold, far fewer grants than this apart.
+const RECENT_GRANTS: usize = 1024;
 
 /// A release that may have deleted a lock granted while it was in flight.
 struct Suspect {
@@ -90,11 +95,18 @@ pub struct Mutex {
     /// while that one is still held (its key was gone).
     suspects: Vec<Suspect>,
     nemesis: Nemesis,
+    /// Each client process's latest write invoke: `(time, index, value)`.
+    writes: FxHashMap<Process, (u64, u64, serde_json::Value)>,
+    /// The latest grants, `(certainly after, time, index, process)`, for a
+    /// write the network held back: it acted when it landed.
+    grants: VecDeque<(u64, u64, u64, Process)>,
     /// Two holds at once; witness `[earlier acquire-ok, later acquire-ok]`.
     pub overlap: Anomaly,
     /// A read or write the storage accepted from a process after someone else
     /// acquired since its own acquisition, certainly before the op's invoke.
-    /// Witness `[the op's ok, the other acquire-ok]`.
+    /// Witness `[the op's ok, the other acquire-ok]`; for a write the network
+    /// held back (a stop event's `delivered_write`), certainly before it
+    /// landed: `[the write's invoke, the other acquire-ok, the stop event]`.
     pub unsafe_action: Anomaly,
     /// A successful release while another lock, granted after the releaser's,
     /// was held: a compare-and-delete release fails then (`not-held`), a plain
@@ -111,7 +123,18 @@ impl OnEvent for Mutex {
         }
         if e.is_nemesis() {
             self.nemesis.on_event(e);
+            if let Some(value) = e
+                .value
+                .get(DELIVERED_WRITE)
+                .filter(|_| stopped(&e.f).is_some())
+            {
+                self.delivered(e, value);
+            }
             return;
+        }
+        if e.kind == OpType::Invoke && e.f == f::WRITE && e.process.is_client() {
+            self.writes
+                .insert(e.process.clone(), (e.time, e.index, e.value.clone()));
         }
         let data_op = e.f == f::READ || e.f == f::WRITE;
         match (e.kind, e.f.as_str()) {
@@ -203,11 +226,43 @@ impl Mutex {
             }
         }
         self.latest.insert(e.process.clone(), e.index);
+        if self.grants.len() == RECENT_GRANTS {
+            self.grants.pop_front();
+        }
+        self.grants
+            .push_back((invoked, e.time, e.index, e.process.clone()));
         self.open.push(Open {
             hold: new,
             invoked,
             intruder: None,
         });
+    }
+
+    /// A write held back in the network landed now (`e`, a stop event) and
+    /// the storage accepted it: unsafe if another process's lock was
+    /// certainly granted after the write left and before it landed. The
+    /// write is the latest one invoked with the value it carried.
+    fn delivered(&mut self, e: &Event, value: &serde_json::Value) {
+        let same = |v: &serde_json::Value| v == value;
+        let write = self
+            .writes
+            .iter()
+            .filter(|(_, (t, _, v))| *t <= e.time && same(v))
+            .max_by_key(|(_, (t, _, _))| *t)
+            .map(|(p, (t, i, _))| (p.clone(), *t, *i));
+        let Some((writer, left, index)) = write else {
+            return;
+        };
+        let intruder = self
+            .grants
+            .iter()
+            .find(|(after, time, _, p)| *after > left && *time < e.time && *p != writer);
+        if let Some((_, _, other, _)) = intruder {
+            self.unsafe_action.record(Witness {
+                indices: vec![index, *other, e.index],
+                time: e.time,
+            });
+        }
     }
 
     /// Ends the holds this release is for: those with its token or, for a
@@ -412,6 +467,43 @@ mod tests {
         let (_, u, _) = run(&h);
         assert_eq!(indices(&u), vec![vec![7, 3]]);
         assert_eq!(u.first_time, Some(h.build().events[7].time));
+    }
+
+    #[test]
+    fn a_write_held_in_the_network_acts_when_it_lands() {
+        // 1's write leaves while it holds the lock, is held back, and lands
+        // after 2 was granted the lock: the storage accepted a stale write.
+        let history = |accepted_after_grant: bool| {
+            let mut h = Hist::new();
+            h.acquire(1, "a"); // 1
+            h.invoke(1, "write").value(7); // 2: leaves in time
+            h.info(1, "write").value(7).error("timeout"); // 3
+            if !accepted_after_grant {
+                h.nemesis("stop-delay")
+                    .value(serde_json::json!({DELIVERED_WRITE: 7}));
+            }
+            h.acquire(2, "b"); // 5 (or 6)
+            h.write(2, 8);
+            if accepted_after_grant {
+                h.nemesis("stop-delay")
+                    .value(serde_json::json!({DELIVERED_WRITE: 7}));
+            }
+            h
+        };
+        let (_, u, _) = run(&history(true));
+        assert_eq!(indices(&u), vec![vec![2, 5, 8]]);
+        let (_, u, _) = run(&history(false));
+        assert!(
+            !u.found(),
+            "it landed before anyone else had the lock: {u:?}"
+        );
+        // A stop event without the key (the storage refused the write, as a
+        // fenced one does) says nothing landed.
+        let mut h = history(true);
+        h.nemesis("stop-delay")
+            .value(serde_json::json!({"accepted": false}));
+        let (_, u, _) = run(&h);
+        assert_eq!(u.count, 1, "only the delivered one counts");
     }
 
     #[test]

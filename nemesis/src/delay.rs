@@ -10,6 +10,7 @@ use crate::names::{skip_event, Fault};
 use crate::package::{Package, Shape};
 use crate::runner::{Env, FaultParams};
 use crate::verify;
+use checker::history::fault::DELIVERED_WRITE;
 use checker::Point;
 use proxy::{Act, Class, Role, Trap};
 use serde_json::json;
@@ -186,8 +187,26 @@ async fn spring(env: &mut Env, fault: Fault, at: Point, aim: Aim, act: Act) {
         }
     };
     let mut stop = value;
+    // A held request's stop is stamped when it went on to the node.
+    let mut at = env.journal.now_ns();
     match sprung {
         Some(s) => {
+            if let Some(delivered) = s.delivered {
+                at = at.saturating_sub(delivered.elapsed().as_nanos() as u64);
+            }
+            if let Some(reply) = &s.reply {
+                stop["reply"] = json!(reply);
+            }
+            if let Some(accepted) = s.accepted {
+                stop["accepted"] = json!(accepted);
+            }
+            // The storage took a write that was held back: it acted now,
+            // not when it left (the checker's unsafe-action reads this).
+            if s.accepted == Some(true) && caught.class == Class::Write && !aim.reply {
+                if let Some(v) = written_value(&caught.command) {
+                    stop[DELIVERED_WRITE] = v;
+                }
+            }
             stop["held_ms"] = json!(s.held_ms);
             stop["bytes"] = json!(s.bytes);
             stop["reset"] = json!(s.reset);
@@ -201,7 +220,17 @@ async fn spring(env: &mut Env, fault: Fault, at: Point, aim: Aim, act: Act) {
         None => stop["lost"] = json!("the proxy ended before it let go"),
     }
     env.journal
-        .record(&fault.stop_event(), stop, Some(&caught.node));
+        .record_at(at, &fault.stop_event(), stop, Some(&caught.node));
+}
+
+/// The value a counter write carries: its last word (`SET <counter> 9`,
+/// or the fenced script's `… w 9`), a number when it reads as one.
+fn written_value(command: &str) -> Option<serde_json::Value> {
+    let last = command.split_whitespace().last()?;
+    Some(
+        last.parse::<i64>()
+            .map_or_else(|_| json!(last), |n| json!(n)),
+    )
 }
 
 #[cfg(test)]
@@ -214,6 +243,15 @@ mod tests {
         assert_eq!(
             (a.role, a.class, a.reply),
             (Role::Storage, Class::Write, false)
+        );
+    }
+
+    #[test]
+    fn a_held_write_is_known_by_the_value_it_carries() {
+        assert_eq!(written_value("SET lockstorm:counter 9"), Some(json!(9)));
+        assert_eq!(
+            written_value("EVALSHA 3f2a… 2 lockstorm:counter lockstorm:highest-fence 34 w 12"),
+            Some(json!(12))
         );
     }
 

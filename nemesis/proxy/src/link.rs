@@ -28,6 +28,9 @@ struct Pending {
     command: String,
     /// A trap that drops this request's reply.
     drop: Option<Arc<trap::Set>>,
+    /// A trap that held this request: done once its reply shows what the
+    /// node made of it.
+    held: Option<(Arc<trap::Set>, Sprung)>,
 }
 
 /// How a connection ended.
@@ -86,6 +89,17 @@ pub(crate) async fn serve(fabric: Arc<Inner>, worker: usize, up: usize, client: 
         end = replies(&shared, server_r, &client_w) => end,
         _ = closed(&fabric) => End::Closed,
     };
+    // A held request whose reply never came (the link ended first) is done
+    // all the same, with no reply to show.
+    let unanswered: Vec<Pending> = shared
+        .pending
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .drain(..)
+        .collect();
+    for (set, sprung) in unanswered.into_iter().filter_map(|p| p.held) {
+        set.done(sprung);
+    }
     if end == End::Reset {
         // A zero linger makes the close an RST: the client sees its
         // connection reset, as after a lost reply or a healed partition.
@@ -204,6 +218,7 @@ async fn requests(
                 class,
                 command: String::new(),
                 drop: None,
+                held: None,
             };
             for set in fabric.traps(shared.worker, shared.role, class) {
                 match set.trap.act {
@@ -214,28 +229,32 @@ async fn requests(
                             let (cut_short, behind) = set
                                 .hold_past(hold, &mut answered, shared.worker, after)
                                 .await;
-                            set.done(Sprung {
+                            let sprung = Sprung {
                                 held_ms: millis(caught.at.elapsed()),
                                 caught,
                                 bytes: frame.len(),
                                 reset: 0,
                                 cut_short,
                                 behind_another: Some(behind),
-                            });
+                                delivered: Some(Instant::now()),
+                                ..Sprung::default()
+                            };
+                            pending.held = Some((set.clone(), sprung));
                         }
                     }
                     Act::HoldRequest(hold) => {
                         let caught = catch(shared, class, &words);
                         if set.take(caught.clone()) {
                             let cut_short = set.hold(hold).await;
-                            set.done(Sprung {
+                            let sprung = Sprung {
                                 held_ms: millis(caught.at.elapsed()),
                                 caught,
                                 bytes: frame.len(),
-                                reset: 0,
                                 cut_short,
-                                behind_another: None,
-                            });
+                                delivered: Some(Instant::now()),
+                                ..Sprung::default()
+                            };
+                            pending.held = Some((set.clone(), sprung));
                         }
                     }
                     Act::DropReply if pending.drop.is_none() => pending.drop = Some(set),
@@ -308,7 +327,7 @@ async fn replies(shared: &Shared, mut from: OwnedReadHalf, to: &OwnedWriteHalf) 
                 frame = rewrite(fabric, shared.worker, frame);
             }
             let push = frame.first() == Some(&b'>') || shared.subscribed.load(Ordering::Relaxed);
-            let pending = match push {
+            let mut pending = match push {
                 true => None,
                 false => shared
                     .pending
@@ -316,6 +335,11 @@ async fn replies(shared: &Shared, mut from: OwnedReadHalf, to: &OwnedWriteHalf) 
                     .unwrap_or_else(|e| e.into_inner())
                     .pop_front(),
             };
+            if let Some((set, mut sprung)) = pending.as_mut().and_then(|p| p.held.take()) {
+                sprung.reply = Some(resp::brief(&frame));
+                sprung.accepted = Some(resp::accepts(&frame));
+                set.done(sprung);
+            }
             if let Some(p) = &pending {
                 if let Some(set) = &p.drop {
                     let caught = Caught {
@@ -331,8 +355,7 @@ async fn replies(shared: &Shared, mut from: OwnedReadHalf, to: &OwnedWriteHalf) 
                             held_ms: 0,
                             bytes: frame.len(),
                             reset: 1,
-                            cut_short: false,
-                            behind_another: None,
+                            ..Sprung::default()
                         });
                         return End::Reset;
                     }
@@ -355,9 +378,8 @@ async fn replies(shared: &Shared, mut from: OwnedReadHalf, to: &OwnedWriteHalf) 
                                 held_ms: millis(caught.at.elapsed()),
                                 caught,
                                 bytes: frame.len(),
-                                reset: 0,
                                 cut_short,
-                                behind_another: None,
+                                ..Sprung::default()
                             });
                         }
                     }

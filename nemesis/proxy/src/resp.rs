@@ -262,6 +262,30 @@ pub fn grants(frame: &[u8]) -> bool {
     }
 }
 
+/// Whether a reply says the node did what was asked: as [`grants`], but an
+/// array answers by its first item (the fenced storage script answers
+/// `{1, value}` when it wrote and `{0, highest}` when it refused).
+pub fn accepts(frame: &[u8]) -> bool {
+    match parse(frame) {
+        Ok(Value::Items(b'*', Some(items))) => match items.first() {
+            Some(Value::Line(b':', n)) => n != b"0",
+            _ => !items.is_empty(),
+        },
+        _ => grants(frame),
+    }
+}
+
+/// A reply as one short line, for evidence.
+pub fn brief(frame: &[u8]) -> String {
+    const MAX: usize = 60;
+    let text = String::from_utf8_lossy(frame).replace("\r\n", " ");
+    let text = text.trim_end();
+    match text.chars().count() > MAX {
+        true => text.chars().take(MAX).collect::<String>() + "…",
+        false => text.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,6 +342,15 @@ mod tests {
         assert!(grants(b":17\r\n"), "a fenced grant is its fence");
         assert!(!grants(b"-ERR nope\r\n"));
         assert!(!grants(b"*-1\r\n"));
+    }
+
+    #[test]
+    fn the_fenced_script_accepts_by_its_first_item() {
+        assert!(accepts(b"*2\r\n:1\r\n:9\r\n"));
+        assert!(!accepts(b"*2\r\n:0\r\n:34\r\n"), "a refused stale fence");
+        assert!(accepts(b"+OK\r\n"));
+        assert!(!accepts(b"-ERR x\r\n"));
+        assert_eq!(brief(b"*2\r\n:0\r\n:34\r\n"), "*2 :0 :34");
     }
 
     #[test]

@@ -52,7 +52,7 @@ pub struct Caught {
 }
 
 /// What the trap did, once it is done.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Sprung {
     #[serde(flatten)]
     pub caught: Caught,
@@ -68,6 +68,29 @@ pub struct Sprung {
     /// before this one went on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub behind_another: Option<bool>,
+    /// When a held request went on to the node.
+    #[serde(skip)]
+    pub delivered: Option<Instant>,
+    /// The node's reply to a held request, cut short (`None`: the link
+    /// ended before it came).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply: Option<String>,
+    /// Whether that reply says the node did what was asked (a write's `OK`,
+    /// the fenced script's `{1, …}`; not an error, a null or a refusal).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accepted: Option<bool>,
+}
+
+impl Default for Caught {
+    fn default() -> Self {
+        Caught {
+            worker: 0,
+            node: String::new(),
+            class: Class::Other,
+            command: String::new(),
+            at: Instant::now(),
+        }
+    }
 }
 
 /// The latest answer the proxy passed to a worker for a lock or counter

@@ -198,6 +198,11 @@ async fn a_held_request_arrives_late_and_nothing_else_waits() {
     assert!(took >= hold, "held {took:?}, asked {hold:?}");
     let sprung = armed.done.await.unwrap();
     assert!(sprung.held_ms >= 600 && !sprung.cut_short, "{sprung:?}");
+    assert_eq!(
+        (sprung.reply.as_deref(), sprung.accepted),
+        (Some("+OK"), Some(true)),
+        "what the node made of it"
+    );
     assert!(started.elapsed() < Duration::from_secs(5));
     fabric.shutdown().await;
 }
@@ -385,6 +390,11 @@ async fn a_held_request_still_arrives_after_its_client_gave_up() {
     assert!(gave_up, "the client timed out and closed its connection");
     let sprung = armed.done.await.unwrap();
     assert!(sprung.held_ms >= 500);
+    assert_eq!(
+        sprung.accepted,
+        Some(true),
+        "the node's reply is read though nobody waits for it"
+    );
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
         let seen: Option<String> = tokio::task::spawn_blocking({
