@@ -181,28 +181,7 @@ async fn requests(
             }
             Err(end) => return end,
         }
-        if shared.raw.load(Ordering::Relaxed) {
-            if to.write_all(&buf).await.is_err() {
-                return End::Closed;
-            }
-            buf.clear();
-            continue;
-        }
-        loop {
-            let n = match resp::frame_len(&buf) {
-                Ok(Some(n)) => n,
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::debug!(
-                        "proxy: not RESP from worker {} ({}): passing bytes through",
-                        shared.worker,
-                        e.0
-                    );
-                    shared.raw.store(true, Ordering::Relaxed);
-                    break;
-                }
-            };
-            let frame: Vec<u8> = buf.drain(..n).collect();
+        while let Some(frame) = next_frame(shared, &mut buf) {
             let words = resp::words(&frame).unwrap_or_default();
             command::learn(&words, &fabric.scripts);
             let class = command::classify(&words, shared.role, &fabric.keys, &fabric.scripts);
@@ -284,6 +263,28 @@ async fn requests(
     }
 }
 
+/// The next whole frame in `buf`, unless the connection is raw or `buf`
+/// holds only part of one. Bytes that are not RESP turn the connection raw:
+/// from then on they pass through unparsed.
+fn next_frame(shared: &Shared, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
+    if shared.raw.load(Ordering::Relaxed) {
+        return None;
+    }
+    match resp::frame_len(buf) {
+        Ok(Some(n)) => Some(buf.drain(..n).collect()),
+        Ok(None) => None,
+        Err(e) => {
+            tracing::debug!(
+                "proxy: not RESP on worker {}'s link ({}): passing bytes through",
+                shared.worker,
+                e.0
+            );
+            shared.raw.store(true, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
 fn catch(shared: &Shared, class: Class, words: &[Vec<u8>]) -> Caught {
     Caught {
         worker: shared.worker,
@@ -306,23 +307,7 @@ async fn replies(shared: &Shared, mut from: OwnedReadHalf, to: &OwnedWriteHalf) 
         if let Err(end) = fill(shared, &mut from, &mut buf).await {
             return end;
         }
-        if shared.raw.load(Ordering::Relaxed) {
-            if write(to, &buf).await.is_err() {
-                return End::Closed;
-            }
-            buf.clear();
-            continue;
-        }
-        loop {
-            let n = match resp::frame_len(&buf) {
-                Ok(Some(n)) => n,
-                Ok(None) => break,
-                Err(_) => {
-                    shared.raw.store(true, Ordering::Relaxed);
-                    break;
-                }
-            };
-            let mut frame: Vec<u8> = buf.drain(..n).collect();
+        while let Some(mut frame) = next_frame(shared, &mut buf) {
             if shared.role == Role::Sentinel {
                 frame = rewrite(fabric, shared.worker, frame);
             }
