@@ -329,3 +329,64 @@ fn a_signal_during_the_adapter_check_stops_the_run_before_any_worker_starts() {
         matches!(nemesis::process::state(pid), None | Some('Z')).then_some(())
     });
 }
+
+/// Listening TCP sockets on `127.0.<block>.<host>` for `host` in `hosts`,
+/// from /proc/net/tcp (state 0A is LISTEN; addresses are little-endian hex).
+fn listening_on(block: u8, hosts: std::ops::Range<u8>) -> Vec<String> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            let (addr, port) = cols.get(1)?.split_once(':')?;
+            let ip = u32::from_str_radix(addr, 16).ok()?.to_le_bytes();
+            let listening = cols.get(3) == Some(&"0A");
+            (listening && ip[..3] == [127, 0, block] && hosts.contains(&ip[3])).then(|| {
+                format!(
+                    "127.0.{block}.{}:{}",
+                    ip[3],
+                    u16::from_str_radix(port, 16).unwrap_or(0)
+                )
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn a_killed_harness_leaves_no_proxy_listening() {
+    let _slot = common::e2e_slot();
+    let tmp = tempfile::tempdir().unwrap();
+    let args = [
+        "run",
+        "--config",
+        "single",
+        "--nemesis",
+        "delay",
+        "--pause-ms",
+        "60000",
+    ];
+    let mut child = start_with(tmp.path(), &args);
+    let run = wait_for_event(tmp.path(), "single-delay", "start-delay");
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
+    let block = record["options"]["address_block"].as_u64().unwrap() as u8;
+    // Workers 0–4 are 127.0.<block>.100–104; their proxies listen there.
+    let workers = 100..105;
+    assert!(
+        !listening_on(block, workers.clone()).is_empty(),
+        "no proxy listened on the workers' addresses: the test shows nothing"
+    );
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+    child.wait().unwrap();
+    wait_for("the proxies' sockets to close", || {
+        listening_on(block, workers.clone())
+            .is_empty()
+            .then_some(())
+    });
+    wait_for("the run's processes to die", || {
+        common::leftover_processes(tmp.path())
+            .is_empty()
+            .then_some(())
+    });
+}
