@@ -83,7 +83,7 @@ impl Package for Delay {
                 _ => Act::HoldRequest(p.pause),
             },
         };
-        Box::pin(spring(env, Fault::Delay, p.at, aim, act))
+        Box::pin(spring(env, Fault::Delay, p.at, aim, act, Duration::ZERO))
     }
 }
 
@@ -94,10 +94,8 @@ impl Package for LoseReply {
     fn supports(&self, _: &Shape) -> Result<(), String> {
         Ok(())
     }
-    fn duration(&self, _: &FaultParams) -> Duration {
-        // Over once the reply is dropped; the quiet time after it lets the
-        // client notice and go on.
-        Duration::ZERO
+    fn duration(&self, p: &FaultParams) -> Duration {
+        lingers(p)
     }
     fn strikes(&self) -> bool {
         true
@@ -106,20 +104,29 @@ impl Package for LoseReply {
         true
     }
     fn run<'a>(&'a self, env: &'a mut Env, p: &'a FaultParams) -> BoxFuture<'a, ()> {
+        let act = Act::DropReply;
         Box::pin(spring(
             env,
             Fault::LoseReply,
             p.at,
             aim(p.at),
-            Act::DropReply,
+            act,
+            lingers(p),
         ))
     }
 }
 
+/// How long a lost reply's effect lasts: a grant whose reply was lost leaves
+/// a key nobody knows it holds, until its TTL. The fault ends then, so a run
+/// of lost grants does not read as a stuck lock (`deadlock`).
+fn lingers(p: &FaultParams) -> Duration {
+    p.lock_ttl
+}
+
 /// Sets the trap, records the start once the proxy has caught the command
 /// (stamped when it caught it), and the stop with the proxy's evidence once
-/// it let go (held ms, bytes, connections reset).
-async fn spring(env: &mut Env, fault: Fault, at: Point, aim: Aim, act: Act) {
+/// it let go (held ms, bytes, connections reset), or `linger` after that.
+async fn spring(env: &mut Env, fault: Fault, at: Point, aim: Aim, act: Act, linger: Duration) {
     let Some(net) = env.net.clone() else {
         let reason = "this run has no fault proxy";
         env.journal
@@ -218,6 +225,10 @@ async fn spring(env: &mut Env, fault: Fault, at: Point, aim: Aim, act: Act) {
             }
         }
         None => stop["lost"] = json!("the proxy ended before it let go"),
+    }
+    if !linger.is_zero() {
+        env.sleep(linger).await;
+        at = env.journal.now_ns();
     }
     env.journal
         .record_at(at, &fault.stop_event(), stop, Some(&caught.node));

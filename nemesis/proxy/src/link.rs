@@ -326,7 +326,11 @@ async fn replies(shared: &Shared, mut from: OwnedReadHalf, to: &OwnedWriteHalf) 
                 set.done(sprung);
             }
             if let Some(p) = &pending {
-                if let Some(set) = &p.drop {
+                // A lost acquire reply matters when the node granted it:
+                // the client then holds nothing it knows of, while the key
+                // holds its token. A refusal's reply passes.
+                let lost = p.class != Class::Acquire || resp::grants(&frame);
+                if let Some(set) = p.drop.as_ref().filter(|_| lost) {
                     let caught = Caught {
                         worker: shared.worker,
                         node: fabric.upstreams[shared.up].name.clone(),

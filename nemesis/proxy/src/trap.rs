@@ -25,6 +25,7 @@ pub enum Act {
     /// only a reply that grants the lock is held.
     HoldReply { hold: Duration, granted_only: bool },
     /// Forward the request; drop its reply and reset the client's connection.
+    /// An acquire's reply is dropped only when it grants the lock.
     DropReply,
 }
 

@@ -220,6 +220,17 @@ async fn a_dropped_reply_leaves_the_command_applied_and_the_client_reset() {
         class: Class::Acquire,
         act: Act::DropReply,
     });
+    // A refused acquire's reply passes: only a grant is worth losing.
+    let direct = redis.addr;
+    let refused = tokio::task::spawn_blocking(move || {
+        let _: () = conn(direct).set(LOCK, "someone").unwrap();
+        let refused = acquire(&mut conn(a), "refused");
+        let _: () = conn(direct).del(LOCK).unwrap();
+        refused
+    })
+    .await
+    .unwrap();
+    assert_eq!(refused.unwrap(), None, "a refusal reaches the client");
     let reply = tokio::task::spawn_blocking(move || acquire(&mut conn(a), "lost"))
         .await
         .unwrap();
