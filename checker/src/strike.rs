@@ -48,7 +48,10 @@ impl Point {
             Point::Acquiring => ((Kinds::Invoke, f::ACQUIRE), (done, f::ACQUIRE)),
             Point::Acquired => ((Kinds::Ok, f::ACQUIRE), (Kinds::Invoke, f::READ)),
             Point::Read => ((Kinds::Ok, f::READ), (Kinds::Invoke, f::WRITE)),
-            Point::Checked => ((Kinds::Invoke, f::WRITE), (done, f::WRITE)),
+            // Parked after its lease check, before its write leaves (the
+            // write's invoke is stamped when it leaves): the same events
+            // bound it as `read`, the work and the check happening between.
+            Point::Checked => ((Kinds::Ok, f::READ), (Kinds::Invoke, f::WRITE)),
             Point::Releasing => ((Kinds::Invoke, f::RELEASE), (done, f::RELEASE)),
         }
     }
@@ -175,27 +178,30 @@ mod tests {
 
     #[test]
     fn a_pause_between_the_lease_check_and_the_write_is_at_checked() {
+        // The write's invoke is stamped when it leaves: after the pause.
         let mut h = Hist::new();
         h.ok(1, f::READ).value(3);
-        h.invoke(1, f::WRITE).value(4);
         h.nemesis("start-pause")
             .value(json!({"at": "checked", "process": 1}));
         h.nemesis("stop-pause");
+        h.invoke(1, f::WRITE).value(4);
         h.ok(1, f::WRITE).value(4);
         assert!(misplaced(&h).is_empty(), "{:?}", misplaced(&h));
     }
 
     #[test]
     fn a_strike_that_is_not_where_it_says_is_named() {
+        // A write already sent when the strike came was not struck at
+        // `checked`, which parks the worker before the write leaves.
         let mut h = Hist::new();
         h.ok(1, f::READ).value(3);
+        h.invoke(1, f::WRITE).value(4);
         h.nemesis("start-pause")
             .value(json!({"at": "checked", "process": 1}));
-        h.invoke(1, f::WRITE).value(4);
         let why = misplaced(&h);
         assert_eq!(why.len(), 1, "{why:?}");
         assert!(
-            why[0].contains("last event before it was read ok"),
+            why[0].contains("last event before it was write invoke"),
             "{}",
             why[0]
         );

@@ -554,18 +554,27 @@ impl<W: Write> Worker<W> {
         std::thread::sleep(Duration::from_millis(self.spec.work_ms));
 
         let next = value + 1;
-        self.emit(OpType::Invoke, f::WRITE, |e| {
-            e.with_value(next.into()).with_fence(fence)
-        });
         let refused = match self.spec.validity_check {
             true => self.refusal(lease_start),
             false => None,
         };
+        // The write's invoke is stamped when the request leaves: a worker
+        // frozen at `checked` is frozen before it, so a stale write shows
+        // as sent after the rival's grant (the checker's unsafe-action).
+        let invoke = |w: &mut Self| {
+            w.emit(OpType::Invoke, f::WRITE, |e| {
+                e.with_value(next.into()).with_fence(fence)
+            })
+        };
         let write = match refused {
-            Some(why) => Outcome::Fail(why),
+            Some(why) => {
+                invoke(self);
+                Outcome::Fail(why)
+            }
             None => {
                 // The gap no check closes: the lease was valid a moment ago.
                 self.strike.at(Point::Checked);
+                invoke(self);
                 self.storage.write(next, fence)
             }
         };
