@@ -2,7 +2,7 @@
 //! which holds (a large run merges neighbours), where the ✗ marks go.
 
 use super::shared::end_time;
-use checker::anomaly::{LOCK_OVERLAP, UNSAFE_ACTION};
+use checker::anomaly::UNSAFE_ACTION;
 use checker::{History, Hold, Process, Results};
 use std::collections::{HashMap, HashSet};
 
@@ -18,7 +18,9 @@ pub struct Scene {
     pub spans: Vec<Span>,
     /// How many holds the history has, drawn or not.
     pub total: usize,
-    /// `start_index` of every hold in a lock-overlap example.
+    /// `start_index` of every hold that overlaps another: found from all
+    /// the holds, not from the checker's examples (which keep the first
+    /// few), so a long run's later overlaps are coloured too.
     pub overlapping: HashSet<u64>,
     /// Time and row of every unsafe action in the examples.
     pub unsafe_actions: Vec<(u64, usize)>,
@@ -102,7 +104,6 @@ impl Scene {
             .filter_map(|ex| by_index.get(ex.first()?))
             .filter_map(|e| Some((e.time, rows.of(&e.process)?)))
             .collect();
-        let overlapping: HashSet<u64> = examples(LOCK_OVERLAP).iter().flatten().copied().collect();
         let witnesses: HashSet<u64> = results
             .anomalies
             .values()
@@ -118,6 +119,7 @@ impl Scene {
                     .any(|&(t, row)| rows.of(&h.process) == Some(row) && h.start <= t && t <= h.end)
         };
         let mut holds = checker::holds(history);
+        let overlapping = overlapping(&holds);
         let total = holds.len();
         let mut notes = Vec::new();
         let mut spans = Vec::new();
@@ -169,6 +171,28 @@ impl Scene {
             fences,
         }
     }
+}
+
+/// The `start_index` of every hold that shares an instant with a hold of
+/// another lock (the checker's `lock-overlap`, all of them). A sweep in
+/// start order keeps only the holds still open, so the cost follows the
+/// concurrency, not the run's length.
+pub fn overlapping(holds: &[Hold]) -> HashSet<u64> {
+    let mut by_start: Vec<&Hold> = holds.iter().collect();
+    by_start.sort_by_key(|h| (h.start, h.start_index));
+    let mut open: Vec<&Hold> = Vec::new();
+    let mut found = HashSet::new();
+    for h in by_start {
+        open.retain(|o| o.end > h.start);
+        for o in &open {
+            if !o.same_lock(h) {
+                found.insert(o.start_index);
+                found.insert(h.start_index);
+            }
+        }
+        open.push(h);
+    }
+    found
 }
 
 /// Holds of one row drawn as one bar.
