@@ -47,8 +47,13 @@ fn a_failover_to_a_replica_without_the_key_loses_the_lock() {
     // section when the promoted replica grants it again: 5.5 s of work
     // (within the 6 s lease) leaves a loaded machine's Sentinel that long
     // to promote, where the default 4 s did not always (seen VALID under a
-    // full test suite).
-    let (out, results, dir) = failover(tmp.path(), "24", &["--work-ms", "5500"]);
+    // full test suite). And Sentinel promotes no replica cut off from its
+    // primary for more than ten times down-after: the partition lasts one
+    // TTL plus the wait for a holder (up to 12 s under load), past the 10 s
+    // that the default 1 s allows (seen in CI: no promotion at all), so
+    // down-after is 2 s here.
+    let args = ["--work-ms", "5500", "--down-after-ms", "2000"];
+    let (out, results, dir) = failover(tmp.path(), "26", &args);
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
     let promoted = events(&dir, "promoted");
