@@ -115,9 +115,24 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
         p = env.cluster.await_promotion(&name, PROMOTION_TIMEOUT) => p,
         _ = env.stop.wait_for(|s| *s) => None,
     };
+    let after_ms = killed_at.elapsed().as_millis() as u64;
     let value = match &promoted {
-        Some(new) => json!({"promoted": new, "after_ms": killed_at.elapsed().as_millis() as u64}),
-        None => json!({"promoted": null, "after_ms": killed_at.elapsed().as_millis() as u64}),
+        Some(new) => json!({"promoted": new, "after_ms": after_ms}),
+        // No failover happened: the run did not test one, whatever it saw.
+        // (Sentinel skips a replica cut off from its primary for more than
+        // ten times down-after, so a long wait for a holder can leave none
+        // eligible.)
+        None => verify::attach(
+            json!({"promoted": null, "after_ms": after_ms}),
+            Err(format!(
+                "Sentinel promoted no replica within {after_ms} ms of the kill{}",
+                if env.stopping() {
+                    ", before the run ended"
+                } else {
+                    ""
+                }
+            )),
+        ),
     };
     env.journal.record("promoted", value, promoted.as_deref());
 

@@ -40,34 +40,45 @@ fn failover(
     outcome
 }
 
+/// The race a failover loses the lock in: the promoted replica grants it
+/// again while the old holder is still inside its critical section. 5.5 s
+/// of work (within the 6 s lease) gives Sentinel that long to promote. A
+/// loaded machine's Sentinel has still been seen to promote nobody before a
+/// 24 s run ended (CI, once in three runs); such a run is `unknown` (its
+/// `promoted` event is unverified), so the race is given two runs, as
+/// Redlock's scenarios are given three.
 #[test]
 fn a_failover_to_a_replica_without_the_key_loses_the_lock() {
-    let tmp = tempfile::tempdir().unwrap();
-    // The lock is lost only if its holder is still inside its critical
-    // section when the promoted replica grants it again: 5.5 s of work
-    // (within the 6 s lease) leaves a loaded machine's Sentinel that long
-    // to promote, where the default 4 s did not always (seen VALID under a
-    // full test suite). And Sentinel promotes no replica cut off from its
-    // primary for more than ten times down-after: the partition lasts one
-    // TTL plus the wait for a holder (up to 12 s under load), past the 10 s
-    // that the default 1 s allows (seen in CI: no promotion at all), so
-    // down-after is 2 s here.
-    let args = ["--work-ms", "5500", "--down-after-ms", "2000"];
-    let (out, results, dir) = failover(tmp.path(), "26", &args);
-    assert_eq!(out.code, 1, "{}", out.stdout);
-    assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
-    let promoted = events(&dir, "promoted");
-    assert_eq!(promoted.len(), 1, "{}", out.stdout);
-    assert!(
-        promoted[0]["value"]["promoted"].is_string(),
-        "Sentinel promoted nobody: {promoted:?}"
-    );
-    assert!(!events(&dir, "switch-master").is_empty());
-    // The partition refused probes, the old primary's pid was gone, and it
-    // came back as a new process.
-    for op in ["start-failover", "kill", "stop-failover"] {
-        common::assert_verified(&dir, op);
+    let mut outcomes = Vec::new();
+    for seed in ["4", "5"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let args = ["--work-ms", "5500"];
+        let (out, results, dir) =
+            run_short(tmp.path(), "replicated", "failover", "24", seed, &args);
+        let orphans = common::orphaned_chains();
+        assert!(orphans.is_empty(), "iptables rules left: {orphans:?}");
+        let promoted = events(&dir, "promoted");
+        assert_eq!(promoted.len(), 1, "{}", out.stdout);
+        if promoted[0]["value"]["promoted"].is_null() {
+            assert_eq!(out.code, 2, "no promotion, yet decided: {}", out.stdout);
+        }
+        if out.code != 1 || count(&results, "lock-overlap") == 0 {
+            // No promotion (unknown), or one after the holder had finished.
+            outcomes.push(out.stdout);
+            continue;
+        }
+        assert!(!events(&dir, "switch-master").is_empty());
+        // The partition refused probes, the old primary's pid was gone, and it
+        // came back as a new process.
+        for op in ["start-failover", "kill", "stop-failover"] {
+            common::assert_verified(&dir, op);
+        }
+        return;
     }
+    panic!(
+        "the failover never lost the lock in two runs:\n{}",
+        outcomes.join("\n")
+    );
 }
 
 /// The same failover, but an acquisition counts only once a replica has it:
