@@ -202,7 +202,7 @@ async fn requests(
             for set in fabric.traps(shared.worker, shared.role, class) {
                 match set.trap.act {
                     Act::HoldPast { hold, after } => {
-                        let caught = catch(shared, class, &words);
+                        let caught = catch(shared, class, command::summary(&words));
                         if set.take(caught.clone()) {
                             let mut answered = fabric.answered.subscribe();
                             let (cut_short, behind) = set
@@ -222,7 +222,7 @@ async fn requests(
                         }
                     }
                     Act::HoldRequest(hold) => {
-                        let caught = catch(shared, class, &words);
+                        let caught = catch(shared, class, command::summary(&words));
                         if set.take(caught.clone()) {
                             let cut_short = set.hold(hold).await;
                             let sprung = Sprung {
@@ -285,12 +285,13 @@ fn next_frame(shared: &Shared, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
     }
 }
 
-fn catch(shared: &Shared, class: Class, words: &[Vec<u8>]) -> Caught {
+/// What a trap caught on this link, now: one home for requests and replies.
+fn catch(shared: &Shared, class: Class, command: String) -> Caught {
     Caught {
         worker: shared.worker,
         node: shared.fabric.upstreams[shared.up].name.clone(),
         class,
-        command: command::summary(words),
+        command,
         at: Instant::now(),
     }
 }
@@ -331,13 +332,7 @@ async fn replies(shared: &Shared, mut from: OwnedReadHalf, to: &OwnedWriteHalf) 
                 // holds its token. A refusal's reply passes.
                 let lost = p.class != Class::Acquire || resp::grants(&frame);
                 if let Some(set) = p.drop.as_ref().filter(|_| lost) {
-                    let caught = Caught {
-                        worker: shared.worker,
-                        node: fabric.upstreams[shared.up].name.clone(),
-                        class: p.class,
-                        command: p.command.clone(),
-                        at: Instant::now(),
-                    };
+                    let caught = catch(shared, p.class, p.command.clone());
                     if set.take(caught.clone()) {
                         set.done(Sprung {
                             caught,
@@ -354,13 +349,7 @@ async fn replies(shared: &Shared, mut from: OwnedReadHalf, to: &OwnedWriteHalf) 
                         if granted_only && !resp::grants(&frame) {
                             continue;
                         }
-                        let caught = Caught {
-                            worker: shared.worker,
-                            node: fabric.upstreams[shared.up].name.clone(),
-                            class: p.class,
-                            command: p.command.clone(),
-                            at: Instant::now(),
-                        };
+                        let caught = catch(shared, p.class, p.command.clone());
                         if set.take(caught.clone()) {
                             let cut_short = set.hold(hold).await;
                             set.done(Sprung {
