@@ -84,8 +84,8 @@ pub(crate) struct Inner {
     /// Bumped at every cut and heal, so idle connections look again.
     cut_gen: watch::Sender<u64>,
     closed: watch::Sender<bool>,
-    /// The latest answer to a lock or counter request (holds past another
-    /// worker's request wait on it).
+    /// Answers to lock and counter requests so far (holds past another
+    /// worker's request wait on them).
     answered: watch::Sender<trap::Answered>,
     connections: AtomicU64,
     requests: AtomicU64,
@@ -215,13 +215,7 @@ impl Fabric {
             cuts: Mutex::new(HashSet::new()),
             cut_gen: watch::channel(0).0,
             closed: watch::channel(false).0,
-            answered: watch::channel(trap::Answered {
-                seq: 0,
-                worker: usize::MAX,
-                role: Role::Storage,
-                class: Class::Other,
-            })
-            .0,
+            answered: watch::channel(trap::Answered::default()).0,
             connections: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             dropped: AtomicU64::new(0),

@@ -7,7 +7,7 @@
 use crate::command::{self, Class, Role};
 use crate::resp;
 use crate::sentinel;
-use crate::trap::{self, Act, Answered, Caught, Sprung};
+use crate::trap::{self, Act, Caught, Sprung};
 use crate::Inner;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -373,14 +373,9 @@ async fn replies(shared: &Shared, mut from: OwnedReadHalf, to: &OwnedWriteHalf) 
             }
             if let Some(class) = answered {
                 let (worker, role) = (shared.worker, shared.role);
-                fabric.answered.send_modify(|a| {
-                    *a = Answered {
-                        seq: a.seq + 1,
-                        worker,
-                        role,
-                        class,
-                    }
-                });
+                fabric
+                    .answered
+                    .send_modify(|a| a.count(worker, role, class));
             }
         }
         if shared.raw.load(Ordering::Relaxed) && !buf.is_empty() {

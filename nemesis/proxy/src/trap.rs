@@ -4,6 +4,7 @@
 
 use crate::command::{Class, Role};
 use serde::Serialize;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -94,14 +95,26 @@ impl Default for Caught {
     }
 }
 
-/// The latest answer the proxy passed to a worker for a lock or counter
-/// request (a grant only, for an acquire).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Answered {
-    pub seq: u64,
-    pub worker: usize,
-    pub role: Role,
-    pub class: Class,
+/// How many answers to lock and counter requests (grants only, for an
+/// acquire) the proxy has passed to each worker, by role and class. A tally
+/// rather than the latest answer, so that a watcher that wakes late still
+/// sees every answer it slept through.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Answered(HashMap<(usize, Role, Class), u64>);
+
+impl Answered {
+    pub fn count(&mut self, worker: usize, role: Role, class: Class) {
+        *self.0.entry((worker, role, class)).or_default() += 1;
+    }
+
+    /// Answers to `class` on `role` passed to workers other than `me`.
+    pub fn others(&self, me: usize, role: Role, class: Class) -> u64 {
+        self.0
+            .iter()
+            .filter(|((w, r, c), _)| *w != me && *r == role && *c == class)
+            .map(|(_, n)| n)
+            .sum()
+    }
 }
 
 /// A trap set in the fabric, shared by every connection that may match it.
@@ -194,9 +207,12 @@ impl Set {
         }
     }
 
-    /// Like [`Set::hold`], then waits (at most `hold` more) until `answered`
-    /// shows an answer to another worker's `after` request on `role`.
-    /// Returns (cut short, whether that answer came).
+    /// Like [`Set::hold`], then waits (at most `hold` more) for the next
+    /// answer to another worker's `after` request on the trap's role, so the
+    /// request goes on right behind it: the write lands just before a reader
+    /// can see it, the release while the key is freshly another's. Returns
+    /// (cut short, whether any such answer came since the catch — during the
+    /// hold counts: the storage had already moved on).
     pub async fn hold_past(
         &self,
         hold: Duration,
@@ -204,16 +220,74 @@ impl Set {
         me: usize,
         after: Class,
     ) -> (bool, bool) {
-        if self.hold(hold).await {
-            return (true, false);
-        }
-        answered.borrow_and_update();
         let role = self.trap.role;
-        let mut heal = self.heal.clone();
-        let theirs = |a: &Answered| a.worker != me && a.role == role && a.class == after;
-        tokio::select! {
-            seen = tokio::time::timeout(hold, answered.wait_for(theirs)) => (false, matches!(seen, Ok(Ok(_)))),
-            _ = heal.wait_for(|h| *h) => (true, false),
+        let caught = answered.borrow_and_update().others(me, role, after);
+        let cut_short = self.hold(hold).await;
+        let held = answered.borrow_and_update().others(me, role, after);
+        if cut_short {
+            return (true, held > caught);
         }
+        let mut heal = self.heal.clone();
+        let fresh = |a: &Answered| a.others(me, role, after) > held;
+        tokio::select! {
+            seen = tokio::time::timeout(hold, answered.wait_for(fresh)) => {
+                (false, held > caught || matches!(seen, Ok(Ok(_))))
+            }
+            _ = heal.wait_for(|h| *h) => (true, held > caught),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_trap() -> (Set, Armed) {
+        new(Trap {
+            workers: None,
+            role: Role::Storage,
+            class: Class::Write,
+            act: Act::HoldPast {
+                hold: Duration::from_millis(20),
+                after: Class::Write,
+            },
+        })
+    }
+
+    /// Holds worker 0's write while `answer` happens, polled only once the
+    /// hold has taken its snapshot.
+    async fn held_while(answer: impl FnOnce(&mut Answered)) -> (bool, bool) {
+        let (set, _armed) = write_trap();
+        let (tx, mut rx) = watch::channel(Answered::default());
+        let hold = set.hold_past(Duration::from_millis(20), &mut rx, 0, Class::Write);
+        let during = async { tx.send_modify(answer) };
+        tokio::join!(hold, during).0
+    }
+
+    #[tokio::test]
+    async fn another_write_answered_during_the_hold_puts_the_held_one_behind() {
+        let behind = held_while(|a| a.count(1, Role::Storage, Class::Write)).await;
+        assert_eq!(behind, (false, true));
+    }
+
+    #[tokio::test]
+    async fn its_own_or_other_answers_do_not() {
+        let own = held_while(|a| a.count(0, Role::Storage, Class::Write)).await;
+        assert_eq!(own, (false, false));
+        let read = held_while(|a| a.count(1, Role::Storage, Class::Read)).await;
+        assert_eq!(read, (false, false));
+        let lock = held_while(|a| a.count(1, Role::Lock, Class::Write)).await;
+        assert_eq!(lock, (false, false));
+    }
+
+    #[test]
+    fn the_tally_keeps_answers_a_late_watcher_slept_through() {
+        let mut a = Answered::default();
+        a.count(1, Role::Storage, Class::Write);
+        a.count(2, Role::Storage, Class::Write);
+        a.count(2, Role::Lock, Class::Acquire);
+        assert_eq!(a.others(0, Role::Storage, Class::Write), 2);
+        assert_eq!(a.others(1, Role::Storage, Class::Write), 1);
+        assert_eq!(a.others(2, Role::Lock, Class::Acquire), 0);
     }
 }
