@@ -8,7 +8,8 @@ use std::fmt;
 use std::io::BufRead;
 
 /// Who performed an operation: a client process id, or a named actor
-/// (`"nemesis"` for faults, `"harness"` for setup and the final read).
+/// (`"nemesis"` for faults, `"harness"` for setup and the final read,
+/// `"observer"` for the lock key's life as each node saw it).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(untagged)]
 pub enum Process {
@@ -22,6 +23,12 @@ impl Process {
     }
     pub fn harness() -> Self {
         Process::Named("harness".into())
+    }
+    pub fn observer() -> Self {
+        Process::Named("observer".into())
+    }
+    pub fn is_observer(&self) -> bool {
+        matches!(self, Process::Named(n) if n == "observer")
     }
     pub fn is_client(&self) -> bool {
         matches!(self, Process::Client(_))
@@ -107,6 +114,34 @@ pub mod f {
     pub const CRASH: &str = "crash";
     /// Not an op: a worker or the harness woke late (`value`: `who`, `ms`).
     pub const STALL: &str = "stall";
+}
+
+/// The observer's events: the lock key's life on one lock node, as that node
+/// saw it (process `"observer"`, type `info`, `node` the node). `token` is
+/// the token the key held when the observer can tell; `value` may say
+/// [`key::BY`] who sent the command and [`key::TTL_MS`] the lease it set.
+/// Checkers use them only to sharpen a finding: a history without them
+/// (lock-only, or from Jepsen) is checked the same way.
+pub mod key {
+    /// The key was written with a token (an acquire that won).
+    pub const SET: &str = "key-set";
+    /// The key's lease was extended (an extend, a watchdog's renewal).
+    pub const RENEWED: &str = "key-renewed";
+    /// Redis expired the key (its lease ran out; see docs/formats.md for how
+    /// late the node may notice).
+    pub const EXPIRED: &str = "key-expired";
+    /// A command deleted the key (a release, or another client's `DEL`).
+    pub const DELETED: &str = "key-deleted";
+    /// The value key naming who sent the command (`worker-<i>`), when the
+    /// observer can tell.
+    pub const BY: &str = "by";
+    /// The value key holding the lease the command set, in ms.
+    pub const TTL_MS: &str = "ttl_ms";
+
+    /// Whether `f` is one of the observer's events.
+    pub fn is_key_event(f: &str) -> bool {
+        matches!(f, SET | RENEWED | EXPIRED | DELETED)
+    }
 }
 
 /// Error names clients put in `error` (free-form strings are allowed too).
