@@ -17,6 +17,8 @@
 use crate::finding::Anomaly;
 use crate::history::{error, f, Event, OpType};
 use crate::Invoked;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// How long after a fault ended an anomaly is still put down to it.
 pub const WINDOW_NS: u64 = 10_000_000_000;
@@ -38,6 +40,27 @@ struct Fault {
     kind: String,
     start: u64,
     end: Option<u64>,
+    /// The event that began it (a nemesis fault's `start-<fault>`).
+    index: u64,
+}
+
+/// One fault the nemesis injected, and what it led to: how many
+/// occurrences of each anomaly attribution put down to it (`results.json`'s
+/// `incidents`, in start order). A summary leads with these: 6 pauses, 6
+/// led to two holders at once, rather than 12 pairs of overlapping holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Incident {
+    /// The fault's name (`pause`, `kill`, …).
+    pub fault: String,
+    /// The index of its `start-<fault>` event.
+    pub index: u64,
+    /// When it began and ended (ns); `None` if it never stopped.
+    pub start: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<u64>,
+    /// Occurrences of each anomaly put down to it; empty if it harmed nothing.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub anomalies: BTreeMap<String, u64>,
 }
 
 impl Fault {
@@ -77,6 +100,7 @@ impl Causes {
                 kind: ADAPTER.into(),
                 start: invoke.map_or(e.time, |i| i.time),
                 end: Some(e.time),
+                index: e.index,
             });
             return;
         }
@@ -85,6 +109,7 @@ impl Causes {
                 kind: NODE_DIED.into(),
                 start: e.time,
                 end: None,
+                index: e.index,
             });
             return;
         }
@@ -100,6 +125,7 @@ impl Causes {
                     kind: f::STALL.into(),
                     start: e.time - ns,
                     end: Some(e.time),
+                    index: e.index,
                 }),
                 None => self.unreadable.push(e.index),
             }
@@ -113,6 +139,7 @@ impl Causes {
                 kind: kind.into(),
                 start: e.time,
                 end: None,
+                index: e.index,
             });
         } else if let Some(kind) = crate::history::fault::stopped(&e.f) {
             // Ends the earliest open fault of its kind: faults of one kind
@@ -138,14 +165,35 @@ impl Causes {
     /// The cause of an anomaly that became visible at `at`: a nemesis fault's
     /// name, `stall`, or [`NONE`]. Ties go to the nemesis fault.
     pub fn cause(&self, at: u64) -> &str {
+        self.chosen(at).map_or(NONE, |x| x.kind.as_str())
+    }
+
+    /// The fault or stall an anomaly visible at `at` is put down to.
+    fn chosen(&self, at: u64) -> Option<&Fault> {
         // What the harness saw fail by itself is as definite as a fault.
         let planned = latest(self.nemesis.iter().chain(&self.incidents), at);
-        let chosen = match (planned, latest(self.unplanned_stalls(), at)) {
+        match (planned, latest(self.unplanned_stalls(), at)) {
             (Some(p), Some(s)) if s.start > p.start => Some(s),
             (Some(p), _) => Some(p),
             (None, s) => s,
-        };
-        chosen.map_or(NONE, |x| x.kind.as_str())
+        }
+    }
+
+    /// Every nemesis fault, in start order, with nothing attributed yet.
+    pub fn incidents(&self) -> Vec<Incident> {
+        let mut all: Vec<Incident> = self
+            .nemesis
+            .iter()
+            .map(|x| Incident {
+                fault: x.kind.clone(),
+                index: x.index,
+                start: x.start,
+                end: x.end,
+                anomalies: BTreeMap::new(),
+            })
+            .collect();
+        all.sort_by_key(|i| (i.start, i.index));
+        all
     }
 
     /// A note naming the `stall` events that were ignored, if any.
@@ -177,26 +225,34 @@ fn latest<'a>(faults: impl Iterator<Item = &'a Fault>, at: u64) -> Option<&'a Fa
 
 /// Fills `causes` and `example_causes` from the witness times `anomaly`
 /// gathered (one per occurrence, the first ones matching `examples`), once
-/// every fault of the history is known. Occurrences counted without a time
-/// of their own (a loss seen only in the final count) are put down to the
-/// cause of the anomaly's first evidence.
-pub fn attribute(anomaly: &mut Anomaly, faults: &Causes) {
+/// every fault of the history is known, and adds each occurrence to the
+/// incident (from [`Causes::incidents`]) it is put down to, under `name`.
+/// Occurrences counted without a time of their own (a loss seen only in the
+/// final count) are put down to the cause of the anomaly's first evidence.
+pub fn attribute(name: &str, anomaly: &mut Anomaly, faults: &Causes, incidents: &mut [Incident]) {
     let times = std::mem::take(&mut anomaly.times);
     let first = anomaly.first_time.or(times.first().copied());
     let timed = times
         .len()
         .min(usize::try_from(anomaly.count).unwrap_or(usize::MAX));
-    anomaly.causes.clear();
-    for &t in &times[..timed] {
-        *anomaly.causes.entry(faults.cause(t).into()).or_default() += 1;
-    }
     let untimed = anomaly.count - timed as u64;
-    if let (Some(first), true) = (first, untimed > 0) {
-        *anomaly
-            .causes
-            .entry(faults.cause(first).into())
-            .or_default() += untimed;
+    let mut causes = BTreeMap::new();
+    let mut put = |at: u64, n: u64| {
+        let chosen = faults.chosen(at);
+        let kind = chosen.map_or(NONE, |x| x.kind.as_str());
+        *causes.entry(kind.to_string()).or_default() += n;
+        let incident = chosen.and_then(|x| incidents.iter_mut().find(|i| i.index == x.index));
+        if let Some(i) = incident.filter(|i| i.fault == kind) {
+            *i.anomalies.entry(name.into()).or_default() += n;
+        }
+    };
+    for &t in &times[..timed] {
+        put(t, 1);
     }
+    if let (Some(first), true) = (first, untimed > 0) {
+        put(first, untimed);
+    }
+    anomaly.causes = causes;
     anomaly.example_causes = (0..anomaly.examples.len())
         .filter_map(|i| times.get(i).copied().or(first))
         .map(|t| faults.cause(t).to_string())
@@ -344,8 +400,11 @@ mod tests {
             first_time: Some(12 * S),
             ..Anomaly::default()
         };
-        attribute(&mut a, &faults(&h, &[]));
+        let faults = faults(&h, &[]);
+        let mut incidents = faults.incidents();
+        attribute("lost-update", &mut a, &faults, &mut incidents);
         assert_eq!(a.causes.get("kill"), Some(&3), "{:?}", a.causes);
+        assert_eq!(incidents[0].anomalies.get("lost-update"), Some(&3));
         assert_eq!(a.example_causes, ["kill"]);
     }
 
@@ -362,11 +421,60 @@ mod tests {
                 time: t,
             });
         }
-        attribute(&mut a, &faults);
+        let mut incidents = faults.incidents();
+        attribute("lock-overlap", &mut a, &faults, &mut incidents);
+        assert_eq!(
+            incidents.len(),
+            1,
+            "the stall is no incident: {incidents:?}"
+        );
+        assert_eq!(incidents[0].anomalies.get("lock-overlap"), Some(&2));
         let tally: Vec<(&str, u64)> = a.causes.iter().map(|(k, v)| (k.as_str(), *v)).collect();
         assert_eq!(tally, [("none", 1), ("pause", 2), ("stall", 1)]);
         assert_eq!(a.example_causes, ["none", "pause", "pause", "stall"]);
         let json = serde_json::to_value(&a).unwrap();
         assert_eq!(json["causes"], json!({"none": 1, "pause": 2, "stall": 1}));
+    }
+
+    #[test]
+    fn each_fault_is_an_incident_with_what_was_put_down_to_it() {
+        let mut h = Hist::new();
+        h.nemesis("start-pause").time(10 * S);
+        h.nemesis("stop-pause").time(12 * S);
+        h.nemesis("start-pause").time(30 * S);
+        h.nemesis("stop-pause").time(32 * S);
+        h.nemesis("start-kill").time(50 * S);
+        h.nemesis("stop-kill").time(51 * S);
+        let faults = faults(&h, &[]);
+        let mut incidents = faults.incidents();
+        let mut overlaps = Anomaly::default();
+        let mut lost = Anomaly::default();
+        for t in [11 * S, 11 * S + 5, 31 * S] {
+            overlaps.record(Witness {
+                indices: vec![t],
+                time: t,
+            });
+        }
+        lost.record(Witness {
+            indices: vec![1],
+            time: 13 * S,
+        });
+        attribute("lock-overlap", &mut overlaps, &faults, &mut incidents);
+        attribute("lost-update", &mut lost, &faults, &mut incidents);
+        let seen: Vec<(&str, Vec<(&str, u64)>)> = incidents
+            .iter()
+            .map(|i| {
+                let a = i.anomalies.iter().map(|(k, v)| (k.as_str(), *v));
+                (i.fault.as_str(), a.collect())
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("pause", vec![("lock-overlap", 2), ("lost-update", 1)]),
+                ("pause", vec![("lock-overlap", 1)]),
+                ("kill", vec![]),
+            ]
+        );
     }
 }

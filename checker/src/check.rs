@@ -161,13 +161,14 @@ fn assemble(
     let mut anomalies: BTreeMap<String, Anomaly> = BTreeMap::new();
     let mut notes = Vec::new();
     let mut not_asked = Vec::new();
+    let mut incidents = causes.incidents();
     for (c, finding) in findings {
         if finding.not_asked {
             not_asked.push(c.name);
         }
         checkers.insert(c.name.to_string(), finding.report);
         for (anomaly, mut a) in finding.anomalies {
-            cause::attribute(&mut a, &causes);
+            cause::attribute(anomaly, &mut a, &causes, &mut incidents);
             anomalies.insert(anomaly.to_string(), a);
         }
         notes.extend(finding.notes);
@@ -209,6 +210,7 @@ fn assemble(
         checkers,
         stats,
         notes,
+        incidents,
     }
 }
 

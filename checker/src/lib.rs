@@ -54,6 +54,7 @@ mod testing;
 
 // Checking a history, and what it gives back (the `results.json` contract).
 pub use availability::Availability;
+pub use cause::Incident;
 pub use check::{check, check_jsonl, StreamStats, Window};
 pub use counter::CounterReport;
 pub use edn::from_edn;

@@ -17,20 +17,33 @@ pub(crate) static CHECKERS: &[CheckerEntry] = &[
     CheckerEntry {
         name: mutex::NAME,
         anomalies: &[
-            kind(anomaly::LOCK_OVERLAP, 0, Some("overlap"), Breaks::Exclusion),
-            kind(anomaly::UNSAFE_ACTION, 1, Some("unsafe"), Breaks::Exclusion),
+            kind(anomaly::LOCK_OVERLAP, 0, Some("overlap"), Breaks::Exclusion).said(
+                "pairs of holds that overlapped in time (one fault can make several)",
+                "two holders at once",
+            ),
+            kind(anomaly::UNSAFE_ACTION, 1, Some("unsafe"), Breaks::Exclusion).said(
+                "storage reads and writes sent by a holder that had lost the lock",
+                "a stale holder acting",
+            ),
             kind(
                 anomaly::FOREIGN_RELEASE,
                 4,
                 Some("foreign"),
                 Breaks::Exclusion,
+            )
+            .said(
+                "releases that deleted a lock another process held",
+                "another's lock released",
             ),
         ],
         fed: Fed::Events(|_| Box::<mutex::Mutex>::default()),
     },
     CheckerEntry {
         name: counter::NAME,
-        anomalies: &[kind(anomaly::LOST_UPDATE, 2, Some("lost"), Breaks::Data)],
+        anomalies: &[kind(anomaly::LOST_UPDATE, 2, Some("lost"), Breaks::Data).said(
+            "acknowledged increments missing from the counter, or written twice",
+            "a lost update",
+        )],
         fed: Fed::Events(|_| Box::<counter::Counter>::default()),
     },
     CheckerEntry {
@@ -40,12 +53,19 @@ pub(crate) static CHECKERS: &[CheckerEntry] = &[
             3,
             Some("stale fence"),
             Breaks::Data,
+        )
+        .said(
+            "writes the storage took with a fence lower than one it had taken",
+            "a stale fence accepted",
         )],
         fed: Fed::Events(|_| Box::<fence::Fences>::default()),
     },
     CheckerEntry {
         name: linear::NAME,
-        anomalies: &[kind(anomaly::NONLINEARIZABLE, 5, None, Breaks::Exclusion)],
+        anomalies: &[kind(anomaly::NONLINEARIZABLE, 5, None, Breaks::Exclusion).said(
+            "1 if no real-time order of the lock operations fits a mutex (the search stops at the first); alone, it catches what holds cannot show, such as an acquire whose reply was lost",
+            "a history no mutex allows",
+        )],
         fed: Fed::Whole(|| Box::<linear::Linear>::default()),
     },
     CheckerEntry {
@@ -55,6 +75,10 @@ pub(crate) static CHECKERS: &[CheckerEntry] = &[
             6,
             Some("deadlock"),
             Breaks::Liveness,
+        )
+        .said(
+            "stretches with no fault active in which acquires were tried and none granted",
+            "a stuck lock",
         )],
         fed: Fed::Events(|s| Box::new(deadlock::Deadlock::new(s))),
     },
@@ -72,6 +96,19 @@ const fn kind(
         rank,
         short,
         breaks,
+        meaning: "",
+        harm: "",
+    }
+}
+
+impl AnomalyKind {
+    /// With what its count counts, and the harm one occurrence does.
+    const fn said(self, meaning: &'static str, harm: &'static str) -> AnomalyKind {
+        AnomalyKind {
+            meaning,
+            harm,
+            ..self
+        }
     }
 }
 
@@ -99,6 +136,10 @@ pub struct AnomalyKind {
     pub short: Option<&'static str>,
     /// Which promise it breaks.
     pub breaks: Breaks,
+    /// What its count counts, in words (the summary's gloss).
+    pub meaning: &'static str,
+    /// The harm of one occurrence, for "3 faults led to …".
+    pub harm: &'static str,
 }
 
 /// What an anomaly breaks, so which promises it counts under.
@@ -171,6 +212,14 @@ pub(crate) fn anomaly_kind(name: &str) -> Option<&'static AnomalyKind> {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn every_anomaly_says_what_it_counts_and_what_it_harms() {
+        for kind in anomalies() {
+            assert!(!kind.meaning.is_empty(), "{} has no meaning", kind.name);
+            assert!(!kind.harm.is_empty(), "{} has no harm", kind.name);
+        }
+    }
 
     #[test]
     fn each_anomaly_has_one_checker_one_name_and_one_rank() {

@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+use crate::cause::Incident;
 use crate::finding::{Anomaly, CheckerReport, Validity};
 use crate::registry::{self, Breaks};
 use crate::settings::Promise;
@@ -41,6 +42,9 @@ pub struct Results {
     /// Why the verdict is what it is, when that is not obvious from the counts.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// Each fault the nemesis injected and the anomalies put down to it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub incidents: Vec<Incident>,
 }
 
 impl Results {

@@ -41,7 +41,11 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome> {
     let mut plan = options.resolve()?;
     let block = crate::blocks::claim_one(wanted)?;
     plan.address_block = block.block();
-    run_plan(plan).await
+    let outcome = run_plan(plan).await?;
+    // The user's own run becomes its pair's `latest`; a matrix cell, run
+    // through `run_plan`, leaves the link to the user.
+    store::layout::link_latest(&outcome.dir)?;
+    Ok(outcome)
 }
 
 /// Runs a plan already resolved, in the address block its caller holds
@@ -304,7 +308,6 @@ async fn run_workload(
         tracing::warn!("drawing the run's pictures failed: {e:#}");
     }
     write_json(&dir.run_json(), &record)?;
-    dir.link_latest()?;
     tracing::info!("verdict {:?}", results.valid);
     Ok(RunOutcome {
         dir: dir.path.clone(),

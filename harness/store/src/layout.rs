@@ -108,18 +108,19 @@ impl RunDir {
     pub fn nodes(&self) -> PathBuf {
         self.path.join("nodes")
     }
+}
 
-    /// Points `<group>/latest` at this run, replacing the old link atomically.
-    pub fn link_latest(&self) -> Result<()> {
-        let group = self.path.parent().expect("a run dir has a group");
-        let leaf = self.path.file_name().expect("a run dir has a name");
-        let tmp = group.join(format!(".latest-{}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(leaf, &tmp)
-            .map_err(doing(format!("linking {}", tmp.display())))?;
-        let latest = group.join("latest");
-        std::fs::rename(&tmp, &latest).map_err(doing(format!("replacing {}", latest.display())))
-    }
+/// Points `<group>/latest` at the run folder `run`, replacing the old link
+/// atomically. Only a user's own run moves it: a matrix cell (or any run
+/// made on the user's behalf) leaves the link where the user last put it.
+pub fn link_latest(run: &Path) -> Result<()> {
+    let group = run.parent().expect("a run dir has a group");
+    let leaf = run.file_name().expect("a run dir has a name");
+    let tmp = group.join(format!(".latest-{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(leaf, &tmp).map_err(doing(format!("linking {}", tmp.display())))?;
+    let latest = group.join("latest");
+    std::fs::rename(&tmp, &latest).map_err(doing(format!("replacing {}", latest.display())))
 }
 
 /// A stored run folder, opened to be read back: its files' paths, and
@@ -216,8 +217,8 @@ mod tests {
         let b = RunDir::create(tmp.path(), "single-pause").unwrap();
         assert_ne!(a.path, b.path);
         assert!(a.nodes().is_dir());
-        a.link_latest().unwrap();
-        b.link_latest().unwrap();
+        link_latest(&a.path).unwrap();
+        link_latest(&b.path).unwrap();
         let latest = tmp.path().join("single-pause/latest");
         assert_eq!(
             latest.canonicalize().unwrap(),

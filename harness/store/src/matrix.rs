@@ -400,6 +400,7 @@ mod tests {
             checkers: Default::default(),
             stats: Default::default(),
             notes: Vec::new(),
+            incidents: Vec::new(),
         };
         let a = Anomaly {
             count: overlaps,

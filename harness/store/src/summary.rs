@@ -11,7 +11,9 @@ pub fn verdict_word(v: Validity) -> &'static str {
     }
 }
 
-/// A few lines: the verdict, every anomaly count, rates, and where to look.
+/// A few lines a person reads once: the verdict; the faults injected and
+/// what they led to; each anomaly found with what its count counts; then
+/// rates, the counter, timing and notes; and where to look.
 pub fn render(title: &str, results: &Results, path: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -20,22 +22,31 @@ pub fn render(title: &str, results: &Results, path: &str) -> String {
         verdict_word(results.valid),
         results.promise
     );
-    let counts: Vec<String> = results
-        .anomalies
-        .iter()
-        .map(|(name, a)| {
-            let mark = if a.count > 0 && results.promise.counts(name) {
-                "!"
-            } else {
-                ""
-            };
-            match causes(a) {
-                Some(causes) => format!("{name} {}{mark} ({causes})", a.count),
-                None => format!("{name} {}{mark}", a.count),
-            }
-        })
-        .collect();
-    let _ = writeln!(out, "  anomalies: {}", counts.join(", "));
+    let _ = writeln!(out, "  {}", incidents_line(results));
+    let mut absent = Vec::new();
+    for kind in checker::anomalies() {
+        let Some(a) = results.anomalies.get(kind.name) else {
+            continue;
+        };
+        if a.count == 0 {
+            absent.push(kind.name);
+            continue;
+        }
+        let mark = if results.promise.counts(kind.name) {
+            "!"
+        } else {
+            " (allowed by the promise)"
+        };
+        let causes = causes(a).map(|c| format!(" ({c})")).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  {} {}{mark}{causes}: {}",
+            kind.name, a.count, kind.meaning
+        );
+    }
+    if !absent.is_empty() {
+        let _ = writeln!(out, "  none of: {}", absent.join(", "));
+    }
     let s = &results.stats;
     let _ = writeln!(
         out,
@@ -97,6 +108,49 @@ pub fn render(title: &str, results: &Results, path: &str) -> String {
     out
 }
 
+/// The faults injected and what they led to, by incident rather than by
+/// occurrence: `faults: 6 pause; 6 led to two holders at once, 2 to a lost
+/// update`. Harms the promise allows are said apart.
+fn incidents_line(results: &Results) -> String {
+    let incidents = &results.incidents;
+    if incidents.is_empty() {
+        return "faults: none injected".into();
+    }
+    let mut kinds: Vec<(&str, usize)> = Vec::new();
+    for i in incidents {
+        match kinds.iter_mut().find(|(k, _)| *k == i.fault) {
+            Some((_, n)) => *n += 1,
+            None => kinds.push((&i.fault, 1)),
+        }
+    }
+    let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    let led = |counted: bool| -> Option<String> {
+        let parts: Vec<String> = checker::anomalies()
+            .into_iter()
+            .filter(|kind| results.promise.counts(kind.name) == counted)
+            .filter_map(|kind| {
+                let n = incidents
+                    .iter()
+                    .filter(|i| i.anomalies.contains_key(kind.name))
+                    .count();
+                (n > 0).then(|| format!("{n} to {}", kind.harm))
+            })
+            .collect();
+        (!parts.is_empty()).then(|| parts.join(", ").replacen(" to ", " led to ", 1))
+    };
+    let mut line = format!("faults: {}", kinds.join(", "));
+    match led(true) {
+        Some(harm) => {
+            let _ = write!(line, "; {harm}");
+        }
+        None => line.push_str("; none broke the promise"),
+    }
+    if let Some(allowed) = led(false) {
+        let _ = write!(line, " (as the promise allows, {allowed})");
+    }
+    line
+}
+
 /// What preceded an anomaly's occurrences, e.g. `pause 3, stall 1`: the
 /// fault each is put down to (`checker::Anomaly::causes`); `None` when it never
 /// occurred or was checked before attribution existed.
@@ -109,20 +163,37 @@ pub fn causes(a: &Anomaly) -> Option<String> {
 }
 
 /// Acknowledged increments against the final value, and how many reads
-/// fell outside the increments applied around them.
+/// fell outside the increments applied around them — read as reads, not as
+/// losses: once an update is lost, every later read is below its bound.
 fn counter_line(results: &Results) -> Option<String> {
     let counter = results.checkers.get("counter")?;
     let d = &counter.details;
     let number = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_i64());
-    let final_value = number(d.get("final")).map_or("none".to_string(), |v| v.to_string());
+    let acknowledged = number(d.get("acknowledged")).unwrap_or(0);
+    let final_value = number(d.get("final"));
+    let short = match final_value {
+        Some(v) if v < acknowledged => format!(" ({} short)", acknowledged - v),
+        _ => String::new(),
+    };
+    let final_value = final_value.map_or("none".to_string(), |v| v.to_string());
     let bounds = d.get("bounds");
     let field = |name: &str| number(bounds.and_then(|b| b.get(name))).unwrap_or(0);
     let (reads, below, above) = (field("reads"), field("below"), field("above"));
-    Some(format!(
-        "counter: {} writes acknowledged, final {final_value}; reads out of bounds: {} of {reads} ({below} below, {above} above)",
-        number(d.get("acknowledged")).unwrap_or(0),
+    let mut line = format!(
+        "counter: {acknowledged} writes acknowledged, final {final_value}{short}; reads out of bounds: {} of {reads} ({below} below, {above} above)",
         below + above,
-    ))
+    );
+    let first = bounds
+        .and_then(|b| b.get("first_time"))
+        .and_then(|t| t.as_u64());
+    if let (Some(first), true) = (first, below > 0) {
+        let _ = write!(
+            line,
+            ", from {:.2} s on (every read after a lost update is below: this counts reads, not losses)",
+            secs(first)
+        );
+    }
+    Some(line)
 }
 
 /// How available the lock was: grants with and without a fault active, how
@@ -184,7 +255,7 @@ mod tests {
         results.stats.longest_stall_ms = 412;
         let text = render("t", &results, "p");
         assert!(
-            text.contains("lock-overlap 4! (pause 3, stall 1), lost-update 0,"),
+            text.contains("lock-overlap 4! (pause 3, stall 1): pairs of holds"),
             "{text}"
         );
         assert!(
@@ -212,6 +283,45 @@ mod tests {
         let text = render("t", &results, "p");
         assert!(
             text.contains("acquires granted: 30 of 40 (75%) with no fault active, 1 of 10 (10%) during faults; granted again after 3 heal(s) or holder crash(es) within 2.31 s (median 1.02 s), 1 never; longest wait with no holder 2.40 s"),
+            "{text}"
+        );
+    }
+
+    fn incident(fault: &str, found: &[(&str, u64)]) -> checker::Incident {
+        checker::Incident {
+            fault: fault.into(),
+            anomalies: found.iter().map(|(a, n)| (a.to_string(), *n)).collect(),
+            ..checker::Incident::default()
+        }
+    }
+
+    #[test]
+    fn the_summary_leads_with_the_faults_and_what_each_led_to() {
+        let history = checker::History::new(Vec::new());
+        let mut results = checker::check(&history, checker::Promise::MutualExclusion);
+        assert!(render("t", &results, "p").contains("faults: none injected"));
+        results.incidents = vec![
+            incident("pause", &[("lock-overlap", 2), ("lost-update", 1)]),
+            incident("pause", &[("lock-overlap", 1)]),
+            incident("kill", &[]),
+        ];
+        let text = render("t", &results, "p");
+        assert!(
+            text.contains(
+                "faults: 2 pause, 1 kill; 2 led to two holders at once, 1 to a lost update\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("none of: lock-overlap, unsafe-action"),
+            "{text}"
+        );
+        // Under data safety, overlaps are said apart: they break nothing.
+        results.promise = checker::Promise::DataSafety;
+        results.incidents = vec![incident("pause", &[("lock-overlap", 3)])];
+        let text = render("t", &results, "p");
+        assert!(
+            text.contains("faults: 1 pause; none broke the promise (as the promise allows, 1 led to two holders at once)"),
             "{text}"
         );
     }

@@ -48,6 +48,17 @@ fn matrix_folders(results: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// The one run folder in a pair's group (a matrix cell moves no `latest`).
+fn only_run(group: &Path) -> PathBuf {
+    let runs: Vec<PathBuf> = std::fs::read_dir(group)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir() && !p.is_symlink())
+        .collect();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    runs[0].clone()
+}
+
 #[test]
 fn the_expectations_decide_the_exit_code() {
     let tmp = tempfile::tempdir().unwrap();
@@ -82,6 +93,12 @@ fn the_expectations_decide_the_exit_code() {
         assert!(dir.join(picture).is_file(), "no {picture}");
     }
 
+    // A matrix cell is not the user's run: it leaves `latest` where the
+    // user's own last run put it (here, none made one).
+    assert!(
+        !tmp.path().join("single-none/latest").exists(),
+        "a matrix cell moved the user's latest link"
+    );
     let (run, _) = matrix(tmp.path(), "[single]\nnone = \"valid\"\n", &["--runs", "2"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     assert!(
@@ -430,7 +447,7 @@ fn concurrent_partition_and_clock_cells_keep_to_their_own_addresses() {
     );
     let mut blocks = Vec::new();
     for group in ["redlock-partition", "redlock-clock"] {
-        let dir = tmp.path().join(group).join("latest");
+        let dir = only_run(&tmp.path().join(group));
         let record: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
         let block = record["options"]["address_block"].as_u64().unwrap();

@@ -70,6 +70,7 @@ fn no_anomalies() -> Results {
         checkers: BTreeMap::new(),
         stats: Default::default(),
         notes: Vec::new(),
+        incidents: Vec::new(),
     }
 }
 
