@@ -586,4 +586,27 @@ mod tests {
             assert_eq!(back, r);
         }
     }
+
+    #[test]
+    fn each_lost_update_is_put_down_to_the_fault_before_it() {
+        // Two pauses, each followed by two writes of one value: the final
+        // read's shortfall is those two losses, one per pause.
+        let mut h = Hist::new();
+        for v in [1, 2] {
+            h.nemesis("start-pause");
+            h.nemesis("stop-pause");
+            h.write(1, v);
+            h.write(2, v);
+            h.sleep(20 * 1_000_000_000);
+        }
+        h.final_read(2);
+        let r = check(&h.build(), Promise::MutualExclusion);
+        assert_eq!(r.anomalies[anomaly::LOST_UPDATE].count, 2);
+        let per_pause: Vec<Option<u64>> = r
+            .incidents
+            .iter()
+            .map(|i| i.anomalies.get(anomaly::LOST_UPDATE).copied())
+            .collect();
+        assert_eq!(per_pause, [Some(1), Some(1)]);
+    }
 }

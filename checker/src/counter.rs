@@ -200,25 +200,37 @@ impl Counter {
         let missing = final_read
             .map(|(v, index, time)| (i128::from(report.acknowledged) - i128::from(v), index, time))
             .filter(|&(missing, _, _)| missing > 0);
-        // The final-read witness goes first so the example cap never hides it.
-        if let Some((missing, index, time)) = missing {
-            lost_update.count = u64::try_from(missing).unwrap_or(u64::MAX);
+        let dups = self.duplicates;
+        // Each occurrence is put down to a fault by its time (`times`, in the
+        // order of `examples`). When the duplicates witness every loss, they
+        // are the occurrences and the final read only confirms them: it goes
+        // last. Otherwise it witnesses losses no duplicate shows, and goes
+        // first so the example cap never hides it, timed at the first
+        // evidence of a loss (it happened by then, not at the end).
+        let final_witness = missing.map(|(missing, index, time)| {
+            let earliest = dups.first_time.map_or(time, |t| t.min(time));
+            (u64::try_from(missing).unwrap_or(u64::MAX), index, earliest)
+        });
+        let shown_first = final_witness.filter(|&(missing, _, _)| missing > dups.count);
+        if let Some((missing, index, earliest)) = shown_first {
+            lost_update.count = missing;
             lost_update.examples.push(vec![index]);
-            lost_update.first_time = Some(time);
-            // The loss happened by the first evidence of it, not at the end.
-            let earliest = self.duplicates.first_time.map_or(time, |t| t.min(time));
             lost_update.times.push(earliest);
         }
-        let dups = self.duplicates;
         lost_update.times.extend(dups.times);
         for example in dups.examples {
             if lost_update.examples.len() < MAX_EXAMPLES {
                 lost_update.examples.push(example);
             }
         }
-        if let Some(t) = dups.first_time {
-            lost_update.first_time = Some(lost_update.first_time.map_or(t, |f| f.min(t)));
+        if let (Some((_, index, earliest)), None) = (final_witness, shown_first) {
+            if lost_update.examples.len() < MAX_EXAMPLES {
+                lost_update.examples.push(vec![index]);
+            }
+            lost_update.times.push(earliest);
         }
+        let final_time = final_read.filter(|_| missing.is_some()).map(|(_, _, t)| t);
+        lost_update.first_time = [final_time, dups.first_time].into_iter().flatten().min();
         lost_update.count = lost_update.count.max(dups.count);
 
         report.valid = if lost_update.found() || report.bounds.valid == Validity::False {
@@ -315,8 +327,12 @@ mod tests {
         let out = run(&h);
         assert_eq!(out.report.valid, Validity::False);
         assert_eq!(out.lost_update.count, 1);
-        // final 2 < acknowledged 3 is the same loss seen from the end.
-        assert_eq!(out.lost_update.examples, vec![vec![7], vec![1, 3]]);
+        // final 2 < acknowledged 3 is the same loss seen from the end: the
+        // duplicate is the occurrence (its time names the fault), the final
+        // read confirms it.
+        assert_eq!(out.lost_update.examples, vec![vec![1, 3], vec![7]]);
+        let dup = h.build().events[3].time;
+        assert_eq!(out.lost_update.times[0], dup);
         assert_eq!(out.lost_update.first_time, Some(h.build().events[3].time));
     }
 
