@@ -36,6 +36,10 @@ enum Command {
     Run(Box<RunOptions>),
     /// Re-check a stored run folder, or a history file.
     Check(CheckArgs),
+    /// Tell each anomaly of a stored run as the chain of events that proves
+    /// it: who held the lock, what struck them, when the lease ran out, who
+    /// was granted it next, and what the stale holder did.
+    Explain(ExplainArgs),
     /// Run every chosen config × nemesis and compare them; with --expect,
     /// exit 0 only if every verdict is the expected one.
     Matrix(MatrixArgs),
@@ -87,6 +91,19 @@ struct CheckArgs {
     #[arg(long, value_enum, default_value = "jsonl")]
     format: Format,
     /// Print results.json to stdout instead of the summary.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct ExplainArgs {
+    /// A run folder (`results/<config>-<nemesis>/latest`).
+    path: PathBuf,
+    /// Tell only the first N examples (in the order of results.json:
+    /// anomalies by rank, then their examples).
+    #[arg(long, value_name = "N")]
+    anomaly: Option<usize>,
+    /// Print the explanations as JSON (one array) instead of text.
     #[arg(long)]
     json: bool,
 }
@@ -159,6 +176,7 @@ pub fn main() -> ExitCode {
         Some(Command::Reap { daemon, run }) => reap(&daemon, &run),
         Some(Command::Image(args)) => finish(image_command(args)),
         Some(Command::Check(args)) => finish(check_command(args)),
+        Some(Command::Explain(args)) => finish(explain_command(args)),
         Some(Command::Matrix(args)) => finish(matrix_command(args)),
         Some(Command::Report(args)) => finish(report_command(args)),
         Some(Command::ClientTest(args)) => finish(client_test_command(args)),
@@ -262,6 +280,14 @@ fn run_command(options: RunOptions) -> Result<Validity> {
     );
     let path = outcome.dir.display().to_string();
     say(&summary::render(&title, &outcome.results, &path))?;
+    if outcome.results.valid == Validity::False {
+        let first = crate::explain::first_breach(&outcome.dir, &outcome.results, &outcome.record);
+        if let Some(first) = first {
+            say(&format!(
+                "\nthe first, explained (all: lockstorm explain {path}):\n{first}"
+            ))?;
+        }
+    }
     Ok(outcome.results.valid)
 }
 
@@ -369,6 +395,28 @@ fn check_command(args: CheckArgs) -> Result<Validity> {
         ))?;
     }
     Ok(results.valid)
+}
+
+/// Exit 0 once told (a run with nothing to explain says so in one line);
+/// 254 for a folder that is not a run. The verdict is `check`'s to give.
+fn explain_command(args: ExplainArgs) -> Result<Validity> {
+    let mut told = crate::explain::explain_dir(&args.path)?;
+    if let Some(n) = args.anomaly {
+        told.truncate(n);
+    }
+    if args.json {
+        let json = serde_json::to_string_pretty(&told).expect("explanations always serialise");
+        say(&format!("{json}\n"))?;
+    } else if told.is_empty() {
+        say(&format!(
+            "{}: no anomaly found, nothing to explain\n",
+            args.path.display()
+        ))?;
+    } else {
+        let text: Vec<String> = told.iter().map(ToString::to_string).collect();
+        say(&text.join("\n"))?;
+    }
+    Ok(Validity::True)
 }
 
 #[cfg(feature = "docker")]

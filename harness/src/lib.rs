@@ -10,6 +10,7 @@ pub mod client_test;
 pub mod clients;
 pub mod error;
 pub mod exit;
+pub mod explain;
 mod help;
 mod interrupt;
 mod journal;

@@ -12,6 +12,7 @@ mod configs;
 mod crash;
 mod docker;
 mod errors;
+mod explain;
 mod faults;
 mod kill;
 mod lifecycle;

@@ -54,6 +54,14 @@ fn a_pause_after_the_lease_check_loses_an_update_that_no_check_prevents() {
         results.anomalies,
         dir.display()
     );
+    // The write's invoke is stamped when it leaves, after the pause: it was
+    // sent after the rival's grant.
+    assert!(
+        count(&results, "unsafe-action") > 0,
+        "{:?} in {}",
+        results.anomalies,
+        dir.display()
+    );
 }
 
 #[test]

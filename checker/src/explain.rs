@@ -1,0 +1,677 @@
+//! `explain`: each anomaly example told as the smallest chain of events that
+//! proves it, in words and run times: who held the lock, what struck them,
+//! when their lease ran out (or their key was seen to go), who was granted
+//! it next, and what the stale holder did then.
+//!
+//! Pure, like every checker: a history, the results checked from it, and
+//! what the run knew that the history does not say ([`Known`]).
+
+use crate::finding::Anomaly;
+use crate::history::{f, fault, key, Event, History, OpType, Process};
+use crate::verdict::Results;
+use crate::{anomaly, registry};
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+use std::fmt;
+
+/// What the run knew that its history does not say.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Known {
+    /// How many workers ran: process `p` is worker `p % workers`.
+    pub workers: Option<u64>,
+    /// The lock's lease (TTL), in ns, where it is one: each hold's lease
+    /// runs out that long after its granted attempt was sent.
+    pub lease_ns: Option<u64>,
+}
+
+/// One example of one anomaly, told.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Explanation {
+    pub anomaly: String,
+    /// Which example (1-based, in `results.json`'s order).
+    pub example: usize,
+    /// The fault it is put down to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
+    /// The chain, in time order.
+    pub steps: Vec<Step>,
+    /// What the chain proves.
+    pub conclusion: String,
+}
+
+/// One link of the chain: an event of the history (`index`), or a moment
+/// the history implies (a lease running out: no `index`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Step {
+    pub time: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<u64>,
+    pub text: String,
+}
+
+impl Explanation {
+    /// The run times the chain spans, for a slice of the timeline.
+    pub fn span(&self) -> (u64, u64) {
+        let first = self.steps.first().map_or(0, |s| s.time);
+        let last = self.steps.last().map_or(first, |s| s.time);
+        (first, last)
+    }
+}
+
+impl fmt::Display for Explanation {
+    fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let cause = self
+            .cause
+            .as_deref()
+            .map(|c| format!(", put down to {c}"))
+            .unwrap_or_default();
+        writeln!(out, "{} #{}{cause}:", self.anomaly, self.example)?;
+        for step in &self.steps {
+            writeln!(out, "  {:>8}  {}", secs(step.time), step.text)?;
+        }
+        writeln!(out, "  => {}", self.conclusion)
+    }
+}
+
+/// Every example of every anomaly found, in the order a reader scans them
+/// (the registry's), each told as a chain.
+pub fn explain(history: &History, results: &Results, known: Known) -> Vec<Explanation> {
+    let mut story = Story::new(history, known);
+    story.acknowledged = results.counter().map(|c| c.acknowledged);
+    let mut told = Vec::new();
+    for kind in registry::anomalies() {
+        let Some(a) = results.anomalies.get(kind.name) else {
+            continue;
+        };
+        for (i, example) in a.examples.iter().enumerate() {
+            if let Some(e) = story.tell(kind.name, a, i, example) {
+                told.push(e);
+            }
+        }
+    }
+    told
+}
+
+/// The history, indexed for telling.
+struct Story<'a> {
+    known: Known,
+    /// Every event in time order.
+    events: Vec<&'a Event>,
+    /// Position in `events` by event index.
+    at: FxHashMap<u64, usize>,
+    /// Who took each token: its acquire `ok`.
+    granted: FxHashMap<&'a str, &'a Event>,
+    /// Writes the storage acknowledged, for a final read that fell short.
+    acknowledged: Option<u64>,
+}
+
+/// The most steps a chain shows: enough for a pause, an expiry, a rival's
+/// grant, read and write, and the stale holder's wake and write.
+const MAX_STEPS: usize = 16;
+
+impl<'a> Story<'a> {
+    fn new(history: &'a History, known: Known) -> Self {
+        let events = history.by_time();
+        let at = events
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.index, i))
+            .collect();
+        let granted = events
+            .iter()
+            .filter(|e| e.f == f::ACQUIRE && e.kind == OpType::Ok)
+            .filter_map(|e| Some((e.token.as_deref()?, *e)))
+            .collect();
+        Story {
+            known,
+            events,
+            at,
+            granted,
+            acknowledged: None,
+        }
+    }
+
+    fn event(&self, index: u64) -> Option<&'a Event> {
+        self.at.get(&index).map(|&i| self.events[i])
+    }
+
+    fn name(&self, p: &Process) -> String {
+        match (p, self.known.workers) {
+            (Process::Client(id), Some(w)) if w > 0 => crate::history::worker_name(id % w),
+            (Process::Client(id), _) => format!("process {id}"),
+            (Process::Named(n), _) => n.clone(),
+        }
+    }
+
+    /// The acquire `ok` of the hold `e` was made in: `e` itself for a grant,
+    /// else its process's last grant before it.
+    fn hold_of(&self, e: &'a Event) -> Option<&'a Event> {
+        if e.f == f::ACQUIRE && e.kind == OpType::Ok {
+            return Some(e);
+        }
+        let pos = *self.at.get(&e.index)?;
+        self.events[..pos]
+            .iter()
+            .rev()
+            .find(|x| x.process == e.process && x.f == f::ACQUIRE && x.kind == OpType::Ok)
+            .copied()
+    }
+
+    /// When the hold granted by `grant` lost its lease.
+    fn lease_end(&self, grant: &Event) -> Option<u64> {
+        Some(grant.attempt_sent().unwrap_or(grant.time) + self.known.lease_ns?)
+    }
+
+    fn tell(&self, name: &str, a: &Anomaly, i: usize, example: &[u64]) -> Option<Explanation> {
+        let witnesses: Vec<&'a Event> = example.iter().filter_map(|&x| self.event(x)).collect();
+        if witnesses.is_empty() {
+            return None;
+        }
+        let mut chain = Chain::default();
+        for w in &witnesses {
+            chain.add(w);
+        }
+        let end = witnesses.iter().map(|w| w.time).max().unwrap_or(0);
+        // Each client in the example: its hold, what it read in it, what
+        // struck it, and when its lease or key went.
+        let mut holds: Vec<&Event> = Vec::new();
+        for w in witnesses.iter().filter(|w| w.process.is_client()) {
+            let Some(grant) = self.hold_of(w) else {
+                continue;
+            };
+            if holds.iter().any(|h| h.index == grant.index) {
+                continue;
+            }
+            holds.push(grant);
+            chain.add(grant);
+            self.hold_steps(grant, end, &mut chain);
+        }
+        let start = holds.iter().map(|h| h.time).min().unwrap_or(end);
+        let mut last = end;
+        if name == anomaly::LOCK_OVERLAP {
+            // What the first holder did once the second held the lock.
+            if let [first, second, ..] = witnesses[..] {
+                last = self
+                    .next_action(first, second.time, &mut chain)
+                    .unwrap_or(end);
+            }
+        }
+        self.faults_between(start, last, &holds, &mut chain);
+        let mut steps = chain.steps(self);
+        steps.truncate(MAX_STEPS);
+        Some(Explanation {
+            anomaly: name.to_string(),
+            example: i + 1,
+            cause: a.example_causes.get(i).cloned(),
+            conclusion: self.conclusion(name, &witnesses),
+            steps,
+        })
+    }
+
+    /// A hold's own story up to `end`: its reads and writes, the lease end
+    /// (or the observer's word on its key), its release.
+    fn hold_steps(&self, grant: &'a Event, end: u64, chain: &mut Chain<'a>) {
+        let Some(&from) = self.at.get(&grant.index) else {
+            return;
+        };
+        let mine = |e: &&&Event| e.process == grant.process;
+        for e in self.events[from + 1..].iter().filter(mine) {
+            if e.time > end {
+                break;
+            }
+            match (e.f.as_str(), e.kind) {
+                (f::ACQUIRE, _) => break,
+                (f::READ, OpType::Ok) | (f::WRITE, OpType::Invoke) => chain.add(e),
+                (f::RELEASE, OpType::Invoke) => {
+                    chain.add(e);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let token = grant.token.as_deref();
+        let seen_gone = self.events[from..]
+            .iter()
+            .take_while(|e| e.time <= end)
+            .filter(|e| e.process.is_observer() && token.is_some() && e.token.as_deref() == token)
+            .filter(|e| matches!(e.f.as_str(), key::EXPIRED | key::DELETED))
+            .inspect(|e| chain.add(e))
+            .count();
+        if seen_gone == 0 {
+            if let Some(t) = self.lease_end(grant).filter(|&t| t <= end) {
+                chain.lease(t, grant);
+            }
+        }
+    }
+
+    /// The faults that struck one of `holds`' processes, or any node, while
+    /// the chain ran.
+    fn faults_between(&self, start: u64, end: u64, holds: &[&Event], chain: &mut Chain<'a>) {
+        let names: Vec<String> = holds.iter().map(|h| self.name(&h.process)).collect();
+        let struck = |e: &Event| {
+            let target = e.value.get("target").and_then(|t| t.as_str());
+            let process = e.value.get(fault::PROCESS).and_then(|p| p.as_u64());
+            target.is_none_or(|t| names.iter().any(|n| n == t) || !t.starts_with("worker-"))
+                || process.is_some_and(|p| holds.iter().any(|h| h.process == Process::Client(p)))
+        };
+        for e in &self.events {
+            if e.time < start || e.time > end {
+                continue;
+            }
+            let a_fault = fault::started(&e.f).or(fault::stopped(&e.f)).is_some();
+            if e.is_nemesis() && a_fault && struck(e) {
+                chain.add(e);
+            }
+        }
+    }
+
+    /// The first data op or release `holder`'s process sent after `after`;
+    /// returns when.
+    fn next_action(&self, holder: &'a Event, after: u64, chain: &mut Chain<'a>) -> Option<u64> {
+        let next = self.events.iter().find(|e| {
+            e.process == holder.process
+                && e.time >= after
+                && e.kind == OpType::Invoke
+                && matches!(e.f.as_str(), f::WRITE | f::READ | f::RELEASE)
+        });
+        let e = next?;
+        chain.add(e);
+        Some(e.time)
+    }
+
+    /// Another process's grant still held (not released) when `e` came:
+    /// the holder whose lock an acquire that cannot be placed runs into.
+    fn still_held(&self, e: &Event) -> Option<&'a Event> {
+        let pos = *self.at.get(&e.index)?;
+        let before = &self.events[..pos];
+        before.iter().rev().copied().find(|g| {
+            g.f == f::ACQUIRE
+                && g.kind == OpType::Ok
+                && g.process != e.process
+                && !before.iter().any(|r| {
+                    r.process == g.process
+                        && r.f == f::RELEASE
+                        && r.time >= g.time
+                        && r.index != g.index
+                })
+        })
+    }
+
+    fn conclusion(&self, name: &str, w: &[&Event]) -> String {
+        let who = |e: &Event| self.name(&e.process);
+        let at = |e: &Event| secs(e.time);
+        let meaning = registry::anomaly_kind(name).map_or("", |k| k.harm);
+        match (name, w) {
+            (anomaly::LOCK_OVERLAP, [a, b, ..]) => format!(
+                "{} still believed it held the lock (granted at {}, not released) when {} was granted it at {}: two holders at once ({name})",
+                who(a), at(a), who(b), at(b)
+            ),
+            (anomaly::UNSAFE_ACTION, [op, rival, rest @ ..]) => {
+                let landed = rest.first().map_or(String::new(), |d| {
+                    format!(", and it landed at {}", at(d))
+                });
+                format!(
+                    "{} {} after {} was granted the lock at {}{landed}: a holder that had lost the lock acted ({name})",
+                    who(op),
+                    match op.f.as_str() {
+                        f::WRITE => format!("wrote {}", op.value),
+                        _ => format!("{} {}", op.f, op.value),
+                    },
+                    who(rival),
+                    at(rival)
+                )
+            }
+            (anomaly::LOST_UPDATE, [a, b, ..]) => format!(
+                "{} wrote {} over {}'s {}: {}'s increment is lost ({name})",
+                who(b), b.value, who(a), a.value, who(a)
+            ),
+            (anomaly::LOST_UPDATE, [read]) => {
+                let short = self
+                    .acknowledged
+                    .zip(read.int_value())
+                    .map(|(ack, v)| {
+                        format!(" after {ack} acknowledged writes: {} increment(s) lost", ack as i64 - v)
+                    })
+                    .unwrap_or_else(|| ", less than the writes acknowledged".into());
+                format!("the final read found {}{short} ({name})", read.value)
+            }
+            (anomaly::STALE_FENCE_ACCEPTED, [by, e, ..]) => format!(
+                "the storage took fence {} from {} at {} after it had taken fence {} at {} ({name})",
+                e.fence.map_or("?".into(), |f| f.to_string()), who(e), at(e),
+                by.fence.map_or("?".into(), |f| f.to_string()), at(by)
+            ),
+            (anomaly::FOREIGN_RELEASE, [release, rival, ..]) => format!(
+                "{}'s release at {} came after {} was granted the lock at {}: it deleted {}'s lock ({name})",
+                who(release), at(release), who(rival), at(rival), who(rival)
+            ),
+            (anomaly::NONLINEARIZABLE, [.., last]) => {
+                let why = self
+                    .still_held(last)
+                    .map(|g| format!(": {} held the lock since {} and had not released it", who(g), at(g)))
+                    .unwrap_or_default();
+                format!(
+                    "no real-time order of these lock operations fits a mutex: {}'s {} at {} cannot be placed{why} ({name})",
+                    who(last), last.f, at(last)
+                )
+            }
+            _ => format!("{meaning} ({name})"),
+        }
+    }
+
+    fn describe(&self, e: &Event) -> String {
+        let who = self.name(&e.process);
+        let value = &e.value;
+        let fence = e.fence.map(|f| format!(", fence {f}")).unwrap_or_default();
+        if e.process.is_observer() {
+            let node = e.node.as_deref().unwrap_or("a node");
+            let owner = e
+                .token
+                .as_deref()
+                .and_then(|t| self.granted.get(t))
+                .map_or_else(
+                    || "a".to_string(),
+                    |g| format!("{}'s", self.name(&g.process)),
+                );
+            let by = value
+                .get(key::BY)
+                .and_then(|b| b.as_str())
+                .map(|b| format!(" by {b}"))
+                .unwrap_or_default();
+            return match e.f.as_str() {
+                key::SET => format!("{node} set {owner} key{by}"),
+                key::RENEWED => format!("{node} renewed {owner} key{by}"),
+                key::EXPIRED => format!("{owner} key expired on {node}"),
+                key::DELETED => format!("{owner} key was deleted on {node}{by}"),
+                other => format!("{node}: {other}"),
+            };
+        }
+        if e.is_nemesis() {
+            return self.describe_fault(e);
+        }
+        let error = e.error.as_deref().unwrap_or("no reason given");
+        match (e.f.as_str(), e.kind) {
+            (f::ACQUIRE, OpType::Ok) => format!(
+                "{who} was granted the lock (token {}{fence})",
+                e.token.as_deref().unwrap_or("?")
+            ),
+            (f::READ, OpType::Ok) if !e.process.is_client() => {
+                format!("the {who}'s final read found {value}")
+            }
+            (f::READ, OpType::Ok) => format!("{who} read {value}{fence}"),
+            (f::READ, OpType::Invoke) => format!("{who} sent its read"),
+            (f::WRITE, OpType::Invoke) => {
+                let late = self
+                    .hold_of(e)
+                    .and_then(|g| self.lease_end(g))
+                    .filter(|&end| end < e.time)
+                    .map(|end| format!(", {} past its lease", secs(e.time - end)))
+                    .unwrap_or_default();
+                format!("{who} sent its write of {value}{fence}{late}")
+            }
+            (f::WRITE, OpType::Ok) => format!("the storage took {who}'s write of {value}"),
+            (f::WRITE, OpType::Fail) => format!("the storage refused {who}'s write ({error})"),
+            (f::WRITE, OpType::Info) => {
+                format!("{who}'s write of {value} got no answer ({error}): it may have landed")
+            }
+            (f::RELEASE, OpType::Invoke) => format!("{who} released the lock"),
+            (f::RELEASE, OpType::Ok) => format!("{who}'s release succeeded"),
+            (f::CRASH, _) => format!(
+                "{} died",
+                value.get("process").map_or(who, |p| p.to_string())
+            ),
+            (op, kind) => format!(
+                "{who}: {op} {kind:?}{}",
+                e.error
+                    .as_ref()
+                    .map(|e| format!(" ({e})"))
+                    .unwrap_or_default()
+            ),
+        }
+    }
+
+    fn describe_fault(&self, e: &Event) -> String {
+        let target = e
+            .value
+            .get("target")
+            .and_then(|t| t.as_str())
+            .or(e.node.as_deref());
+        let on = target.map(|t| format!(" {t}")).unwrap_or_default();
+        let at = e.value.get(fault::AT).and_then(|a| a.as_str());
+        let place = match at {
+            Some("checked") => " right before its write, after its last check",
+            Some("read") => " right after its read",
+            Some("acquired") => " right after its grant",
+            Some("acquiring") => " inside its acquire",
+            Some("releasing") => " inside its release",
+            _ => "",
+        };
+        if let Some(kind) = fault::started(&e.f) {
+            return match kind {
+                "pause" => format!("the nemesis froze{on}{place}"),
+                "crash" => format!("the nemesis killed{on}{place}"),
+                "delay" => format!(
+                    "the proxy held{on}'s {}",
+                    e.value
+                        .get("command")
+                        .and_then(|c| c.as_str())
+                        .unwrap_or("command")
+                ),
+                _ => format!("fault {kind} began{on}"),
+            };
+        }
+        let kind = fault::stopped(&e.f).unwrap_or(&e.f);
+        match kind {
+            "pause" => format!("{} woke", target.unwrap_or("the frozen process")),
+            "delay" => {
+                let reply = e.value.get("reply").and_then(|r| r.as_str());
+                let answered = reply
+                    .map(|r| format!(": the node answered {r}"))
+                    .unwrap_or_default();
+                format!("the proxy let{on}'s command go{answered}")
+            }
+            _ => format!("fault {kind} healed{on}"),
+        }
+    }
+}
+
+/// The steps gathered for one example: events (each once) and implied
+/// lease ends.
+#[derive(Default)]
+struct Chain<'a> {
+    events: Vec<&'a Event>,
+    leases: Vec<(u64, &'a Event)>,
+}
+
+impl<'a> Chain<'a> {
+    fn add(&mut self, e: &'a Event) {
+        if !self.events.iter().any(|x| x.index == e.index) {
+            self.events.push(e);
+        }
+    }
+
+    fn lease(&mut self, at: u64, grant: &'a Event) {
+        if !self.leases.iter().any(|(_, g)| g.index == grant.index) {
+            self.leases.push((at, grant));
+        }
+    }
+
+    fn steps(&self, story: &Story) -> Vec<Step> {
+        let mut steps: Vec<(u64, u64, Step)> = self
+            .events
+            .iter()
+            .map(|e| {
+                let text = story.describe(e);
+                let step = Step {
+                    time: e.time,
+                    index: Some(e.index),
+                    text,
+                };
+                (e.time, e.index, step)
+            })
+            .collect();
+        for &(at, grant) in &self.leases {
+            let text = format!(
+                "{}'s lease ran out (granted at {})",
+                story.name(&grant.process),
+                secs(grant.time)
+            );
+            // An implied moment sorts before an event at the same instant.
+            steps.push((
+                at,
+                0,
+                Step {
+                    time: at,
+                    index: None,
+                    text,
+                },
+            ));
+        }
+        steps.sort_by_key(|(t, i, _)| (*t, *i));
+        steps.into_iter().map(|(_, _, s)| s).collect()
+    }
+}
+
+fn secs(ns: u64) -> String {
+    format!("{:.2} s", ns as f64 / 1e9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::Hist;
+    use crate::{check, Promise};
+    use serde_json::json;
+
+    const S: u64 = 1_000_000_000;
+
+    /// The material's Demo 2: worker 0 reads 8 and is frozen right before
+    /// its write; its 2 s lease runs out; worker 1 is granted the lock,
+    /// reads 8 and writes 9; worker 0 wakes and writes 9 too.
+    fn demo_2(observed: bool) -> Hist {
+        let mut h = Hist::new();
+        let t = |s: u64, n: u64| s * S + n;
+        h.invoke(0, f::ACQUIRE).time(t(1, 0));
+        h.ok(0, f::ACQUIRE).time(t(1, 1)).token("0-1");
+        h.invoke(0, f::READ).time(t(1, 2));
+        h.ok(0, f::READ).time(t(1, 3)).value(8);
+        h.nemesis("start-pause")
+            .time(S + S / 5)
+            .value(json!({"target": "worker-0", "process": 0, "at": "checked"}));
+        if observed {
+            h.ok(Process::observer(), key::EXPIRED)
+                .time(t(3, 5))
+                .token("0-1")
+                .value(json!({}));
+        }
+        h.invoke(1, f::ACQUIRE).time(t(3, 0));
+        h.ok(1, f::ACQUIRE).time(t(3, 10)).token("1-1");
+        h.invoke(1, f::READ).time(t(3, 11));
+        h.ok(1, f::READ).time(t(3, 12)).value(8);
+        h.invoke(1, f::WRITE).time(t(3, 13)).value(9);
+        h.ok(1, f::WRITE).time(t(3, 14)).value(9);
+        h.invoke(1, f::RELEASE).time(t(3, 15)).token("1-1");
+        h.ok(1, f::RELEASE).time(t(3, 16)).token("1-1");
+        h.nemesis("stop-pause")
+            .time(t(4, 0))
+            .value(json!({"target": "worker-0", "process": 0}));
+        h.invoke(0, f::WRITE).time(t(4, 1)).value(9);
+        h.ok(0, f::WRITE).time(t(4, 2)).value(9);
+        h.invoke(0, f::RELEASE).time(t(4, 3)).token("0-1");
+        h.ok(0, f::RELEASE).time(t(4, 4)).token("0-1");
+        h.invoke("harness", f::READ).time(t(5, 0));
+        h.ok("harness", f::READ).time(t(5, 1)).value(1);
+        h
+    }
+
+    fn told(h: &Hist) -> Vec<Explanation> {
+        let history = h.build();
+        let results = check(&history, Promise::MutualExclusion);
+        let known = Known {
+            workers: Some(2),
+            lease_ns: Some(2 * S),
+        };
+        explain(&history, &results, known)
+    }
+
+    fn texts(e: &Explanation) -> Vec<&str> {
+        e.steps.iter().map(|s| s.text.as_str()).collect()
+    }
+
+    #[test]
+    fn demo_2_names_the_pause_the_expiry_the_rivals_grant_and_the_lost_increment() {
+        let all = told(&demo_2(false));
+        let lost = all
+            .iter()
+            .find(|e| e.anomaly == anomaly::LOST_UPDATE && e.steps.len() > 1)
+            .expect("a lost update told as a chain");
+        let steps = texts(lost);
+        let expected = [
+            "worker-0 was granted the lock (token 0-1)",
+            "worker-0 read 8",
+            "the nemesis froze worker-0 right before its write, after its last check",
+            "worker-0's lease ran out (granted at 1.00 s)",
+            "worker-1 was granted the lock (token 1-1)",
+            "worker-1 read 8",
+            "worker-1 sent its write of 9",
+            "the storage took worker-1's write of 9",
+            "worker-0 woke",
+            "worker-0 sent its write of 9, 1.00 s past its lease",
+            "the storage took worker-0's write of 9",
+        ];
+        for (i, want) in expected.iter().enumerate() {
+            assert!(
+                steps.contains(want),
+                "missing step {i} {want:?}: {steps:#?}"
+            );
+        }
+        let order: Vec<usize> = expected
+            .iter()
+            .map(|w| steps.iter().position(|s| s == w).unwrap())
+            .collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{steps:#?}");
+        assert_eq!(
+            lost.conclusion,
+            "worker-0 wrote 9 over worker-1's 9: worker-1's increment is lost (lost-update)"
+        );
+        assert_eq!(lost.cause.as_deref(), Some("pause"));
+        let unsafe_action = all.iter().find(|e| e.anomaly == anomaly::UNSAFE_ACTION);
+        let unsafe_action = unsafe_action.expect("the stale write is an unsafe action");
+        assert!(
+            unsafe_action
+                .conclusion
+                .starts_with("worker-0 wrote 9 after worker-1 was granted"),
+            "{}",
+            unsafe_action.conclusion
+        );
+    }
+
+    #[test]
+    fn an_observed_expiry_stands_in_for_the_lease_arithmetic() {
+        let all = told(&demo_2(true));
+        let overlap = all
+            .iter()
+            .find(|e| e.anomaly == anomaly::LOCK_OVERLAP)
+            .expect("an overlap");
+        let steps = texts(overlap);
+        assert!(
+            steps.contains(&"worker-0's key expired on a node"),
+            "{steps:#?}"
+        );
+        assert!(
+            !steps.iter().any(|s| s.contains("lease ran out")),
+            "the observer said when: {steps:#?}"
+        );
+        // What the stale holder did once the rival held the lock.
+        assert!(steps.contains(&"worker-0 sent its write of 9, 1.00 s past its lease"));
+    }
+
+    #[test]
+    fn a_run_with_nothing_found_has_nothing_to_tell() {
+        let mut h = Hist::new();
+        h.acquire(0, "0-1");
+        h.write(0, 1);
+        h.release(0, "0-1");
+        h.final_read(1);
+        assert!(told(&h).is_empty());
+    }
+}

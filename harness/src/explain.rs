@@ -1,0 +1,61 @@
+//! `lockstorm explain`: each anomaly of a stored run told as the chain of
+//! events that proves it (`checker::explain`), and the first one `run`
+//! prints under the summary of an invalid run.
+
+use crate::check::{self, Format};
+use crate::error::{Error, Result};
+use crate::record::RunRecord;
+use checker::{Explanation, History, Known, Results};
+use std::path::Path;
+use store::{StoredRun, HISTORY};
+
+/// What the run knew that its history does not say.
+pub fn known(record: &RunRecord) -> Known {
+    let o = &record.options;
+    Known {
+        workers: Some(o.workers),
+        lease_ns: o
+            .config
+            .lease_is_ttl()
+            .then(|| o.ttl.as_nanos().try_into().unwrap_or(u64::MAX)),
+    }
+}
+
+/// Re-checks the run folder `dir` and tells every example of every anomaly.
+pub fn explain_dir(dir: &Path) -> Result<Vec<Explanation>> {
+    let bad = |message: String| Error::BadInput {
+        path: dir.to_path_buf(),
+        message,
+    };
+    if !dir.join(HISTORY).is_file() {
+        return Err(bad(format!(
+            "no {HISTORY} here; give a run folder, such as results/single-pause/latest"
+        )));
+    }
+    let results = check::check_path(dir, None, None, Format::Jsonl)?;
+    let record = StoredRun::open(dir)
+        .record::<crate::options::RunPlan>()
+        .map_err(|e| {
+            bad(format!(
+                "{e}; explain needs the run.json of a lockstorm run"
+            ))
+        })?;
+    told(dir, &results, &record)
+}
+
+/// Every example told, from the history in `dir` and its `results`.
+pub fn told(dir: &Path, results: &Results, record: &RunRecord) -> Result<Vec<Explanation>> {
+    let path = dir.join(HISTORY);
+    let history = std::fs::File::open(&path)
+        .map_err(|e| e.to_string())
+        .and_then(|f| History::from_jsonl(std::io::BufReader::new(f)).map_err(|e| e.to_string()))
+        .map_err(|message| Error::BadInput { path, message })?;
+    Ok(checker::explain(&history, results, known(record)))
+}
+
+/// The first explanation of an anomaly that breaks the promise, for the
+/// end of an invalid run's summary.
+pub fn first_breach(dir: &Path, results: &Results, record: &RunRecord) -> Option<Explanation> {
+    let all = told(dir, results, record).ok()?;
+    all.into_iter().find(|e| results.promise.counts(&e.anomaly))
+}

@@ -1,0 +1,61 @@
+//! The material's Demo 2 told as it happened: `lockstorm explain` names the
+//! pause, the lease running out, the rival's grant and the lost increment,
+//! and `run` prints the first such chain under an invalid run's summary.
+
+use crate::common;
+
+use common::{count, lockstorm, run};
+
+#[test]
+fn demo_2_is_explained_as_pause_expiry_rival_grant_and_a_lost_increment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = [
+        "--config",
+        "single",
+        "--nemesis",
+        "pause",
+        "--time-limit",
+        "15",
+        "--seed",
+        "3",
+    ];
+    let (out, results, dir) = run(tmp.path(), &args);
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    // The stale write is sent after the rival's grant: the red ✗.
+    assert!(count(&results, "unsafe-action") > 0, "{}", out.stdout);
+    assert!(
+        out.stdout.contains("the first, explained") && out.stdout.contains("=> "),
+        "{}",
+        out.stdout
+    );
+    let told = lockstorm(&["explain", dir.to_str().unwrap()]);
+    assert_eq!(told.code, 0, "{}", told.stderr);
+    let lost = told
+        .stdout
+        .split("\n\n")
+        .find(|chain| chain.starts_with("lost-update") && chain.contains("over"))
+        .unwrap_or_else(|| panic!("no lost update told as a chain:\n{}", told.stdout));
+    for step in [
+        "the nemesis froze worker-",
+        "right before its write",
+        "lease ran out",
+        "was granted the lock",
+        "past its lease",
+        "increment is lost (lost-update)",
+    ] {
+        assert!(lost.contains(step), "no {step:?} in:\n{lost}");
+    }
+    let json = lockstorm(&["explain", "--json", "--anomaly", "1", dir.to_str().unwrap()]);
+    let first: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON");
+    assert_eq!(first.as_array().map(Vec::len), Some(1), "{first}");
+    assert!(first[0]["steps"][0]["index"].is_u64(), "{first}");
+}
+
+#[test]
+fn explain_of_a_folder_that_is_not_a_run_is_one_line_and_254() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = lockstorm(&["explain", tmp.path().to_str().unwrap()]);
+    assert_eq!(out.code, 254, "{}", out.stderr);
+    assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("history.jsonl"), "{}", out.stderr);
+}
