@@ -230,7 +230,7 @@ fn latest<'a>(faults: impl Iterator<Item = &'a Fault>, at: u64) -> Option<&'a Fa
 /// Occurrences counted without a time of their own (a loss seen only in the
 /// final count) are put down to the cause of the anomaly's first evidence.
 pub fn attribute(name: &str, anomaly: &mut Anomaly, faults: &Causes, incidents: &mut [Incident]) {
-    let times = std::mem::take(&mut anomaly.times);
+    let times = anomaly.times.clone();
     let first = anomaly.first_time.or(times.first().copied());
     let timed = times
         .len()

@@ -114,10 +114,12 @@ pub struct Anomaly {
     /// The cause of each example, in the order of `examples`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub example_causes: Vec<String>,
-    /// Every occurrence's witness time, until the whole history is seen and
-    /// attribution (`cause.rs`) turns them into `causes`: a stall is
-    /// recorded when it ends, after the anomaly it may explain.
-    #[serde(skip)]
+    /// Every occurrence's witness time (ns), in the order found, the first
+    /// ones matching `examples`: attribution (`cause.rs`) reads them once
+    /// the whole history is seen (a stall is recorded when it ends, after
+    /// the anomaly it may explain), and pictures mark every occurrence from
+    /// them, not only the examples.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub times: Vec<u64>,
 }
 

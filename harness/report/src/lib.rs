@@ -77,6 +77,10 @@ pub fn build<P: Plan>(root: &Path) -> Result<Report, Error> {
             .into_iter()
             .filter(|p| dir.join(p).is_file())
             .collect();
+        // Each anomaly told, linked from the run's row.
+        if dir.join(plot::EXPLAIN).is_file() {
+            run.files.push(plot::EXPLAIN);
+        }
         runs.push(run);
     }
     // Newest first; the folder stamp sorts as time, the path breaks ties.

@@ -5,8 +5,11 @@
 //! `lockstorm report` can redraw any stored run.
 
 mod comparison;
+mod explained;
 mod font;
+mod keys;
 mod latency;
+mod marks;
 mod scene;
 mod shared;
 mod timeline;
@@ -22,15 +25,25 @@ use std::path::Path;
 pub const TIMELINE: &str = "timeline.svg";
 pub const LATENCY: &str = "latency.png";
 pub const RATE: &str = "rate.png";
+/// Every anomaly example told, when the run found any.
+pub const EXPLAIN: &str = "explain.html";
 
-/// Writes `timeline.svg`, `latency.png` and `rate.png` into `dir`.
+/// Writes `timeline.svg`, `latency.png` and `rate.png` into `dir`, and
+/// `explain.html` when the run found anything (else removes a stale one).
 pub fn render(
     dir: &Path,
     history: &History,
     results: &Results,
     setup: impl Into<Setup>,
 ) -> anyhow::Result<()> {
+    let setup = setup.into();
     timeline(&dir.join(TIMELINE), history, results, setup)?;
+    match explained::explain_page(history, results, setup) {
+        Some(page) => std::fs::write(dir.join(EXPLAIN), page)?,
+        None => {
+            let _ = std::fs::remove_file(dir.join(EXPLAIN));
+        }
+    }
     latency(&dir.join(LATENCY), history)?;
     rate(&dir.join(RATE), history)?;
     Ok(())

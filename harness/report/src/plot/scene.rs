@@ -1,8 +1,9 @@
 //! What the timeline shows, decided apart from how it is drawn: which rows,
 //! which holds (a large run merges neighbours), where the ✗ marks go.
 
+use super::keys::{key_spans, KeySpan};
+use super::marks::{marks, Mark};
 use super::shared::end_time;
-use checker::anomaly::UNSAFE_ACTION;
 use checker::{History, Hold, Process, Results};
 use std::collections::{HashMap, HashSet};
 
@@ -22,8 +23,12 @@ pub struct Scene {
     /// the holds, not from the checker's examples (which keep the first
     /// few), so a long run's later overlaps are coloured too.
     pub overlapping: HashSet<u64>,
-    /// Time and row of every unsafe action in the examples.
-    pub unsafe_actions: Vec<(u64, usize)>,
+    /// Every unsafe action (the unsafe row's ✗), and every lost update.
+    pub unsafe_actions: Vec<Mark>,
+    pub lost_updates: Vec<Mark>,
+    /// The lock nodes the observer watched, and who held the key on each.
+    pub key_nodes: Vec<String>,
+    pub keys: Vec<KeySpan>,
     /// What the reader must know that the picture does not show.
     pub notes: Vec<String>,
     /// The lock's TTL in ns, where known (see [`super::Setup`]).
@@ -90,20 +95,7 @@ impl Scene {
     /// holds of a large run would blur into one bar anyway.
     pub fn new(history: &History, results: &Results, workers: u64, width_px: u32) -> Self {
         let rows = Rows::new(history, workers);
-        let examples = |name: &str| {
-            results
-                .anomalies
-                .get(name)
-                .map_or(&[][..], |a| &a.examples[..])
-        };
-        let by_index: HashMap<u64, &checker::Event> =
-            history.events.iter().map(|e| (e.index, e)).collect();
-        // The first witness of an unsafe action is the op's own ok event.
-        let unsafe_actions: Vec<(u64, usize)> = examples(UNSAFE_ACTION)
-            .iter()
-            .filter_map(|ex| by_index.get(ex.first()?))
-            .filter_map(|e| Some((e.time, rows.of(&e.process)?)))
-            .collect();
+        let (unsafe_actions, lost_updates) = marks(history, results, &rows);
         let witnesses: HashSet<u64> = results
             .anomalies
             .values()
@@ -114,9 +106,12 @@ impl Scene {
         let in_anomaly = |h: &Hold| {
             witnesses.contains(&h.start_index)
                 || h.end_index.is_some_and(|i| witnesses.contains(&i))
-                || unsafe_actions
-                    .iter()
-                    .any(|&(t, row)| rows.of(&h.process) == Some(row) && h.start <= t && t <= h.end)
+                || unsafe_actions.iter().any(|m| {
+                    m.worker.is_some()
+                        && rows.of(&h.process) == m.worker
+                        && h.start <= m.time
+                        && m.time <= h.end
+                })
         };
         let mut holds = checker::holds(history);
         let overlapping = overlapping(&holds);
@@ -157,7 +152,11 @@ impl Scene {
             .iter()
             .filter_map(|e| Some((e.time, rows.of(&e.crashed()?)?)))
             .collect();
+        let (key_nodes, keys) = key_spans(history, &rows, end_time(history));
         Scene {
+            key_nodes,
+            keys,
+            lost_updates,
             crashes,
             stuck: results.deadlocks(),
             rows,

@@ -231,12 +231,15 @@ fn the_timeline_shows_holds_fences_the_unsafe_write_and_the_fault() {
         attr(a, "y").parse::<i32>().unwrap()
     };
     assert!(!svg.contains("worker 3"));
+    // The ✗ is in the unsafe row, named by its worker and its write's fence.
     let crosses: Vec<_> = texts.iter().filter(|(_, c)| *c == "✗").collect();
     assert_eq!(crosses.len(), 1);
-    assert_eq!(
-        attr(crosses[0].0, "y").parse::<i32>().unwrap(),
-        row_y("worker 0")
+    let y = attr(crosses[0].0, "y").parse::<i32>().unwrap();
+    assert!(
+        (y - row_y("unsafe")).abs() < 15,
+        "{y} not in the unsafe row"
     );
+    assert!(texts.iter().any(|(_, c)| *c == "w0 f1"), "{texts:?}");
 
     let band = fill(FAULT_COLOR);
     assert!(elements(&svg, "rect")
@@ -317,6 +320,26 @@ fn render_writes_the_three_pictures() {
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     assert_eq!(png_size(&dir.path().join(LATENCY)), (1200, 600));
     assert_eq!(png_size(&dir.path().join(RATE)), (1200, 600));
+    // Each example told, each with a view of its slice of the timeline.
+    let page = std::fs::read_to_string(dir.path().join(EXPLAIN)).unwrap();
+    let examples: usize = results.anomalies.values().map(|a| a.examples.len()).sum();
+    assert_eq!(page.matches("<section id=").count(), examples, "{page}");
+    assert!(page.contains("id=\"lock-overlap-1\""), "{page}");
+    assert!(page.contains("timeline.svg#svgView(viewBox("), "{page}");
+    // A run that found nothing has nothing to tell: the old page goes.
+    let clean = no_anomalies();
+    render(dir.path(), &history, &clean, 2).unwrap();
+    assert!(!dir.path().join(EXPLAIN).exists());
+}
+
+#[test]
+fn a_slice_of_the_timeline_covers_its_story_and_stays_in_the_picture() {
+    use super::timeline::slice;
+    // 10 s drawn over 1272 px from x = 114: 2–4 s is x 368–622, padded.
+    let (x, w) = slice(2.0, 4.0, 10.0);
+    assert!(x < 368.0 && x + w > 622.0, "{x} {w}");
+    let (x, w) = slice(0.0, 10.0, 10.0);
+    assert_eq!((x, x + w), (114.0, 1386.0));
 }
 
 #[test]
@@ -446,4 +469,70 @@ fn every_overlap_is_coloured_not_only_the_checkers_examples() {
         .find(|e| e.kind == OpType::Ok && e.f == "acquire")
         .unwrap();
     assert!(scene.overlapping.contains(&last_pair.index));
+}
+
+/// `paused_holder` as the observer saw it on node `n1`: a's key set, then
+/// expired while worker 0 was frozen; b's set and deleted by b's release;
+/// d's set and left to the end.
+fn observed() -> History {
+    let mut h = paused_holder();
+    let key = |ms: u64, f: &str, token: &str| {
+        checker::Event::new(
+            ms * MS,
+            checker::Process::observer(),
+            checker::OpType::Info,
+            f,
+        )
+        .with_token(token)
+        .with_node("n1")
+    };
+    h.events.extend([
+        key(2, checker::history::key::SET, "a"),
+        key(1000, checker::history::key::EXPIRED, "a"),
+        key(1001, checker::history::key::SET, "b"),
+        key(1050, checker::history::key::RENEWED, "b"),
+        key(1101, checker::history::key::DELETED, "b"),
+        key(2401, checker::history::key::SET, "d"),
+    ]);
+    for (i, e) in h.events.iter_mut().enumerate() {
+        e.index = i as u64;
+    }
+    h
+}
+
+#[test]
+fn the_key_rows_show_who_really_held_the_key_and_the_unsafe_row_every_loss() {
+    let history = observed();
+    let results = checker::check(&history, Promise::MutualExclusion);
+    let scene = scene::Scene::new(&history, &results, 2, 1000);
+    assert_eq!(scene.key_nodes, ["n1"]);
+    let keys: Vec<(u64, u64, Option<usize>)> = scene
+        .keys
+        .iter()
+        .map(|k| (k.start / MS, k.end / MS, k.owner))
+        .collect();
+    // Process 3 is worker 1: d's key is worker 1's.
+    assert_eq!(
+        keys,
+        [
+            (2, 1000, Some(0)),
+            (1001, 1101, Some(1)),
+            (2401, 2901, Some(1))
+        ]
+    );
+    // Worker 0's stale write of 1 repeats worker 1's: a lost update, marked
+    // where it landed, with its fence.
+    let lost: Vec<(u64, Option<usize>, Option<u64>)> = scene
+        .lost_updates
+        .iter()
+        .map(|m| (m.time / MS, m.worker, m.fence))
+        .collect();
+    assert!(lost.contains(&(1601, Some(0), Some(1))), "{lost:?}");
+    let svg = timeline_svg(&history, &results, 2).unwrap();
+    let texts = elements(&svg, "text");
+    assert!(texts.iter().any(|(_, c)| *c == "key on n1"), "{texts:?}");
+    assert!(texts.iter().any(|(_, c)| *c == "●"), "no lost-update mark");
+    // Without the observer there is no key row.
+    let plain = timeline_svg(&paused_holder(), &results, 2).unwrap();
+    assert!(!plain.contains("key on n1"));
 }

@@ -5,7 +5,7 @@
 use super::font::{self, FAMILY};
 use super::scene::Scene;
 use super::shared::{end_time, faults, secs, Setup, FAULT_ALPHA, FAULT_COLOR, FAULT_TEXT};
-use checker::anomaly::{LOCK_OVERLAP, UNSAFE_ACTION};
+use checker::anomaly::{LOCK_OVERLAP, LOST_UPDATE, UNSAFE_ACTION};
 use checker::{History, Results};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -16,7 +16,7 @@ pub const WIDTH: u32 = 1400;
 /// About how wide the time axis is, less margins and row labels.
 pub(super) const PLOT_PX: u32 = WIDTH - 130;
 const ROW_PX: u32 = 30;
-const FOOTER_PX: u32 = 84;
+const FOOTER_PX: u32 = 108;
 pub(super) const HOLD_COLOR: RGBColor = RGBColor(62, 118, 180);
 /// Holds the run ended during: their right edge is the end of the history,
 /// not a release, so they are drawn paler.
@@ -29,6 +29,27 @@ pub(super) const DEADLOCK_COLOR: RGBColor = RGBColor(90, 90, 90);
 const DEADLOCK_ALPHA: f64 = 0.3;
 /// Where a worker died.
 pub(super) const CRASH_MARK: &str = "†";
+/// Where an update was lost, in the unsafe row.
+pub(super) const LOST_MARK: &str = "●";
+const LOST_COLOR: RGBColor = RGBColor(232, 106, 26);
+/// A key whose owner the observer could not name.
+const KEY_UNKNOWN: RGBColor = RGBColor(120, 120, 120);
+
+/// The key row's colour for the key of worker `row`: a fixed palette, so a
+/// worker's keys look alike on every node.
+fn owner_color(row: usize) -> RGBColor {
+    const OWNERS: [RGBColor; 8] = [
+        RGBColor(31, 119, 180),
+        RGBColor(44, 160, 44),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(23, 190, 207),
+        RGBColor(188, 189, 34),
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
+    ];
+    OWNERS[row % OWNERS.len()]
+}
 /// The storage's fence row: two greys, so neighbouring tokens stay apart.
 const FENCE_A: RGBColor = RGBColor(110, 110, 110);
 const FENCE_B: RGBColor = RGBColor(150, 150, 150);
@@ -63,9 +84,60 @@ pub fn timeline_svg(
     Ok(svg)
 }
 
-/// Grows with the worker count so rows keep a readable height.
+/// The rows, top to bottom: the faults, each worker (who believed it held
+/// the lock), each observed lock node (who held the key in Redis), the
+/// storage's fence (fenced runs), and the unsafe row.
+pub(super) struct Layout {
+    pub workers: usize,
+    pub fence: Option<usize>,
+    pub unsafe_row: usize,
+}
+
+impl Layout {
+    pub fn of(scene: &Scene) -> Self {
+        let workers = scene.rows.len();
+        let keys = scene.key_nodes.len();
+        let fence = (!scene.fences.is_empty()).then_some(1 + workers + keys);
+        let unsafe_row = 1 + workers + keys + usize::from(fence.is_some());
+        Layout {
+            workers,
+            fence,
+            unsafe_row,
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.unsafe_row + 1
+    }
+
+    pub fn key_row(&self, node: usize) -> usize {
+        1 + self.workers + node
+    }
+}
+
+/// Where the time axis lies in the picture (px): right of the row labels
+/// (the chart's 14 px margin and 100 px label area), to the right margin.
+const PLOT_LEFT: f64 = 114.0;
+const PLOT_RIGHT: f64 = (WIDTH - 14) as f64;
+
+/// The picture's x range (px) that shows `from_s`..`to_s` of a run `end_s`
+/// long, with a little time either side: for an SVG view of one story.
+pub(super) fn slice(from_s: f64, to_s: f64, end_s: f64) -> (f64, f64) {
+    let pad = ((to_s - from_s) * 0.1).max(0.5);
+    let px =
+        |t: f64| PLOT_LEFT + (t.clamp(0.0, end_s) / end_s.max(1e-9)) * (PLOT_RIGHT - PLOT_LEFT);
+    let (x0, x1) = (px(from_s - pad), px(to_s + pad));
+    (x0, (x1 - x0).max(1.0))
+}
+
+/// The height of the picture [`timeline_svg`] draws for this run.
+pub(super) fn svg_height(history: &History, results: &Results, setup: Setup) -> u32 {
+    height(&Scene::new(history, results, setup.workers, PLOT_PX))
+}
+
+/// Grows with the row count so rows keep a readable height.
 pub(super) fn height(scene: &Scene) -> u32 {
-    130 + FOOTER_PX + ROW_PX * (scene.rows.len() as u32 + 1 + u32::from(!scene.fences.is_empty()))
+    130 + FOOTER_PX + ROW_PX * Layout::of(scene).rows() as u32
 }
 
 /// Draws on any backend, so a test can look at the same picture as a PNG.
@@ -82,14 +154,15 @@ where
     let (main, footer) = root.split_vertically(root.dim_in_pixel().1 - FOOTER_PX);
     let count = |name: &str| results.anomalies.get(name).map_or(0, |a| a.count);
     let title = format!(
-        "lock holds per worker: {} holds, {} lock-overlap, {} unsafe-action",
+        "who believed it held the lock, who held the key, what went wrong: {} holds, {} lock-overlap, {} unsafe-action, {} lost-update",
         scene.total,
         count(LOCK_OVERLAP),
-        count(UNSAFE_ACTION)
+        count(UNSAFE_ACTION),
+        count(LOST_UPDATE)
     );
-    // The top row names the faults; a fenced run adds the storage's row last.
-    let fence_row = (!scene.fences.is_empty()).then_some(scene.rows.len() + 1);
-    let n = scene.rows.len() + 1 + usize::from(fence_row.is_some());
+    let layout = Layout::of(scene);
+    let fence_row = layout.fence;
+    let n = layout.rows();
     let end_s = secs(end_time(history));
     let mut chart = ChartBuilder::on(&main)
         .caption(title, (FAMILY, 24))
@@ -211,17 +284,61 @@ where
         }
     }
 
-    let cross = (FAMILY, 26)
+    for span in &scene.keys {
+        let r = layout.key_row(span.node);
+        let (s, e) = (
+            secs(span.start),
+            secs(span.end).max(secs(span.start) + min_width_s),
+        );
+        let color = span.owner.map_or(KEY_UNKNOWN, owner_color);
+        let (y0, y1) = (top(r) - 0.85, top(r) - 0.15);
+        chart.draw_series([Rectangle::new([(s, y0), (e, y1)], color.filled())])?;
+        if let Some(owner) = span.owner {
+            let label = format!("w{owner}");
+            if (e - s) * px_per_s >= 8.0 * label.len() as f64 + 6.0 {
+                let at = ((s + e) / 2.0, center(r));
+                chart.draw_series([Text::new(label, at, fence_font.clone())])?;
+            }
+        }
+    }
+
+    let cross = (FAMILY, 24)
         .into_font()
         .style(FontStyle::Bold)
         .color(&UNSAFE_COLOR)
         .pos(Pos::new(HPos::Center, VPos::Center));
-    chart.draw_series(
-        scene
-            .unsafe_actions
-            .iter()
-            .map(|&(t, row)| Text::new("✗", (secs(t), center(row + 1)), cross.clone())),
-    )?;
+    let lost = (FAMILY, 15)
+        .into_font()
+        .color(&LOST_COLOR)
+        .pos(Pos::new(HPos::Center, VPos::Center));
+    let who = (FAMILY, 11)
+        .into_font()
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Left, VPos::Top));
+    // Names under the marks only while they cannot pile up.
+    let named = scene.unsafe_actions.len() + scene.lost_updates.len() <= 40;
+    let u = layout.unsafe_row;
+    // A loss usually lands with the unsafe write that made it: the ● sits
+    // in the row's upper part, the ✗ in its lower part, so both show.
+    for (marks, glyph, font, dy) in [
+        (&scene.lost_updates, LOST_MARK, &lost, 0.25),
+        (&scene.unsafe_actions, "✗", &cross, -0.1),
+    ] {
+        for m in marks {
+            let at = (secs(m.time), center(u) + dy);
+            chart.draw_series([Text::new(glyph, at, font.clone())])?;
+            let label = match (m.worker, m.fence) {
+                (Some(w), Some(f)) => format!("w{w} f{f}"),
+                (Some(w), None) => format!("w{w}"),
+                (None, Some(f)) => format!("f{f}"),
+                (None, None) => String::new(),
+            };
+            if named && !label.is_empty() {
+                let (x, y) = chart.backend_coord(&at);
+                root.draw(&Text::new(label, (x + 7, y + 2), who.clone()))?;
+            }
+        }
+    }
 
     let dagger = (FAMILY, 22)
         .into_font()
@@ -244,6 +361,10 @@ where
         let label = match r {
             0 => "faults".to_string(),
             r if Some(r) == fence_row => "storage fence".to_string(),
+            r if r == layout.unsafe_row => "unsafe".to_string(),
+            r if r > layout.workers => {
+                format!("key on {}", scene.key_nodes[r - 1 - layout.workers])
+            }
             _ => scene.rows.label(r - 1),
         };
         root.draw(&Text::new(label, (x - 8, y), row_font.clone()))?;
@@ -265,14 +386,15 @@ where
         .into_font()
         .color(&BLACK)
         .pos(Pos::new(HPos::Left, VPos::Center));
-    // Two lines of swatches: what the lock did, then what happened to it.
-    let items: [&[(&str, ShapeStyle)]; 2] = [
+    // Three lines of swatches: what the lock did, what happened to it, and
+    // what Redis and the storage saw.
+    let items: [&[(&str, ShapeStyle)]; 3] = [
         &[
             ("hold (acquire ok → release)", HOLD_COLOR.filled()),
             ("held at run end", OPEN_HOLD_COLOR.filled()),
             ("in a lock-overlap", OVERLAP_COLOR.filled()),
             ("thin: held past its lease (TTL)", HOLD_COLOR.filled()),
-            ("✗ unsafe action; numbers are fences", UNSAFE_COLOR.filled()),
+            ("numbers are fences", HOLD_COLOR.filled()),
         ],
         &[
             ("fault", FAULT_COLOR.mix(FAULT_ALPHA * 2.0).filled()),
@@ -281,6 +403,14 @@ where
                 DEADLOCK_COLOR.mix(DEADLOCK_ALPHA * 2.0).filled(),
             ),
             ("† a worker died (crash)", BLACK.filled()),
+        ],
+        &[
+            (
+                "key on a node, coloured by its owner (w2: worker 2)",
+                owner_color(0).filled(),
+            ),
+            ("✗ unsafe action", UNSAFE_COLOR.filled()),
+            ("● lost update (f: the op's fence)", LOST_COLOR.filled()),
         ],
     ];
     for (line, items) in items.iter().enumerate() {
@@ -297,6 +427,6 @@ where
         }
     }
     let note_font = font.color(&RGBColor(90, 90, 90));
-    area.draw(&Text::new(notes.join("; "), (114, 68), note_font))?;
+    area.draw(&Text::new(notes.join("; "), (114, 92), note_font))?;
     Ok(())
 }
