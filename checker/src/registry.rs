@@ -63,7 +63,7 @@ pub(crate) static CHECKERS: &[CheckerEntry] = &[
     CheckerEntry {
         name: linear::NAME,
         anomalies: &[kind(anomaly::NONLINEARIZABLE, 5, None, Breaks::Exclusion).said(
-            "1 if no real-time order of the lock operations fits a mutex (the search stops at the first); alone, it catches what holds cannot show, such as an acquire whose reply was lost",
+            "1 if no real-time order of the lock operations fits a mutex (the search stops at the first); alone, it finds what holds cannot show",
             "a history no mutex allows",
         )],
         fed: Fed::Whole(|| Box::<linear::Linear>::default()),
