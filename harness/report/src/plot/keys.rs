@@ -87,3 +87,69 @@ pub fn key_spans(
     }
     (nodes, spans)
 }
+
+/// A long run's key spans cut down to at most `cap` bars: each node's spans
+/// less than a gap apart merge (the gap doubling from one pixel), and a
+/// merged bar keeps its owner only if every span in it had the same one.
+/// Returns the bars and the gap used (px), 0 when nothing had to merge.
+pub fn merge_keys(spans: Vec<KeySpan>, ns_per_px: f64, cap: usize) -> (Vec<KeySpan>, u64) {
+    if spans.len() <= cap {
+        return (spans, 0);
+    }
+    let mut by_node = spans;
+    by_node.sort_by_key(|k| (k.node, k.start));
+    let mut gap_px = 1;
+    loop {
+        let gap = (gap_px as f64 * ns_per_px) as u64;
+        let mut merged: Vec<KeySpan> = Vec::new();
+        for k in &by_node {
+            match merged.last_mut() {
+                Some(last) if last.node == k.node && k.start <= last.end.saturating_add(gap) => {
+                    last.end = last.end.max(k.end);
+                    if last.owner != k.owner {
+                        last.owner = None;
+                    }
+                }
+                _ => merged.push(k.clone()),
+            }
+        }
+        if merged.len() <= cap {
+            return (merged, gap_px);
+        }
+        gap_px *= 2;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_runs_keys_merge_into_few_bars_keeping_only_a_shared_owner() {
+        // 3000 spans on one node, 10 ns long, 90 ns apart, owners 0 and 1 in turn.
+        let spans: Vec<KeySpan> = (0..3_000u64)
+            .map(|i| KeySpan {
+                node: 0,
+                start: i * 100,
+                end: i * 100 + 10,
+                owner: Some((i % 2) as usize),
+            })
+            .collect();
+        let (bars, gap) = merge_keys(spans.clone(), 30.0, 2_000);
+        assert!(
+            bars.len() <= 2_000 && gap > 0,
+            "{} bars, gap {gap}",
+            bars.len()
+        );
+        assert!(
+            bars.iter().all(|b| b.owner.is_none()),
+            "mixed owners are not one colour"
+        );
+        assert_eq!(
+            (bars[0].start, bars.last().unwrap().end),
+            (0, 2_999 * 100 + 10)
+        );
+        let few = spans[..10].to_vec();
+        assert_eq!(merge_keys(few.clone(), 30.0, 2_000), (few, 0));
+    }
+}

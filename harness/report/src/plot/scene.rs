@@ -1,7 +1,7 @@
 //! What the timeline shows, decided apart from how it is drawn: which rows,
 //! which holds (a large run merges neighbours), where the ✗ marks go.
 
-use super::keys::{key_spans, KeySpan};
+use super::keys::{key_spans, merge_keys, KeySpan};
 use super::marks::{marks, Mark};
 use super::shared::end_time;
 use checker::{History, Hold, Process, Results};
@@ -153,6 +153,13 @@ impl Scene {
             .filter_map(|e| Some((e.time, rows.of(&e.crashed()?)?)))
             .collect();
         let (key_nodes, keys) = key_spans(history, &rows, end_time(history));
+        let ns_per_px = end_time(history) as f64 / f64::from(width_px.max(1));
+        let (keys, key_gap) = merge_keys(keys, ns_per_px, MAX_HOLDS);
+        if key_gap > 0 {
+            notes.push(format!(
+                "the key rows merge stretches less than {key_gap} px apart (grey: more than one owner)"
+            ));
+        }
         Scene {
             key_nodes,
             keys,

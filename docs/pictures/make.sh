@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Redraws the six timelines of docs/timelines.md: runs each demo, copies its
+# timeline.svg here and looks at it in Chromium (the PNG the page shows).
+# Usage: docs/pictures/make.sh   (LOCKSTORM=path/to/lockstorm to skip cargo)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+read -r -a bin <<<"${LOCKSTORM:-cargo run --release --quiet --}"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+shoot() {
+    local name=$1
+    shift
+    local code=0
+    "${bin[@]}" run --results "$out/$name" "$@" >"$out/$name.txt" || code=$?
+    # 0 valid, 1 invalid, 2 unknown are verdicts; anything else is a failure.
+    if [ "$code" -gt 2 ]; then
+        cat "$out/$name.txt" >&2
+        exit "$code"
+    fi
+    local svg
+    svg=$(ls "$out/$name"/*/latest/timeline.svg)
+    local height
+    height=$(grep -o 'height="[0-9]*"' "$svg" | head -1 | tr -dc 0-9)
+    chromium --headless --no-sandbox --disable-gpu --hide-scrollbars \
+        --window-size="1400,$height" --screenshot="$here/$name.png" "file://$svg" 2>/dev/null
+    echo "$name: $(head -1 "$out/$name.txt")"
+}
+
+shoot demo-2-pause --config single --nemesis pause --time-limit 15 --seed 3
+shoot demo-3-fenced --config fenced --nemesis pause --time-limit 15 --seed 3
+shoot demo-4-plain-del --config unsafe-del --nemesis none --time-limit 15 --seed 3 \
+    --work-ms 2500 --no-validity-check
+shoot demo-5-slow-work --config single --nemesis none --time-limit 15 --seed 3 \
+    --work-ms 2500 --no-validity-check
+shoot redlock-clock --config redlock --nemesis clock --time-limit 20 --seed 1
+shoot replicated-failover --config replicated --nemesis failover --time-limit 30 --seed 1
