@@ -28,6 +28,12 @@ fn demo_2_is_explained_as_pause_expiry_rival_grant_and_a_lost_increment() {
         "{}",
         out.stdout
     );
+    // The timeline's unsafe row has its ✗, and the run folder its stories.
+    let svg = std::fs::read_to_string(dir.join("timeline.svg")).unwrap();
+    assert!(svg.contains(">\nunsafe\n<"), "no unsafe row");
+    // A mark of its own, not the legend's "✗ unsafe action".
+    assert!(svg.contains(">\n✗\n<"), "no ✗ in the unsafe row");
+    assert!(dir.join("explain.html").is_file());
     let told = lockstorm(&["explain", dir.to_str().unwrap()]);
     assert_eq!(told.code, 0, "{}", told.stderr);
     let lost = told
