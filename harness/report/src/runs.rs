@@ -36,11 +36,18 @@ pub fn table(o: &mut String, runs: &[Run]) {
             r.seed.map_or_else(|| "–".into(), |s| s.to_string()),
             verdict(r.results.as_ref().map(|x| x.valid)),
         );
+        let told = r.files.contains(&crate::plot::EXPLAIN);
         for n in &names {
-            let cell = match &r.results {
+            let mut cell = match &r.results {
                 Some(x) => count_cell(x.anomalies.get(n).map(|a| a.count), x.promise.counts(n)),
                 None => count_cell(None, true),
             };
+            // A count found links to its first example, told.
+            let found = r.results.as_ref().and_then(|x| x.anomalies.get(n));
+            if told && found.is_some_and(|a| !a.examples.is_empty()) {
+                let page = href(&format!("{}/{}", r.rel, crate::plot::EXPLAIN));
+                cell = link_count(&cell, &format!("{page}#{}-1", esc(n)));
+            }
             o.push_str(&cell);
         }
         let files: Vec<String> = r
@@ -73,6 +80,21 @@ pub fn table(o: &mut String, runs: &[Run]) {
         );
     }
     o.push_str("</tbody></table></section>\n");
+}
+
+/// A count cell whose number links to `target` (an escaped URL).
+fn link_count(cell: &str, target: &str) -> String {
+    let Some(open_end) = cell.find('>') else {
+        return cell.to_string();
+    };
+    let Some(close) = cell.rfind("</td>") else {
+        return cell.to_string();
+    };
+    format!(
+        "{}<a href=\"{target}\">{}</a></td>",
+        &cell[..=open_end],
+        &cell[open_end + 1..close]
+    )
 }
 
 /// Short link text keeps the table's rows one line high; the title says

@@ -109,3 +109,36 @@ fn escaping_and_link_encoding() {
     assert_eq!(href("a b/c#d.svg"), "a%20b/c%23d.svg");
     assert_eq!(href("x/\"y"), "x/%22y");
 }
+
+#[test]
+fn a_run_that_found_anything_links_each_count_to_its_story() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    // Two grants of the history, named as an overlap's example.
+    let grants: Vec<u64> = history()
+        .events
+        .iter()
+        .filter(|e| e.f == "acquire" && e.kind == checker::OpType::Ok)
+        .map(|e| e.index)
+        .take(2)
+        .collect();
+    let mut found = invalid();
+    let overlap = found.anomalies.get_mut("lock-overlap").unwrap();
+    overlap.examples = vec![grants];
+    let rel = "single-pause/20261129T120001";
+    write_run(root, rel, "single", "pause", Some(&found));
+    build(root).unwrap();
+    assert!(root.join(rel).join("explain.html").is_file());
+    let page = index(root);
+    let story = format!("{}#lock-overlap-1", href(&format!("{rel}/explain.html")));
+    assert!(
+        page.contains(&format!("<a href=\"{story}\">3</a>")),
+        "{page}"
+    );
+    assert!(page.contains(">explain</a>"), "the run's files list it");
+    // A valid run has no stories and no links to any.
+    write_run(root, rel, "single", "pause", Some(&valid()));
+    build(root).unwrap();
+    assert!(!root.join(rel).join("explain.html").exists());
+    assert!(!index(root).contains("explain.html"));
+}
