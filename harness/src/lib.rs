@@ -20,6 +20,7 @@ mod progress;
 mod proxied;
 pub mod record;
 pub mod run;
+pub mod schedule_text;
 pub mod topology;
 mod workers;
 
