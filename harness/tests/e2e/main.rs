@@ -25,6 +25,7 @@ mod redlock;
 mod replicated;
 mod report;
 mod runs;
+mod shrink;
 mod stalls;
 mod strikes;
 mod verdicts;
