@@ -1,11 +1,12 @@
 //! `lockstorm shrink <run>`: the smallest fault schedule that still breaks
 //! the run's promise. The faults armed before the run's first anomaly are
-//! cut down by delta debugging (`ddmin.rs`); each candidate is the stored
-//! plan with that schedule (`--schedule`) and a time limit cut to just past
-//! its last fault (`target.rs`), run up to `--tries` times, since timing
-//! varies: the first try that breaks the promise settles it. The result is
-//! run `--tries` more times for its rate, and printed as the command that
-//! runs it (`command.rs`).
+//! cut down by delta debugging (`ddmin.rs`), then moved as soon as a
+//! seeded draw could start one; each candidate is the stored plan with that
+//! schedule (`--schedule`) and a time limit cut to just past its last fault
+//! (`target.rs`), run up to `--tries` times, since timing varies: the first
+//! try that breaks the promise settles it. The result is run `--tries` more
+//! times for its rate, and printed as the command that runs it
+//! (`command.rs`).
 //!
 //! Candidates run one at a time as `lockstorm cell` processes, as a
 //! matrix's do, in one address block held for the whole search; their
@@ -254,10 +255,20 @@ impl Search {
             },
         }
         let minimal = ddmin::ddmin(steps, |c| runner.tries(&self.candidate(c), self.tries));
+        let (mut kept, mut stopped) = (minimal.kept, minimal.stopped);
+        // Then as soon as a seeded draw could start a fault: a shorter run.
+        let start_ms = self.original.nemesis_interval.as_millis() as u64 / 2;
+        if let Some(moved) = target::sooner(&kept, start_ms).filter(|_| !stopped) {
+            match runner.tries(&self.candidate(&moved), self.tries) {
+                Verdict::Fails => kept = moved,
+                Verdict::Passes => {}
+                Verdict::Stop => stopped = true,
+            }
+        }
         if let Some(e) = runner.fatal.take() {
             return Err(e);
         }
-        let plan = self.candidate(&minimal.kept);
+        let plan = self.candidate(&kept);
         runner.budget = runner.runs + self.tries;
         let mut broke = 0;
         let mut tried = 0;
@@ -272,7 +283,7 @@ impl Search {
         if let Some(e) = runner.fatal.take() {
             return Err(e);
         }
-        let cut = match (runner.interrupted(), minimal.stopped) {
+        let cut = match (runner.interrupted(), stopped) {
             (true, _) => Some(INTERRUPTED.to_string()),
             (false, true) => Some(format!("stopped at --max-runs {max_runs}")),
             (false, false) => None,

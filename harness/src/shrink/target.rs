@@ -66,6 +66,23 @@ pub fn candidate(original: &RunPlan, steps: &[Step], lag_ms: u64) -> RunPlan {
     }
 }
 
+/// The same steps moved sooner, the first at `start_ms` (the gaps kept),
+/// or `None` when the first is no later than that already. A fault late in
+/// a long run needs the run to reach it; moved sooner, the time limit that
+/// follows it is shorter.
+pub fn sooner(steps: &[Step], start_ms: u64) -> Option<Vec<Step>> {
+    let by = steps
+        .first()?
+        .at_ms
+        .checked_sub(start_ms)
+        .filter(|by| *by > 0)?;
+    let moved = steps.iter().map(|s| Step {
+        at_ms: s.at_ms - by,
+        ..*s
+    });
+    Some(moved.collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,6 +149,17 @@ mod tests {
             shrinkable(&rec, &results(Validity::Unknown, Some(7_500))),
             Shrinkable::Unknown
         );
+    }
+
+    #[test]
+    fn steps_move_sooner_together_and_never_later() {
+        assert_eq!(
+            sooner(&[pause(9_000), pause(14_000)], 1_000),
+            Some(vec![pause(1_000), pause(6_000)])
+        );
+        assert_eq!(sooner(&[pause(1_000)], 1_000), None);
+        assert_eq!(sooner(&[pause(500)], 1_000), None);
+        assert_eq!(sooner(&[], 1_000), None);
     }
 
     #[test]
