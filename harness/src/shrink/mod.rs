@@ -16,7 +16,11 @@
 
 mod command;
 mod ddmin;
+mod found;
 mod target;
+
+pub use found::Found;
+use found::{plural, Shrunk, INTERRUPTED};
 
 use crate::error::{Error, Result};
 use crate::matrix::cell::{self, Ended};
@@ -27,7 +31,7 @@ use checker::Validity;
 use ddmin::Verdict;
 use nemesis::Step;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use store::StoredRun;
 use target::Shrinkable;
 use tokio::sync::watch;
@@ -45,98 +49,6 @@ pub struct ShrinkArgs {
     /// once reached, the smallest schedule found so far is reported.
     #[arg(long, default_value_t = 30)]
     pub max_runs: u32,
-}
-
-/// What `shrink` found.
-#[derive(Debug)]
-pub enum Found {
-    /// One line: why there is nothing to shrink.
-    Nothing(String),
-    Shrunk(Box<Shrunk>),
-    /// Not even the run's own faults broke the promise again.
-    NotReproduced {
-        title: String,
-        faults: usize,
-        tries: u32,
-        interrupted: bool,
-    },
-}
-
-#[derive(Debug)]
-pub struct Shrunk {
-    title: String,
-    /// Faults armed before the run's first anomaly.
-    from: usize,
-    /// The smallest schedule found, as a plan to run.
-    plan: RunPlan,
-    /// Of the result's own tries, how many broke the promise.
-    broke: u32,
-    tried: u32,
-    runs: u32,
-    took: Duration,
-    folder: PathBuf,
-    /// Why a smaller schedule may exist: the search was cut short.
-    cut: Option<String>,
-}
-
-impl Found {
-    /// The exit code's verdict: 0 when there is nothing to shrink or a
-    /// schedule was found, 2 (unknown) when the failure did not come back
-    /// or a signal stopped the search.
-    pub fn validity(&self) -> Validity {
-        match self {
-            Found::Nothing(_) => Validity::True,
-            Found::Shrunk(s) if s.cut.as_deref() == Some(INTERRUPTED) => Validity::Unknown,
-            Found::Shrunk(_) => Validity::True,
-            Found::NotReproduced { .. } => Validity::Unknown,
-        }
-    }
-
-    pub fn render(&self) -> String {
-        match self {
-            Found::Nothing(line) => format!("{line}\n"),
-            Found::NotReproduced {
-                title,
-                faults,
-                tries,
-                interrupted: false,
-            } => format!(
-                "{title}: could not reproduce: its {} before the first anomaly kept the promise in {tries} of {tries} tries; the failure is timing-dependent beyond {tries} tries (try --tries {})\n",
-                plural(*faults, "fault"),
-                tries * 2
-            ),
-            Found::NotReproduced { title, .. } => {
-                format!("{title}: interrupted before the failure came back: nothing shrunk\n")
-            }
-            Found::Shrunk(s) => {
-                let mut text = format!(
-                    "{}: kept {} of the {} before the first anomaly; INVALID in {} of {} tries\n  {}\n  {} in {:.0} s; their folders in {}\n",
-                    s.title,
-                    s.plan.steps.as_ref().map_or(0, Vec::len),
-                    plural(s.from, "fault"),
-                    s.broke,
-                    s.tried,
-                    command::line(&s.plan),
-                    plural(s.runs as usize, "run"),
-                    s.took.as_secs_f64(),
-                    s.folder.display()
-                );
-                if let Some(cut) = &s.cut {
-                    text.push_str(&format!("  {cut}: a smaller schedule may exist\n"));
-                }
-                text
-            }
-        }
-    }
-}
-
-const INTERRUPTED: &str = "interrupted";
-
-fn plural(n: usize, what: &str) -> String {
-    match n {
-        1 => format!("1 {what}"),
-        n => format!("{n} {what}s"),
-    }
 }
 
 /// Reads the run and searches. Bad input (not a run folder, a run that is

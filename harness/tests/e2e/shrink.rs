@@ -2,7 +2,13 @@
 //! still break its promise, printed as a command that does; a VALID run has
 //! nothing to shrink; bad input is one line, exit 254.
 
-use crate::common::{assert_no_process_left, assert_valid, lockstorm, run_short};
+use crate::common::{
+    assert_no_process_left, assert_valid, e2e_slot, lockstorm, run_short, wait_for,
+};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 /// The printed command's arguments, after `lockstorm` (the test's folders
 /// need no quoting).
@@ -49,6 +55,39 @@ fn an_unsafe_del_pause_run_shrinks_to_one_fault_whose_command_breaks_the_lock() 
     let again = lockstorm(&again);
     assert_eq!(again.code, 1, "{}\n{}", again.stdout, again.stderr);
     assert_no_process_left(tmp.path());
+    interrupted_while_a_candidate_runs(&dir);
+    assert_no_process_left(tmp.path());
+}
+
+/// Ctrl-C during a candidate's fault: the candidate heals and stops in
+/// order, and shrink exits 2 saying it was interrupted.
+fn interrupted_while_a_candidate_runs(dir: &Path) {
+    let _slot = e2e_slot();
+    let group = dir.join("shrink/unsafe-del-pause");
+    let runs = || -> Vec<PathBuf> {
+        let entries = std::fs::read_dir(&group).into_iter().flatten().flatten();
+        entries.map(|e| e.path()).filter(|p| p.is_dir()).collect()
+    };
+    let before = runs();
+    let child = Command::new(env!("CARGO_BIN_EXE_lockstorm"))
+        .args(["shrink", dir.to_str().unwrap(), "--tries", "1"])
+        .args(["--max-runs", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let history =
+        |p: &PathBuf| std::fs::read_to_string(p.join("history.jsonl")).unwrap_or_default();
+    let candidate = wait_for("a new candidate's pause", || {
+        let mut new = runs().into_iter().filter(|p| !before.contains(p));
+        new.find(|p| history(p).contains("start-pause"))
+    });
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{stdout}");
+    assert!(stdout.contains("interrupted"), "{stdout}");
+    assert!(history(&candidate).contains("stop-pause"), "not healed");
 }
 
 #[test]
