@@ -1,5 +1,5 @@
-//! The command line: `run` (the default), `check`, `matrix`, `report`, and
-//! the hidden `worker`.
+//! The command line: `run` (the default), `check`, `explain`, `matrix`,
+//! `report`, `shrink`, and the hidden `worker`.
 //! Exit codes follow Jepsen (see [`crate::exit`]): 0 valid, 1 invalid,
 //! 2 unknown, 254 bad arguments or configuration, 255 the harness itself failed.
 
@@ -45,6 +45,10 @@ enum Command {
     Matrix(MatrixArgs),
     /// Redraw every stored run's pictures and write `results/index.html`.
     Report(ReportArgs),
+    /// Search for the smallest fault schedule that still breaks an INVALID
+    /// run's promise, and print it as a command (exit 0; 2 if the failure
+    /// did not come back).
+    Shrink(crate::shrink::ShrinkArgs),
     /// Check a client adapter against one Redis node, without faults: each
     /// step passes or fails (exit 0 if all pass, 1 if not).
     ClientTest(ClientTestArgs),
@@ -179,6 +183,7 @@ pub fn main() -> ExitCode {
         Some(Command::Explain(args)) => finish(explain_command(args)),
         Some(Command::Matrix(args)) => finish(matrix_command(args)),
         Some(Command::Report(args)) => finish(report_command(args)),
+        Some(Command::Shrink(args)) => finish(shrink_command(&args)),
         Some(Command::ClientTest(args)) => finish(client_test_command(args)),
         Some(Command::Run(options)) => finish(run_command(*options)),
         None => finish(run_command(cli.run)),
@@ -355,6 +360,14 @@ fn report_command(args: ReportArgs) -> Result<Validity> {
         )));
     }
     Ok(Validity::True)
+}
+
+/// Exit: 0 when there is nothing to shrink or a schedule was found, 2 when
+/// the failure did not come back (or a signal cut the search short).
+fn shrink_command(args: &crate::shrink::ShrinkArgs) -> Result<Validity> {
+    let found = crate::shrink::shrink(args)?;
+    say(&found.render())?;
+    Ok(found.validity())
 }
 
 fn client_test_command(args: ClientTestArgs) -> Result<Validity> {

@@ -21,6 +21,8 @@ mod progress;
 mod proxied;
 pub mod record;
 pub mod run;
+pub mod schedule_text;
+pub mod shrink;
 pub mod topology;
 mod workers;
 

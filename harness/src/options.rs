@@ -5,6 +5,7 @@
 use crate::clients::Client;
 use crate::error::Error;
 use crate::help;
+use crate::schedule_text::ScheduleText;
 use backend::node::Persistence;
 use backend::Backend;
 use clap::Args;
@@ -182,6 +183,12 @@ pub struct RunOptions {
     /// through the proxy, with no latency added to its hop].
     #[arg(long, value_parser = parse_latency)]
     pub latency_ms: Option<Latency>,
+    /// The faults to inject, in place of the seed's draw (the seed still
+    /// drives the workers): steps `AT:FAULT[@POINT]` joined by commas, e.g.
+    /// `1.5s:pause@checked,6s:pause`; each fault one --nemesis names, lasting
+    /// what its options say. `shrink` prints one.
+    #[arg(long, value_parser = parse_schedule)]
+    pub schedule: Option<ScheduleText>,
 }
 
 /// `--latency-ms MIN[..MAX]`: each request is held a time drawn uniformly
@@ -307,6 +314,9 @@ pub struct RunPlan {
     pub address_block: u8,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_ms: Option<Latency>,
+    /// `--schedule`: the faults as given, in place of the seed's draw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<Vec<Step>>,
 }
 
 /// Why options cannot become a plan.
@@ -340,6 +350,10 @@ fn parse_targets(s: &str) -> Result<Targets, String> {
 }
 
 fn parse_at(s: &str) -> Result<At, String> {
+    s.parse()
+}
+
+fn parse_schedule(s: &str) -> Result<ScheduleText, String> {
     s.parse()
 }
 
@@ -392,6 +406,7 @@ impl RunOptions {
             acquire_timeout_ms: None,
             op_timeout_ms: 500,
             latency_ms: None,
+            schedule: None,
         }
     }
 
@@ -451,7 +466,7 @@ impl RunOptions {
             .nemesis_interval_ms
             .unwrap_or(ttl.clamp(MIN_DEFAULT_INTERVAL_MS, MAX_DEFAULT_INTERVAL_MS));
         let ms = Duration::from_millis;
-        let plan = RunPlan {
+        let mut plan = RunPlan {
             config: self.config,
             client: self.client.chosen().cloned(),
             nemesis: self.nemesis,
@@ -481,8 +496,15 @@ impl RunOptions {
             op_timeout: ms(self.op_timeout_ms),
             address_block: self.nodes.address_block.unwrap_or(0),
             latency_ms: self.latency_ms,
+            steps: None,
         };
-        plan.check_schedule_fits()?;
+        match &self.schedule {
+            Some(text) => {
+                let steps = text.steps(&plan.schedule_spec(), plan.at);
+                plan.steps = Some(steps.map_err(Refusal::Invalid)?);
+            }
+            None => plan.check_schedule_fits()?,
+        }
         Ok(plan)
     }
 
@@ -661,9 +683,12 @@ impl RunPlan {
         }
     }
 
-    /// The run's faults and where each strike lands: pure, so it is known
-    /// before anything starts.
+    /// The run's faults and where each strike lands (`--schedule`'s, or
+    /// the seed's draw): pure, so it is known before anything starts.
     pub fn schedule(&self) -> Vec<Step> {
+        if let Some(steps) = &self.steps {
+            return steps.clone();
+        }
         let mut steps = nemesis::schedule(&self.schedule_spec());
         nemesis::place_strikes(&mut steps, self.at, self.seed);
         steps

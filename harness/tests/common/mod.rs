@@ -27,8 +27,10 @@ pub fn lockstorm_with(args: &[&str], env: &[(&str, &str)]) -> Run {
 pub fn lockstorm_at(cwd: Option<&Path>, args: &[&str], env: &[(&str, &str)]) -> Run {
     // Commands that start Redis nodes and workers wait for a slot; their
     // help starts nothing.
-    let starts_nodes = matches!(args.first(), Some(&"run" | &"matrix" | &"client-test"))
-        && !args.iter().any(|a| *a == "--help" || *a == "-h");
+    let starts_nodes = matches!(
+        args.first(),
+        Some(&"run" | &"matrix" | &"client-test" | &"shrink")
+    ) && !args.iter().any(|a| *a == "--help" || *a == "-h");
     let _slot = starts_nodes.then(e2e_slot);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockstorm"));
     if let Some(cwd) = cwd {

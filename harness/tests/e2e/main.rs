@@ -26,6 +26,7 @@ mod redlock;
 mod replicated;
 mod report;
 mod runs;
+mod shrink;
 mod stalls;
 mod strikes;
 mod verdicts;
