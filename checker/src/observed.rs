@@ -1,0 +1,194 @@
+//! The lock key as the observer saw it (`history::key` events, process
+//! `"observer"`): which token held the key on which node, and how each
+//! token's key went. `mutex.rs` asks it two things, and only when the
+//! history has such events (a lock-only or Jepsen history has none, and is
+//! checked exactly as before):
+//!
+//! - **Did a token still own the lock when its holder sent an op?** A token
+//!   *no longer owns* the lock from the observer event that showed its key
+//!   gone (expired, deleted, or overwritten by another token's `key-set`)
+//!   on a majority of the nodes the observer has reported on so far: one
+//!   node for `single`, three of five for Redlock. The observer stamps an
+//!   event after the node acted, so a gone key stamped before an op's
+//!   invoke was certainly gone when the op was sent.
+//! - **How did a holder's key go?** Its first loss the observer saw:
+//!   expired or deleted ([`LEASE_EXPIRED`]), or overwritten with no expiry
+//!   or delete seen first, or never seen to go at all though someone else
+//!   was granted ([`KEY_LOST`]: a restart or a failover dropped it).
+//!
+//! Adapters' libraries store their own token in the key; an acquire `ok`'s
+//! `value.client_token` says which, and the holder's questions are asked
+//! with it.
+
+use crate::history::{key, Event};
+use rustc_hash::FxHashMap;
+
+/// The label of an overlap whose first holder's key was seen to expire, or
+/// be deleted, while its holder still believed it held the lock.
+pub const LEASE_EXPIRED: &str = "lease expired under a live holder";
+/// The label of an overlap whose first holder's key was never seen to
+/// expire or be deleted: the node lost it (a restart, a failover).
+pub const KEY_LOST: &str = "key lost";
+
+/// How a token's key went from one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Gone {
+    Expired,
+    Deleted,
+    /// Another token's `key-set` with no expiry or delete of this one seen
+    /// first.
+    Overwritten,
+}
+
+/// What the observer saw of one token.
+#[derive(Default)]
+struct Life {
+    /// Nodes whose key it was seen to hold.
+    set_on: Vec<String>,
+    /// Nodes it was seen to go from.
+    gone_on: Vec<String>,
+    /// How it first went.
+    first: Option<Gone>,
+    /// `(time, index)` of the event after which it no longer owned the lock.
+    unowned: Option<(u64, u64)>,
+}
+
+#[derive(Default)]
+pub struct Keys {
+    /// Node → the token its key holds, as last seen.
+    holding: FxHashMap<String, String>,
+    /// Every node the observer has reported on.
+    nodes: Vec<String>,
+    tokens: FxHashMap<String, Life>,
+}
+
+impl Keys {
+    /// Takes an observer event (anything else is ignored).
+    pub fn on_event(&mut self, e: &Event) {
+        if !e.process.is_observer() {
+            return;
+        }
+        let node = e.node.clone().unwrap_or_default();
+        if !self.nodes.contains(&node) {
+            self.nodes.push(node.clone());
+        }
+        match e.f.as_str() {
+            key::SET => {
+                let Some(token) = e.token.clone() else { return };
+                let before = self.holding.insert(node.clone(), token.clone());
+                if let Some(other) = before.filter(|t| *t != token) {
+                    self.gone(&other, &node, Gone::Overwritten, e);
+                }
+                let life = self.tokens.entry(token).or_default();
+                if !life.set_on.contains(&node) {
+                    life.set_on.push(node);
+                }
+            }
+            key::EXPIRED | key::DELETED => {
+                let held = self.holding.get(&node);
+                let Some(token) = e.token.clone().or_else(|| held.cloned()) else {
+                    return;
+                };
+                if held == Some(&token) {
+                    self.holding.remove(&node);
+                }
+                let how = match e.f == key::EXPIRED {
+                    true => Gone::Expired,
+                    false => Gone::Deleted,
+                };
+                self.gone(&token, &node, how, e);
+            }
+            _ => {}
+        }
+    }
+
+    fn gone(&mut self, token: &str, node: &str, how: Gone, e: &Event) {
+        let majority = self.nodes.len() / 2 + 1;
+        let life = self.tokens.entry(token.to_string()).or_default();
+        if life.gone_on.iter().any(|n| n == node) {
+            return;
+        }
+        life.gone_on.push(node.to_string());
+        life.first.get_or_insert(how);
+        if life.unowned.is_none() && life.gone_on.len() >= majority {
+            life.unowned = Some((e.time, e.index));
+        }
+    }
+
+    /// The `index` of the observer event after which `token` no longer
+    /// owned the lock, if that event came before `time`.
+    pub fn unowned_before(&self, token: &str, time: u64) -> Option<u64> {
+        let (at, index) = self.tokens.get(token)?.unowned?;
+        (at < time).then_some(index)
+    }
+
+    /// How `token`'s key went, as an overlap's label: `None` if the observer
+    /// never saw the key hold it.
+    pub fn label(&self, token: &str) -> Option<&'static str> {
+        let life = self.tokens.get(token)?;
+        if life.set_on.is_empty() && life.gone_on.is_empty() {
+            return None;
+        }
+        Some(match life.first {
+            Some(Gone::Expired | Gone::Deleted) => LEASE_EXPIRED,
+            Some(Gone::Overwritten) | None => KEY_LOST,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::Hist;
+
+    fn keys(h: &Hist) -> Keys {
+        let mut keys = Keys::default();
+        h.build().in_time_order().for_each(|e| keys.on_event(e));
+        keys
+    }
+
+    #[test]
+    fn a_token_owns_the_lock_until_its_key_is_seen_gone() {
+        let mut h = Hist::new();
+        h.key(key::SET, "n1", "a"); // 0, t=0
+        h.key(key::EXPIRED, "n1", "a"); // 1, t=10
+        h.key(key::SET, "n1", "b"); // 2
+        h.key(key::DELETED, "n1", "b")
+            .value(serde_json::json!({"by": "worker-0"})); // 3
+        let k = keys(&h);
+        assert_eq!(k.unowned_before("a", 10), None, "gone at 10, not before");
+        assert_eq!(k.unowned_before("a", 11), Some(1));
+        assert_eq!(k.unowned_before("b", 100), Some(3));
+        assert_eq!(k.unowned_before("c", 100), None, "never seen");
+        assert_eq!(k.label("a"), Some(LEASE_EXPIRED));
+        assert_eq!(k.label("b"), Some(LEASE_EXPIRED));
+        assert_eq!(k.label("c"), None);
+    }
+
+    #[test]
+    fn a_key_overwritten_or_never_seen_to_go_was_lost() {
+        let mut h = Hist::new();
+        h.key(key::SET, "n1", "a"); // the node restarts empty here
+        h.key(key::SET, "n1", "b"); // 1: a's key is gone, unseen
+        h.key(key::SET, "n2", "c");
+        let k = keys(&h);
+        assert_eq!(k.label("a"), Some(KEY_LOST));
+        assert_eq!(k.unowned_before("a", 100), Some(1));
+        assert_eq!(k.label("b"), Some(KEY_LOST), "never seen to go");
+        assert_eq!(k.unowned_before("b", 100), None);
+    }
+
+    #[test]
+    fn on_five_nodes_a_token_owns_the_lock_until_gone_from_three() {
+        let mut h = Hist::new();
+        for n in ["n1", "n2", "n3", "n4", "n5"] {
+            h.key(key::SET, n, "a");
+        }
+        h.key(key::EXPIRED, "n1", "a"); // 5
+        h.key(key::EXPIRED, "n2", "a"); // 6
+        h.key(key::EXPIRED, "n2", "a"); // 7: seen twice, counted once
+        assert_eq!(keys(&h).unowned_before("a", 1000), None);
+        h.key(key::DELETED, "n4", "a"); // 8
+        assert_eq!(keys(&h).unowned_before("a", 1000), Some(8));
+    }
+}
