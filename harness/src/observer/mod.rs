@@ -68,15 +68,27 @@ pub struct Observer {
 }
 
 impl Observer {
+    /// Starts observing every node, and returns once each has answered its
+    /// setup or failed it (or [`CONNECT`] twice over has passed), so the
+    /// workers' first commands are seen.
     pub fn start(nodes: Vec<Node>, senders: Senders, history: Arc<HistoryWriter>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
-        let threads = nodes
+        let (ready, set_up) = std::sync::mpsc::channel();
+        let threads: Vec<_> = nodes
             .into_iter()
             .map(|node| {
                 let (stop, senders, history) = (stop.clone(), senders.clone(), history.clone());
-                std::thread::spawn(move || watch(&node, &senders, &history, &stop))
+                let ready = ready.clone();
+                std::thread::spawn(move || watch(&node, &senders, &history, &stop, ready))
             })
             .collect();
+        let deadline = std::time::Instant::now() + 2 * CONNECT;
+        for _ in &threads {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if set_up.recv_timeout(left).is_err() {
+                break;
+            }
+        }
         Observer { stop, threads }
     }
 
@@ -97,10 +109,19 @@ impl Drop for Observer {
 }
 
 /// Observes one node until `stop`, reconnecting whenever it goes away.
-fn watch(node: &Node, senders: &Senders, history: &HistoryWriter, stop: &AtomicBool) {
+/// Says on `ready` when its first setup is done, whatever its outcome.
+fn watch(
+    node: &Node,
+    senders: &Senders,
+    history: &HistoryWriter,
+    stop: &AtomicBool,
+    ready: std::sync::mpsc::Sender<()>,
+) {
     let mut lost = false;
     while !stop.load(Ordering::SeqCst) {
-        match Session::open(node, senders) {
+        let opened = Session::open(node, senders);
+        let _ = ready.send(());
+        match opened {
             Ok(mut session) => {
                 if lost {
                     tracing::info!(target: "observer", "observing {} again", node.name);
@@ -200,7 +221,15 @@ impl Session {
         let mut out = Vec::new();
         request.encode(&mut out);
         self.stream.write_all(&out)?;
-        let answer = self.next_frame()?;
+        // A notification may come first (a command ran after `SUBSCRIBE`):
+        // it is not the answer, and with no `MONITOR` line yet to say who
+        // sent it, it is dropped.
+        let answer = loop {
+            match self.next_frame()? {
+                frame if matches!(item(&frame), Some(Item::Notice(_))) => continue,
+                frame => break frame,
+            }
+        };
         match answer {
             Value::Line(b'-', why) => Err(std::io::Error::other(format!(
                 "{} answered {}",

@@ -132,7 +132,7 @@ impl Tracker {
                 by,
                 ttl_ms: None,
             }
-        } else if has("expire") {
+        } else if has("expire") && name.contains("EXPIRE") {
             Seen {
                 f: key::RENEWED,
                 token: self.current.clone(),

@@ -18,6 +18,7 @@ mod lifecycle;
 mod liveness;
 mod matrix;
 mod network;
+mod observer;
 mod output;
 mod paths;
 mod protocol;
