@@ -129,7 +129,8 @@ fn watch(
                 lost = false;
                 let why = session.follow(node, senders, history, stop);
                 if let Err(e) = why {
-                    tracing::warn!(target: "observer", "lost {}: {e}; events on it until it answers again are not recorded", node.name);
+                    // Expected when a fault kills or restarts the node: info.
+                    tracing::info!(target: "observer", "lost {}: {e}; events on it until it answers again are not recorded", node.name);
                     lost = true;
                 }
             }
