@@ -217,7 +217,7 @@ async fn run_workload(
             None => spec,
         })
         .collect();
-    let observer = start_observer(options, topology, history.clone());
+    let observer = start_observer(options, topology, history.clone()).await?;
     let pool = workers::Pool::start(specs, &exe, &dir.path, history.clone())?;
 
     let mut record = new_record(options, backend);
@@ -318,12 +318,13 @@ async fn run_workload(
 }
 
 /// The observer on every lock node, with each worker's address to name who
-/// sent what.
-fn start_observer(
+/// sent what; its start waits for every node's setup, off the runtime's
+/// threads.
+async fn start_observer(
     options: &RunPlan,
     topology: &Topology,
     history: Arc<HistoryWriter>,
-) -> crate::observer::Observer {
+) -> Result<crate::observer::Observer> {
     let nodes = topology.observed();
     let senders = crate::observer::Senders {
         workers: (0..options.workers)
@@ -339,7 +340,12 @@ fn start_observer(
     };
     let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
     tracing::info!(target: "observer", "observing the lock key on {}", names.join(", "));
-    crate::observer::Observer::start(nodes, senders, history)
+    tokio::task::spawn_blocking(move || crate::observer::Observer::start(nodes, senders, history))
+        .await
+        .map_err(|e| Error::Io {
+            context: "starting the observer".into(),
+            source: std::io::Error::other(e),
+        })
 }
 
 fn worker_spec(options: &RunPlan, index: u64, topology: &Topology, clock: RunClock) -> WorkerSpec {
