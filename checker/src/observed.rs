@@ -45,11 +45,12 @@ enum Gone {
 struct Life {
     /// Nodes whose key it was seen to hold.
     set_on: Vec<String>,
-    /// Nodes it was seen to go from.
+    /// Nodes it was seen to go from, and not seen set on again since.
     gone_on: Vec<String>,
-    /// How it first went.
+    /// How it first went (since it was last gone from no node).
     first: Option<Gone>,
-    /// `(time, index)` of the event after which it no longer owned the lock.
+    /// `(time, index)` of the event after which it no longer owned the lock,
+    /// while that holds.
     unowned: Option<(u64, u64)>,
 }
 
@@ -79,9 +80,20 @@ impl Keys {
                 if let Some(other) = before.filter(|t| *t != token) {
                     self.gone(&other, &node, Gone::Overwritten, e);
                 }
+                let majority = self.majority();
                 let life = self.tokens.entry(token).or_default();
                 if !life.set_on.contains(&node) {
-                    life.set_on.push(node);
+                    life.set_on.push(node.clone());
+                }
+                // Set again (a Redlock retry with the same token, after its
+                // failed attempt's unlock deleted it): it holds this node
+                // again, and what its failed attempt did tells nothing.
+                life.gone_on.retain(|n| *n != node);
+                if life.gone_on.len() < majority {
+                    life.unowned = None;
+                }
+                if life.gone_on.is_empty() {
+                    life.first = None;
                 }
             }
             key::EXPIRED | key::DELETED => {
@@ -102,8 +114,12 @@ impl Keys {
         }
     }
 
+    fn majority(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
     fn gone(&mut self, token: &str, node: &str, how: Gone, e: &Event) {
-        let majority = self.nodes.len() / 2 + 1;
+        let majority = self.majority();
         let life = self.tokens.entry(token.to_string()).or_default();
         if life.gone_on.iter().any(|n| n == node) {
             return;
@@ -190,5 +206,24 @@ mod tests {
         assert_eq!(keys(&h).unowned_before("a", 1000), None);
         h.key(key::DELETED, "n4", "a"); // 8
         assert_eq!(keys(&h).unowned_before("a", 1000), Some(8));
+    }
+
+    #[test]
+    fn a_token_set_again_owns_the_nodes_it_was_deleted_from() {
+        let mut h = Hist::new();
+        // A Redlock attempt that won two nodes, then unlocked them.
+        for n in ["n1", "n2"] {
+            h.key(key::SET, n, "a");
+            h.key(key::DELETED, n, "a");
+        }
+        h.key(key::SET, "n3", "b"); // someone else's key on n3 for a while
+        h.key(key::DELETED, "n3", "b");
+        for n in ["n1", "n2", "n3", "n4"] {
+            h.key(key::SET, n, "a"); // the retry wins four of five
+        }
+        h.key(key::EXPIRED, "n3", "a");
+        let k = keys(&h);
+        assert_eq!(k.unowned_before("a", 1000), None, "still on n1, n2, n4");
+        assert_eq!(k.label("a"), Some(LEASE_EXPIRED), "its n3 key expired");
     }
 }
