@@ -153,3 +153,44 @@ fn a_plain_del_is_seen_deleting_another_workers_key() {
     assert!(results.anomalies["foreign-release"].count > 0);
     assert_overlaps_labelled(&results, LEASE_EXPIRED);
 }
+
+/// One worker alone, frozen after its lease check past its TTL: no one
+/// else is granted the lock, so only the observer shows that its write went
+/// out after its key had expired, a definite `unsafe-action`.
+#[test]
+fn a_write_after_the_holders_key_was_seen_expired_is_unsafe_with_no_rival() {
+    let tmp = tempfile::tempdir().unwrap();
+    let extra = ["--workers", "1"];
+    let (_, results, dir) = run_short(tmp.path(), "single", "pause", "8", "3", &extra);
+    assert_eq!(results.anomalies["lock-overlap"].count, 0, "one worker");
+    let unsafe_action = &results.anomalies["unsafe-action"];
+    assert!(unsafe_action.count > 0, "{unsafe_action:?}");
+    let history: Vec<Value> = std::fs::read_to_string(dir.join("history.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let at = |i: u64| history.iter().find(|e| e["index"] == i).unwrap();
+    for example in &unsafe_action.examples {
+        let [write, expired] = example[..] else {
+            panic!("not [write ok, key-expired]: {example:?}");
+        };
+        let (write, expired) = (at(write), at(expired));
+        assert_eq!(
+            (&write["f"], &write["type"]),
+            (&"write".into(), &"ok".into())
+        );
+        assert_eq!(expired["f"], "key-expired", "{expired}");
+        assert!(expired["time"].as_u64() < write["time"].as_u64());
+        // The key that expired was the writer's own.
+        let held = history
+            .iter()
+            .filter(|e| e["f"] == "acquire" && e["type"] == "ok")
+            .filter(|e| {
+                e["process"] == write["process"] && e["time"].as_u64() < write["time"].as_u64()
+            })
+            .max_by_key(|e| e["time"].as_u64())
+            .expect("the writer held the lock");
+        assert_eq!(held["token"], expired["token"], "{held} {expired}");
+    }
+}
