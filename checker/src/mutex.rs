@@ -111,8 +111,8 @@ pub struct Mutex {
     /// its read or write in flight acts under no longer owned the lock
     /// (when no grant already makes the op unsafe): unsafe if it succeeds.
     unowned: FxHashMap<Process, u64>,
-    /// The first hold's key token of each overlap, for the labels: how many
-    /// overlaps each is first in, and each kept example's.
+    /// The first hold's key token of each overlap not yet labelled: how many
+    /// overlaps each is first in; and each kept example's.
     overlap_tokens: FxHashMap<String, u64>,
     example_tokens: Vec<Option<String>>,
     /// Each client process's latest write invoke: `(time, index, value)`.
@@ -144,7 +144,7 @@ impl OnEvent for Mutex {
         }
         if e.crashed().is_some() {
             // A dead process believes nothing: its holds end here.
-            self.open.retain(|o| !o.hold.ended_by(e));
+            self.end_holds(e);
             return;
         }
         if e.is_nemesis() {
@@ -284,8 +284,12 @@ impl Mutex {
             }
         }
         let client_token = e.value.get(CLIENT_TOKEN).and_then(|t| t.as_str());
+        let key_token = client_token.map(String::from).or_else(|| new.token.clone());
+        if let Some(token) = &key_token {
+            self.keys.pin(token);
+        }
         self.open.push(Open {
-            key_token: client_token.map(String::from).or_else(|| new.token.clone()),
+            key_token,
             hold: new,
             invoked,
             intruder: None,
@@ -361,7 +365,42 @@ impl Mutex {
             Some(index) => self.pending.insert(e.process.clone(), index),
             None => self.pending.remove(&e.process),
         };
-        self.open.retain(|o| !o.hold.ended_by(e));
+        self.end_holds(e);
+    }
+
+    /// Ends the holds `e` (a release invoke or a crash) ends.
+    fn end_holds(&mut self, e: &Event) {
+        let mut ended = Vec::new();
+        self.open.retain(|o| {
+            let end = o.hold.ended_by(e);
+            if end {
+                ended.extend(o.key_token.clone());
+            }
+            !end
+        });
+        for token in ended {
+            self.settle(&token);
+        }
+    }
+
+    /// A token whose hold ended: once the observer has seen its key go, the
+    /// overlaps it was first in are labelled for good, and the observer may
+    /// forget it (an example's token is kept for its label at the end).
+    fn settle(&mut self, token: &str) {
+        if self.overlap_tokens.contains_key(token) {
+            let Some(label) = self.keys.label(token).filter(|_| self.keys.settled(token)) else {
+                return;
+            };
+            let n = self.overlap_tokens.remove(token).unwrap_or(0);
+            *self.overlap.labels.entry(label.into()).or_default() += n;
+        }
+        if !self
+            .example_tokens
+            .iter()
+            .any(|t| t.as_deref() == Some(token))
+        {
+            self.keys.unpin(token);
+        }
     }
 
     /// A release ok with no other lock held at its invoke: if one certainly
@@ -805,6 +844,25 @@ mod tests {
         let overlap = Box::new(m).finish().anomalies.remove(0).1;
         assert_eq!(overlap.count, 6);
         assert!(overlap.labels.is_empty() && overlap.example_labels.is_empty());
+    }
+
+    #[test]
+    fn a_key_seen_gone_after_its_hold_ended_still_labels_the_overlap() {
+        use crate::history::key;
+        use crate::observed::LEASE_EXPIRED;
+        let mut h = Hist::new();
+        h.acquire(1, "a");
+        h.key(key::SET, "n1", "a");
+        h.acquire(2, "b"); // before the observer's word on a's key came in
+        h.release(1, "a"); // a's hold ends, its key's fate not yet seen
+        h.key(key::EXPIRED, "n1", "a");
+        h.key(key::SET, "n1", "b");
+        h.release(2, "b"); // b's hold ends settled: in no overlap as first
+        h.key(key::DELETED, "n1", "b");
+        let m: Mutex = feed(&h.build());
+        let overlap = Box::new(m).finish().anomalies.remove(0).1;
+        assert_eq!(overlap.labels, [(LEASE_EXPIRED.into(), 1)].into());
+        assert_eq!(overlap.example_labels, [Some(LEASE_EXPIRED.into())]);
     }
 
     #[test]

@@ -21,7 +21,14 @@
 //! with it.
 
 use crate::history::{key, Event};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::VecDeque;
+
+/// How many tokens are remembered beyond the pinned ones: a token is asked
+/// about while its hold is open and, for an overlap's label, at the end
+/// (`mutex.rs` pins those); older ones are forgotten, so memory follows the
+/// concurrency, not the history's length.
+const KEPT: usize = 4096;
 
 /// The label of an overlap whose first holder's key was seen to expire, or
 /// be deleted, while its holder still believed it held the lock.
@@ -61,6 +68,10 @@ pub struct Keys {
     /// Every node the observer has reported on.
     nodes: Vec<String>,
     tokens: FxHashMap<String, Life>,
+    /// The tokens in the order first seen, the oldest forgotten first.
+    order: VecDeque<String>,
+    /// Tokens never forgotten (see [`Keys::pin`]).
+    pinned: FxHashSet<String>,
 }
 
 impl Keys {
@@ -81,7 +92,7 @@ impl Keys {
                     self.gone(&other, &node, Gone::Overwritten, e);
                 }
                 let majority = self.majority();
-                let life = self.tokens.entry(token).or_default();
+                let life = self.life(&token);
                 if !life.set_on.contains(&node) {
                     life.set_on.push(node.clone());
                 }
@@ -114,13 +125,49 @@ impl Keys {
         }
     }
 
+    /// `token`'s life, new if unknown (forgetting the oldest unpinned one
+    /// when more than [`KEPT`] are known).
+    fn life(&mut self, token: &str) -> &mut Life {
+        if !self.tokens.contains_key(token) {
+            self.forget_oldest();
+            self.order.push_back(token.to_string());
+        }
+        self.tokens.entry(token.to_string()).or_default()
+    }
+
+    fn forget_oldest(&mut self) {
+        for _ in 0..self.order.len() {
+            if self.tokens.len() < KEPT {
+                return;
+            }
+            let Some(old) = self.order.pop_front() else {
+                return;
+            };
+            let held = self.holding.values().any(|t| *t == old);
+            match held || self.pinned.contains(&old) {
+                true => self.order.push_back(old),
+                false => _ = self.tokens.remove(&old),
+            }
+        }
+    }
+
+    /// Keeps `token` until [`Keys::unpin`]: its holder may still be asked
+    /// about, or an overlap's label needs it at the end.
+    pub fn pin(&mut self, token: &str) {
+        self.pinned.insert(token.to_string());
+    }
+
+    pub fn unpin(&mut self, token: &str) {
+        self.pinned.remove(token);
+    }
+
     fn majority(&self) -> usize {
         self.nodes.len() / 2 + 1
     }
 
     fn gone(&mut self, token: &str, node: &str, how: Gone, e: &Event) {
         let majority = self.majority();
-        let life = self.tokens.entry(token.to_string()).or_default();
+        let life = self.life(token);
         if life.gone_on.iter().any(|n| n == node) {
             return;
         }
@@ -136,6 +183,12 @@ impl Keys {
     pub fn unowned_before(&self, token: &str, time: u64) -> Option<u64> {
         let (at, index) = self.tokens.get(token)?.unowned?;
         (at < time).then_some(index)
+    }
+
+    /// Whether `token`'s key has been seen to go: its label no longer
+    /// changes (its holder, granted, sets it nowhere again).
+    pub fn settled(&self, token: &str) -> bool {
+        self.tokens.get(token).is_some_and(|l| l.first.is_some())
     }
 
     /// How `token`'s key went, as an overlap's label: `None` if the observer
@@ -206,6 +259,28 @@ mod tests {
         assert_eq!(keys(&h).unowned_before("a", 1000), None);
         h.key(key::DELETED, "n4", "a"); // 8
         assert_eq!(keys(&h).unowned_before("a", 1000), Some(8));
+    }
+
+    #[test]
+    fn old_tokens_are_forgotten_but_pinned_ones_are_kept() {
+        let mut h = Hist::new();
+        for t in ["pinned", "old"] {
+            h.key(key::SET, "n1", t);
+            h.key(key::EXPIRED, "n1", t);
+        }
+        for i in 0..KEPT {
+            let t = format!("t{i}");
+            h.key(key::SET, "n1", &t);
+            h.key(key::DELETED, "n1", &t);
+        }
+        let mut k = Keys::default();
+        k.pin("pinned");
+        h.build().in_time_order().for_each(|e| k.on_event(e));
+        assert_eq!(k.label("pinned"), Some(LEASE_EXPIRED));
+        assert_eq!(k.label("old"), None, "forgotten");
+        assert!(k.tokens.len() <= KEPT + 1, "{}", k.tokens.len());
+        k.unpin("pinned");
+        assert!(k.pinned.is_empty());
     }
 
     #[test]
