@@ -385,14 +385,19 @@ impl Mutex {
 
     /// A token whose hold ended: once the observer has seen its key go, the
     /// overlaps it was first in are labelled for good, and the observer may
-    /// forget it (an example's token is kept for its label at the end).
+    /// forget it (an example's token is kept for its label at the end). A
+    /// key never seen at all by then (no observer) gets no label, ever.
     fn settle(&mut self, token: &str) {
-        if self.overlap_tokens.contains_key(token) {
-            let Some(label) = self.keys.label(token).filter(|_| self.keys.settled(token)) else {
-                return;
-            };
-            let n = self.overlap_tokens.remove(token).unwrap_or(0);
-            *self.overlap.labels.entry(label.into()).or_default() += n;
+        if let Some(&n) = self.overlap_tokens.get(token) {
+            match self.keys.label(token) {
+                None => {}
+                Some(label) if self.keys.settled(token) => {
+                    *self.overlap.labels.entry(label.into()).or_default() += n;
+                }
+                // Seen set, its fate not seen yet: labelled at the end.
+                Some(_) => return,
+            }
+            self.overlap_tokens.remove(token);
         }
         if !self
             .example_tokens
@@ -863,6 +868,33 @@ mod tests {
         let overlap = Box::new(m).finish().anomalies.remove(0).1;
         assert_eq!(overlap.labels, [(LEASE_EXPIRED.into(), 1)].into());
         assert_eq!(overlap.example_labels, [Some(LEASE_EXPIRED.into())]);
+    }
+
+    #[test]
+    fn released_holds_leave_nothing_behind_for_the_labels() {
+        use crate::history::key;
+        // Overlapping holds taking turns, as under no-lock; every other
+        // round observed.
+        let mut h = Hist::new();
+        for i in 0..100 {
+            let (a, b) = (format!("a{i}"), format!("b{i}"));
+            h.acquire(1, &a);
+            h.acquire(2, &b);
+            if i % 2 == 0 {
+                h.key(key::SET, "n1", &a);
+                h.key(key::EXPIRED, "n1", &a);
+            }
+            h.release(1, &a);
+            h.release(2, &b);
+        }
+        let m: Mutex = feed(&h.build());
+        assert_eq!(m.overlap.count, 100);
+        assert!(m.overlap_tokens.is_empty(), "{:?}", m.overlap_tokens);
+        // Each observed token's life (forgotten past `KEPT`), and the
+        // examples' tokens, pinned for their labels.
+        assert_eq!(m.keys.remembered(), 50 + MAX_EXAMPLES);
+        let overlap = Box::new(m).finish().anomalies.remove(0).1;
+        assert_eq!(overlap.labels.values().sum::<u64>(), 50);
     }
 
     #[test]

@@ -161,6 +161,12 @@ impl Keys {
         self.pinned.remove(token);
     }
 
+    /// How many tokens are remembered or pinned (for tests of memory).
+    #[cfg(test)]
+    pub fn remembered(&self) -> usize {
+        self.tokens.len() + self.pinned.len()
+    }
+
     fn majority(&self) -> usize {
         self.nodes.len() / 2 + 1
     }
