@@ -460,6 +460,64 @@ mod tests {
         }
     }
 
+    /// `paused_holder` as the observer saw it on node n1: a's key set,
+    /// expired during the pause, then b's set and deleted by b's release.
+    fn observed_paused_holder() -> History {
+        use crate::history::key;
+        let mut h = Hist::new();
+        h.acquire(1, "a").fence(1);
+        h.key(key::SET, "n1", "a");
+        h.read(1, 0).fence(1);
+        h.nemesis("start-pause");
+        h.sleep(1_000);
+        h.key(key::EXPIRED, "n1", "a");
+        h.acquire(2, "b").fence(2);
+        h.key(key::SET, "n1", "b");
+        h.read(2, 0).fence(2);
+        h.write(2, 1).fence(2);
+        h.release(2, "b");
+        h.key(key::DELETED, "n1", "b");
+        h.nemesis("stop-pause");
+        h.invoke(1, "write").value(1).fence(1);
+        h.ok(1, "write").value(1).fence(1);
+        h.invoke(1, "release").token("a");
+        h.fail(1, "release").token("a").error("not-held");
+        h.final_read(1);
+        h.build()
+    }
+
+    #[test]
+    fn the_observer_events_change_nothing_but_the_labels_they_sharpen() {
+        let observed = observed_paused_holder();
+        let mut bare = observed.clone();
+        bare.events.retain(|e| !e.process.is_observer());
+        let settings = || settings(Promise::MutualExclusion);
+        let with = check(&observed, settings());
+        let without = check(&bare, settings());
+        let overlap = &with.anomalies[anomaly::LOCK_OVERLAP];
+        assert_eq!(overlap.labels, [(crate::LEASE_EXPIRED.into(), 1)].into());
+        assert_eq!(overlap.example_labels, [Some(crate::LEASE_EXPIRED.into())]);
+        // The stale write is already unsafe by b's grant: counted once.
+        assert_eq!(with.anomalies[anomaly::UNSAFE_ACTION].count, 1);
+        let mut with = serde_json::to_value(&with).unwrap();
+        let labelled = &mut with["anomalies"][anomaly::LOCK_OVERLAP];
+        let labelled = labelled.as_object_mut().unwrap();
+        labelled.remove("labels");
+        labelled.remove("example_labels");
+        assert_eq!(with, serde_json::to_value(&without).unwrap());
+        // And streamed as a file, the same.
+        let jsonl: Vec<u8> = observed
+            .events
+            .iter()
+            .flat_map(|e| serde_json::to_vec(e).unwrap().into_iter().chain([b'\n']))
+            .collect();
+        let (streamed, _) = check_jsonl(&jsonl[..], settings(), 1_000_000u64, true).unwrap();
+        assert_eq!(
+            serde_json::to_value(&streamed).unwrap()["anomalies"],
+            serde_json::to_value(check(&observed, settings())).unwrap()["anomalies"]
+        );
+    }
+
     #[test]
     fn a_fenced_overlap_is_reported_but_keeps_data_safety() {
         let r = check(&paused_holder(true).build(), Promise::DataSafety);

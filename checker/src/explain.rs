@@ -203,7 +203,10 @@ impl<'a> Story<'a> {
             anomaly: name.to_string(),
             example: i + 1,
             cause: a.example_causes.get(i).cloned(),
-            conclusion: self.conclusion(name, &witnesses),
+            conclusion: match a.example_labels.get(i).cloned().flatten() {
+                Some(label) => format!("{}; {label}", self.conclusion(name, &witnesses)),
+                None => self.conclusion(name, &witnesses),
+            },
             steps,
         })
     }
@@ -305,6 +308,16 @@ impl<'a> Story<'a> {
             (anomaly::LOCK_OVERLAP, [a, b, ..]) => format!(
                 "{} still believed it held the lock (granted at {}, not released) when {} was granted it at {}: two holders at once ({name})",
                 who(a), at(a), who(b), at(b)
+            ),
+            (anomaly::UNSAFE_ACTION, [op, gone, ..]) if gone.process.is_observer() => format!(
+                "{} {} at {}, after {}: a holder that had lost the lock acted ({name})",
+                who(op),
+                match op.f.as_str() {
+                    f::WRITE => format!("wrote {}", op.value),
+                    _ => format!("{} {}", op.f, op.value),
+                },
+                at(op),
+                self.describe(gone)
             ),
             (anomaly::UNSAFE_ACTION, [op, rival, rest @ ..]) => {
                 let landed = rest.first().map_or(String::new(), |d| {
@@ -673,5 +686,35 @@ mod tests {
         h.release(0, "0-1");
         h.final_read(1);
         assert!(told(&h).is_empty());
+    }
+
+    #[test]
+    fn a_write_after_its_own_key_was_seen_gone_names_the_expiry() {
+        // One worker, frozen past its lease with no rival: only the observer
+        // shows its write went out after its key expired.
+        let mut h = Hist::new();
+        let t = |s: u64, n: u64| s * S + n;
+        h.invoke(0, f::ACQUIRE).time(t(1, 0));
+        h.ok(0, f::ACQUIRE).time(t(1, 1)).token("0-1");
+        h.key(key::SET, "n1", "0-1").time(t(1, 2));
+        h.invoke(0, f::READ).time(t(1, 3));
+        h.ok(0, f::READ).time(t(1, 4)).value(0);
+        h.key(key::EXPIRED, "n1", "0-1").time(t(3, 50));
+        h.invoke(0, f::WRITE).time(t(4, 0)).value(1);
+        h.ok(0, f::WRITE).time(t(4, 1)).value(1);
+        h.invoke("harness", f::READ).time(t(5, 0));
+        h.ok("harness", f::READ).time(t(5, 1)).value(1);
+        let all = told(&h);
+        let action = all
+            .iter()
+            .find(|e| e.anomaly == anomaly::UNSAFE_ACTION)
+            .expect("the write after the expiry is unsafe");
+        assert!(
+            action
+                .conclusion
+                .starts_with("worker-0 wrote 1 at 4.00 s, after worker-0's key expired on n1"),
+            "{}",
+            action.conclusion
+        );
     }
 }

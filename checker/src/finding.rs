@@ -114,6 +114,15 @@ pub struct Anomaly {
     /// The cause of each example, in the order of `examples`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub example_causes: Vec<String>,
+    /// How many occurrences each label the observer's events give fits
+    /// (`lock-overlap`: [`crate::LEASE_EXPIRED`] or [`crate::KEY_LOST`]);
+    /// empty, and left out, for a history without them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, u64>,
+    /// The label of each example, in the order of `examples` (`null`: the
+    /// observer saw nothing that tells); left out when no example has one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub example_labels: Vec<Option<String>>,
     /// Every occurrence's witness time (ns), in the order found, the first
     /// ones matching `examples`: attribution (`cause.rs`) reads them once
     /// the whole history is seen (a stall is recorded when it ends, after

@@ -200,6 +200,11 @@ pub mod fault {
 /// attempt was sent: see [`Event::attempt_sent`].
 pub const ATTEMPT_SENT: &str = "attempt_sent";
 
+/// The key of an acquire `ok`'s value holding the token a client adapter's
+/// library stored in the lock key, when it shows its own: what the
+/// observer's events then carry as `token`.
+pub const CLIENT_TOKEN: &str = "client_token";
+
 /// One line of the history.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Event {

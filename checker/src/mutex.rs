@@ -5,11 +5,18 @@
 //! are kept, each with the first other lock granted after it started, so
 //! memory follows the concurrency (plus holds that never end), not the
 //! history's length.
+//!
+//! The observer's events (`observed.rs`), when the history has them,
+//! sharpen two findings: a read or write sent after its holder's key was
+//! seen gone is an `unsafe-action` even when no one else was granted the
+//! lock (an op counts once, whichever rule finds it: the grant rule first),
+//! and each `lock-overlap` is labelled with how the first holder's key went.
 
-use crate::finding::{Anomaly, CheckerReport, Finding, Witness};
+use crate::finding::{Anomaly, CheckerReport, Finding, Witness, MAX_EXAMPLES};
 use crate::history::fault::{started, stopped, DELIVERED_WRITE, PROCESS};
-use crate::history::{f, Event, OpType, Process};
+use crate::history::{f, Event, OpType, Process, CLIENT_TOKEN};
 use crate::holds::Hold;
+use crate::observed::Keys;
 use crate::{anomaly, Checker, Invoked, OnEvent};
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
@@ -76,6 +83,9 @@ struct Open {
     /// granted after this hold started: from then on its holder's reads and
     /// writes are unsafe.
     intruder: Option<(u64, u64)>,
+    /// The token the lock key holds for this hold: the library's own for an
+    /// adapter that shows it (`value.client_token`), else the hold's.
+    key_token: Option<String>,
 }
 
 #[derive(Default)]
@@ -95,6 +105,16 @@ pub struct Mutex {
     /// while that one is still held (its key was gone).
     suspects: Vec<Suspect>,
     nemesis: Nemesis,
+    /// The lock key as the observer saw it (nothing without its events).
+    keys: Keys,
+    /// Per process, the observer event after which the token of the hold
+    /// its read or write in flight acts under no longer owned the lock
+    /// (when no grant already makes the op unsafe): unsafe if it succeeds.
+    unowned: FxHashMap<Process, u64>,
+    /// The first hold's key token of each overlap not yet labelled: how many
+    /// overlaps each is first in; and each kept example's.
+    overlap_tokens: FxHashMap<String, u64>,
+    example_tokens: Vec<Option<String>>,
     /// Each client process's latest write invoke: `(time, index, value)`.
     writes: FxHashMap<Process, (u64, u64, serde_json::Value)>,
     /// The latest grants, `(certainly after, time, index, process)`, for a
@@ -106,7 +126,9 @@ pub struct Mutex {
     /// acquired since its own acquisition, certainly before the op's invoke.
     /// Witness `[the op's ok, the other acquire-ok]`; for a write the network
     /// held back (a stop event's `delivered_write`), certainly before it
-    /// landed: `[the write's invoke, the other acquire-ok, the stop event]`.
+    /// landed: `[the write's invoke, the other acquire-ok, the stop event]`;
+    /// for one sent after the observer saw its holder's key gone (and no
+    /// grant since): `[the op's ok, the observer event]`.
     pub unsafe_action: Anomaly,
     /// A successful release while another lock, granted after the releaser's,
     /// was held: a compare-and-delete release fails then (`not-held`), a plain
@@ -116,9 +138,13 @@ pub struct Mutex {
 
 impl OnEvent for Mutex {
     fn on_event(&mut self, e: &Event, invoke: Option<&Invoked>) {
+        if e.process.is_observer() {
+            self.keys.on_event(e);
+            return;
+        }
         if e.crashed().is_some() {
             // A dead process believes nothing: its holds end here.
-            self.open.retain(|o| !o.hold.ended_by(e));
+            self.end_holds(e);
             return;
         }
         if e.is_nemesis() {
@@ -149,13 +175,22 @@ impl OnEvent for Mutex {
                     .current(&e.process)
                     .and_then(|h| h.intruder)
                     .filter(|&(time, _)| time < e.time);
+                let unowned = match intruder {
+                    Some(_) => None,
+                    None => self.unowned_at(&e.process, e.time),
+                };
                 match intruder {
                     Some((_, index)) => self.pending.insert(e.process.clone(), index),
                     None => self.pending.remove(&e.process),
                 };
+                match unowned {
+                    Some(index) => self.unowned.insert(e.process.clone(), index),
+                    None => self.unowned.remove(&e.process),
+                };
             }
             (OpType::Ok, _) if data_op || e.f == f::RELEASE => {
                 let in_flight = self.releasing.remove(&e.process);
+                let unowned = self.unowned.remove(&e.process).filter(|_| data_op);
                 if let Some(other) = self.pending.remove(&e.process) {
                     let witness = Witness {
                         indices: vec![e.index, other],
@@ -165,12 +200,18 @@ impl OnEvent for Mutex {
                         true => self.unsafe_action.record(witness),
                         false => self.foreign_release.record(witness),
                     }
+                } else if let Some(gone) = unowned {
+                    self.unsafe_action.record(Witness {
+                        indices: vec![e.index, gone],
+                        time: e.time,
+                    });
                 } else if let Some((invoked, mine)) = in_flight {
                     self.suspect(e, invoked, mine);
                 }
             }
             (OpType::Fail | OpType::Info, _) => {
                 self.pending.remove(&e.process);
+                self.unowned.remove(&e.process);
                 self.releasing.remove(&e.process);
             }
             _ => {}
@@ -189,7 +230,8 @@ impl Checker for Mutex {
         Some(found.count)
     }
 
-    fn finish(self: Box<Self>) -> Finding {
+    fn finish(mut self: Box<Self>) -> Finding {
+        self.label_overlaps();
         let report = CheckerReport::from_anomalies([
             &self.overlap,
             &self.unsafe_action,
@@ -213,6 +255,7 @@ impl Mutex {
         // Open: its end is not known yet, and nothing here reads it.
         let new = Hold::granted(e, u64::MAX);
         self.confirm_suspects(&new, e);
+        let mut firsts = Vec::new();
         for a in &mut self.open {
             if a.hold.same_lock(&new) {
                 continue;
@@ -221,6 +264,7 @@ impl Mutex {
                 indices: vec![a.hold.start_index, e.index],
                 time: e.time,
             });
+            firsts.push(a.key_token.clone());
             if a.intruder.is_none() && invoked > a.hold.start {
                 a.intruder = Some((e.time, e.index));
             }
@@ -231,11 +275,47 @@ impl Mutex {
         }
         self.grants
             .push_back((invoked, e.time, e.index, e.process.clone()));
+        for first in firsts {
+            if let Some(token) = &first {
+                *self.overlap_tokens.entry(token.clone()).or_default() += 1;
+            }
+            if self.example_tokens.len() < MAX_EXAMPLES {
+                self.example_tokens.push(first);
+            }
+        }
+        let client_token = e.value.get(CLIENT_TOKEN).and_then(|t| t.as_str());
+        let key_token = client_token.map(String::from).or_else(|| new.token.clone());
+        if let Some(token) = &key_token {
+            self.keys.pin(token);
+        }
         self.open.push(Open {
+            key_token,
             hold: new,
             invoked,
             intruder: None,
         });
+    }
+
+    /// The observer event after which the token of the hold `p` acts under
+    /// no longer owned the lock, if it came before `time`.
+    fn unowned_at(&self, p: &Process, time: u64) -> Option<u64> {
+        let token = self.current(p)?.key_token.as_deref()?;
+        self.keys.unowned_before(token, time)
+    }
+
+    /// Labels each overlap with how its first holder's key went, as the
+    /// observer saw it; a history without the observer's events gets none.
+    fn label_overlaps(&mut self) {
+        for (token, n) in &self.overlap_tokens {
+            if let Some(label) = self.keys.label(token) {
+                *self.overlap.labels.entry(label.into()).or_default() += n;
+            }
+        }
+        if self.overlap.labels.is_empty() {
+            return;
+        }
+        let label = |t: &Option<String>| Some(self.keys.label(t.as_deref()?)?.to_string());
+        self.overlap.example_labels = self.example_tokens.iter().map(label).collect();
     }
 
     /// A write held back in the network landed now (`e`, a stop event) and
@@ -285,7 +365,47 @@ impl Mutex {
             Some(index) => self.pending.insert(e.process.clone(), index),
             None => self.pending.remove(&e.process),
         };
-        self.open.retain(|o| !o.hold.ended_by(e));
+        self.end_holds(e);
+    }
+
+    /// Ends the holds `e` (a release invoke or a crash) ends.
+    fn end_holds(&mut self, e: &Event) {
+        let mut ended = Vec::new();
+        self.open.retain(|o| {
+            let end = o.hold.ended_by(e);
+            if end {
+                ended.extend(o.key_token.clone());
+            }
+            !end
+        });
+        for token in ended {
+            self.settle(&token);
+        }
+    }
+
+    /// A token whose hold ended: once the observer has seen its key go, the
+    /// overlaps it was first in are labelled for good, and the observer may
+    /// forget it (an example's token is kept for its label at the end). A
+    /// key never seen at all by then (no observer) gets no label, ever.
+    fn settle(&mut self, token: &str) {
+        if let Some(&n) = self.overlap_tokens.get(token) {
+            match self.keys.label(token) {
+                None => {}
+                Some(label) if self.keys.settled(token) => {
+                    *self.overlap.labels.entry(label.into()).or_default() += n;
+                }
+                // Seen set, its fate not seen yet: labelled at the end.
+                Some(_) => return,
+            }
+            self.overlap_tokens.remove(token);
+        }
+        if !self
+            .example_tokens
+            .iter()
+            .any(|t| t.as_deref() == Some(token))
+        {
+            self.keys.unpin(token);
+        }
     }
 
     /// A release ok with no other lock held at its invoke: if one certainly
@@ -633,6 +753,148 @@ mod tests {
         let (o, _, f) = run(&h);
         assert!(o.found(), "b and c overlap");
         assert!(!f.found(), "{f:?}");
+    }
+
+    #[test]
+    fn a_write_sent_after_the_holders_key_was_seen_gone_is_unsafe() {
+        use crate::history::key;
+        let history = |observed: bool, how: &str| {
+            let mut h = Hist::new();
+            h.acquire(1, "a"); // 1
+            if observed {
+                h.key(key::SET, "n1", "a");
+                h.key(how, "n1", "a"); // 3: no one else acquires
+            }
+            h.write(1, 1); // ok at 5 (3 without the observer)
+            h.release(1, "a");
+            run(&h).1
+        };
+        assert_eq!(indices(&history(true, key::EXPIRED)), vec![vec![5, 3]]);
+        assert_eq!(indices(&history(true, key::DELETED)), vec![vec![5, 3]]);
+        assert!(!history(false, key::EXPIRED).found(), "nothing shows it");
+    }
+
+    #[test]
+    fn a_key_seen_gone_only_after_the_write_was_sent_makes_it_not_unsafe() {
+        use crate::history::key;
+        let mut h = Hist::new();
+        h.acquire(1, "a");
+        h.key(key::SET, "n1", "a");
+        h.invoke(1, "write").value(1);
+        h.key(key::EXPIRED, "n1", "a"); // while the write was in flight
+        h.ok(1, "write").value(1);
+        assert!(!run(&h).1.found());
+    }
+
+    #[test]
+    fn a_write_unsafe_by_a_grant_and_by_the_observer_counts_once() {
+        use crate::history::key;
+        let mut h = Hist::new();
+        h.acquire(1, "a"); // 1
+        h.key(key::SET, "n1", "a");
+        h.key(key::EXPIRED, "n1", "a");
+        h.acquire(2, "b"); // 5
+        h.key(key::SET, "n1", "b");
+        h.write(1, 1); // ok at 8
+        let (_, u, _) = run(&h);
+        assert_eq!(indices(&u), vec![vec![8, 5]], "the grant rule's witness");
+    }
+
+    #[test]
+    fn an_adapters_key_holds_the_library_token() {
+        use crate::history::key;
+        let mut h = Hist::new();
+        h.invoke(1, "acquire");
+        h.ok(1, "acquire")
+            .token("a")
+            .value(serde_json::json!({CLIENT_TOKEN: "lib-a"}));
+        h.key(key::SET, "n1", "lib-a");
+        h.key(key::EXPIRED, "n1", "lib-a"); // 3
+        h.write(1, 1); // ok at 5
+        assert_eq!(indices(&run(&h).1), vec![vec![5, 3]]);
+    }
+
+    #[test]
+    fn overlaps_are_labelled_by_how_the_first_holders_key_went() {
+        use crate::history::key;
+        use crate::observed::{KEY_LOST, LEASE_EXPIRED};
+        let mut h = Hist::new();
+        h.acquire(1, "a"); // 1, paused from here on
+        h.key(key::SET, "n1", "a");
+        h.key(key::EXPIRED, "n1", "a");
+        h.acquire(2, "b"); // 5: a's lease expired under its live holder
+        h.key(key::SET, "n1", "b"); // then n1 restarts empty: b's key is lost
+        h.acquire(3, "c"); // 8
+        h.key(key::SET, "n1", "c");
+        h.acquire(4, "d"); // 11: c's key was never seen to go either
+        let m: Mutex = feed(&h.build());
+        let overlap = Box::new(m).finish().anomalies.remove(0).1;
+        assert_eq!(
+            overlap.examples,
+            [[1, 5], [1, 8], [5, 8], [1, 11], [5, 11], [8, 11]]
+        );
+        let (lease, lost) = (Some(LEASE_EXPIRED.to_string()), Some(KEY_LOST.to_string()));
+        assert_eq!(
+            overlap.example_labels,
+            [&lease, &lease, &lost, &lease, &lost, &lost].map(Clone::clone)
+        );
+        assert_eq!(
+            overlap.labels,
+            [(LEASE_EXPIRED.into(), 3), (KEY_LOST.into(), 3)].into()
+        );
+        // Without the observer: the same overlaps, no labels.
+        let mut bare = h.build();
+        bare.events.retain(|e| !e.process.is_observer());
+        let m: Mutex = feed(&bare);
+        let overlap = Box::new(m).finish().anomalies.remove(0).1;
+        assert_eq!(overlap.count, 6);
+        assert!(overlap.labels.is_empty() && overlap.example_labels.is_empty());
+    }
+
+    #[test]
+    fn a_key_seen_gone_after_its_hold_ended_still_labels_the_overlap() {
+        use crate::history::key;
+        use crate::observed::LEASE_EXPIRED;
+        let mut h = Hist::new();
+        h.acquire(1, "a");
+        h.key(key::SET, "n1", "a");
+        h.acquire(2, "b"); // before the observer's word on a's key came in
+        h.release(1, "a"); // a's hold ends, its key's fate not yet seen
+        h.key(key::EXPIRED, "n1", "a");
+        h.key(key::SET, "n1", "b");
+        h.release(2, "b"); // b's hold ends settled: in no overlap as first
+        h.key(key::DELETED, "n1", "b");
+        let m: Mutex = feed(&h.build());
+        let overlap = Box::new(m).finish().anomalies.remove(0).1;
+        assert_eq!(overlap.labels, [(LEASE_EXPIRED.into(), 1)].into());
+        assert_eq!(overlap.example_labels, [Some(LEASE_EXPIRED.into())]);
+    }
+
+    #[test]
+    fn released_holds_leave_nothing_behind_for_the_labels() {
+        use crate::history::key;
+        // Overlapping holds taking turns, as under no-lock; every other
+        // round observed.
+        let mut h = Hist::new();
+        for i in 0..100 {
+            let (a, b) = (format!("a{i}"), format!("b{i}"));
+            h.acquire(1, &a);
+            h.acquire(2, &b);
+            if i % 2 == 0 {
+                h.key(key::SET, "n1", &a);
+                h.key(key::EXPIRED, "n1", &a);
+            }
+            h.release(1, &a);
+            h.release(2, &b);
+        }
+        let m: Mutex = feed(&h.build());
+        assert_eq!(m.overlap.count, 100);
+        assert!(m.overlap_tokens.is_empty(), "{:?}", m.overlap_tokens);
+        // Each observed token's life (forgotten past `KEPT`), and the
+        // examples' tokens, pinned for their labels.
+        assert_eq!(m.keys.remembered(), 50 + MAX_EXAMPLES);
+        let overlap = Box::new(m).finish().anomalies.remove(0).1;
+        assert_eq!(overlap.labels.values().sum::<u64>(), 50);
     }
 
     #[test]

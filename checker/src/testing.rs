@@ -39,6 +39,10 @@ impl At<'_> {
         self.0.time = time;
         self
     }
+    pub fn node(self, node: &str) -> Self {
+        self.0.node = Some(node.into());
+        self
+    }
 }
 
 impl Hist {
@@ -90,6 +94,14 @@ impl Hist {
     pub fn final_read(&mut self, v: i64) {
         self.invoke("harness", "read");
         self.ok("harness", "read").value(v);
+    }
+    /// The observer saw `f` (a `history::key` event) of `token`'s key on
+    /// `node`.
+    pub fn key(&mut self, f: &str, node: &str, token: &str) -> At<'_> {
+        self.push(Process::observer(), OpType::Info, f)
+            .token(token)
+            .node(node)
+            .value(serde_json::json!({}))
     }
     pub fn nemesis(&mut self, f: &str) -> At<'_> {
         self.push(Process::nemesis(), OpType::Info, f)

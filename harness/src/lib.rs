@@ -16,6 +16,7 @@ mod interrupt;
 mod journal;
 mod logging;
 pub mod matrix;
+mod observer;
 pub mod options;
 mod progress;
 mod proxied;

@@ -221,6 +221,7 @@ async fn run_workload(
             None => spec,
         })
         .collect();
+    let observer = start_observer(options, topology, history.clone()).await?;
     let pool = workers::Pool::start(specs, &exe, &dir.path, history.clone())?;
 
     let mut record = new_record(options, backend);
@@ -277,6 +278,9 @@ async fn run_workload(
     let _ = stop_tx.send(true);
     nemesis.await.map_err(Error::NemesisTask)?;
     stop_workers(pool, options, interrupt).await;
+    // After the workers' last releases, before the final read: the
+    // observer's events all fall inside the workers' part of the history.
+    let _ = tokio::task::spawn_blocking(move || observer.stop()).await;
     if let Some(net) = &net {
         record.proxied_requests = Some(net.requests());
         net.shutdown().await;
@@ -314,6 +318,37 @@ async fn run_workload(
         record,
         results,
     })
+}
+
+/// The observer on every lock node, with each worker's address to name who
+/// sent what; its start waits for every node's setup, off the runtime's
+/// threads.
+async fn start_observer(
+    options: &RunPlan,
+    topology: &Topology,
+    history: Arc<HistoryWriter>,
+) -> Result<crate::observer::Observer> {
+    let nodes = topology.observed();
+    let senders = crate::observer::Senders {
+        workers: (0..options.workers)
+            .map(|i| topology.addresses.worker(i))
+            .collect(),
+        nodes: nodes
+            .iter()
+            .filter_map(|n| match n.addr.ip() {
+                std::net::IpAddr::V4(ip) => Some(ip),
+                std::net::IpAddr::V6(_) => None,
+            })
+            .collect(),
+    };
+    let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+    tracing::info!(target: "observer", "observing the lock key on {}", names.join(", "));
+    tokio::task::spawn_blocking(move || crate::observer::Observer::start(nodes, senders, history))
+        .await
+        .map_err(|e| Error::Io {
+            context: "starting the observer".into(),
+            source: std::io::Error::other(e),
+        })
 }
 
 fn worker_spec(options: &RunPlan, index: u64, topology: &Topology, clock: RunClock) -> WorkerSpec {

@@ -251,6 +251,17 @@ impl Topology {
             .collect()
     }
 
+    /// Every data node, named, with its address: what the observer watches
+    /// (on `replicated`, the primary and its replicas, whichever is primary).
+    pub fn observed(&self) -> Vec<crate::observer::Node> {
+        self.data_nodes()
+            .map(|(name, ip, port)| crate::observer::Node {
+                name: name.clone(),
+                addr: (*ip, *port).into(),
+            })
+            .collect()
+    }
+
     fn data_nodes(&self) -> impl Iterator<Item = &(String, Ipv4Addr, u16)> {
         self.addrs
             .iter()

@@ -535,7 +535,7 @@ impl<W: Write> Worker<W> {
             value.insert("nodes".into(), nodes.into());
         }
         if let Some(token) = &grant.client_token {
-            value.insert("client_token".into(), token.clone().into());
+            value.insert(checker::history::CLIENT_TOKEN.into(), token.clone().into());
         }
         value.into()
     }

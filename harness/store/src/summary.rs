@@ -37,7 +37,15 @@ pub fn render(title: &str, results: &Results, path: &str) -> String {
         } else {
             " (allowed by the promise)"
         };
-        let causes = causes(a).map(|c| format!(" ({c})")).unwrap_or_default();
+        let labels: Vec<String> = a.labels.iter().map(|(l, n)| format!("{l} {n}")).collect();
+        let said: Vec<String> = causes(a)
+            .into_iter()
+            .chain((!labels.is_empty()).then(|| labels.join(", ")))
+            .collect();
+        let causes = match said.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", said.join("; ")),
+        };
         let _ = writeln!(
             out,
             "  {} {}{mark}{causes}: {}",

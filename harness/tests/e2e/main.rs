@@ -19,6 +19,7 @@ mod lifecycle;
 mod liveness;
 mod matrix;
 mod network;
+mod observer;
 mod output;
 mod paths;
 mod protocol;
