@@ -151,6 +151,20 @@ impl Keys {
         }
     }
 
+    /// The lock was granted to `token`: what its failed attempts did before
+    /// (a Redlock round that falls short unlocks the nodes it got, and the
+    /// next round reuses the token) tells nothing of this hold. The winning
+    /// round's sets may be reported after the grant (the observer stamps
+    /// what it reads, late), so the slate is cleared rather than read from
+    /// them: the key counts as gone only once seen going after the grant.
+    pub fn granted(&mut self, token: &str) {
+        if let Some(life) = self.tokens.get_mut(token) {
+            life.gone_on.clear();
+            life.unowned = None;
+            life.first = None;
+        }
+    }
+
     /// Keeps `token` until [`Keys::unpin`]: its holder may still be asked
     /// about, or an overlap's label needs it at the end.
     pub fn pin(&mut self, token: &str) {
