@@ -287,7 +287,8 @@ impl Mutex {
         let key_token = client_token.map(String::from).or_else(|| new.token.clone());
         if let Some(token) = &key_token {
             self.keys.pin(token);
-            self.keys.granted(token);
+            self.keys
+                .granted(token, e.attempt_sent().unwrap_or(invoked));
         }
         self.open.push(Open {
             key_token,
@@ -794,18 +795,19 @@ mod tests {
         // round reused; the winning round's sets on n4 and n5 were reported
         // just after the grant. Its read is no unsafe action.
         use crate::history::key;
+        let by = serde_json::json!({"by": "worker-1"});
         let mut h = Hist::new();
         h.invoke(1, "acquire").token("a");
         for node in ["n3", "n4", "n5"] {
-            h.key(key::SET, node, "a");
-            h.key(key::DELETED, node, "a");
+            h.key(key::SET, node, "a").value(by.clone());
+            h.key(key::DELETED, node, "a").value(by.clone());
         }
-        h.key(key::SET, "n1", "a");
-        h.key(key::SET, "n2", "a");
+        h.key(key::SET, "n1", "a").value(by.clone());
+        h.key(key::SET, "n2", "a").value(by.clone());
         h.ok(1, "acquire").token("a");
         h.read(1, 0);
-        h.key(key::SET, "n4", "a");
-        h.key(key::SET, "n5", "a");
+        h.key(key::SET, "n4", "a").value(by.clone());
+        h.key(key::SET, "n5", "a").value(by.clone());
         h.write(1, 1);
         assert!(!run(&h).1.found(), "{:?}", run(&h).1);
         // Gone from a majority after the grant, it is unsafe again.
@@ -814,6 +816,21 @@ mod tests {
         h.key(key::EXPIRED, "n4", "a");
         h.write(1, 2);
         assert!(run(&h).1.found());
+    }
+
+    #[test]
+    fn another_clients_delete_between_the_winning_set_and_the_grant_is_the_holds_loss() {
+        use crate::history::key;
+        let mut h = Hist::new();
+        h.invoke(1, "acquire").token("a");
+        h.key(key::SET, "n1", "a")
+            .value(serde_json::json!({"by": "worker-1"}));
+        // A stale holder's plain DEL, before worker 1 records its grant.
+        h.key(key::DELETED, "n1", "a")
+            .value(serde_json::json!({"by": "worker-2"})); // 2
+        h.ok(1, "acquire").token("a");
+        h.write(1, 1); // ok at 5
+        assert_eq!(indices(&run(&h).1), vec![vec![5, 2]]);
     }
 
     #[test]

@@ -47,13 +47,27 @@ enum Gone {
     Overwritten,
 }
 
+/// One node's key seen going: where, when (the observer event), how.
+#[derive(Clone, Debug)]
+struct Went {
+    node: String,
+    time: u64,
+    index: u64,
+    how: Gone,
+    /// Who sent the command that made it go, when the observer could tell.
+    by: Option<String>,
+}
+
 /// What the observer saw of one token.
 #[derive(Default)]
 struct Life {
     /// Nodes whose key it was seen to hold.
     set_on: Vec<String>,
-    /// Nodes it was seen to go from, and not seen set on again since.
-    gone_on: Vec<String>,
+    /// Who set it (`by` of its `key-set`s): its holder.
+    set_by: Option<String>,
+    /// Where it was seen to go from (and not seen set on again since), in
+    /// the order seen.
+    gone_on: Vec<Went>,
     /// How it first went (since it was last gone from no node).
     first: Option<Gone>,
     /// `(time, index)` of the event after which it no longer owned the lock,
@@ -93,13 +107,16 @@ impl Keys {
                 }
                 let majority = self.majority();
                 let life = self.life(&token);
+                if let Some(by) = e.value.get(key::BY).and_then(|b| b.as_str()) {
+                    life.set_by = Some(by.to_string());
+                }
                 if !life.set_on.contains(&node) {
                     life.set_on.push(node.clone());
                 }
                 // Set again (a Redlock retry with the same token, after its
                 // failed attempt's unlock deleted it): it holds this node
                 // again, and what its failed attempt did tells nothing.
-                life.gone_on.retain(|n| *n != node);
+                life.gone_on.retain(|w| w.node != node);
                 if life.gone_on.len() < majority {
                     life.unowned = None;
                 }
@@ -157,11 +174,20 @@ impl Keys {
     /// round's sets may be reported after the grant (the observer stamps
     /// what it reads, late), so the slate is cleared rather than read from
     /// them: the key counts as gone only once seen going after the grant.
-    pub fn granted(&mut self, token: &str) {
+    ///
+    /// Forgotten: what went before `since` (when the winning attempt was
+    /// sent, where the client says), and the holder's own deletes (its
+    /// failed rounds' unlocks, whose report can come late). A plain `DEL`
+    /// of another client that lands between the winning `SET` and the
+    /// grant's record stays: that is this hold's loss.
+    pub fn granted(&mut self, token: &str, since: u64) {
+        let majority = self.majority();
         if let Some(life) = self.tokens.get_mut(token) {
-            life.gone_on.clear();
-            life.unowned = None;
-            life.first = None;
+            let holder = life.set_by.clone();
+            let own = |w: &Went| w.how == Gone::Deleted && w.by.is_some() && w.by == holder;
+            life.gone_on.retain(|w| w.time >= since && !own(w));
+            life.first = life.gone_on.first().map(|w| w.how);
+            life.unowned = life.gone_on.get(majority - 1).map(|w| (w.time, w.index));
         }
     }
 
@@ -188,10 +214,20 @@ impl Keys {
     fn gone(&mut self, token: &str, node: &str, how: Gone, e: &Event) {
         let majority = self.majority();
         let life = self.life(token);
-        if life.gone_on.iter().any(|n| n == node) {
+        if life.gone_on.iter().any(|w| w.node == node) {
             return;
         }
-        life.gone_on.push(node.to_string());
+        life.gone_on.push(Went {
+            node: node.to_string(),
+            time: e.time,
+            index: e.index,
+            how,
+            by: e
+                .value
+                .get(key::BY)
+                .and_then(|b| b.as_str())
+                .map(String::from),
+        });
         life.first.get_or_insert(how);
         if life.unowned.is_none() && life.gone_on.len() >= majority {
             life.unowned = Some((e.time, e.index));
