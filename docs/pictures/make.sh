@@ -21,7 +21,7 @@ shoot() {
     local svg
     svg=$(ls "$out/$name"/*/latest/timeline.svg)
     local height
-    height=$(grep -o 'height="[0-9]*"' "$svg" | head -1 | tr -dc 0-9)
+    height=$(grep -m1 -o '<svg[^>]*>' "$svg" | sed 's/.* height="\([0-9]*\)".*/\1/')
     chromium --headless --no-sandbox --disable-gpu --hide-scrollbars \
         --window-size="1400,$height" --screenshot="$here/$name.png" "file://$svg" 2>/dev/null
     echo "$name: $(head -1 "$out/$name.txt")"

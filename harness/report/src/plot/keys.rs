@@ -19,8 +19,8 @@ pub struct KeySpan {
     pub owner: Option<usize>,
 }
 
-/// The nodes the observer watched, in first-seen order, and each node's
-/// spans of ownership, in time order.
+/// The nodes the observer watched, by name, and each node's spans of
+/// ownership, in time order.
 pub fn key_spans(
     history: &History,
     rows: &Rows,
@@ -49,6 +49,28 @@ pub fn key_spans(
     let mut open: HashMap<usize, (u64, Option<usize>)> = HashMap::new();
     let mut spans = Vec::new();
     for e in history.in_time_order() {
+        // A node killed (by a fault, or dying by itself) loses what it held
+        // in memory: its row shows nothing from then until a key is set
+        // there again, rather than the last key seen.
+        let killed =
+            e.node_died() || (e.is_nemesis() && matches!(e.f.as_str(), "kill" | "start-kill"));
+        if killed {
+            let died = e
+                .node
+                .as_deref()
+                .and_then(|n| nodes.iter().position(|x| x == n));
+            if let Some((node, (start, owner))) =
+                died.and_then(|node| Some((node, open.remove(&node)?)))
+            {
+                spans.push(KeySpan {
+                    node,
+                    start,
+                    end: e.time,
+                    owner,
+                });
+            }
+            continue;
+        }
         if !e.process.is_observer() || !key::is_key_event(&e.f) {
             continue;
         }
@@ -85,6 +107,16 @@ pub fn key_spans(
             owner,
         });
     }
+    // Rows in the nodes' own order (n1, n2, …), not the order first seen.
+    let mut order: Vec<usize> = (0..nodes.len()).collect();
+    order.sort_by_key(|&i| (nodes[i].len(), nodes[i].clone()));
+    let row: Vec<usize> = (0..nodes.len())
+        .map(|i| order.iter().position(|&o| o == i).unwrap_or(i))
+        .collect();
+    for span in &mut spans {
+        span.node = row[span.node];
+    }
+    let nodes = order.iter().map(|&i| nodes[i].clone()).collect();
     (nodes, spans)
 }
 
@@ -151,5 +183,38 @@ mod tests {
         );
         let few = spans[..10].to_vec();
         assert_eq!(merge_keys(few.clone(), 30.0, 2_000), (few, 0));
+    }
+
+    #[test]
+    fn key_rows_follow_the_nodes_names_not_the_order_first_seen() {
+        use checker::history::key as k;
+        let event = |t: u64, node: &str| {
+            checker::Event::new(t, checker::Process::observer(), OpType::Info, k::SET)
+                .with_token("a")
+                .with_node(node)
+        };
+        let history = History::new(vec![event(1, "n10"), event(2, "n2"), event(3, "n1")]);
+        let rows = Rows::new(&history, 1);
+        let (nodes, spans) = key_spans(&history, &rows, 10);
+        assert_eq!(nodes, ["n1", "n2", "n10"]);
+        let by_row: Vec<(usize, u64)> = spans.iter().map(|s| (s.node, s.start)).collect();
+        assert!(
+            by_row.contains(&(2, 1)) && by_row.contains(&(0, 3)),
+            "{by_row:?}"
+        );
+    }
+
+    #[test]
+    fn a_killed_nodes_key_row_ends_where_it_died() {
+        use checker::history::key as k;
+        let set = checker::Event::new(1, checker::Process::observer(), OpType::Info, k::SET)
+            .with_token("a")
+            .with_node("n1");
+        let kill = checker::Event::new(5, checker::Process::nemesis(), OpType::Info, "kill")
+            .with_node("n1");
+        let history = History::new(vec![set, kill]);
+        let (_, spans) = key_spans(&history, &Rows::new(&history, 1), 10);
+        let ends: Vec<(u64, u64)> = spans.iter().map(|s| (s.start, s.end)).collect();
+        assert_eq!(ends, [(1, 5)], "not to the end of the run");
     }
 }
