@@ -172,8 +172,19 @@ impl<'a> Story<'a> {
             chain.add(w);
         }
         let end = witnesses.iter().map(|w| w.time).max().unwrap_or(0);
+        let mut last = end;
+        if name == anomaly::LOCK_OVERLAP {
+            // What the first holder did once the second held the lock.
+            if let [first, second, ..] = witnesses[..] {
+                last = self
+                    .next_action(first, second.time, &mut chain)
+                    .unwrap_or(end);
+            }
+        }
         // Each client in the example: its hold, what it read in it, what
-        // struck it, and when its lease or key went.
+        // struck it, and when its lease or key went (the observer's word
+        // may come a moment after the grant it made way for: a key expires
+        // lazily, when the rival's SET touches it).
         let mut holds: Vec<&Event> = Vec::new();
         for w in witnesses.iter().filter(|w| w.process.is_client()) {
             let Some(grant) = self.hold_of(w) else {
@@ -184,18 +195,9 @@ impl<'a> Story<'a> {
             }
             holds.push(grant);
             chain.add(grant);
-            self.hold_steps(grant, end, &mut chain);
+            self.hold_steps(grant, end, last, &mut chain);
         }
         let start = holds.iter().map(|h| h.time).min().unwrap_or(end);
-        let mut last = end;
-        if name == anomaly::LOCK_OVERLAP {
-            // What the first holder did once the second held the lock.
-            if let [first, second, ..] = witnesses[..] {
-                last = self
-                    .next_action(first, second.time, &mut chain)
-                    .unwrap_or(end);
-            }
-        }
         self.faults_between(start, last, &holds, &mut chain);
         let mut steps = chain.steps(self);
         steps.truncate(MAX_STEPS);
@@ -213,7 +215,7 @@ impl<'a> Story<'a> {
 
     /// A hold's own story up to `end`: its reads and writes, the lease end
     /// (or the observer's word on its key), its release.
-    fn hold_steps(&self, grant: &'a Event, end: u64, chain: &mut Chain<'a>) {
+    fn hold_steps(&self, grant: &'a Event, end: u64, seen_until: u64, chain: &mut Chain<'a>) {
         let Some(&from) = self.at.get(&grant.index) else {
             return;
         };
@@ -235,13 +237,13 @@ impl<'a> Story<'a> {
         let token = grant.token.as_deref();
         let seen_gone = self.events[from..]
             .iter()
-            .take_while(|e| e.time <= end)
+            .take_while(|e| e.time <= seen_until)
             .filter(|e| e.process.is_observer() && token.is_some() && e.token.as_deref() == token)
             .filter(|e| matches!(e.f.as_str(), key::EXPIRED | key::DELETED))
             .inspect(|e| chain.add(e))
             .count();
         if seen_gone == 0 {
-            if let Some(t) = self.lease_end(grant).filter(|&t| t <= end) {
+            if let Some(t) = self.lease_end(grant).filter(|&t| t <= seen_until) {
                 chain.lease(t, grant);
             }
         }
@@ -561,6 +563,12 @@ mod tests {
     /// its write; its 2 s lease runs out; worker 1 is granted the lock,
     /// reads 8 and writes 9; worker 0 wakes and writes 9 too.
     fn demo_2(observed: bool) -> Hist {
+        demo_2_expiring(observed.then_some(5))
+    }
+
+    /// Demo 2; with the observer's `key-expired` stamped `ns` after 3 s
+    /// (the rival's grant is at 3 s + 10 ns).
+    fn demo_2_expiring(expired: Option<u64>) -> Hist {
         let mut h = Hist::new();
         let t = |s: u64, n: u64| s * S + n;
         h.invoke(0, f::ACQUIRE).time(t(1, 0));
@@ -570,9 +578,9 @@ mod tests {
         h.nemesis("start-pause")
             .time(S + S / 5)
             .value(json!({"target": "worker-0", "process": 0, "at": "checked"}));
-        if observed {
+        if let Some(ns) = expired {
             h.ok(Process::observer(), key::EXPIRED)
-                .time(t(3, 5))
+                .time(t(3, ns))
                 .token("0-1")
                 .value(json!({}));
         }
@@ -660,6 +668,17 @@ mod tests {
 
     #[test]
     fn an_observed_expiry_stands_in_for_the_lease_arithmetic() {
+        // Stamped before the rival's grant, or just after it (a key expires
+        // lazily, when the rival's SET touches it).
+        for ns in [5, 12] {
+            let all = told(&demo_2_expiring(Some(ns)));
+            let overlap = all.iter().find(|e| e.anomaly == anomaly::LOCK_OVERLAP);
+            let steps = texts(overlap.expect("an overlap"));
+            assert!(
+                steps.contains(&"worker-0's key expired on a node"),
+                "{ns}: {steps:#?}"
+            );
+        }
         let all = told(&demo_2(true));
         let overlap = all
             .iter()
