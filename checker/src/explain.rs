@@ -450,7 +450,18 @@ impl<'a> Story<'a> {
             .get("target")
             .and_then(|t| t.as_str())
             .or(e.node.as_deref());
-        let on = target.map(|t| format!(" {t}")).unwrap_or_default();
+        // A fault on several nodes names them all (`targets`).
+        let targets: Vec<&str> = e
+            .value
+            .get("targets")
+            .and_then(|t| t.as_array())
+            .map(|t| t.iter().filter_map(|n| n.as_str()).collect())
+            .unwrap_or_default();
+        let on = match (target, targets.is_empty()) {
+            (Some(t), _) => format!(" {t}"),
+            (None, false) => format!(" {}", targets.join(", ")),
+            (None, true) => String::new(),
+        };
         let at = e.value.get(fault::AT).and_then(|a| a.as_str());
         let place = match at {
             Some("checked") => " right before its write, after its last check",
@@ -464,6 +475,7 @@ impl<'a> Story<'a> {
             return match kind {
                 "pause" => format!("the nemesis froze{on}{place}"),
                 "crash" => format!("the nemesis killed{on}{place}"),
+                "kill" => format!("the nemesis killed{on} (a restart follows)"),
                 "delay" => format!(
                     "the proxy held{on}'s {}",
                     e.value
@@ -477,6 +489,7 @@ impl<'a> Story<'a> {
         let kind = fault::stopped(&e.f).unwrap_or(&e.f);
         match kind {
             "pause" => format!("{} woke", target.unwrap_or("the frozen process")),
+            "kill" => format!("{} restarted", target.unwrap_or("the killed node")),
             "delay" => {
                 let reply = e.value.get("reply").and_then(|r| r.as_str());
                 let answered = reply
@@ -735,5 +748,20 @@ mod tests {
             "{}",
             action.conclusion
         );
+    }
+
+    #[test]
+    fn a_kill_of_several_nodes_names_them_all() {
+        let kill = Event::new(1, Process::nemesis(), OpType::Info, "start-kill")
+            .with_value(json!({"targets": ["n1", "n2", "n3"]}));
+        let back = Event::new(2, Process::nemesis(), OpType::Info, "stop-kill")
+            .with_value(json!({"target": "n1"}));
+        let h = History::new(vec![kill.clone(), back.clone()]);
+        let story = Story::new(&h, Known::default());
+        assert_eq!(
+            story.describe(&kill),
+            "the nemesis killed n1, n2, n3 (a restart follows)"
+        );
+        assert_eq!(story.describe(&back), "n1 restarted");
     }
 }
