@@ -33,6 +33,11 @@ pub struct Stats {
     /// How often each kind of `error` (the part before any `:`) appeared on
     /// a client `fail`/`info`.
     pub errors: BTreeMap<String, u64>,
+    /// Ops whose library reported no outcome (an adapter's `ok: null` with
+    /// no error, `error` kind `unknown`), by op: a release many libraries
+    /// cannot speak of, not an error, so apart from `errors`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unreported: BTreeMap<String, u64>,
     /// Grants with and without faults, recovery after heals and crashes.
     pub availability: Availability,
 }
@@ -72,8 +77,10 @@ impl OnEvent for StatsCheck {
             OpType::Info => s.info += 1,
         }
         if matches!(e.kind, OpType::Fail | OpType::Info) {
-            if let Some(error) = &e.error {
-                *s.errors.entry(error::kind(error).to_string()).or_default() += 1;
+            match e.error.as_deref().map(error::kind) {
+                Some(error::UNKNOWN) => *s.unreported.entry(e.f.clone()).or_default() += 1,
+                Some(kind) => *s.errors.entry(kind.to_string()).or_default() += 1,
+                None => {}
             }
         }
     }
@@ -150,5 +157,18 @@ mod tests {
         h.invoke(1, "read").time(5);
         let s = stats(&h.build());
         assert_eq!((s.ops, s.ops_per_s, s.cycles_per_s), (1, 0.0, 0.0));
+    }
+
+    #[test]
+    fn a_release_the_library_reports_nothing_of_is_not_an_error() {
+        let mut h = Hist::new();
+        h.acquire(1, "a");
+        h.invoke(1, "release").token("a");
+        h.info(1, "release")
+            .token("a")
+            .error("unknown: the adapter did not say");
+        let s = stats(&h.build());
+        assert!(s.errors.is_empty(), "{:?}", s.errors);
+        assert_eq!(s.unreported.get("release"), Some(&1));
     }
 }

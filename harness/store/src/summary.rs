@@ -71,6 +71,18 @@ pub fn render(title: &str, results: &Results, path: &str) -> String {
         let errors: Vec<String> = s.errors.iter().map(|(e, n)| format!("{e} {n}")).collect();
         let _ = writeln!(out, "  errors: {}", errors.join(", "));
     }
+    if !s.unreported.is_empty() {
+        let ops: Vec<String> = s
+            .unreported
+            .iter()
+            .map(|(f, n)| format!("{f} {n}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  the library reports no outcome of: {} (its adapter answers ok: null; not an error)",
+            ops.join(", ")
+        );
+    }
     let first_anomaly = results.first_anomaly_time();
     match (s.first_fault_time, first_anomaly) {
         (Some(fault), Some(anomaly)) if anomaly < fault => {
@@ -271,6 +283,19 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("acquires granted"), "none tried: {text}");
+    }
+
+    #[test]
+    fn a_release_with_no_outcome_is_said_as_such_not_as_an_error() {
+        let history = checker::History::new(Vec::new());
+        let mut results = checker::check(&history, checker::Promise::MutualExclusion);
+        results.stats.unreported = [("release".to_string(), 12)].into();
+        let text = render("t", &results, "p");
+        assert!(
+            text.contains("the library reports no outcome of: release 12"),
+            "{text}"
+        );
+        assert!(!text.contains("errors:"), "{text}");
     }
 
     #[test]

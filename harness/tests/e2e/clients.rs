@@ -506,6 +506,29 @@ fn a_correct_adapter_passes_client_test_with_a_lease_longer_than_20_s() {
     assert!(report.contains(" 0 failed"), "{report}");
 }
 
+/// `--client-cmd` runs without a shell: a variable is set with `env`, as
+/// the protocol page says; written shell-style it is taken for the program.
+#[test]
+fn a_client_cmd_sets_its_variables_with_env_not_as_a_shell_would() {
+    let root = root();
+    let example = protocol_example(root.path());
+    // The adapter reads the variable: it refuses to start without it.
+    let guarded = root.path().join("guarded_adapter.py");
+    let code = std::fs::read_to_string(&example).unwrap();
+    let guard = "import os, sys\nif os.environ.get('ADAPTER_MODE') != 'test':\n    sys.exit('ADAPTER_MODE is not set')\n";
+    std::fs::write(&guarded, format!("{guard}{code}")).unwrap();
+    let with_env = format!("env ADAPTER_MODE=test python3 {}", guarded.display());
+    let (code, report) = client_test(root.path(), &["--client-cmd", &with_env]);
+    assert_eq!(code, 0, "{report}");
+    let shell_style = format!("ADAPTER_MODE=test python3 {}", guarded.display());
+    let (code, report) = client_test(root.path(), &["--client-cmd", &shell_style]);
+    assert_eq!(code, 254, "{report}");
+    assert!(
+        report.contains("ADAPTER_MODE=test"),
+        "names the program it tried: {report}"
+    );
+}
+
 #[test]
 fn client_test_of_a_missing_adapter_program_is_one_clear_line_and_exit_254() {
     let root = root();
