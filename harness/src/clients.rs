@@ -101,11 +101,42 @@ pub fn prepare(client: &Client) -> Result<Prepared> {
         Client::Shipped(name) => Shipped::find(name)
             .expect("checked when parsed")
             .prepare()?,
-        Client::Cmd(argv) => Prepared {
-            argv: argv.clone(),
-            env: BTreeMap::new(),
-        },
+        Client::Cmd(argv) => {
+            refuse_a_script_without_interpreter(argv)?;
+            Prepared {
+                argv: argv.clone(),
+                env: BTreeMap::new(),
+            }
+        }
     })
+}
+
+/// A script named as the program, with no `#!` line, would be run by the
+/// shell (`execvp` falls back to `/bin/sh` for a file it cannot execute),
+/// and the user would see the shell's syntax errors about their Python or
+/// JavaScript: refuse it first, in one line that says how to fix it.
+fn refuse_a_script_without_interpreter(argv: &[String]) -> Result<()> {
+    let Some(program) = argv.first().filter(|p| p.contains('/')) else {
+        return Ok(());
+    };
+    let mut start = [0u8; 4];
+    let read = std::fs::File::open(program).and_then(|mut f| {
+        use std::io::Read;
+        f.read(&mut start)
+    });
+    match read {
+        Ok(n) if !runs_itself(&start[..n]) => Err(Error::Adapter(format!(
+            "{program} has no #! line, so it would run as a shell script: add one such as `#!/usr/bin/env python3` (or `#!/usr/bin/env node`) as its first line, or name the interpreter: --client-cmd \"python3 {program}\""
+        ))),
+        // Not readable, or a program: starting it says what is wrong.
+        _ => Ok(()),
+    }
+}
+
+/// Whether a file that starts with `start` runs by itself: a `#!` script
+/// or an ELF binary.
+fn runs_itself(start: &[u8]) -> bool {
+    start.starts_with(b"#!") || start.starts_with(b"\x7fELF")
 }
 
 /// What run.json says of the client a run tested, from the adapter's
@@ -151,6 +182,14 @@ pub fn preflight(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_script_with_its_interpreter_or_a_binary_runs_itself() {
+        assert!(runs_itself(b"#!/usr/bin/env python3"));
+        assert!(runs_itself(b"\x7fELF"));
+        assert!(!runs_itself(b"import sys"));
+        assert!(!runs_itself(b""));
+    }
 
     #[test]
     fn a_command_is_split_into_words_and_a_shipped_name_is_checked() {

@@ -529,6 +529,32 @@ fn a_client_cmd_sets_its_variables_with_env_not_as_a_shell_would() {
     );
 }
 
+/// A script with no `#!` line would be run by the shell, which would then
+/// complain about Python syntax: lockstorm says what happened instead.
+#[test]
+fn a_script_without_a_shebang_is_refused_in_one_line_saying_to_add_one() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = root();
+    let example = protocol_example(root.path());
+    let code = std::fs::read_to_string(&example).unwrap();
+    let bare = root.path().join("bare_adapter.py");
+    // The example as written, less its #! line if it has one.
+    let body = match code.strip_prefix("#!") {
+        Some(rest) => rest.split_once('\n').map_or("", |(_, body)| body),
+        None => &code,
+    };
+    std::fs::write(&bare, body).unwrap();
+    std::fs::set_permissions(&bare, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (code, report) = client_test(root.path(), &["--client-cmd", bare.to_str().unwrap()]);
+    assert_eq!(code, 254, "{report}");
+    assert!(
+        report.contains("no #! line, so it would run as a shell script")
+            && report.contains("#!/usr/bin/env python3"),
+        "{report}"
+    );
+    assert_eq!(report.trim().lines().count(), 1, "{report}");
+}
+
 #[test]
 fn client_test_of_a_missing_adapter_program_is_one_clear_line_and_exit_254() {
     let root = root();
