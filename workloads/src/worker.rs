@@ -329,7 +329,11 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
         give_up,
         warn,
     };
-    let storage = if spec.config.fenced() {
+    let lock = lock::client(spec.config, &params);
+    // A library that hands out fencing tokens gets the storage that checks
+    // them, as the fenced config does: a stale token is refused there, not
+    // accepted and then reported as stale-fence-accepted.
+    let storage = if spec.config.fenced() || lock.fences() {
         Storage::fenced(&spec.storage_node, op_timeout)
     } else {
         Storage::plain(&spec.storage_node, op_timeout)
@@ -337,7 +341,7 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
     let stalls = emitter();
     let _monitor = crate::stall::watch(spec.name(), run_clock, move |s| stalls.emit(s.event()));
     let mut worker = Worker {
-        lock: lock::client(spec.config, &params),
+        lock,
         storage,
         // Seeded by the first process id, so a replacement draws other tokens.
         rng: ChaCha8Rng::seed_from_u64(spec.seed ^ first.wrapping_mul(0x9E37_79B9_7F4A_7C15)),

@@ -529,6 +529,44 @@ fn a_client_cmd_sets_its_variables_with_env_not_as_a_shell_would() {
     );
 }
 
+/// An adapter whose library declares `fence` gets the storage that checks
+/// fences, as the `fenced` config does. This one counts its fences per
+/// process, so the workers' tokens go backwards against each other: the
+/// storage must refuse the stale ones (`stale-fence`), not take them and
+/// leave the run `stale-fence-accepted`.
+#[test]
+fn an_adapter_that_declares_fence_gets_storage_that_refuses_stale_ones() {
+    let root = root();
+    let example = std::fs::read_to_string(protocol_example(root.path())).unwrap();
+    let fenced = example
+        .replacen("token = None\n", "token, fences = None, 0\n", 1)
+        .replace("features=[\"token\"]", "features=[\"token\", \"fence\"]")
+        .replace(
+            "            reply[\"token\"] = token\n",
+            "            reply[\"token\"] = token\n            fences += 1\n            reply[\"fence\"] = fences\n",
+        );
+    assert!(
+        fenced.contains("\"fence\"]") && fenced.contains("fences += 1"),
+        "{fenced}"
+    );
+    let path = root.path().join("per_process_fences.py");
+    std::fs::write(&path, fenced).unwrap();
+    let cmd = format!("python3 {}", path.display());
+    let (r, dir) = run_client(
+        root.path(),
+        &["--client-cmd", &cmd, "--time-limit", "8", "--seed", "2"],
+    );
+    let accepted = r.anomalies["stale-fence-accepted"].count;
+    assert_eq!(accepted, 0, "stale fences were taken: {}", dir.display());
+    let refused = r.stats.errors.get("stale-fence").copied().unwrap_or(0);
+    assert!(
+        refused > 0,
+        "no stale fence was refused: {:?} in {}",
+        r.stats.errors,
+        dir.display()
+    );
+}
+
 /// A script with no `#!` line would be run by the shell, which would then
 /// complain about Python syntax: lockstorm says what happened instead.
 #[test]

@@ -182,6 +182,10 @@ fn frozen_at((node, key, value): adapter_watch::Seen) -> String {
 }
 
 impl LockClient for Adapter {
+    fn fences(&self) -> bool {
+        self.hello.has("fence")
+    }
+
     fn try_acquire(&mut self, _token: &str) -> Outcome<Option<Grant>> {
         let timeout_ms = self.acquire_timeout.as_millis() as u64;
         let op = Op::Acquire { timeout_ms };

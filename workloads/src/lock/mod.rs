@@ -70,6 +70,13 @@ pub trait LockClient: Send {
     fn own_view(&mut self) -> Option<Outcome<bool>> {
         None
     }
+
+    /// Whether its grants carry fencing tokens for the storage to check:
+    /// an adapter whose library declares `fence` (the `fenced` config's own
+    /// lock is fenced by its config).
+    fn fences(&self) -> bool {
+        false
+    }
 }
 
 /// A held lease, as a lock that renews it sees it.
