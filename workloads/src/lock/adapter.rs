@@ -136,13 +136,14 @@ impl Adapter {
         }
         let adapter = self.session.as_ref().expect("started above").pid();
         let mut nodes = std::mem::take(&mut self.watch);
-        let before = adapter_watch::values(&mut nodes);
+        let key = self.init.key.clone();
+        let before = adapter_watch::values(&mut nodes, &key);
         let done = AtomicBool::new(false);
         let (found, seen) = mpsc::channel();
         let hook = self.strike.clone();
         let budget = self.acquire_timeout;
         let reply = std::thread::scope(|s| {
-            s.spawn(|| adapter_watch::watch(&mut nodes, &before, adapter, &done, found));
+            s.spawn(|| adapter_watch::watch(&mut nodes, &key, &before, adapter, &done, found));
             let reply = self.call(op, budget, || {
                 if let Ok(seen) = seen.try_recv() {
                     hook.at_seen(Point::Acquiring, Some(frozen_at(seen)));
