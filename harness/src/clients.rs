@@ -85,9 +85,12 @@ pub fn setup_name(config: Config, client: Option<&Client>) -> String {
     }
 }
 
-/// Reads a [`setup_name`] back: the config and the shipped client.
+/// Reads a [`setup_name`] back: the config and the client, a shipped one
+/// or `custom`: the `--client-cmd` adapter (its command is not in the
+/// name, so this one carries none).
 pub fn parse_setup(name: &str) -> Result<(Config, Option<Client>), String> {
     let (config, client) = match name.split_once('.') {
+        Some((c, "custom")) => (c, Some(Client::Cmd(Vec::new()))),
         Some((c, client)) => (c, Some(Client::shipped(client)?)),
         None => (name, None),
     };

@@ -32,6 +32,12 @@ pub struct MatrixArgs {
     pub nemeses: String,
     #[arg(long, help = crate::help::clients())]
     pub clients: Option<String>,
+    /// Your own lock client's adapter, as for `run` (split at whitespace,
+    /// run without a shell), on every topology asked for: its rows are
+    /// `<config>.custom`, and an `--expect` file names them so
+    /// (`[single.custom]`).
+    #[arg(long, value_parser = Client::command, conflicts_with = "clients", value_name = "CMD")]
+    pub client_cmd: Option<Client>,
     /// Runs per config × nemesis; run k uses seed `--seed` + k.
     #[arg(long, default_value_t = 1)]
     pub runs: u32,
@@ -96,7 +102,10 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     // A client adapter brings its own lock: `all` means every topology.
     let all: Vec<String> = Config::ALL
         .into_iter()
-        .filter(|&c| args.clients.is_none() || workloads::install::topology(c).is_some())
+        .filter(|&c| {
+            let adapter = args.clients.is_some() || args.client_cmd.is_some();
+            !adapter || workloads::install::topology(c).is_some()
+        })
         .map(|c| c.to_string())
         .collect();
     let configs = parse_list(&args.configs, &all, |s| s.parse::<Config>())?;
@@ -106,6 +115,7 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     let nemeses = parse_list(&args.nemeses, &each, |s| s.parse::<Aimed>())?;
     let shipped: Vec<String> = SHIPPED.iter().map(|s| s.name.to_string()).collect();
     let clients: Vec<Option<Client>> = match &args.clients {
+        None if args.client_cmd.is_some() => vec![args.client_cmd.clone()],
         None => vec![None],
         Some(list) => parse_list(list, &shipped, Client::shipped)?
             .into_iter()

@@ -395,3 +395,19 @@ pub fn recorded_node(dir: &Path, name: &str) -> serde_json::Value {
         .unwrap_or_else(|| panic!("no node {name} in run.json"))
         .clone()
 }
+
+/// The `summary.json` of the one matrix folder in `results`.
+pub fn matrix_summary(results: &Path) -> serde_json::Value {
+    let dir = std::fs::read_dir(results)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("matrix-")
+        })
+        .expect("a matrix folder");
+    let text = std::fs::read_to_string(dir.join("summary.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}

@@ -567,6 +567,46 @@ fn an_adapter_that_declares_fence_gets_storage_that_refuses_stale_ones() {
     );
 }
 
+/// A team gates its CI on its own adapter: `matrix --client-cmd` with
+/// `--expect`. Expecting the example's valid run to be invalid fails the
+/// matrix, as a negative control that stopped being caught would.
+#[test]
+fn a_matrix_runs_your_own_adapter_and_holds_it_to_the_expectations() {
+    let root = root();
+    let cmd = format!("python3 {}", protocol_example(root.path()).display());
+    let expect = root.path().join("expect.toml");
+    std::fs::write(&expect, "[\"single.custom\"]\nnone = \"invalid\"\n").unwrap();
+    let args = [
+        "matrix",
+        "--client-cmd",
+        &cmd,
+        "--configs",
+        "single",
+        "--nemeses",
+        "none",
+        "--time-limit",
+        "8",
+        "--results",
+        "m",
+        "--expect",
+        expect.to_str().unwrap(),
+    ];
+    let out = lockstorm_at(Some(root.path()), &args, &[]);
+    assert_no_process_left(root.path());
+    assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
+    let summary = common::matrix_summary(&root.path().join("m"));
+    let row = &summary["rows"][0];
+    assert_eq!(
+        (
+            row["config"].as_str(),
+            row["valid"].as_u64(),
+            row["matches"].as_bool()
+        ),
+        (Some("single.custom"), Some(1), Some(false)),
+        "{summary}"
+    );
+}
+
 /// A script with no `#!` line would be run by the shell, which would then
 /// complain about Python syntax: lockstorm says what happened instead.
 #[test]

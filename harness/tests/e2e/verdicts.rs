@@ -392,18 +392,7 @@ fn a_matrix_pair_whose_time_limit_fits_no_fault_is_skipped_with_the_reason() {
     let plan = out.stdout.lines().next().unwrap_or_default();
     assert!(plan.starts_with("matrix: 1 pair(s)"), "{}", out.stdout);
     assert!(plan.contains("about 1 min"), "{}", out.stdout);
-    let dir = std::fs::read_dir(tmp.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("matrix-")
-        })
-        .expect("a matrix folder");
-    let text = std::fs::read_to_string(dir.join("summary.json")).unwrap();
-    let summary: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let summary = common::matrix_summary(tmp.path());
     let rows: Vec<&str> = summary["rows"]
         .as_array()
         .unwrap()
