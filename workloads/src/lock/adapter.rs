@@ -61,7 +61,7 @@ impl Adapter {
             session: None,
             hello: Hello::default(),
             acquire_timeout: params.acquire_timeout,
-            grace: (params.op_timeout * 4).max(Duration::from_secs(5)),
+            grace: grace(params.op_timeout),
             strike: params.strike.clone(),
             watch,
             give_up: params.give_up.clone(),
@@ -177,6 +177,14 @@ impl Drop for Adapter {
     }
 }
 
+/// How much longer than an op's own budget (an acquire's `timeout_ms`;
+/// none for `release` and `check`) the worker waits for its reply before it
+/// takes the adapter as hung: four request timeouts, at least 5 s, for a
+/// library's own retries and timeouts (docs/protocol.md, "Timeouts").
+pub fn grace(op_timeout: Duration) -> Duration {
+    (op_timeout * 4).max(Duration::from_secs(5))
+}
+
 /// The strike's `how` when the watch froze the adapter.
 fn frozen_at((node, key, value): adapter_watch::Seen) -> String {
     format!("the adapter was frozen as a new lock value appeared while its acquire was in flight: {key}={value} on {node}")
@@ -251,5 +259,18 @@ impl LockClient for Adapter {
             }
             _ => Outcome::Info(reply.error.unwrap_or_else(|| UNSAID.into())),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The protocol page's numbers: release and check get the grace alone,
+    /// an acquire its timeout_ms and the grace.
+    #[test]
+    fn a_reply_may_take_its_budget_plus_four_request_timeouts_at_least_5_s() {
+        assert_eq!(grace(Duration::from_millis(500)), Duration::from_secs(5));
+        assert_eq!(grace(Duration::from_secs(2)), Duration::from_secs(8));
     }
 }
