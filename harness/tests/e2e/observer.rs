@@ -127,12 +127,17 @@ fn a_watchdog_lock_is_seen_set_renewed_and_expired_under_a_pause() {
     assert_overlaps_labelled(&results, LEASE_EXPIRED);
 }
 
-/// `unsafe-del` releases with a plain `DEL`: the paused holder wakes after
-/// its key expired and deletes the next holder's key, by its own address.
+/// `unsafe-del` releases with a plain `DEL`. The material's Demo 4: work
+/// (2.5 s) longer than the lease (2 s), no fault. The slow holder's key
+/// expires under it, the next worker takes the lock, and the slow one's
+/// `DEL` then deletes the next holder's key, seen with who sent it. (A pause
+/// makes the same story, but its stale `DEL` may land while no one holds
+/// the key, and then deletes nothing: CI saw that once.)
 #[test]
 fn a_plain_del_is_seen_deleting_another_workers_key() {
     let tmp = tempfile::tempdir().unwrap();
-    let (_, results, dir) = run_short(tmp.path(), "unsafe-del", "pause", "8", "1", &[]);
+    let slow = ["--work-ms", "2500", "--no-validity-check"];
+    let (_, results, dir) = run_short(tmp.path(), "unsafe-del", "none", "8", "1", &slow);
     let owner = owners(&dir, 5);
     let deleted = observed(&dir, "key-deleted");
     assert!(!deleted.is_empty(), "no key-deleted recorded");
@@ -144,12 +149,12 @@ fn a_plain_del_is_seen_deleting_another_workers_key() {
         !foreign.is_empty(),
         "every delete was its owner's: {deleted:?}"
     );
-    let pause = &events(&dir, "start-pause")[0];
-    let paused = str_of(&pause["value"], "target");
-    assert!(
-        foreign.iter().any(|e| str_of(&e["value"], "by") == paused),
-        "the paused worker {paused} deleted no one else's key: {foreign:?}"
-    );
+    // Each foreign delete names a worker that held the lock before: the
+    // slow holder whose own key had expired.
+    for e in &foreign {
+        let by = str_of(&e["value"], "by");
+        assert!(owner.values().any(|w| w == by), "{by} held no key: {e}");
+    }
     assert!(results.anomalies["foreign-release"].count > 0);
     assert_overlaps_labelled(&results, LEASE_EXPIRED);
 }
