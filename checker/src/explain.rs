@@ -462,15 +462,12 @@ impl<'a> Story<'a> {
             (None, false) => format!(" {}", targets.join(", ")),
             (None, true) => String::new(),
         };
-        let at = e.value.get(fault::AT).and_then(|a| a.as_str());
-        let place = match at {
-            Some("checked") => " right before its write, after its last check",
-            Some("read") => " right after its read",
-            Some("acquired") => " right after its grant",
-            Some("acquiring") => " inside its acquire",
-            Some("releasing") => " inside its release",
-            _ => "",
-        };
+        let place = e
+            .value
+            .get(fault::AT)
+            .and_then(|a| a.as_str()?.parse::<crate::Point>().ok())
+            .map(|p| format!(" {}", p.place()))
+            .unwrap_or_default();
         if let Some(kind) = fault::started(&e.f) {
             return match kind {
                 "pause" => format!("the nemesis froze{on}{place}"),

@@ -40,6 +40,17 @@ impl Point {
         self.into()
     }
 
+    /// Where a client struck here is, in words (`explain` tells a strike so).
+    pub fn place(self) -> &'static str {
+        match self {
+            Point::Acquiring => "inside its acquire",
+            Point::Acquired => "right after its grant",
+            Point::Read => "right after its read",
+            Point::Checked => "right before its write, after its last check",
+            Point::Releasing => "inside its release",
+        }
+    }
+
     /// The client's last event before a strike here, and the op whose next
     /// event follows it (pure: the history's side of the contract).
     pub fn bounds(self) -> (Bound, Bound) {

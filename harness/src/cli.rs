@@ -285,13 +285,10 @@ fn run_command(options: RunOptions) -> Result<Validity> {
     );
     let path = outcome.dir.display().to_string();
     say(&summary::render(&title, &outcome.results, &path))?;
-    if outcome.results.valid == Validity::False {
-        let first = crate::explain::first_breach(&outcome.dir, &outcome.results, &outcome.record);
-        if let Some(first) = first {
-            say(&format!(
-                "\nthe first, explained (all: lockstorm explain {path}):\n{first}"
-            ))?;
-        }
+    if let Some(first) = &outcome.first_breach {
+        say(&format!(
+            "\nthe first, explained (all: lockstorm explain {path}):\n{first}"
+        ))?;
     }
     Ok(outcome.results.valid)
 }

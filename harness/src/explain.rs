@@ -54,8 +54,13 @@ pub fn told(dir: &Path, results: &Results, record: &RunRecord) -> Result<Vec<Exp
 }
 
 /// The first explanation of an anomaly that breaks the promise, for the
-/// end of an invalid run's summary.
-pub fn first_breach(dir: &Path, results: &Results, record: &RunRecord) -> Option<Explanation> {
-    let all = told(dir, results, record).ok()?;
+/// end of an invalid run's summary: from the history the run just checked,
+/// still in memory.
+pub fn first_breach(
+    history: &History,
+    results: &Results,
+    record: &RunRecord,
+) -> Option<Explanation> {
+    let all = checker::explain(history, results, known(record));
     all.into_iter().find(|e| results.promise.counts(&e.anomaly))
 }

@@ -27,6 +27,9 @@ pub struct RunOutcome {
     pub dir: PathBuf,
     pub record: RunRecord,
     pub results: Results,
+    /// An invalid run's first breach, told (`None` for a run that broke no
+    /// promise, or one read back from its folder).
+    pub first_breach: Option<checker::Explanation>,
 }
 
 /// Runs one test. Every process it starts is gone when it returns, on every
@@ -313,10 +316,14 @@ async fn run_workload(
     }
     write_json(&dir.run_json(), &record)?;
     tracing::info!("verdict {:?}", results.valid);
+    let first_breach = (results.valid == checker::Validity::False)
+        .then(|| crate::explain::first_breach(&history, &results, &record))
+        .flatten();
     Ok(RunOutcome {
         dir: dir.path.clone(),
         record,
         results,
+        first_breach,
     })
 }
 
@@ -466,6 +473,7 @@ fn interrupted_at_startup(
         dir: dir.path.clone(),
         record,
         results,
+        first_breach: None,
     })
 }
 

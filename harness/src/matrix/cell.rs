@@ -163,6 +163,7 @@ fn read_back(dir: PathBuf) -> Ended {
             dir,
             record,
             results,
+            first_breach: None,
         })),
         Err(e) => Ended::Failed(Error::Cell {
             message: format!("reading back {}: {e}", dir.display()),
