@@ -82,7 +82,7 @@ pub struct Reply {
 }
 
 /// The features an adapter may offer.
-pub const FEATURES: [&str; 3] = ["check", "token", "fence"];
+pub const FEATURES: [&str; 4] = ["check", "token", "fence", "no-ttl"];
 
 /// The longest `token`, `error` or `client` a reply may carry: each goes
 /// into a history line, which must stay under the 1 MiB a reader takes.
