@@ -190,6 +190,10 @@ pub mod fault {
     pub const AT: &str = "at";
     /// The key naming the client process such a fault struck.
     pub const PROCESS: &str = "process";
+    /// The key saying, of a strike at `acquiring` in a client adapter,
+    /// whether the library had already decided (begun its reply) when the
+    /// adapter froze: `false` is a strike mid-acquisition.
+    pub const DECIDED: &str = "decided";
     /// The key of a fault's stop event saying the storage accepted, at that
     /// event's time, a write the fault had held back in the network: its
     /// value is the value the write carried (a `write` invoke's `value`).

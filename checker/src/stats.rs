@@ -1,7 +1,7 @@
 //! Throughput and outcome counts for the report.
 
 use crate::availability::Availability;
-use crate::history::{error, f, Event, OpType};
+use crate::history::{error, f, fault, Event, OpType};
 use crate::{Invoked, OnEvent};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -26,6 +26,13 @@ pub struct Stats {
     pub first_fault_time: Option<u64>,
     /// Faults injected: `start-*` nemesis events.
     pub faults: u64,
+    /// Strikes at `acquiring` in a client adapter, by whether the library
+    /// had decided (begun its reply) when it froze: only those before the
+    /// decision show what a pause mid-acquisition does.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub struck_before_decision: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub struck_after_decision: u64,
     /// Stalls of a worker or the harness that no nemesis fault explains (a
     /// busy host), and the longest of them in ms.
     pub stalls: u64,
@@ -56,9 +63,14 @@ impl OnEvent for StatsCheck {
             (lo.min(e.time), hi.max(e.time))
         }));
         if e.is_nemesis() {
-            if crate::history::fault::started(&e.f).is_some() {
+            if fault::started(&e.f).is_some() {
                 s.first_fault_time = Some(s.first_fault_time.map_or(e.time, |t| t.min(e.time)));
                 s.faults += 1;
+                match e.value.get(fault::DECIDED).and_then(|d| d.as_bool()) {
+                    Some(false) => s.struck_before_decision += 1,
+                    Some(true) => s.struck_after_decision += 1,
+                    None => {}
+                }
             }
             return;
         }
@@ -86,6 +98,10 @@ impl OnEvent for StatsCheck {
     }
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 impl StatsCheck {
     pub fn finish(self) -> Stats {
         let mut s = self.stats;
@@ -107,6 +123,21 @@ mod tests {
 
     fn stats(h: &History) -> Stats {
         crate::feed::feed::<StatsCheck>(h).finish()
+    }
+
+    #[test]
+    fn strikes_at_acquiring_count_by_whether_the_library_had_decided() {
+        let mut h = Hist::new();
+        let strike = |decided: bool| serde_json::json!({"at": "acquiring", "decided": decided});
+        h.nemesis("start-pause").value(strike(false));
+        h.nemesis("stop-pause");
+        h.nemesis("start-pause").value(strike(true));
+        h.nemesis("start-pause").value(strike(false));
+        h.nemesis("start-pause")
+            .value(serde_json::json!({"at": "checked"}));
+        let s = stats(&h.build());
+        assert_eq!((s.struck_before_decision, s.struck_after_decision), (2, 1));
+        assert_eq!(s.faults, 4);
     }
 
     #[test]

@@ -328,7 +328,7 @@ impl Steps {
 fn call(session: &mut Session, op: Op) -> (std::result::Result<Reply, Failure>, Duration) {
     let started = Instant::now();
     let budget = budget(&op);
-    let reply = session.call(op, budget, || {});
+    let reply = session.call(op, budget, |_| {});
     (reply, started.elapsed())
 }
 

@@ -108,6 +108,7 @@ fn spawn(spec: &WorkerSpec, ctx: &Shared) -> Result<Worker> {
                             point: at.point,
                             arm: at.arm,
                             how: at.how,
+                            decided: at.decided,
                         }
                     });
                 }

@@ -2,7 +2,7 @@
 
 use crate::cluster::Cluster;
 use crate::cluster::Targets;
-use checker::history::fault::{AT, PROCESS};
+use checker::history::fault::{AT, DECIDED, PROCESS};
 use checker::Point;
 use serde_json::{json, Value};
 use std::sync::{Arc, RwLock};
@@ -83,6 +83,8 @@ pub struct AtPoint {
     pub arm: u64,
     /// How the worker saw the point, when it could not see it exactly.
     pub how: Option<String>,
+    /// Whether an adapter's library had already decided when it froze.
+    pub decided: Option<bool>,
 }
 
 impl Default for AtPoint {
@@ -94,6 +96,7 @@ impl Default for AtPoint {
             point: Point::Checked,
             arm: 0,
             how: None,
+            decided: None,
         }
     }
 }
@@ -245,6 +248,9 @@ impl Env {
         });
         if let Some(how) = &parked.how {
             target["how"] = json!(how);
+        }
+        if let Some(decided) = parked.decided {
+            target[DECIDED] = json!(decided);
         }
         Some(Struck {
             parked,

@@ -23,6 +23,11 @@ pub struct Parked {
     /// client adapter's library is opaque to it): the strike records this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub how: Option<String>,
+    /// For `acquiring` in an adapter: whether its library had already
+    /// decided (begun its reply) when it was frozen. A strike after the
+    /// decision cannot show what a pause mid-acquisition does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided: Option<bool>,
 }
 
 #[derive(Default)]
@@ -81,6 +86,7 @@ impl Strikes {
             point,
             arm,
             how: None,
+            decided: None,
         });
         let state = self.state();
         let (_state, _timeout) = self
@@ -116,16 +122,24 @@ impl Hook {
 
     /// The client is at `point`: park there if it is armed.
     pub fn at(&self, point: Point) {
-        self.at_seen(point, None);
+        if let Some(announce) = &self.announce {
+            self.strikes.at(point, |parked| announce(parked));
+        }
     }
 
-    /// As [`Hook::at`], saying how the point was seen.
-    pub fn at_seen(&self, point: Point, how: Option<String>) {
+    /// As [`Hook::at`], saying how the point was seen and whether the
+    /// library had decided by then.
+    pub fn at_seen(&self, point: Point, how: String, decided: bool) {
         let Some(announce) = &self.announce else {
             return;
         };
-        self.strikes
-            .at(point, |parked| announce(Parked { how, ..parked }));
+        self.strikes.at(point, |parked| {
+            announce(Parked {
+                how: Some(how),
+                decided: Some(decided),
+                ..parked
+            })
+        });
     }
 
     pub fn armed(&self, point: Point) -> bool {
@@ -159,7 +173,8 @@ mod tests {
                         Parked {
                             point: Point::Checked,
                             arm: 1,
-                            how: None
+                            how: None,
+                            decided: None,
                         }
                     );
                     parked.store(true, Ordering::SeqCst);

@@ -649,6 +649,7 @@ mod tests {
                     point: Point::Releasing,
                     arm: 9,
                     how: Some("key seen".into()),
+                    decided: Some(false),
                 }),
                 "parked",
             ),

@@ -23,6 +23,9 @@ pub fn render(title: &str, results: &Results, path: &str) -> String {
         results.promise
     );
     let _ = writeln!(out, "  {}", incidents_line(results));
+    if let Some(line) = decision_line(&results.stats) {
+        let _ = writeln!(out, "  {line}");
+    }
     let mut absent = Vec::new();
     for kind in checker::anomalies() {
         let Some(a) = results.anomalies.get(kind.name) else {
@@ -169,6 +172,24 @@ fn incidents_line(results: &Results) -> String {
         let _ = write!(line, " (as the promise allows, {allowed})");
     }
     line
+}
+
+/// Strikes at `acquiring` in a client adapter, by whether the library had
+/// decided when it froze: a strike after the decision shows nothing of a
+/// pause mid-acquisition, so a reader must not count it as one.
+fn decision_line(s: &checker::Stats) -> Option<String> {
+    let (before, after) = (s.struck_before_decision, s.struck_after_decision);
+    let mut line = format!(
+        "strikes at acquiring: {before} of {} froze the library before its decision",
+        before + after
+    );
+    if after > 0 {
+        let _ = write!(
+            line,
+            "; {after} after its reply was written, which shows nothing of a pause mid-acquisition"
+        );
+    }
+    (before + after > 0).then_some(line)
 }
 
 /// What preceded an anomaly's occurrences, e.g. `pause 3, stall 1`: the
@@ -355,6 +376,20 @@ mod tests {
         let text = render("t", &results, "p");
         assert!(
             text.contains("faults: 1 pause; none broke the promise (as the promise allows, 1 led to two holders at once)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn strikes_after_the_librarys_decision_are_said_apart() {
+        let history = checker::History::new(Vec::new());
+        let mut results = checker::check(&history, checker::Promise::MutualExclusion);
+        assert!(!render("t", &results, "p").contains("strikes at acquiring"));
+        results.stats.struck_before_decision = 2;
+        results.stats.struck_after_decision = 1;
+        let text = render("t", &results, "p");
+        assert!(
+            text.contains("strikes at acquiring: 2 of 3 froze the library before its decision"),
             "{text}"
         );
     }

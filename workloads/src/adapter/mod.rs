@@ -142,7 +142,7 @@ pub fn start_noting(
 ) -> Result<(Session, Hello), Failure> {
     let mut session = Session::start(spec, group)?;
     started(session.pid());
-    let reply = session.call(Op::Init(init), budget, || {})?;
+    let reply = session.call(Op::Init(init), budget, |_| {})?;
     match reply.answer {
         Some(Answer::Yes) => {
             let hello = Hello {

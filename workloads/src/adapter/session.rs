@@ -7,8 +7,11 @@ use super::protocol::{parse_reply, Op, Reply, Request};
 use super::AdapterSpec;
 use checker::history::MAX_LINE_BYTES;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How often a wait for a reply wakes (to run its idle work and count time).
@@ -65,6 +68,13 @@ pub struct Session {
     stdin: Option<ChildStdin>,
     /// Its stdout, line by line.
     lines: Receiver<Out>,
+    /// Bytes the reader has taken from its stdout so far, and that count
+    /// when the last request went out: whether a reply has begun.
+    received: Arc<AtomicU64>,
+    received_at_request: u64,
+    /// Its stdout pipe, to ask whether bytes wait in it (a copy of the
+    /// descriptor the reader reads).
+    stdout_probe: Option<OwnedFd>,
     next_id: u64,
     spec: AdapterSpec,
     group: Group,
@@ -136,7 +146,13 @@ impl Session {
         })?;
         let stderr = child.stderr.take().expect("stderr is piped");
         std::thread::spawn(move || keep_stderr(stderr, log));
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stdout_probe = stdout.as_fd().try_clone_to_owned().ok();
+        let received = Arc::new(AtomicU64::new(0));
+        let mut stdout = BufReader::new(Counted {
+            inner: stdout,
+            count: received.clone(),
+        });
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
             let mut buf = Vec::new();
@@ -152,6 +168,9 @@ impl Session {
             stdin: child.stdin.take(),
             child,
             lines,
+            received,
+            received_at_request: 0,
+            stdout_probe,
             next_id: 0,
             spec: spec.clone(),
             group,
@@ -163,13 +182,37 @@ impl Session {
         self.child.id()
     }
 
+    /// Whether the adapter has begun to write its reply to the request in
+    /// flight. Asked of a *frozen* adapter (it can write nothing more), it
+    /// is final: bytes still in the pipe were written before the freeze,
+    /// and once the pipe is empty the reader has counted everything. The
+    /// short settle covers the one gap left, a reader between taking bytes
+    /// from the pipe and counting them.
+    pub fn reply_begun(&self) -> bool {
+        const SETTLE: Duration = Duration::from_millis(5);
+        if let Some(fd) = &self.stdout_probe {
+            use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+            let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+            let waiting = poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
+                && fds[0]
+                    .revents()
+                    .is_some_and(|r| r.contains(PollFlags::POLLIN));
+            if waiting {
+                return true;
+            }
+        }
+        std::thread::sleep(SETTLE);
+        self.received.load(Ordering::SeqCst) > self.received_at_request
+    }
+
     /// Sends `op` and waits up to `budget` of running time for its reply,
-    /// calling `idle` every few milliseconds meanwhile.
+    /// calling `idle` every few milliseconds meanwhile (it may ask
+    /// [`Session::reply_begun`]).
     pub fn call(
         &mut self,
         op: Op,
         budget: Duration,
-        mut idle: impl FnMut(),
+        mut idle: impl FnMut(&Session),
     ) -> Result<Reply, Failure> {
         // A line before any request is one nobody asked for.
         match self.lines.try_recv() {
@@ -193,6 +236,7 @@ impl Session {
             op,
         };
         self.next_id += 1;
+        self.received_at_request = self.received.load(Ordering::SeqCst);
         let sent = match &mut self.stdin {
             Some(stdin) => stdin
                 .write_all(request.line().as_bytes())
@@ -230,7 +274,7 @@ impl Session {
                     budget.as_millis()
                 )));
             }
-            idle();
+            idle(self);
         }
     }
 
@@ -358,6 +402,20 @@ pub fn strays_left(strays: &[String]) -> String {
 impl Drop for Session {
     fn drop(&mut self) {
         self.end();
+    }
+}
+
+/// An adapter's stdout, counting the bytes taken from it as they are.
+struct Counted<R> {
+    inner: R,
+    count: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count.fetch_add(n as u64, Ordering::SeqCst);
+        Ok(n)
     }
 }
 
@@ -503,7 +561,7 @@ cat >/dev/null"#;
         for started in 1..=2 {
             // The second is a replacement, appending to the same file.
             let mut session = Session::start(&spec, Group::Own).unwrap();
-            let reply = session.call(init(), budget, || {});
+            let reply = session.call(init(), budget, |_| {});
             assert_eq!(reply.unwrap().client.as_deref(), Some("noisy 0"));
             // Everything but what the pipe holds is read by now, so the cap
             // was passed and noted before the reply was written.
@@ -543,10 +601,53 @@ cat >/dev/null"#;
         let spec = spec(dir.path(), &["node", adapter.to_str().unwrap()]);
         let mut session = Session::start(&spec, Group::Own).unwrap();
         let budget = Duration::from_secs(20);
-        session.call(init(), budget, || {}).unwrap();
-        let reply = session.call(Op::Acquire { timeout_ms: 10 }, budget, || {});
+        session.call(init(), budget, |_| {}).unwrap();
+        let reply = session.call(Op::Acquire { timeout_ms: 10 }, budget, |_| {});
         assert_eq!(reply.map(|r| r.fence), Ok(Some(u64::MAX)));
         assert!(session.close().exited);
+    }
+
+    /// Answers `init`, then the acquire in two halves with a pause between
+    /// (`half`) or whole after one (`whole`), saying on stderr when the
+    /// pause begins.
+    const SLOW_REPLY: &str = r#"read request
+echo '{"id":0,"ok":true,"client":"slow 0","features":[]}'
+read request
+if [ "$0" = half ]; then printf '{"id":1,'; fi
+echo pausing >&2
+sleep 1
+if [ "$0" = half ]; then echo '"ok":false,"error":"lock-busy"}'; else echo '{"id":1,"ok":false,"error":"lock-busy"}'; fi
+cat >/dev/null"#;
+
+    /// Whether a reply had begun when the adapter was frozen mid-acquire:
+    /// half a line in the pipe is a decision made, nothing is none.
+    #[test]
+    fn a_frozen_adapter_has_begun_its_reply_only_when_bytes_of_it_were_written() {
+        for (mode, begun) in [("half", true), ("whole", false)] {
+            let dir = tempfile::tempdir().unwrap();
+            let spec = spec(dir.path(), &["sh", "-c", SLOW_REPLY, mode]);
+            let mut session = Session::start(&spec, Group::Own).unwrap();
+            session
+                .call(init(), Duration::from_secs(20), |_| {})
+                .unwrap();
+            let pid = session.pid();
+            let mut seen = None;
+            let reply = session.call(
+                Op::Acquire { timeout_ms: 1000 },
+                Duration::from_secs(20),
+                |s| {
+                    let said = std::fs::read_to_string(&spec.stderr).unwrap_or_default();
+                    if seen.is_none() && said.contains("pausing") {
+                        process::suspend(pid).unwrap();
+                        seen = Some(s.reply_begun());
+                        process::resume(pid).unwrap();
+                    }
+                },
+            );
+            assert!(reply.is_ok(), "{mode}: {reply:?}");
+            assert_eq!(seen, Some(begun), "{mode}");
+            session.close();
+        }
     }
 
     #[test]
@@ -563,7 +664,7 @@ cat >/dev/null"#;
         let spec = spec(dir.path(), &["sh", "-c", script]);
         let mut session = Session::start(&spec, Group::Own).unwrap();
         session
-            .call(init(), Duration::from_secs(20), || {})
+            .call(init(), Duration::from_secs(20), |_| {})
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         let pid = |what: &str| -> Option<u32> {

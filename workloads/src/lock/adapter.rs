@@ -110,7 +110,12 @@ impl Adapter {
     }
 
     /// Sends `op`; a hung or dead adapter is replaced and the op is unknown.
-    fn call(&mut self, op: Op, budget: Duration, idle: impl FnMut()) -> Result<Reply, String> {
+    fn call(
+        &mut self,
+        op: Op,
+        budget: Duration,
+        idle: impl FnMut(&Session),
+    ) -> Result<Reply, String> {
         if self.session.is_none() {
             self.restart_or_give_up()?;
         }
@@ -130,6 +135,11 @@ impl Adapter {
     /// soon as a lock value that was not there when the request went out
     /// shows on a node (the library's write reached Redis; whose write it
     /// is, the worker cannot tell, so the strike's `how` names the value).
+    /// Once the adapter is frozen, its stdout says whether the library had
+    /// already decided: a reply begun before the freeze (a library that
+    /// sends to every node at once can answer as the first write shows)
+    /// makes it a strike after the decision, which shows nothing of a
+    /// pause mid-acquisition.
     fn acquire_watched(&mut self, op: Op) -> Result<Reply, String> {
         if self.session.is_none() {
             self.restart_or_give_up()?;
@@ -144,9 +154,10 @@ impl Adapter {
         let budget = self.acquire_timeout;
         let reply = std::thread::scope(|s| {
             s.spawn(|| adapter_watch::watch(&mut nodes, &key, &before, adapter, &done, found));
-            let reply = self.call(op, budget, || {
+            let reply = self.call(op, budget, |session| {
                 if let Ok(seen) = seen.try_recv() {
-                    hook.at_seen(Point::Acquiring, Some(frozen_at(seen)));
+                    let begun = session.reply_begun();
+                    hook.at_seen(Point::Acquiring, frozen_at(seen, begun), begun);
                     let _ = process::resume(adapter);
                 }
             });
@@ -154,8 +165,9 @@ impl Adapter {
             reply
         });
         // Frozen as the reply came in (or not struck after all): go on.
+        // The reply is in, so the library had decided.
         if let Ok(seen) = seen.try_recv() {
-            hook.at_seen(Point::Acquiring, Some(frozen_at(seen)));
+            hook.at_seen(Point::Acquiring, frozen_at(seen, true), true);
         }
         let _ = process::resume(adapter);
         self.watch = nodes;
@@ -185,9 +197,14 @@ pub fn grace(op_timeout: Duration) -> Duration {
     (op_timeout * 4).max(Duration::from_secs(5))
 }
 
-/// The strike's `how` when the watch froze the adapter.
-fn frozen_at((node, key, value): adapter_watch::Seen) -> String {
-    format!("the adapter was frozen as a new lock value appeared while its acquire was in flight: {key}={value} on {node}")
+/// The strike's `how` when the watch froze the adapter, `decided` if its
+/// reply had begun by then.
+fn frozen_at((node, key, value): adapter_watch::Seen, decided: bool) -> String {
+    let when = match decided {
+        false => "while its acquire was in flight, before the library's decision",
+        true => "after the library's decision: its reply was already written",
+    };
+    format!("the adapter was frozen as a new lock value appeared, {when}: {key}={value} on {node}")
 }
 
 impl LockClient for Adapter {
@@ -200,7 +217,7 @@ impl LockClient for Adapter {
         let op = Op::Acquire { timeout_ms };
         let reply = match self.strike.armed(Point::Acquiring) {
             true => self.acquire_watched(op),
-            false => self.call(op, self.acquire_timeout, || {}),
+            false => self.call(op, self.acquire_timeout, |_| {}),
         };
         let reply = match reply {
             Ok(reply) => reply,
@@ -209,8 +226,8 @@ impl LockClient for Adapter {
         match reply.answer {
             Some(Answer::Yes) => {
                 // Not seen on the nodes (or armed since): struck before the grant is recorded.
-                let how = "when the adapter's grant arrived, before the worker recorded it";
-                self.strike.at_seen(Point::Acquiring, Some(how.into()));
+                let how = "when the adapter's grant arrived (after the library's decision), before the worker recorded it";
+                self.strike.at_seen(Point::Acquiring, how.into(), true);
                 Outcome::Ok(Some(Grant {
                     fence: reply.fence,
                     nodes: Vec::new(),
@@ -226,7 +243,7 @@ impl LockClient for Adapter {
     }
 
     fn release(&mut self, _token: &str) -> Outcome<()> {
-        let reply = match self.call(Op::Release, Duration::ZERO, || {}) {
+        let reply = match self.call(Op::Release, Duration::ZERO, |_| {}) {
             Ok(reply) => reply,
             Err(why) => return Outcome::Info(why),
         };
@@ -248,7 +265,7 @@ impl LockClient for Adapter {
             // The library cannot say: always valid (run.json says so).
             return Some(Outcome::Ok(true));
         }
-        let reply = match self.call(Op::Check, Duration::ZERO, || {}) {
+        let reply = match self.call(Op::Check, Duration::ZERO, |_| {}) {
             Ok(reply) => reply,
             Err(why) => return Some(Outcome::Info(why)),
         };
