@@ -94,6 +94,12 @@ pub struct Row {
     pub counted_anomalies: u64,
     #[serde(default)]
     pub detection_s: Vec<f64>,
+    /// Strikes at `acquiring` in a client adapter over the runs, by
+    /// whether the library had decided when it froze.
+    #[serde(default)]
+    pub struck_before_decision: u64,
+    #[serde(default)]
+    pub struck_after_decision: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -162,6 +168,32 @@ impl Row {
         self.counted_anomalies += results.counted_anomalies();
         if let Some(ns) = results.detection_ns() {
             self.detection_s.push(ns as f64 / 1e9);
+        }
+        self.struck_before_decision += results.stats.struck_before_decision;
+        self.struck_after_decision += results.stats.struck_after_decision;
+    }
+
+    /// The verdicts as a rate over the runs, the finding first: `invalid
+    /// 2/3`, `valid 3/3`, with any unknown runs said apart (`invalid 1/3,
+    /// unknown 1`): one run per cell can be luck.
+    pub fn rate(&self) -> String {
+        let mut rate = match self.invalid {
+            0 => format!("valid {}/{}", self.valid, self.runs),
+            n => format!("invalid {n}/{}", self.runs),
+        };
+        if self.unknown > 0 {
+            let _ = write!(rate, ", unknown {}", self.unknown);
+        }
+        rate
+    }
+
+    /// How many strikes at `acquiring` froze the library before its
+    /// decision, of all struck there: `4 of 6`; `–` if none struck there.
+    pub fn before_decision(&self) -> String {
+        let all = self.struck_before_decision + self.struck_after_decision;
+        match all {
+            0 => "–".into(),
+            _ => format!("{} of {all}", self.struck_before_decision),
         }
     }
 
@@ -267,7 +299,7 @@ impl Summary {
             let _ = writeln!(md, "\n## Findings: {client} ({library})\n");
             let _ = writeln!(
                 md,
-                "| topology | nemesis | runs | verdicts | anomalies found |"
+                "| topology | nemesis | verdicts | anomalies found (over the runs) | strikes at acquiring before the decision |"
             );
             let _ = writeln!(md, "|---|---|---|---|---|");
             for r in rows {
@@ -284,10 +316,10 @@ impl Summary {
                 };
                 let _ = writeln!(
                     md,
-                    "| {topology} | {} | {} | {} | {found} |",
+                    "| {topology} | {} | {} | {found} | {} |",
                     r.nemesis,
-                    r.runs,
-                    r.verdicts()
+                    r.rate(),
+                    r.before_decision()
                 );
             }
         }
@@ -420,8 +452,13 @@ mod tests {
         assert_eq!(row.anomalies["lock-overlap"], 3);
         assert_eq!(row.ops_per_s, 15.0);
         assert_eq!(row.verdicts(), "1 VALID, 1 INVALID");
+        assert_eq!(row.rate(), "invalid 1/2");
         row.add_error("redis-server crashed".into());
         assert_eq!((row.runs, row.unknown), (3, 1));
+        assert_eq!(row.rate(), "invalid 1/3, unknown 1");
+        let mut valid = Row::new("single", "none");
+        valid.add(&results(Validity::True, 0, 1.0), "d".into());
+        assert_eq!(valid.rate(), "valid 1/1");
         assert_eq!(row.ops_per_s, 10.0);
     }
 
@@ -461,7 +498,16 @@ mod tests {
     fn each_client_gets_a_findings_table_with_its_library() {
         let mut s = Summary::default();
         let mut row = Row::new("redlock.pottery", "pause@acquiring");
-        row.add(&results(Validity::True, 0, 10.0), "a".into());
+        let mut struck = results(Validity::True, 0, 10.0);
+        (
+            struck.stats.struck_before_decision,
+            struck.stats.struck_after_decision,
+        ) = (2, 1);
+        row.add(&struck, "a".into());
+        let mut struck = results(Validity::False, 2, 10.0);
+        struck.stats.struck_before_decision = 3;
+        row.add(&struck, "b".into());
+        row.add(&results(Validity::True, 0, 10.0), "c".into());
         row.library = Some("pottery 3.0.1".into());
         s.rows.push(row);
         let mut row = Row::new("single", "pause");
@@ -470,7 +516,7 @@ mod tests {
         let md = s.markdown();
         assert!(md.contains("## Findings: pottery (pottery 3.0.1)"), "{md}");
         assert!(
-            md.contains("| redlock | pause@acquiring | 1 | VALID | none |"),
+            md.contains("| redlock | pause@acquiring | invalid 1/3 | lock-overlap 2 | 5 of 6 |"),
             "{md}"
         );
         assert_eq!(
