@@ -107,8 +107,25 @@ async fn run_on(
             let _ = writeln!(errors, "ERROR run failed: {e}");
             Err(e)
         }
-        ok => ok,
+        Ok(outcome) => own_adapters_folder(options, outcome),
     }
+}
+
+/// A `--client-cmd` run's folder is named after the library its adapter
+/// named at `init` (`single.my-lock-1.0-pause/`), once the run has ended,
+/// so the runs of several adapters do not share `single.custom-pause/`.
+/// Its nodes ran inside it, so it cannot move before they are gone.
+fn own_adapters_folder(options: &RunPlan, mut outcome: RunOutcome) -> Result<RunOutcome> {
+    if !matches!(options.client, Some(crate::clients::Client::Cmd(_))) {
+        return Ok(outcome);
+    }
+    let library = outcome.record.client.as_ref().map(|c| c.library.as_str());
+    let Some(slug) = library.and_then(store::layout::slug) else {
+        return Ok(outcome);
+    };
+    let name = format!("{}.{slug}-{}", options.config, options.aimed());
+    outcome.dir = store::layout::regroup(&outcome.dir, &name)?;
+    Ok(outcome)
 }
 
 async fn run_in(

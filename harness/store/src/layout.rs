@@ -110,6 +110,48 @@ impl RunDir {
     }
 }
 
+/// Moves a finished run's folder into the group `name` beside its own
+/// (same results folder, same stamp, `-1`… if taken), and removes its old
+/// group if that is left empty. Returns the new path.
+pub fn regroup(run: &Path, name: &str) -> Result<PathBuf> {
+    let (Some(group), Some(stamp)) = (run.parent(), run.file_name()) else {
+        return Ok(run.to_path_buf());
+    };
+    let Some(results) = group.parent() else {
+        return Ok(run.to_path_buf());
+    };
+    let target = unique_dir(&results.join(name), &stamp.to_string_lossy())?;
+    // Renaming onto the empty folder just made replaces it, atomically.
+    std::fs::rename(run, &target).map_err(doing(format!(
+        "moving {} to {}",
+        run.display(),
+        target.display()
+    )))?;
+    let _ = std::fs::remove_dir(group);
+    Ok(target)
+}
+
+/// A library's own name for itself (`my-lock 1.0 (ioredis 5.9)`) as a
+/// folder name's part: letters, digits, `.`, `_` and `-`, the rest runs of
+/// `-`, at most 48 characters; `None` if nothing is left.
+pub fn slug(name: &str) -> Option<String> {
+    let mut out = String::new();
+    for c in name.chars() {
+        match c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+            true => out.push(c),
+            false if !out.ends_with('-') => out.push('-'),
+            false => {}
+        }
+    }
+    let out: String = out
+        .trim_matches(|c| c == '-' || c == '.')
+        .chars()
+        .take(48)
+        .collect();
+    let out = out.trim_end_matches(['-', '.']).to_string();
+    (!out.is_empty()).then_some(out)
+}
+
 /// Points `<group>/latest` at the run folder `run`, replacing the old link
 /// atomically. Only a user's own run moves it: a matrix cell (or any run
 /// made on the user's behalf) leaves the link where the user last put it.
@@ -241,6 +283,35 @@ mod tests {
         let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().collect();
         assert_eq!(left.len(), 1, "{left:?}");
         assert!(tmp.path().join("mine").is_dir(), "a folder it did not make");
+    }
+
+    #[test]
+    fn a_run_moves_into_a_group_named_after_its_library_and_leaves_no_empty_one() {
+        assert_eq!(
+            slug("my-lock 1.0 (ioredis 5.9.3)").as_deref(),
+            Some("my-lock-1.0-ioredis-5.9.3")
+        );
+        assert_eq!(
+            slug("redlock/ünïcode  1.4.0").as_deref(),
+            Some("redlock-n-code-1.4.0")
+        );
+        assert_eq!(slug(" ()/ "), None);
+        assert_eq!(slug(&"x".repeat(100)).map(|s| s.len()), Some(48));
+        let tmp = tempfile::tempdir().unwrap();
+        let a = RunDir::create(tmp.path(), "single.custom-pause").unwrap();
+        std::fs::write(a.path.join("run.json"), "{}").unwrap();
+        let moved = regroup(&a.path, "single.my-lock-1.0-pause").unwrap();
+        assert_eq!(
+            moved.parent().unwrap(),
+            tmp.path().join("single.my-lock-1.0-pause")
+        );
+        assert_eq!(moved.file_name(), a.path.file_name());
+        assert!(moved.join("run.json").is_file() && moved.join("nodes").is_dir());
+        assert!(!tmp.path().join("single.custom-pause").exists());
+        // A second run of the same second beside it gets a folder of its own.
+        let b = RunDir::create(tmp.path(), "single.custom-pause").unwrap();
+        let again = regroup(&b.path, "single.my-lock-1.0-pause").unwrap();
+        assert_ne!(again, moved);
     }
 
     /// `path` relative to the current folder, through `..` as needed.

@@ -170,6 +170,9 @@ fn the_protocol_example_adapter_passes_client_test_and_is_valid_without_faults()
     );
     assert_valid(&r, &dir);
     assert!(r.stats.acquired >= 20, "{}", dir.display());
+    // Named after the library the adapter named at init, not `custom`.
+    let group = dir.parent().unwrap().file_name().unwrap();
+    assert_eq!(group, "single.example-1.0-none", "{}", dir.display());
 }
 
 /// Written from the protocol page's table alone: SET NX PX, and a plain
