@@ -56,6 +56,13 @@ pub fn judge_run(results: &mut Results, record: &RunRecord) {
     if record.options.config.has_lock_node() && results.stats.acquired == 0 {
         unknown("no lock was ever granted: no acquire succeeded, so nothing was tested".into());
     }
+    if !record.expires() {
+        let after = record.options.deadlock_after(false);
+        results.notes.push(format!(
+            "the library's lock has no TTL (its adapter declares no-ttl): it holds while its holder's session lives, so no hold outlives a lease, and the lock counts as stuck after {:.1} s without a grant (the acquire timeout and 1 s, no TTL)",
+            after.as_secs_f64()
+        ));
+    }
     if record.interrupted {
         // Cut short, it decides nothing, whatever it saw so far (the counts
         // stay in the results).

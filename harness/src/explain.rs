@@ -14,10 +14,9 @@ pub fn known(record: &RunRecord) -> Known {
     let o = &record.options;
     Known {
         workers: Some(o.workers),
-        lease_ns: o
-            .config
-            .lease_is_ttl()
-            .then(|| o.ttl.as_nanos().try_into().unwrap_or(u64::MAX)),
+        lease_ns: record
+            .lease()
+            .map(|ttl| ttl.as_nanos().try_into().unwrap_or(u64::MAX)),
     }
 }
 

@@ -623,15 +623,18 @@ impl RunOptions {
 /// active, before it counts as stuck (`deadlock`): a dead or stalled
 /// holder's key outlives it by at most a TTL, a waiting worker's acquire
 /// retries for up to its timeout before it tries again, and 1 s covers the
-/// hand-over and a busy host.
+/// hand-over and a busy host. A lock with no TTL gives `ttl` zero: its dead
+/// holder's lock goes with its session.
 pub fn deadlock_threshold(ttl: Duration, acquire_timeout: Duration) -> Duration {
     ttl + acquire_timeout + Duration::from_secs(1)
 }
 
 impl RunPlan {
-    /// The `deadlock` threshold for this run.
-    pub fn deadlock_after(&self) -> Duration {
-        deadlock_threshold(self.ttl, self.acquire_timeout)
+    /// The `deadlock` threshold for this run; without the TTL for a lock
+    /// that has none (`expires` false: a client adapter's `no-ttl`).
+    pub fn deadlock_after(&self, expires: bool) -> Duration {
+        let ttl = if expires { self.ttl } else { Duration::ZERO };
+        deadlock_threshold(ttl, self.acquire_timeout)
     }
 
     /// Refuses a run whose time limit fits no fault: it would test nothing

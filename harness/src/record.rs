@@ -12,8 +12,8 @@ pub type RunRecord = store::RunRecord<RunPlan>;
 impl store::Plan for RunPlan {
     type Step = nemesis::Step;
 
-    fn deadlock_after(&self) -> Duration {
-        RunPlan::deadlock_after(self)
+    fn deadlock_after(&self, expires: bool) -> Duration {
+        RunPlan::deadlock_after(self, expires)
     }
 
     fn outline(&self) -> Outline {
@@ -50,7 +50,7 @@ mod tests {
         assert_eq!(record.options.workers, RunPlan::default().workers);
         assert_eq!(
             record.settings().deadlock_after,
-            Some(record.options.deadlock_after())
+            Some(record.options.deadlock_after(true))
         );
     }
 }

@@ -326,7 +326,7 @@ async fn run_workload(
     // Pictures are evidence, not the verdict: a failure to draw is logged.
     let setup = report::plot::Setup {
         workers: options.workers,
-        lease: options.config.lease_is_ttl().then_some(options.ttl),
+        lease: record.lease(),
     };
     if let Err(e) = report::plot::render(&dir.path, &history, &results, setup) {
         tracing::warn!("drawing the run's pictures failed: {e:#}");

@@ -248,10 +248,12 @@ pub fn read_run<P: Plan>(root: &Path, rel: &str) -> (Run, Option<History>, crate
         ..Run::default()
     };
     let mut settings = None;
+    let mut lease = None;
     match folder.record::<P>() {
         Ok(record) => {
             run.shown = Shown::from(&record);
             settings = Some(record.settings());
+            lease = Some(record.lease());
         }
         // JSON, but not a run record (hand-written, or from another tool):
         // the page still shows what it says, as before records were typed.
@@ -269,10 +271,11 @@ pub fn read_run<P: Plan>(root: &Path, rel: &str) -> (Run, Option<History>, crate
         run.nemesis = n;
     }
     run.seed = o.seed.as_u64();
-    let lease = match o.config.as_str() {
+    // A record that did not parse as a run's: its config and TTL as written.
+    let lease = lease.unwrap_or_else(|| match o.config.as_str() {
         Some(c) if P::lease_is_ttl(c) => o.ttl_ms.as_u64().map(Duration::from_millis),
         _ => None,
-    };
+    });
     let setup = crate::plot::Setup {
         workers: o.workers.as_u64().unwrap_or(0),
         lease,

@@ -21,4 +21,4 @@ pub use error::{Error, ReadError, Result};
 pub use layout::{
     read_json, write_json, RunDir, StoredRun, HARNESS_LOG, HISTORY, RESULTS, RUN_JSON,
 };
-pub use record::{BackendRecord, ClientRecord, NodeRecord, Outline, Plan, RunRecord};
+pub use record::{BackendRecord, ClientRecord, NodeRecord, Outline, Plan, RunRecord, NO_TTL};

@@ -19,8 +19,10 @@ pub trait Plan: Clone + Debug + Default + Serialize + DeserializeOwned {
     /// One step of the schedule the plan made (`schedule` in `run.json`).
     type Step: Clone + Debug + PartialEq + Serialize + DeserializeOwned;
     /// How long the lock may go ungranted, with acquires attempted and no
-    /// fault active, before a check counts it as stuck (`deadlock`).
-    fn deadlock_after(&self) -> Duration;
+    /// fault active, before a check counts it as stuck (`deadlock`); `expires`
+    /// is false for a lock without a TTL (a client adapter's `no-ttl`), which
+    /// a dead holder's key cannot hold up for a TTL.
+    fn deadlock_after(&self, expires: bool) -> Duration;
     /// What a reader shows of the plan.
     fn outline(&self) -> Outline;
     /// Whether the lock of the config named `config` keeps its key for the
@@ -86,9 +88,24 @@ pub struct RunRecord<P: Plan> {
 
 impl<P: Plan> RunRecord<P> {
     /// What the run's history is checked against: its promise, and the
-    /// `deadlock` threshold its options give.
+    /// `deadlock` threshold its options (and its client's TTL) give.
     pub fn settings(&self) -> checker::Settings {
-        checker::Settings::new(self.promise).deadlock_after(self.options.deadlock_after())
+        let after = self.options.deadlock_after(self.expires());
+        checker::Settings::new(self.promise).deadlock_after(after)
+    }
+
+    /// Whether the lock's key expires: false for a client adapter that
+    /// declares `no-ttl` (its library holds while its session lives).
+    pub fn expires(&self) -> bool {
+        self.client.as_ref().is_none_or(ClientRecord::expires)
+    }
+
+    /// How long a grant lasts if its holder never renews it: the TTL, for a
+    /// lock that keeps its key that long (`None` for one that renews, has
+    /// no key, or has no TTL), so a hold past it outlived its key.
+    pub fn lease(&self) -> Option<Duration> {
+        let o = self.options.outline();
+        (P::lease_is_ttl(&o.config) && self.expires()).then_some(o.ttl)
     }
 }
 
@@ -129,6 +146,17 @@ pub struct ClientRecord {
     pub check: String,
 }
 
+/// The adapter feature of a library whose lock has no TTL: it holds while
+/// its holder's session lives (docs/protocol.md).
+pub const NO_TTL: &str = "no-ttl";
+
+impl ClientRecord {
+    /// Whether the library's lock expires (it did not declare [`NO_TTL`]).
+    pub fn expires(&self) -> bool {
+        !self.features.iter().any(|f| f == NO_TTL)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,8 +172,8 @@ mod tests {
 
     impl Plan for Options {
         type Step = String;
-        fn deadlock_after(&self) -> Duration {
-            Duration::from_secs(self.workers)
+        fn deadlock_after(&self, expires: bool) -> Duration {
+            Duration::from_secs(self.workers + u64::from(expires))
         }
         fn outline(&self) -> Outline {
             Outline {
@@ -177,7 +205,17 @@ mod tests {
         assert_eq!(record.options.workers, Options::default().workers);
         assert_eq!((record.schedule.clone(), record.interrupted), (None, false));
         let settings = record.settings();
-        assert_eq!(settings.deadlock_after, Some(Duration::ZERO));
+        assert_eq!(settings.deadlock_after, Some(Duration::from_secs(1)));
+        // A client that declares no TTL: the threshold has none in it.
+        let untimed = RunRecord {
+            client: Some(ClientRecord {
+                features: vec!["check".into(), NO_TTL.into()],
+                ..ClientRecord::default()
+            }),
+            ..record.clone()
+        };
+        assert!(!untimed.expires() && record.expires());
+        assert_eq!(untimed.settings().deadlock_after, Some(Duration::ZERO));
         write_json(
             &run.run_json(),
             &RunRecord {

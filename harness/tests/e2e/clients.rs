@@ -233,6 +233,58 @@ fn a_plain_del_adapter_from_the_protocol_page_is_caught_as_foreign_release() {
     );
 }
 
+/// A lock with no TTL (`SET NX`, no `PX`) that says so (`no-ttl`): a
+/// crashed holder's key stays for good, and the run says the lock is stuck
+/// after the acquire timeout and 1 s, with no TTL in the threshold.
+#[test]
+fn a_no_ttl_adapter_is_held_to_a_deadlock_threshold_without_a_ttl() {
+    let root = root();
+    let script = root.path().join("no_ttl.py");
+    let no_ttl = PLAIN_DEL
+        .replace(r#""NX", "PX", ttl)"#, r#""NX")"#)
+        .replace(
+            r#"client="plain-del 0", features=[]"#,
+            r#"client="no-ttl 0", features=["no-ttl"]"#,
+        );
+    assert!(!no_ttl.contains("\"PX\"") && no_ttl.contains(r#"["no-ttl"]"#));
+    std::fs::write(&script, no_ttl).unwrap();
+    let cmd = format!("python3 {}", script.display());
+    let args = [
+        "--client-cmd",
+        &cmd,
+        "--nemesis",
+        "crash",
+        "--time-limit",
+        "15",
+        "--nemesis-interval-ms",
+        "2000",
+        "--acquire-timeout-ms",
+        "1000",
+        "--seed",
+        "1",
+    ];
+    let (r, dir) = run_client(root.path(), &args);
+    let threshold = &r.checkers["deadlock"].details["threshold_ms"];
+    assert_eq!(
+        threshold,
+        2000,
+        "1 s acquire timeout and 1 s: {}",
+        dir.display()
+    );
+    assert!(
+        r.notes.iter().any(|n| n.contains("no TTL")),
+        "{:?}",
+        r.notes
+    );
+    assert_eq!(r.valid, Validity::False, "{}", dir.display());
+    assert!(
+        count(&r, "deadlock") > 0,
+        "{:?} ({})",
+        r.anomalies,
+        dir.display()
+    );
+}
+
 /// An adapter that answers `init` and then breaks the protocol its own way.
 fn breaking(root: &Path, name: &str, acquire_reply: &str) -> String {
     let script = format!(

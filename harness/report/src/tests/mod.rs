@@ -22,7 +22,7 @@ struct Options {
 impl Plan for Options {
     type Step = serde_json::Value;
     /// Longer than any wait in these tests' valid histories.
-    fn deadlock_after(&self) -> Duration {
+    fn deadlock_after(&self, _expires: bool) -> Duration {
         Duration::from_secs(7)
     }
     fn outline(&self) -> Outline {
