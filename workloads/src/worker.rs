@@ -246,6 +246,13 @@ const ANSWERS: [&str; 5] = [
     error::UNKNOWN,
 ];
 
+/// The wait between tries of an acquire the lock refused as busy, within
+/// the op (ms, at random).
+const BUSY_RETRY_MS: std::ops::RangeInclusive<u64> = 5..=25;
+/// The wait after an acquire that stayed busy to its timeout, before the
+/// next cycle (ms, at random).
+const AFTER_BUSY_MS: std::ops::RangeInclusive<u64> = 10..=300;
+
 /// Capped exponential back-off after cycles that hit an error (a node down
 /// fails every op at once), with jitter so workers do not retry in step.
 #[derive(Default)]
@@ -515,12 +522,12 @@ impl<W: Write> Worker<W> {
                 // advises: clients that retry in step split the votes forever.
                 // Any other refusal is an error: the cycle's back-off follows.
                 if busy {
-                    let backoff = self.rng.random_range(10..=300);
+                    let backoff = self.rng.random_range(AFTER_BUSY_MS);
                     std::thread::sleep(Duration::from_millis(backoff));
                 }
                 return None;
             }
-            std::thread::sleep(Duration::from_millis(self.rng.random_range(5..=25)));
+            std::thread::sleep(Duration::from_millis(self.rng.random_range(BUSY_RETRY_MS)));
         }
     }
 
@@ -759,6 +766,30 @@ mod tests {
             Some(error::LEASE_EXPIRED)
         );
         assert_eq!(check(Renewal::Lost, 101), Some(error::NOT_HELD));
+    }
+
+    #[test]
+    fn the_protocol_page_states_the_back_off_the_worker_does() {
+        let page = include_str!("../../docs/protocol.md");
+        let (_, rule) = page
+            .split_once("The kinds that need no back-off")
+            .expect("the protocol page states which kinds need no back-off");
+        let (rule, rest) = rule.split_once(". ").unwrap();
+        let named: std::collections::BTreeSet<&str> = rule.split('`').skip(1).step_by(2).collect();
+        assert_eq!(named, ANSWERS.into_iter().collect(), "{rule}");
+        let range = |r: &std::ops::RangeInclusive<u64>| format!("{}–{} ms", r.start(), r.end());
+        for said in [
+            format!("every {}", range(&BUSY_RETRY_MS)),
+            format!("waits {}", range(&AFTER_BUSY_MS)),
+        ] {
+            assert!(page.contains(&said), "the page says {said}");
+        }
+        let backoff = format!(
+            "{} ms after the first such cycle, doubling\nto at most {} s",
+            Backoff::FIRST_MS,
+            Backoff::CAP_MS / 1000
+        );
+        assert!(rest.contains(&backoff), "{rest}");
     }
 
     #[test]
