@@ -1,5 +1,5 @@
 #![forbid(unsafe_code)]
 
 fn main() -> std::process::ExitCode {
-    harness::cli::main()
+    lockstorm::cli::main()
 }

@@ -334,7 +334,7 @@ fn render(cmd: &clap::Command, path: &str, run: &str, out: &mut String) {
 }
 
 fn options_reference() -> String {
-    let mut cmd = harness::cli::command();
+    let mut cmd = lockstorm::cli::command();
     cmd.build();
     let run = cmd.find_subcommand("run").expect("a run command").clone();
     let mut out = String::new();
@@ -363,7 +363,7 @@ fn options_reference_in_the_docs_is_the_command_lines_help() {
             .position(|(a, b)| a != b)
             .map_or("in its length".into(), |n| format!("from line {}", n + 1));
         panic!(
-            "docs/options.md differs from `--help` ({line} of its generated part): regenerate it with `LOCKSTORM_UPDATE_DOCS=1 cargo test -p harness --test e2e options_reference`"
+            "docs/options.md differs from `--help` ({line} of its generated part): regenerate it with `LOCKSTORM_UPDATE_DOCS=1 cargo test -p lockstorm --test e2e options_reference`"
         );
     }
     // And what the page says is what the binary prints: every option of

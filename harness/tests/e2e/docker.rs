@@ -6,7 +6,7 @@
 //! These tests need a Docker daemon, so they are ignored by a plain
 //! `cargo test`; `.ci/run` starts one, imports the image and runs them with
 //! `--ignored`, where a missing daemon fails them rather than skipping them:
-//! `cargo test -p harness --test e2e docker:: -- --ignored` (with `DOCKER_HOST`
+//! `cargo test -p lockstorm --test e2e docker:: -- --ignored` (with `DOCKER_HOST`
 //! naming the daemon's socket, if not the default).
 
 use crate::common;
@@ -112,7 +112,7 @@ const PAUSE: &[&str] = &[
 ];
 
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p harness --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
 fn single_under_pause_breaks_in_containers_too() {
     let tmp = tempfile::tempdir().unwrap();
     let extra = [PAUSE, &["--at", "read"]].concat();
@@ -123,7 +123,7 @@ fn single_under_pause_breaks_in_containers_too() {
 }
 
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p harness --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
 fn fenced_under_pause_keeps_the_data_safe_in_containers_too() {
     let tmp = tempfile::tempdir().unwrap();
     let (out, results, dir) = docker_run(tmp.path(), "fenced", "pause", "15", "7", PAUSE);
@@ -141,7 +141,7 @@ fn fenced_under_pause_keeps_the_data_safe_in_containers_too() {
 /// The fault proxy sits between the workers and containers on the host
 /// network as it does between workers and local processes.
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p harness --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
 fn a_write_delayed_in_the_proxy_loses_updates_in_containers_too() {
     let tmp = tempfile::tempdir().unwrap();
     let (out, results, dir) = docker_run(tmp.path(), "single", "delay", "12", "3", &[]);
@@ -151,7 +151,7 @@ fn a_write_delayed_in_the_proxy_loses_updates_in_containers_too() {
 }
 
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p harness --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
 fn a_primary_container_restarted_empty_loses_the_lock() {
     let tmp = tempfile::tempdir().unwrap();
     let (out, results, dir) = docker_run(tmp.path(), "replicated", "kill", "15", "1", &[]);
@@ -168,7 +168,7 @@ fn a_primary_container_restarted_empty_loses_the_lock() {
 }
 
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p harness --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
 fn clock_jumps_on_a_majority_of_containers_break_redlock() {
     let tmp = tempfile::tempdir().unwrap();
     let extra = ["--targets", "majority"];
@@ -237,7 +237,7 @@ fn run_of(harness: u32) -> String {
 }
 
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p harness --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
 fn ctrl_c_removes_every_container_of_the_run() {
     let _slot = common::e2e_slot();
     let tmp = tempfile::tempdir().unwrap();
@@ -263,7 +263,7 @@ fn ctrl_c_removes_every_container_of_the_run() {
 }
 
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p harness --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
 fn a_killed_harness_leaves_no_container() {
     let _slot = common::e2e_slot();
     let tmp = tempfile::tempdir().unwrap();
@@ -284,7 +284,7 @@ fn a_killed_harness_leaves_no_container() {
 }
 
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p harness --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
 fn a_later_start_removes_containers_of_runs_that_are_gone() {
     // A container as a run whose harness and reaper both died would leave it:
     // its owner a process that has exited.
@@ -358,7 +358,7 @@ fn docker_run_keep(results: &Path) -> (common::Run, checker::Results, PathBuf) {
 }
 
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p harness --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
 fn auto_picks_local_then_docker_then_says_how_to_fix_neither() {
     let none = [
         "--config",
@@ -412,7 +412,7 @@ fn auto_picks_local_then_docker_then_says_how_to_fix_neither() {
 }
 
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p harness --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
 fn an_image_that_cannot_be_pulled_is_one_line_naming_image_import() {
     let tmp = tempfile::tempdir().unwrap();
     let args = [

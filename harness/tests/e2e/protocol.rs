@@ -303,8 +303,8 @@ proto.serve({
 #[test]
 fn the_python_helper_answers_the_protocol_page_examples() {
     // The helper imports redis-py: the shipped adapters' venv has it.
-    let client = harness::clients::Client::shipped("redis-py").unwrap();
-    let prepared = harness::clients::prepare(&client).unwrap_or_else(|e| {
+    let client = lockstorm::clients::Client::shipped("redis-py").unwrap();
+    let prepared = lockstorm::clients::prepare(&client).unwrap_or_else(|e| {
         panic!("the Python helper needs python3 with venv (apt-get install -y python3-venv): {e}")
     });
     let python = prepared.argv[0].clone();

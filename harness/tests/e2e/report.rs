@@ -163,7 +163,7 @@ fn tree_with_page() -> (tempfile::TempDir, PathBuf) {
     let root = tmp.path().join("results");
     fs::create_dir(&root).unwrap();
     results_tree(&root);
-    let report = report::build::<harness::RunPlan>(&root).unwrap();
+    let report = report::build::<lockstorm::RunPlan>(&root).unwrap();
     assert_eq!((report.runs, report.matrices, report.redrawn), (3, 1, 3));
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     (tmp, report.index)

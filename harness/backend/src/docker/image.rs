@@ -417,7 +417,7 @@ mod tests {
     }
 
     #[tokio::test]
-    #[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p harness --lib docker:: -- --ignored)"]
+    #[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --lib docker:: -- --ignored)"]
     async fn an_import_makes_an_image_that_starts_redis_server() {
         // Asked for by --ignored: no daemon (DOCKER_HOST, else the default
         // socket) fails it below rather than passing.
