@@ -1,5 +1,6 @@
 //! The command line: `run` (the default), `check`, `explain`, `matrix`,
-//! `report`, `shrink`, and the hidden `worker`.
+//! `report`, `shrink`, `client-test`, `clients setup`, `image import`, and
+//! the hidden `worker`, `cell` and `reap`.
 //! Exit codes follow Jepsen (see [`crate::exit`]): 0 valid, 1 invalid,
 //! 2 unknown, 254 bad arguments or configuration, 255 the harness itself failed.
 
@@ -52,6 +53,8 @@ enum Command {
     /// Check a client adapter against one Redis node, without faults: each
     /// step passes or fails (exit 0 if all pass, 1 if not).
     ClientTest(ClientTestArgs),
+    /// The shipped client adapters' environments.
+    Clients(ClientsArgs),
     /// Build the Docker backend's local image from this machine's
     /// redis-server (`image import`), for daemons that cannot pull.
     Image(ImageArgs),
@@ -129,6 +132,21 @@ struct ClientTestArgs {
 }
 
 #[derive(clap::Args, Debug)]
+struct ClientsArgs {
+    #[command(subcommand)]
+    command: ClientsCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum ClientsCommand {
+    /// Install every shipped adapter's environment now (a Python venv,
+    /// `npm ci`) where the package registries can be reached, e.g. when
+    /// building a CI image, so runs need no network; or check the ones
+    /// named by LOCKSTORM_PYTHON and LOCKSTORM_NODE_MODULES.
+    Setup,
+}
+
+#[derive(clap::Args, Debug)]
 struct ImageArgs {
     #[command(subcommand)]
     command: ImageCommand,
@@ -179,6 +197,7 @@ pub fn main() -> ExitCode {
         Some(Command::Cell { plan }) => cell(&plan),
         Some(Command::Reap { daemon, run }) => reap(&daemon, &run),
         Some(Command::Image(args)) => finish(image_command(args)),
+        Some(Command::Clients(args)) => finish(clients_command(args)),
         Some(Command::Check(args)) => finish(check_command(args)),
         Some(Command::Explain(args)) => finish(explain_command(args)),
         Some(Command::Matrix(args)) => finish(matrix_command(args)),
@@ -426,6 +445,14 @@ fn explain_command(args: ExplainArgs) -> Result<Validity> {
         let text: Vec<String> = told.iter().map(ToString::to_string).collect();
         say(&text.join("\n"))?;
     }
+    Ok(Validity::True)
+}
+
+/// Exit 0 once every family is set up; 254 when a registry is out of
+/// reach or a prepared environment lacks a pin (the line says what to do).
+fn clients_command(args: ClientsArgs) -> Result<Validity> {
+    let ClientsCommand::Setup = args.command;
+    say(&crate::clients::set_up_all()?)?;
     Ok(Validity::True)
 }
 

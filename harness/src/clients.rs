@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use store::ClientRecord;
 use workloads::adapter::{self, AdapterSpec, Group, Hello};
-use workloads::install::{topology, Prepared, Shipped};
+use workloads::install::{self, topology, How, Prepared, Shipped};
 use workloads::Config;
 
 /// The client a run tests through an adapter.
@@ -112,6 +112,27 @@ pub fn prepare(client: &Client) -> Result<Prepared> {
             }
         }
     })
+}
+
+/// `lockstorm clients setup`: every family of shipped adapters set up, a
+/// line for each saying where and how.
+pub fn set_up_all() -> Result<String> {
+    let mut text = String::new();
+    for done in install::set_up_all()? {
+        let (family, dir) = (done.family, done.dir.display());
+        text.push_str(&match done.how {
+            How::Installed(took) => format!(
+                "{family}: installed in {dir} ({:.0} s)\n",
+                took.as_secs_f64()
+            ),
+            How::Already => format!("{family}: ready in {dir} (installed earlier)\n"),
+            How::Prepared { variable, path } => format!(
+                "{family}: {variable}={} has the pinned packages (adapter files in {dir})\n",
+                path.display()
+            ),
+        });
+    }
+    Ok(text)
 }
 
 /// A script named as the program, with no `#!` line, would be run by the

@@ -34,7 +34,9 @@ pub enum Error {
     /// at it: the user's to fix.
     #[error("{0}")]
     Adapter(String),
-    /// A shipped adapter's environment (venv, `npm ci`) could not be set up.
+    /// A shipped adapter's environment (venv, `npm ci`) could not be set up:
+    /// the user's to fix (254) when the registry is out of reach or a
+    /// prepared environment lacks a pin, else the harness's (255).
     #[error("cannot set up the client adapters: {0}")]
     ClientSetup(#[from] workloads::install::SetupFailed),
     /// `lockstorm report` could not read the results folder or write its
@@ -64,6 +66,7 @@ impl Error {
             | Error::BadInput { .. }
             | Error::Store(store::Error::ResultsNotWritable { .. })
             | Error::Adapter(_) => exit::BAD_INPUT,
+            Error::ClientSetup(e) if e.theirs => exit::BAD_INPUT,
             Error::NodeStart { .. }
             | Error::Backend(_)
             | Error::Io { .. }

@@ -2,23 +2,48 @@
 //! which there are and on which topologies, their files (built into the
 //! binary, so it sets them up wherever it runs) and the environment each
 //! family needs (a Python venv, `npm ci`), set up once per content in a
-//! cache folder under a `flock`; and how to start an adapter ([`Prepared`]).
+//! cache folder under a `flock`, or one the user prepared
+//! (`LOCKSTORM_PYTHON`, `LOCKSTORM_NODE_MODULES`); and how to start an
+//! adapter ([`Prepared`]).
+
+mod prepared;
+mod step;
 
 use crate::adapter::AdapterSpec;
 use crate::config::Config;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-/// Why the shipped adapters' environment could not be set up: what failed,
-/// and in which folder.
+/// Why the shipped adapters' environment could not be set up, in one line.
 #[derive(Debug)]
-pub struct SetupFailed(pub String);
+pub struct SetupFailed {
+    pub message: String,
+    /// The user's to fix (no registry within reach, a prepared environment
+    /// that lacks a pin, too slow a link), and the message says how; else
+    /// lockstorm's own set-up failed.
+    pub theirs: bool,
+}
+
+impl SetupFailed {
+    fn theirs(message: String) -> SetupFailed {
+        SetupFailed {
+            message,
+            theirs: true,
+        }
+    }
+
+    fn ours(message: String) -> SetupFailed {
+        SetupFailed {
+            message,
+            theirs: false,
+        }
+    }
+}
 
 impl std::fmt::Display for SetupFailed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
@@ -142,23 +167,50 @@ impl Family {
             .join(format!("{}-{hash:016x}", self.name()))
     }
 
+    /// The environment the user prepared for this family, if they named one.
+    fn prepared(self) -> Option<PathBuf> {
+        match self {
+            Family::Python => prepared::python(),
+            Family::Node => prepared::node_modules(),
+        }
+    }
+
     /// Writes the files and installs the environment, once: a `.ready`
     /// file marks a finished set-up, and a lock keeps concurrent runs from
-    /// doing it twice.
-    fn set_up(self) -> Result<PathBuf, SetupFailed> {
+    /// doing it twice. With an environment the user prepared, only the
+    /// files are written and it is checked against the pins instead.
+    fn set_up(self) -> Result<SetUp, SetupFailed> {
         let dir = self.dir();
-        if dir.join(".ready").exists() {
-            return Ok(dir);
+        let prepared = self.prepared();
+        let done = |how| SetUp {
+            family: self.name(),
+            dir: dir.clone(),
+            how,
+        };
+        if prepared.is_none() && dir.join(".ready").exists() {
+            return Ok(done(How::Already));
         }
-        let failed = |what: String| SetupFailed(format!("{what} (in {})", dir.display()));
+        let failed = |what: String| SetupFailed::ours(format!("{what} (in {})", dir.display()));
         std::fs::create_dir_all(&dir)
             .map_err(|e| failed(format!("cannot create the folder: {e}")))?;
         let lock = std::fs::File::create(dir.join(".lock"))
             .map_err(|e| failed(format!("cannot create its lock file: {e}")))?;
         let _held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
             .map_err(|(_, e)| failed(format!("cannot lock it: {e}")))?;
+        self.write_files(&dir).map_err(failed)?;
+        if let Some(env) = prepared {
+            self.check(&env, &dir)?;
+            let variable = match self {
+                Family::Python => "LOCKSTORM_PYTHON",
+                Family::Node => "LOCKSTORM_NODE_MODULES",
+            };
+            return Ok(done(How::Prepared {
+                variable,
+                path: env,
+            }));
+        }
         if dir.join(".ready").exists() {
-            return Ok(dir);
+            return Ok(done(How::Already));
         }
         let started = Instant::now();
         eprintln!(
@@ -166,25 +218,58 @@ impl Family {
             self.name(),
             dir.display()
         );
+        let log = dir.join("setup.log");
+        let _ = std::fs::remove_file(&log);
+        let deadline = step::deadline();
+        for (argv, cwd) in self.steps(&dir) {
+            step::run(&argv, &cwd, &log, deadline).map_err(|f| {
+                let mut e = step::told(f, || self.registry(&dir), &self.way_out());
+                e.message
+                    .push_str(&format!(" (its output: {})", log.display()));
+                e
+            })?;
+        }
+        std::fs::write(dir.join(".ready"), "")
+            .map_err(|e| failed(format!("cannot mark it ready: {e}")))?;
+        let took = started.elapsed();
+        eprintln!(
+            "lockstorm: the {} client adapters are ready ({:.0} s)",
+            self.name(),
+            took.as_secs_f64()
+        );
+        Ok(done(How::Installed(took)))
+    }
+
+    /// Writes the family's files where they differ (a running adapter may
+    /// be reading the ones already there).
+    fn write_files(self, dir: &Path) -> Result<(), String> {
         for (path, text) in self.files() {
             let file = dir.join(path);
+            if std::fs::read_to_string(&file).is_ok_and(|t| t == *text) {
+                continue;
+            }
             std::fs::create_dir_all(file.parent().expect("under dir"))
                 .and_then(|()| std::fs::write(&file, text))
-                .map_err(|e| failed(format!("cannot write {path}: {e}")))?;
+                .map_err(|e| format!("cannot write {path}: {e}"))?;
         }
-        let steps: Vec<(Vec<String>, PathBuf)> = match self {
+        Ok(())
+    }
+
+    /// The commands that install the environment, each with its folder.
+    /// The tools' own retries are bounded so that a registry out of reach
+    /// fails in seconds to tens of seconds, not minutes (npm's defaults
+    /// wait 10 s, then 60 s, between tries of each request; pip tries five
+    /// times): one retry, each try given 15 s (pip: per socket read) or
+    /// 20 s (npm: per request).
+    fn steps(self, dir: &Path) -> Vec<(Vec<String>, PathBuf)> {
+        match self {
             Family::Python => {
                 let venv = dir.join("python/venv");
                 let pip = venv.join("bin/pip").display().to_string();
                 vec![
                     (
-                        vec![
-                            python(),
-                            "-m".into(),
-                            "venv".into(),
-                            venv.display().to_string(),
-                        ],
-                        dir.clone(),
+                        words(&["python3", "-m", "venv", &venv.display().to_string()]),
+                        dir.to_path_buf(),
                     ),
                     (
                         words(&[
@@ -192,11 +277,14 @@ impl Family {
                             "install",
                             "--disable-pip-version-check",
                             "--no-input",
-                            "-q",
+                            "--timeout",
+                            "15",
+                            "--retries",
+                            "1",
                             "-r",
                             "python/requirements.txt",
                         ]),
-                        dir.clone(),
+                        dir.to_path_buf(),
                     ),
                 ]
             }
@@ -207,49 +295,104 @@ impl Family {
                     "--omit=dev",
                     "--no-audit",
                     "--no-fund",
-                    "--loglevel=error",
+                    "--fetch-retries=1",
+                    "--fetch-retry-mintimeout=1000",
+                    "--fetch-retry-maxtimeout=5000",
+                    "--fetch-timeout=20000",
                 ]),
                 dir.join("node"),
             )],
-        };
-        for (argv, cwd) in steps {
-            let out = Command::new(&argv[0])
-                .args(&argv[1..])
-                .current_dir(&cwd)
-                .output()
-                .map_err(|e| failed(format!("cannot run `{}`: {e}", argv.join(" "))))?;
-            if !out.status.success() {
-                let stderr = String::from_utf8_lossy(&out.stderr);
-                let last = stderr
-                    .lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty())
-                    .unwrap_or("");
-                return Err(failed(format!(
-                    "`{}` failed ({}): {last}",
-                    argv.join(" "),
-                    out.status
-                )));
+        }
+    }
+
+    /// The registry the family's tool fetches from, as it was configured.
+    fn registry(self, dir: &Path) -> String {
+        match self {
+            // pip names its index when it is not PyPI's.
+            Family::Python => std::fs::read_to_string(dir.join("setup.log"))
+                .ok()
+                .and_then(|log| {
+                    log.lines()
+                        .find_map(|l| l.strip_prefix("Looking in indexes: "))
+                        .map(str::to_string)
+                })
+                .unwrap_or_else(|| "https://pypi.org/simple".into()),
+            Family::Node => {
+                let asked = std::process::Command::new("npm")
+                    .args(["config", "get", "registry"])
+                    .current_dir(dir.join("node"))
+                    .stdin(std::process::Stdio::null())
+                    .output();
+                match asked {
+                    Ok(out) if out.status.success() => {
+                        String::from_utf8_lossy(&out.stdout).trim().to_string()
+                    }
+                    _ => "(npm's registry)".into(),
+                }
             }
         }
-        std::fs::write(dir.join(".ready"), "")
-            .map_err(|e| failed(format!("cannot mark it ready: {e}")))?;
-        eprintln!(
-            "lockstorm: the {} client adapters are ready ({:.0} s)",
-            self.name(),
-            started.elapsed().as_secs_f64()
-        );
-        Ok(dir)
     }
+
+    /// What to do where the registry cannot be reached.
+    fn way_out(self) -> String {
+        let prepared = match self {
+            Family::Python => "LOCKSTORM_PYTHON to a Python that has the pinned packages",
+            Family::Node => {
+                "LOCKSTORM_NODE_MODULES to a node_modules folder that has the pinned packages"
+            }
+        };
+        format!(
+            "run `lockstorm clients setup` where it can be (e.g. when building a CI image) with the same LOCKSTORM_CACHE, or set {prepared}"
+        )
+    }
+
+    /// Checks an environment the user prepared against the pins.
+    fn check(self, env: &Path, dir: &Path) -> Result<(), SetupFailed> {
+        match self {
+            Family::Python => prepared::check_python(env, &dir.join("python/requirements.txt")),
+            Family::Node => {
+                let (path, lock) = NODE_FILES
+                    .iter()
+                    .find(|(p, _)| p.ends_with("package-lock.json"))
+                    .expect("the Node adapters have a lockfile");
+                prepared::check_node_modules(env, lock, &dir.join(path))
+            }
+        }
+    }
+}
+
+/// A family set up: where, and how.
+pub struct SetUp {
+    pub family: &'static str,
+    pub dir: PathBuf,
+    pub how: How,
+}
+
+pub enum How {
+    /// Installed now, taking this long.
+    Installed(Duration),
+    /// Installed by an earlier run.
+    Already,
+    /// The user's own environment, named by this variable
+    /// (`LOCKSTORM_PYTHON`, `LOCKSTORM_NODE_MODULES`) and checked against
+    /// the pins.
+    Prepared {
+        variable: &'static str,
+        path: PathBuf,
+    },
+}
+
+/// Sets up every family of shipped adapters (`lockstorm clients setup`),
+/// stopping at the first that fails.
+pub fn set_up_all() -> Result<Vec<SetUp>, SetupFailed> {
+    [Family::Python, Family::Node]
+        .into_iter()
+        .map(Family::set_up)
+        .collect()
 }
 
 fn words(w: &[&str]) -> Vec<String> {
     w.iter().map(|s| s.to_string()).collect()
-}
-
-/// The Python that makes the venv: `LOCKSTORM_PYTHON`, else `python3`.
-fn python() -> String {
-    std::env::var("LOCKSTORM_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
 /// `LOCKSTORM_CACHE`, else `$XDG_CACHE_HOME/lockstorm`, else `~/.cache/lockstorm`.
@@ -267,13 +410,18 @@ fn cache_root() -> PathBuf {
 impl Shipped {
     /// Sets up its family's environment (once) and says how to start it.
     pub fn prepare(&self) -> Result<Prepared, SetupFailed> {
-        let dir = self.family.set_up()?;
+        let set_up = self.family.set_up()?;
+        let dir = &set_up.dir;
         let name = self.name;
         let path = |p: &str| dir.join(p).display().to_string();
+        let prepared = match set_up.how {
+            How::Prepared { path, .. } => Some(path.display().to_string()),
+            How::Installed(_) | How::Already => None,
+        };
         Ok(match self.family {
             Family::Python => Prepared {
                 argv: vec![
-                    path("python/venv/bin/python"),
+                    prepared.unwrap_or_else(|| path("python/venv/bin/python")),
                     "-u".into(),
                     path(&format!("{name}/adapter.py")),
                 ],
@@ -284,7 +432,10 @@ impl Shipped {
             },
             Family::Node => Prepared {
                 argv: vec!["node".into(), path(&format!("{name}/adapter.js"))],
-                env: BTreeMap::from([("NODE_PATH".into(), path("node/node_modules"))]),
+                env: BTreeMap::from([(
+                    "NODE_PATH".into(),
+                    prepared.unwrap_or_else(|| path("node/node_modules")),
+                )]),
             },
         })
     }

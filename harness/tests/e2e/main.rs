@@ -20,6 +20,7 @@ mod liveness;
 mod matrix;
 mod network;
 mod observer;
+mod offline;
 mod output;
 mod paths;
 mod protocol;
