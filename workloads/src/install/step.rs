@@ -34,7 +34,7 @@ pub enum Failure {
 }
 
 /// Runs `argv` in `cwd`, its stdout and stderr appended to `log`, and
-/// stops it (the child we started, by its handle) if it runs past
+/// stops it (the group of the child we started) if it runs past
 /// `deadline`.
 pub fn run(argv: &[String], cwd: &Path, log: &Path, deadline: Duration) -> Result<(), Failure> {
     let command = argv.join(" ");
@@ -45,20 +45,22 @@ pub fn run(argv: &[String], cwd: &Path, log: &Path, deadline: Duration) -> Resul
         .open(log)
         .map_err(cannot)?;
     let err = out.try_clone().map_err(cannot)?;
-    let mut child = Command::new(&argv[0])
-        .args(&argv[1..])
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
         .current_dir(cwd)
         .stdin(Stdio::null())
         .stdout(out)
-        .stderr(err)
-        .spawn()
-        .map_err(cannot)?;
+        .stderr(err);
+    // In a group of its own, gone with lockstorm: pip and npm start
+    // children (builds, scripts) that a kill of the step must reach too.
+    process::isolate(&mut cmd);
+    let mut child = cmd.spawn().map_err(cannot)?;
     let started = Instant::now();
     let status = loop {
         match child.try_wait().map_err(cannot)? {
             Some(status) => break Some(status),
             None if started.elapsed() >= deadline => {
-                let _ = child.kill();
+                let _ = process::kill_group(child.id());
                 let _ = child.wait();
                 break None;
             }
