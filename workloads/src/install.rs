@@ -109,6 +109,7 @@ const NODE_FILES: &[(&str, &str)] = files![
     "node/package.json",
     "node/package-lock.json",
     "node/protocol.js",
+    "node/redlock.js",
     "node-redlock/adapter.js",
     "redis-semaphore/adapter.js",
 ];
