@@ -51,7 +51,7 @@ pub struct Shipped {
 }
 
 /// Every shipped adapter (`workloads/clients/<name>/`).
-pub const SHIPPED: [Shipped; 5] = [
+pub const SHIPPED: [Shipped; 6] = [
     Shipped {
         name: "redis-py",
         family: Family::Python,
@@ -76,6 +76,11 @@ pub const SHIPPED: [Shipped; 5] = [
         name: "redis-semaphore",
         family: Family::Node,
         topologies: &["single", "redlock"],
+    },
+    Shipped {
+        name: "sesamecare-redlock",
+        family: Family::Node,
+        topologies: &["redlock", "single"],
     },
 ];
 
@@ -112,6 +117,7 @@ const NODE_FILES: &[(&str, &str)] = files![
     "node/redlock.js",
     "node-redlock/adapter.js",
     "redis-semaphore/adapter.js",
+    "sesamecare-redlock/adapter.js",
 ];
 
 impl Family {
