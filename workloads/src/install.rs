@@ -51,7 +51,7 @@ pub struct Shipped {
 }
 
 /// Every shipped adapter (`workloads/clients/<name>/`).
-pub const SHIPPED: [Shipped; 6] = [
+pub const SHIPPED: [Shipped; 7] = [
     Shipped {
         name: "redis-py",
         family: Family::Python,
@@ -64,6 +64,11 @@ pub const SHIPPED: [Shipped; 6] = [
     },
     Shipped {
         name: "python-redis-lock",
+        family: Family::Python,
+        topologies: &["single"],
+    },
+    Shipped {
+        name: "portalocker",
         family: Family::Python,
         topologies: &["single"],
     },
@@ -108,6 +113,7 @@ const PYTHON_FILES: &[(&str, &str)] = files![
     "redis-py/adapter.py",
     "pottery/adapter.py",
     "python-redis-lock/adapter.py",
+    "portalocker/adapter.py",
 ];
 
 const NODE_FILES: &[(&str, &str)] = files![

@@ -163,6 +163,18 @@ fn sesamecare_redlock_passes_client_test_and_is_caught_under_pause() {
     passes_client_test_and_is_caught_under_pause("sesamecare-redlock", "single", &[]);
 }
 
+/// portalocker's lock is a subscription with no TTL: a contender whose probe
+/// goes unanswered for 1 s kills the silent holder's connection, but only if
+/// the channel's subscriber count held still meanwhile. With five workers,
+/// waiters joining and leaving keep the probes inconclusive, so a frozen
+/// holder goes unreaped and nobody gets the lock until it wakes (no overlap,
+/// but no service); with two, the one waiter reaps it and the woken holder's
+/// write lands under the new holder.
+#[test]
+fn portalocker_passes_client_test_and_is_caught_under_pause_with_two_workers() {
+    passes_client_test_and_is_caught_under_pause("portalocker", "single", &["--workers", "2"]);
+}
+
 /// The protocol page's complete example adapter, as a newcomer would copy it.
 fn protocol_example(dir: &Path) -> PathBuf {
     let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/protocol.md"))
