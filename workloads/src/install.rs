@@ -51,7 +51,7 @@ pub struct Shipped {
 }
 
 /// Every shipped adapter (`workloads/clients/<name>/`).
-pub const SHIPPED: [Shipped; 7] = [
+pub const SHIPPED: [Shipped; 8] = [
     Shipped {
         name: "redis-py",
         family: Family::Python,
@@ -71,6 +71,11 @@ pub const SHIPPED: [Shipped; 7] = [
         name: "portalocker",
         family: Family::Python,
         topologies: &["single"],
+    },
+    Shipped {
+        name: "aioredlock",
+        family: Family::Python,
+        topologies: &["redlock", "single"],
     },
     Shipped {
         name: "node-redlock",
@@ -114,6 +119,7 @@ const PYTHON_FILES: &[(&str, &str)] = files![
     "pottery/adapter.py",
     "python-redis-lock/adapter.py",
     "portalocker/adapter.py",
+    "aioredlock/adapter.py",
 ];
 
 const NODE_FILES: &[(&str, &str)] = files![

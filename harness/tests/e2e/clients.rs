@@ -163,6 +163,12 @@ fn sesamecare_redlock_passes_client_test_and_is_caught_under_pause() {
     passes_client_test_and_is_caught_under_pause("sesamecare-redlock", "single", &[]);
 }
 
+#[test]
+fn aioredlock_passes_client_test_and_is_caught_under_pause() {
+    // Its watchdog extends the lease, but not while the process is frozen.
+    passes_client_test_and_is_caught_under_pause("aioredlock", "redlock", &[]);
+}
+
 /// portalocker's lock is a subscription with no TTL: a contender whose probe
 /// goes unanswered for 1 s kills the silent holder's connection, but only if
 /// the channel's subscriber count held still meanwhile. With five workers,
