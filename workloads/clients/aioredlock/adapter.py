@@ -45,7 +45,7 @@ class AioredlockAdapter(Adapter):
         connections = [{"host": h, "port": p, "timeout": SOCKET_TIMEOUT_S}
                        for h, p in map(host_port, nodes)]
         self.manager = Aioredlock(connections, internal_lock_timeout=req["ttl_ms"] / 1000)
-        self.pending = None  # (UUID, task) of an acquire answered lock-busy
+        self.pending = None  # the UUID of an acquire answered lock-busy while it ran
         client = f"{version('aioredlock')} ({version('aioredis')})"
         return client, ["check", "token"]
 
