@@ -76,7 +76,7 @@ pub struct Shipped {
 }
 
 /// Every shipped adapter (`workloads/clients/<name>/`).
-pub const SHIPPED: [Shipped; 5] = [
+pub const SHIPPED: [Shipped; 8] = [
     Shipped {
         name: "redis-py",
         family: Family::Python,
@@ -93,6 +93,16 @@ pub const SHIPPED: [Shipped; 5] = [
         topologies: &["single"],
     },
     Shipped {
+        name: "portalocker",
+        family: Family::Python,
+        topologies: &["single"],
+    },
+    Shipped {
+        name: "aioredlock",
+        family: Family::Python,
+        topologies: &["redlock", "single"],
+    },
+    Shipped {
         name: "node-redlock",
         family: Family::Node,
         topologies: &["redlock", "single"],
@@ -101,6 +111,11 @@ pub const SHIPPED: [Shipped; 5] = [
         name: "redis-semaphore",
         family: Family::Node,
         topologies: &["single", "redlock"],
+    },
+    Shipped {
+        name: "sesamecare-redlock",
+        family: Family::Node,
+        topologies: &["redlock", "single"],
     },
 ];
 
@@ -128,14 +143,18 @@ const PYTHON_FILES: &[(&str, &str)] = files![
     "redis-py/adapter.py",
     "pottery/adapter.py",
     "python-redis-lock/adapter.py",
+    "portalocker/adapter.py",
+    "aioredlock/adapter.py",
 ];
 
 const NODE_FILES: &[(&str, &str)] = files![
     "node/package.json",
     "node/package-lock.json",
     "node/protocol.js",
+    "node/redlock.js",
     "node-redlock/adapter.js",
     "redis-semaphore/adapter.js",
+    "sesamecare-redlock/adapter.js",
 ];
 
 impl Family {

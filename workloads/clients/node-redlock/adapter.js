@@ -1,105 +1,20 @@
 'use strict';
-// lockstorm adapter for npm `redlock` 5.0.0-beta.2 (node-redlock) on ioredis.
-//   topology single  -> Redlock over one ioredis client
-//   topology redlock -> Redlock over one ioredis client per node (quorum N/2+1)
-//   acquire -> redlock.acquire([key], ttl_ms, retries sized to timeout_ms)
-//   check   -> lock.expiration > Date.now(), the library's own validity view
-//   token   -> lock.value (random 16 bytes, the value stored under the key)
-//   release -> lock.release(); no fencing token exists in this library.
+// lockstorm adapter for npm `redlock` 5.0.0-beta.2 (node-redlock) on ioredis;
+// what it does is node/redlock.js, which the fork's adapter shares.
 // Run as: NODE_PATH=<dir>/node/node_modules node <dir>/node-redlock/adapter.js
 const path = require('path');
 const proto = require(path.join(__dirname, '..', 'node', 'protocol.js'));
+const { redlockAdapter } = require(path.join(__dirname, '..', 'node', 'redlock.js'));
 const { default: Redlock, ExecutionError, ResourceLockedError } = require('redlock');
 
-// The library's own defaults (200 ms, jitter 100 ms): users rarely change
-// them, and less jitter makes contending clients split the votes in step.
-const RETRY_DELAY_MS = 200;
-const RETRY_JITTER_MS = 100;
-
-// beta.2 throws the same ExecutionError whether the key was busy or a node
-// failed to answer; each vote against carries its cause. Only when the nodes
-// that might have said yes (no ResourceLockedError) cannot reach a quorum in
-// any attempt did the operation definitely not happen.
-async function definitelyRefused(err) {
-  if (!(err instanceof ExecutionError) || err.attempts.length === 0) return false;
-  for (const attempt of await Promise.all(err.attempts)) {
-    const refused = [...attempt.votesAgainst.values()].filter((e) => e instanceof ResourceLockedError).length;
-    if (attempt.membershipSize - refused >= attempt.quorumSize) return false;
-  }
-  return true;
-}
-
-// ExecutionError's message never says why the nodes voted against; the
-// node errors (timeouts, refused connections) decide the reply's kind.
-async function withCauses(err) {
-  if (!(err instanceof ExecutionError) || err.attempts.length === 0) return err;
-  const last = await err.attempts[err.attempts.length - 1];
-  const causes = [...new Set([...last.votesAgainst.values()].map((e) => e.message))];
-  return new Error(`${causes.join('; ')} (${err.message})`);
-}
-
-const adapter = {
+proto.serve(redlockAdapter({
   library: 'redlock',
-  topologies: ['single', 'redlock'],
-  features: ['check', 'token'],
-  lock: null,
-
-  async init(req) {
-    const nodes = req.topology === 'single' ? req.nodes.slice(0, 1) : req.nodes;
-    const clients = nodes.map(proto.redisClient);
-    await proto.waitReady(clients, Math.floor(clients.length / 2) + 1);
-    // Instance settings only govern release (acquire passes its own): a
-    // short retry keeps a release of a lost lock from spinning for seconds.
-    this.redlock = new Redlock(clients, { retryCount: 2, retryDelay: RETRY_DELAY_MS, retryJitter: RETRY_JITTER_MS });
-    // Every vote against is emitted; log node failures, once per distinct cause.
-    let last = null;
-    this.redlock.on('error', (e) => {
-      if (!(e instanceof ResourceLockedError) && e.message !== last) proto.log('redlock vote error:', e.message);
-      last = e.message;
-    });
-    this.key = req.key;
-    this.ttl = req.ttl_ms;
-    this.lock = null;
-    const client = `redlock ${proto.packageVersion('redlock')} (ioredis ${proto.packageVersion('ioredis')})`;
-    return { ok: true, client, features: this.features };
-  },
-
-  async acquire(req) {
-    this.lock = null;
-    const retryCount = Math.max(0, Math.floor(req.timeout_ms / RETRY_DELAY_MS));
-    try {
-      this.lock = await this.redlock.acquire([this.key], this.ttl, { retryCount, retryDelay: RETRY_DELAY_MS, retryJitter: RETRY_JITTER_MS });
-    } catch (e) {
-      if (await definitelyRefused(e)) return { ok: false, error: 'lock-busy' };
-      throw await withCauses(e);
-    }
-    // Issue #296: expiration is computed from the start of the whole retry
-    // loop, not of the attempt that won, so after long retries beta.2 hands
-    // back a lock already expired by its own measure (while the key in Redis
-    // is fresh). It still counts as acquired, as the library reports it so;
-    // `check` will say it is not valid.
-    if (this.lock.expiration <= Date.now()) proto.log('acquire returned an already-expired lock (#296)');
-    return { ok: true, token: this.lock.value };
-  },
-
-  async check() {
-    return { ok: true, valid: this.lock !== null && this.lock.expiration > Date.now() };
-  },
-
-  async release() {
-    const lock = this.lock;
-    if (lock === null) return { ok: false, error: 'not-held' };
-    this.lock = null;
-    try {
-      await lock.release();
-      return { ok: true };
-    } catch (e) {
-      // The release script refuses (ResourceLockedError vote) on every node
-      // where the key is gone or holds another value.
-      if (await definitelyRefused(e)) return { ok: false, error: 'not-held' };
-      throw await withCauses(e);
-    }
-  },
-};
-
-proto.serve(adapter);
+  Redlock,
+  ExecutionError,
+  ResourceLockedError,
+  // Issue #296: expiration is computed from the start of the whole retry
+  // loop, not of the attempt that won, so after long retries beta.2 hands
+  // back a lock already expired by its own measure (while the key in Redis
+  // is fresh).
+  expired: () => proto.log('acquire returned an already-expired lock (#296)'),
+}));

@@ -78,6 +78,11 @@ class Adapter:
     def release(self, lock):
         raise NotImplementedError
 
+    def settle(self):
+        """Runs before each request after init: an adapter whose acquire
+        answered lock-busy while the library was still trying releases a
+        late win here, so no lock is left that no worker thinks it holds."""
+
 
 def _handle(adapter, req, state):
     op = req.get("op")
@@ -91,6 +96,10 @@ def _handle(adapter, req, state):
         return {"ok": True, "client": client, "features": features}
     if "features" not in state:
         return {"ok": False, "error": "error: not initialised"}
+    try:
+        adapter.settle()
+    except Exception:  # the request at hand is not what failed
+        log.exception("settling an earlier acquire failed")
     if op == "acquire":
         # A worker may acquire again after check said its lease lapsed. Dropping
         # the old object also ends python-redis-lock's renewal (it holds a weakref).
