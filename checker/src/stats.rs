@@ -1,7 +1,7 @@
 //! Throughput and outcome counts for the report.
 
 use crate::availability::Availability;
-use crate::history::{error, f, fault, Event, OpType};
+use crate::history::{error, f, fault, Event, OpType, Process};
 use crate::{Invoked, OnEvent};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -33,6 +33,13 @@ pub struct Stats {
     pub struck_before_decision: u64,
     #[serde(skip_serializing_if = "is_zero")]
     pub struck_after_decision: u64,
+    /// What became of the acquires struck before the decision: granted (the
+    /// library handed back a lock whose attempt outlived the freeze) or
+    /// refused (it saw the time the attempt took). The rest ended unknown.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub before_decision_granted: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub before_decision_refused: u64,
     /// Stalls of a worker or the harness that no nemesis fault explains (a
     /// busy host), and the longest of them in ms.
     pub stalls: u64,
@@ -54,6 +61,9 @@ pub struct Stats {
 pub struct StatsCheck {
     stats: Stats,
     span: Option<(u64, u64)>,
+    /// Client processes frozen mid-acquisition, before their library's
+    /// decision, whose acquire has not completed yet.
+    frozen_undecided: Vec<u64>,
 }
 
 impl OnEvent for StatsCheck {
@@ -67,15 +77,29 @@ impl OnEvent for StatsCheck {
                 s.first_fault_time = Some(s.first_fault_time.map_or(e.time, |t| t.min(e.time)));
                 s.faults += 1;
                 match e.value.get(fault::DECIDED).and_then(|d| d.as_bool()) {
-                    Some(false) => s.struck_before_decision += 1,
+                    Some(false) => {
+                        s.struck_before_decision += 1;
+                        let process = e.value.get(fault::PROCESS).and_then(|p| p.as_u64());
+                        self.frozen_undecided.extend(process);
+                    }
                     Some(true) => s.struck_after_decision += 1,
                     None => {}
                 }
             }
             return;
         }
-        if !e.process.is_client() {
+        let Process::Client(process) = e.process else {
             return;
+        };
+        if e.f == f::ACQUIRE && e.kind != OpType::Invoke {
+            if let Some(i) = self.frozen_undecided.iter().position(|&p| p == process) {
+                self.frozen_undecided.swap_remove(i);
+                match e.kind {
+                    OpType::Ok => s.before_decision_granted += 1,
+                    OpType::Fail => s.before_decision_refused += 1,
+                    _ => {}
+                }
+            }
         }
         match e.kind {
             OpType::Invoke => s.ops += 1,
@@ -128,15 +152,30 @@ mod tests {
     #[test]
     fn strikes_at_acquiring_count_by_whether_the_library_had_decided() {
         let mut h = Hist::new();
-        let strike = |decided: bool| serde_json::json!({"at": "acquiring", "decided": decided});
-        h.nemesis("start-pause").value(strike(false));
+        let strike = |decided: bool, process: u64| serde_json::json!({"at": "acquiring", "decided": decided, "process": process});
+        // Process 1 frozen before the decision, then granted; process 2
+        // after it; process 3 before it, then refused.
+        h.invoke(1, "acquire").token("a");
+        h.nemesis("start-pause").value(strike(false, 1));
         h.nemesis("stop-pause");
-        h.nemesis("start-pause").value(strike(true));
-        h.nemesis("start-pause").value(strike(false));
+        h.ok(1, "acquire").token("a");
+        h.invoke(2, "acquire").token("b");
+        h.nemesis("start-pause").value(strike(true, 2));
+        h.ok(2, "acquire").token("b");
+        h.invoke(3, "acquire").token("c");
+        h.nemesis("start-pause").value(strike(false, 3));
+        h.fail(3, "acquire").error("lock-busy");
         h.nemesis("start-pause")
             .value(serde_json::json!({"at": "checked"}));
+        // A later acquire of process 1 is not the struck one.
+        h.invoke(1, "acquire").token("d");
+        h.fail(1, "acquire").error("lock-busy");
         let s = stats(&h.build());
         assert_eq!((s.struck_before_decision, s.struck_after_decision), (2, 1));
+        assert_eq!(
+            (s.before_decision_granted, s.before_decision_refused),
+            (1, 1)
+        );
         assert_eq!(s.faults, 4);
     }
 

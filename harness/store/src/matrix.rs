@@ -100,6 +100,9 @@ pub struct Row {
     pub struck_before_decision: u64,
     #[serde(default)]
     pub struck_after_decision: u64,
+    /// Of those before the decision, the grants the library handed back.
+    #[serde(default)]
+    pub before_decision_granted: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -171,6 +174,7 @@ impl Row {
         }
         self.struck_before_decision += results.stats.struck_before_decision;
         self.struck_after_decision += results.stats.struck_after_decision;
+        self.before_decision_granted += results.stats.before_decision_granted;
     }
 
     /// The verdicts as a rate over the runs, the finding first: `invalid
@@ -188,12 +192,14 @@ impl Row {
     }
 
     /// How many strikes at `acquiring` froze the library before its
-    /// decision, of all struck there: `4 of 6`; `–` if none struck there.
+    /// decision, of all struck there, and how many of those it still
+    /// granted: `4 of 6, granted 3`; `–` if none struck there.
     pub fn before_decision(&self) -> String {
         let all = self.struck_before_decision + self.struck_after_decision;
-        match all {
-            0 => "–".into(),
-            _ => format!("{} of {all}", self.struck_before_decision),
+        match (all, self.struck_before_decision) {
+            (0, _) => "–".into(),
+            (_, 0) => format!("0 of {all}"),
+            (_, n) => format!("{n} of {all}, granted {}", self.before_decision_granted),
         }
     }
 
@@ -299,7 +305,7 @@ impl Summary {
             let _ = writeln!(md, "\n## Findings: {client} ({library})\n");
             let _ = writeln!(
                 md,
-                "| topology | nemesis | verdicts | anomalies found (over the runs) | strikes at acquiring before the decision |"
+                "| topology | nemesis | verdicts | anomalies found (over the runs) | strikes at acquiring before the decision, and the grants the library still handed back |"
             );
             let _ = writeln!(md, "|---|---|---|---|---|");
             for r in rows {
@@ -503,6 +509,7 @@ mod tests {
             struck.stats.struck_before_decision,
             struck.stats.struck_after_decision,
         ) = (2, 1);
+        struck.stats.before_decision_granted = 1;
         row.add(&struck, "a".into());
         let mut struck = results(Validity::False, 2, 10.0);
         struck.stats.struck_before_decision = 3;
@@ -516,7 +523,9 @@ mod tests {
         let md = s.markdown();
         assert!(md.contains("## Findings: pottery (pottery 3.0.1)"), "{md}");
         assert!(
-            md.contains("| redlock | pause@acquiring | invalid 1/3 | lock-overlap 2 | 5 of 6 |"),
+            md.contains(
+                "| redlock | pause@acquiring | invalid 1/3 | lock-overlap 2 | 5 of 6, granted 1 |"
+            ),
             "{md}"
         );
         assert_eq!(

@@ -183,6 +183,13 @@ fn decision_line(s: &checker::Stats) -> Option<String> {
         "strikes at acquiring: {before} of {} froze the library before its decision",
         before + after
     );
+    if before > 0 {
+        let _ = write!(
+            line,
+            " (it then handed back {} of those grants and refused {})",
+            s.before_decision_granted, s.before_decision_refused
+        );
+    }
     if after > 0 {
         let _ = write!(
             line,
@@ -387,9 +394,10 @@ mod tests {
         assert!(!render("t", &results, "p").contains("strikes at acquiring"));
         results.stats.struck_before_decision = 2;
         results.stats.struck_after_decision = 1;
+        results.stats.before_decision_granted = 2;
         let text = render("t", &results, "p");
         assert!(
-            text.contains("strikes at acquiring: 2 of 3 froze the library before its decision"),
+            text.contains("strikes at acquiring: 2 of 3 froze the library before its decision (it then handed back 2 of those grants and refused 0); 1 after"),
             "{text}"
         );
     }
