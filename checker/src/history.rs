@@ -194,6 +194,9 @@ pub mod fault {
     /// whether the library had already decided (begun its reply) when the
     /// adapter froze: `false` is a strike mid-acquisition.
     pub const DECIDED: &str = "decided";
+    /// The key holding, of such a strike, the lock value whose appearance
+    /// froze the adapter: compare it with the acquire's `client_token`.
+    pub const SEEN: &str = "seen";
     /// The key of a fault's stop event saying the storage accepted, at that
     /// event's time, a write the fault had held back in the network: its
     /// value is the value the write carried (a `write` invoke's `value`).

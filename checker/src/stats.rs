@@ -1,7 +1,7 @@
 //! Throughput and outcome counts for the report.
 
 use crate::availability::Availability;
-use crate::history::{error, f, fault, Event, OpType, Process};
+use crate::history::{error, f, fault, Event, OpType, Process, CLIENT_TOKEN};
 use crate::{Invoked, OnEvent};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -26,20 +26,9 @@ pub struct Stats {
     pub first_fault_time: Option<u64>,
     /// Faults injected: `start-*` nemesis events.
     pub faults: u64,
-    /// Strikes at `acquiring` in a client adapter, by whether the library
-    /// had decided (begun its reply) when it froze: only those before the
-    /// decision show what a pause mid-acquisition does.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub struck_before_decision: u64,
-    #[serde(skip_serializing_if = "is_zero")]
-    pub struck_after_decision: u64,
-    /// What became of the acquires struck before the decision: granted (the
-    /// library handed back a lock whose attempt outlived the freeze) or
-    /// refused (it saw the time the attempt took). The rest ended unknown.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub before_decision_granted: u64,
-    #[serde(skip_serializing_if = "is_zero")]
-    pub before_decision_refused: u64,
+    /// Strikes at `acquiring` in a client adapter and what came of them.
+    #[serde(skip_serializing_if = "AcquiringStrikes::is_empty")]
+    pub acquiring_strikes: AcquiringStrikes,
     /// Stalls of a worker or the harness that no nemesis fault explains (a
     /// busy host), and the longest of them in ms.
     pub stalls: u64,
@@ -56,14 +45,48 @@ pub struct Stats {
     pub availability: Availability,
 }
 
+/// Strikes at `acquiring` in a client adapter, by whether the library had
+/// decided (begun its reply) when it froze: only those before the decision
+/// show what a pause mid-acquisition does, and what the struck acquires
+/// then answered says what the library did about it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AcquiringStrikes {
+    pub before_decision: u64,
+    pub after_decision: u64,
+    /// Acquires struck before the decision that were then granted with the
+    /// very value whose appearance froze them: the library handed back the
+    /// frozen attempt's lock, which may have expired meanwhile.
+    pub granted_frozen: u64,
+    /// Granted with another value: the library gave up the frozen attempt
+    /// and a later one won.
+    pub granted_later: u64,
+    /// Granted, but the library shows no token to tell which attempt won.
+    pub granted_untold: u64,
+    /// Refused (`fail`): the library saw the attempt outlive the freeze.
+    pub refused: u64,
+}
+
+impl AcquiringStrikes {
+    pub fn is_empty(&self) -> bool {
+        *self == AcquiringStrikes::default()
+    }
+
+    /// Acquires struck before the decision that were then granted.
+    pub fn granted(&self) -> u64 {
+        self.granted_frozen + self.granted_later + self.granted_untold
+    }
+}
+
 /// Order does not matter here; fed like the others so one pass does all.
 #[derive(Default)]
 pub struct StatsCheck {
     stats: Stats,
     span: Option<(u64, u64)>,
     /// Client processes frozen mid-acquisition, before their library's
-    /// decision, whose acquire has not completed yet.
-    frozen_undecided: Vec<u64>,
+    /// decision, whose acquire has not completed yet, with the lock value
+    /// whose appearance froze them.
+    frozen_undecided: Vec<(u64, Option<String>)>,
 }
 
 impl OnEvent for StatsCheck {
@@ -76,13 +99,16 @@ impl OnEvent for StatsCheck {
             if fault::started(&e.f).is_some() {
                 s.first_fault_time = Some(s.first_fault_time.map_or(e.time, |t| t.min(e.time)));
                 s.faults += 1;
+                let strikes = &mut s.acquiring_strikes;
                 match e.value.get(fault::DECIDED).and_then(|d| d.as_bool()) {
                     Some(false) => {
-                        s.struck_before_decision += 1;
-                        let process = e.value.get(fault::PROCESS).and_then(|p| p.as_u64());
-                        self.frozen_undecided.extend(process);
+                        strikes.before_decision += 1;
+                        let seen = e.value.get(fault::SEEN).and_then(|v| v.as_str());
+                        if let Some(p) = e.value.get(fault::PROCESS).and_then(|p| p.as_u64()) {
+                            self.frozen_undecided.push((p, seen.map(String::from)));
+                        }
                     }
-                    Some(true) => s.struck_after_decision += 1,
+                    Some(true) => strikes.after_decision += 1,
                     None => {}
                 }
             }
@@ -92,11 +118,21 @@ impl OnEvent for StatsCheck {
             return;
         };
         if e.f == f::ACQUIRE && e.kind != OpType::Invoke {
-            if let Some(i) = self.frozen_undecided.iter().position(|&p| p == process) {
-                self.frozen_undecided.swap_remove(i);
-                match e.kind {
-                    OpType::Ok => s.before_decision_granted += 1,
-                    OpType::Fail => s.before_decision_refused += 1,
+            if let Some(i) = self
+                .frozen_undecided
+                .iter()
+                .position(|(p, _)| *p == process)
+            {
+                let (_, seen) = self.frozen_undecided.swap_remove(i);
+                let strikes = &mut s.acquiring_strikes;
+                let token = e.value.get(CLIENT_TOKEN).and_then(|t| t.as_str());
+                match (e.kind, token, seen) {
+                    (OpType::Ok, Some(token), Some(seen)) if token == seen => {
+                        strikes.granted_frozen += 1
+                    }
+                    (OpType::Ok, Some(_), Some(_)) => strikes.granted_later += 1,
+                    (OpType::Ok, _, _) => strikes.granted_untold += 1,
+                    (OpType::Fail, _, _) => strikes.refused += 1,
                     _ => {}
                 }
             }
@@ -120,10 +156,6 @@ impl OnEvent for StatsCheck {
             }
         }
     }
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 impl StatsCheck {
@@ -152,31 +184,44 @@ mod tests {
     #[test]
     fn strikes_at_acquiring_count_by_whether_the_library_had_decided() {
         let mut h = Hist::new();
-        let strike = |decided: bool, process: u64| serde_json::json!({"at": "acquiring", "decided": decided, "process": process});
-        // Process 1 frozen before the decision, then granted; process 2
-        // after it; process 3 before it, then refused.
+        let strike = |decided: bool, process: u64| serde_json::json!({"at": "acquiring", "decided": decided, "process": process, "seen": "v1"});
+        let granted = |token: &str| serde_json::json!({ "client_token": token });
+        // Process 1 frozen before the decision, then granted the frozen
+        // value; process 2 after it; process 3 before it, then refused;
+        // process 4 before it, then granted a later attempt's value; process
+        // 5 before it, granted with no token to tell.
         h.invoke(1, "acquire").token("a");
         h.nemesis("start-pause").value(strike(false, 1));
         h.nemesis("stop-pause");
-        h.ok(1, "acquire").token("a");
+        h.ok(1, "acquire").token("a").value(granted("v1"));
         h.invoke(2, "acquire").token("b");
         h.nemesis("start-pause").value(strike(true, 2));
         h.ok(2, "acquire").token("b");
         h.invoke(3, "acquire").token("c");
         h.nemesis("start-pause").value(strike(false, 3));
         h.fail(3, "acquire").error("lock-busy");
+        h.invoke(4, "acquire").token("d");
+        h.nemesis("start-pause").value(strike(false, 4));
+        h.ok(4, "acquire").token("d").value(granted("v2"));
+        h.invoke(5, "acquire").token("e");
+        h.nemesis("start-pause").value(strike(false, 5));
+        h.ok(5, "acquire").token("e");
         h.nemesis("start-pause")
             .value(serde_json::json!({"at": "checked"}));
         // A later acquire of process 1 is not the struck one.
-        h.invoke(1, "acquire").token("d");
+        h.invoke(1, "acquire").token("f");
         h.fail(1, "acquire").error("lock-busy");
-        let s = stats(&h.build());
-        assert_eq!((s.struck_before_decision, s.struck_after_decision), (2, 1));
-        assert_eq!(
-            (s.before_decision_granted, s.before_decision_refused),
-            (1, 1)
-        );
-        assert_eq!(s.faults, 4);
+        let s = stats(&h.build()).acquiring_strikes;
+        let expected = AcquiringStrikes {
+            before_decision: 4,
+            after_decision: 1,
+            granted_frozen: 1,
+            granted_later: 1,
+            granted_untold: 1,
+            refused: 1,
+        };
+        assert_eq!(s, expected);
+        assert_eq!(s.granted(), 3);
     }
 
     #[test]

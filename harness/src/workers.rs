@@ -109,6 +109,7 @@ fn spawn(spec: &WorkerSpec, ctx: &Shared) -> Result<Worker> {
                             arm: at.arm,
                             how: at.how,
                             decided: at.decided,
+                            seen: at.seen,
                         }
                     });
                 }

@@ -2,7 +2,7 @@
 
 use crate::cluster::Cluster;
 use crate::cluster::Targets;
-use checker::history::fault::{AT, DECIDED, PROCESS};
+use checker::history::fault::{AT, DECIDED, PROCESS, SEEN};
 use checker::Point;
 use serde_json::{json, Value};
 use std::sync::{Arc, RwLock};
@@ -85,6 +85,8 @@ pub struct AtPoint {
     pub how: Option<String>,
     /// Whether an adapter's library had already decided when it froze.
     pub decided: Option<bool>,
+    /// The lock value whose appearance froze an adapter.
+    pub seen: Option<String>,
 }
 
 impl Default for AtPoint {
@@ -97,6 +99,7 @@ impl Default for AtPoint {
             arm: 0,
             how: None,
             decided: None,
+            seen: None,
         }
     }
 }
@@ -251,6 +254,9 @@ impl Env {
         }
         if let Some(decided) = parked.decided {
             target[DECIDED] = json!(decided);
+        }
+        if let Some(seen) = &parked.seen {
+            target[SEEN] = json!(seen);
         }
         Some(Struck {
             parked,

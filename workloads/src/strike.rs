@@ -28,6 +28,9 @@ pub struct Parked {
     /// decision cannot show what a pause mid-acquisition does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided: Option<bool>,
+    /// For `acquiring` in an adapter: the lock value whose appearance froze it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen: Option<String>,
 }
 
 #[derive(Default)]
@@ -87,6 +90,7 @@ impl Strikes {
             arm,
             how: None,
             decided: None,
+            seen: None,
         });
         let state = self.state();
         let (_state, _timeout) = self
@@ -127,9 +131,9 @@ impl Hook {
         }
     }
 
-    /// As [`Hook::at`], saying how the point was seen and whether the
-    /// library had decided by then.
-    pub fn at_seen(&self, point: Point, how: String, decided: bool) {
+    /// As [`Hook::at`], saying how the point was seen, whether the library
+    /// had decided by then, and the lock value seen, if any.
+    pub fn at_seen(&self, point: Point, how: String, decided: bool, seen: Option<String>) {
         let Some(announce) = &self.announce else {
             return;
         };
@@ -137,6 +141,7 @@ impl Hook {
             announce(Parked {
                 how: Some(how),
                 decided: Some(decided),
+                seen,
                 ..parked
             })
         });
@@ -175,6 +180,7 @@ mod tests {
                             arm: 1,
                             how: None,
                             decided: None,
+                            seen: None,
                         }
                     );
                     parked.store(true, Ordering::SeqCst);

@@ -657,6 +657,7 @@ mod tests {
                     arm: 9,
                     how: Some("key seen".into()),
                     decided: Some(false),
+                    seen: Some("t1".into()),
                 }),
                 "parked",
             ),

@@ -94,15 +94,9 @@ pub struct Row {
     pub counted_anomalies: u64,
     #[serde(default)]
     pub detection_s: Vec<f64>,
-    /// Strikes at `acquiring` in a client adapter over the runs, by
-    /// whether the library had decided when it froze.
+    /// Strikes at `acquiring` in a client adapter over the runs, summed.
     #[serde(default)]
-    pub struck_before_decision: u64,
-    #[serde(default)]
-    pub struck_after_decision: u64,
-    /// Of those before the decision, the grants the library handed back.
-    #[serde(default)]
-    pub before_decision_granted: u64,
+    pub acquiring_strikes: checker::AcquiringStrikes,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -172,9 +166,16 @@ impl Row {
         if let Some(ns) = results.detection_ns() {
             self.detection_s.push(ns as f64 / 1e9);
         }
-        self.struck_before_decision += results.stats.struck_before_decision;
-        self.struck_after_decision += results.stats.struck_after_decision;
-        self.before_decision_granted += results.stats.before_decision_granted;
+        let (sum, add) = (
+            &mut self.acquiring_strikes,
+            &results.stats.acquiring_strikes,
+        );
+        sum.before_decision += add.before_decision;
+        sum.after_decision += add.after_decision;
+        sum.granted_frozen += add.granted_frozen;
+        sum.granted_later += add.granted_later;
+        sum.granted_untold += add.granted_untold;
+        sum.refused += add.refused;
     }
 
     /// The verdicts as a rate over the runs, the finding first: `invalid
@@ -192,15 +193,25 @@ impl Row {
     }
 
     /// How many strikes at `acquiring` froze the library before its
-    /// decision, of all struck there, and how many of those it still
-    /// granted: `4 of 6, granted 3`; `–` if none struck there.
+    /// decision, of all struck there, and how many of those it then
+    /// granted with the frozen attempt's own value: `4 of 6, 3 handed back
+    /// (1 without a token to tell)`; `–` if none struck there.
     pub fn before_decision(&self) -> String {
-        let all = self.struck_before_decision + self.struck_after_decision;
-        match (all, self.struck_before_decision) {
-            (0, _) => "–".into(),
-            (_, 0) => format!("0 of {all}"),
-            (_, n) => format!("{n} of {all}, granted {}", self.before_decision_granted),
+        let a = &self.acquiring_strikes;
+        let all = a.before_decision + a.after_decision;
+        let mut said = match (all, a.before_decision) {
+            (0, _) => return "–".into(),
+            (_, 0) => return format!("0 of {all}"),
+            (_, n) => format!("{n} of {all}, {} handed back", a.granted_frozen),
+        };
+        if a.granted_untold > 0 {
+            let _ = write!(
+                said,
+                " ({} granted without a token to tell)",
+                a.granted_untold
+            );
         }
+        said
     }
 
     /// The median time from a run's first fault to its first anomaly.
@@ -305,7 +316,7 @@ impl Summary {
             let _ = writeln!(md, "\n## Findings: {client} ({library})\n");
             let _ = writeln!(
                 md,
-                "| topology | nemesis | verdicts | anomalies found (over the runs) | strikes at acquiring before the decision, and the grants the library still handed back |"
+                "| topology | nemesis | verdicts | anomalies found (over the runs) | strikes at acquiring before the decision, and the frozen attempts' locks the library handed back |"
             );
             let _ = writeln!(md, "|---|---|---|---|---|");
             for r in rows {
@@ -505,14 +516,16 @@ mod tests {
         let mut s = Summary::default();
         let mut row = Row::new("redlock.pottery", "pause@acquiring");
         let mut struck = results(Validity::True, 0, 10.0);
-        (
-            struck.stats.struck_before_decision,
-            struck.stats.struck_after_decision,
-        ) = (2, 1);
-        struck.stats.before_decision_granted = 1;
+        struck.stats.acquiring_strikes = checker::AcquiringStrikes {
+            before_decision: 2,
+            after_decision: 1,
+            granted_frozen: 1,
+            ..Default::default()
+        };
         row.add(&struck, "a".into());
         let mut struck = results(Validity::False, 2, 10.0);
-        struck.stats.struck_before_decision = 3;
+        struck.stats.acquiring_strikes.before_decision = 3;
+        struck.stats.acquiring_strikes.granted_untold = 2;
         row.add(&struck, "b".into());
         row.add(&results(Validity::True, 0, 10.0), "c".into());
         row.library = Some("pottery 3.0.1".into());
@@ -524,7 +537,7 @@ mod tests {
         assert!(md.contains("## Findings: pottery (pottery 3.0.1)"), "{md}");
         assert!(
             md.contains(
-                "| redlock | pause@acquiring | invalid 1/3 | lock-overlap 2 | 5 of 6, granted 1 |"
+                "| redlock | pause@acquiring | invalid 1/3 | lock-overlap 2 | 5 of 6, 1 handed back (2 granted without a token to tell) |"
             ),
             "{md}"
         );

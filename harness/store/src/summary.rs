@@ -178,7 +178,8 @@ fn incidents_line(results: &Results) -> String {
 /// decided when it froze: a strike after the decision shows nothing of a
 /// pause mid-acquisition, so a reader must not count it as one.
 fn decision_line(s: &checker::Stats) -> Option<String> {
-    let (before, after) = (s.struck_before_decision, s.struck_after_decision);
+    let a = &s.acquiring_strikes;
+    let (before, after) = (a.before_decision, a.after_decision);
     let mut line = format!(
         "strikes at acquiring: {before} of {} froze the library before its decision",
         before + after
@@ -186,8 +187,8 @@ fn decision_line(s: &checker::Stats) -> Option<String> {
     if before > 0 {
         let _ = write!(
             line,
-            " (it then handed back {} of those grants and refused {})",
-            s.before_decision_granted, s.before_decision_refused
+            " (it then handed back the frozen attempt's lock {}, granted a later attempt {}, granted one it does not say {}, refused {})",
+            a.granted_frozen, a.granted_later, a.granted_untold, a.refused
         );
     }
     if after > 0 {
@@ -392,12 +393,15 @@ mod tests {
         let history = checker::History::new(Vec::new());
         let mut results = checker::check(&history, checker::Promise::MutualExclusion);
         assert!(!render("t", &results, "p").contains("strikes at acquiring"));
-        results.stats.struck_before_decision = 2;
-        results.stats.struck_after_decision = 1;
-        results.stats.before_decision_granted = 2;
+        results.stats.acquiring_strikes = checker::AcquiringStrikes {
+            before_decision: 2,
+            after_decision: 1,
+            granted_frozen: 2,
+            ..Default::default()
+        };
         let text = render("t", &results, "p");
         assert!(
-            text.contains("strikes at acquiring: 2 of 3 froze the library before its decision (it then handed back 2 of those grants and refused 0); 1 after"),
+            text.contains("strikes at acquiring: 2 of 3 froze the library before its decision (it then handed back the frozen attempt's lock 2, granted a later attempt 0, granted one it does not say 0, refused 0); 1 after"),
             "{text}"
         );
     }

@@ -9,7 +9,7 @@ use checker::history::MAX_LINE_BYTES;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -73,8 +73,10 @@ pub struct Session {
     received: Arc<AtomicU64>,
     received_at_request: u64,
     /// Its stdout pipe, to ask whether bytes wait in it (a copy of the
-    /// descriptor the reader reads).
+    /// descriptor the reader reads), and the reader thread's id (0 until it
+    /// has started), to ask whether it sleeps on the pipe.
     stdout_probe: Option<OwnedFd>,
+    reader_tid: Arc<AtomicI32>,
     next_id: u64,
     spec: AdapterSpec,
     group: Group,
@@ -154,7 +156,10 @@ impl Session {
             count: received.clone(),
         });
         let (tx, lines) = mpsc::channel();
+        let reader_tid = Arc::new(AtomicI32::new(0));
+        let tid = reader_tid.clone();
         std::thread::spawn(move || {
+            tid.store(nix::unistd::gettid().as_raw(), Ordering::SeqCst);
             let mut buf = Vec::new();
             loop {
                 let out = read_reply(&mut stdout, &mut buf);
@@ -171,6 +176,7 @@ impl Session {
             received,
             received_at_request: 0,
             stdout_probe,
+            reader_tid,
             next_id: 0,
             spec: spec.clone(),
             group,
@@ -184,25 +190,38 @@ impl Session {
 
     /// Whether the adapter has begun to write its reply to the request in
     /// flight. Asked of a *frozen* adapter (it can write nothing more), it
-    /// is final: bytes still in the pipe were written before the freeze,
-    /// and once the pipe is empty the reader has counted everything. The
-    /// short settle covers the one gap left, a reader between taking bytes
-    /// from the pipe and counting them.
+    /// is final: bytes still in the pipe were written before the freeze;
+    /// with the pipe empty, once the reader thread sleeps (blocked on the
+    /// pipe) it has counted all it took. A reader seen running may be
+    /// between taking bytes and counting them (on a busy machine it can be
+    /// preempted there for milliseconds), so it is asked again.
     pub fn reply_begun(&self) -> bool {
-        const SETTLE: Duration = Duration::from_millis(5);
-        if let Some(fd) = &self.stdout_probe {
-            use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-            let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
-            let waiting = poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
-                && fds[0]
-                    .revents()
-                    .is_some_and(|r| r.contains(PollFlags::POLLIN));
-            if waiting {
+        let begun = || self.received.load(Ordering::SeqCst) > self.received_at_request;
+        let deadline = Instant::now() + Duration::from_millis(500);
+        loop {
+            if self.bytes_waiting() || begun() {
                 return true;
             }
+            let reader = self.reader_tid.load(Ordering::SeqCst);
+            let asleep = reader != 0 && process::state(reader as u32) == Some('S');
+            if (asleep && !self.bytes_waiting()) || Instant::now() >= deadline {
+                return begun();
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
-        std::thread::sleep(SETTLE);
-        self.received.load(Ordering::SeqCst) > self.received_at_request
+    }
+
+    /// Whether bytes wait in the adapter's stdout pipe, not yet read.
+    fn bytes_waiting(&self) -> bool {
+        let Some(fd) = &self.stdout_probe else {
+            return false;
+        };
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+        poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
+            && fds[0]
+                .revents()
+                .is_some_and(|r| r.contains(PollFlags::POLLIN))
     }
 
     /// Sends `op` and waits up to `budget` of running time for its reply,
@@ -609,11 +628,12 @@ cat >/dev/null"#;
 
     /// Answers `init`, then the acquire in two halves with a pause between
     /// (`half`) or whole after one (`whole`), saying on stderr when the
-    /// pause begins.
+    /// pause begins. The half is written by a process of its own, so it is
+    /// in the pipe when that process has exited.
     const SLOW_REPLY: &str = r#"read request
 echo '{"id":0,"ok":true,"client":"slow 0","features":[]}'
 read request
-if [ "$0" = half ]; then printf '{"id":1,'; fi
+if [ "$0" = half ]; then env printf '{"id":1,'; fi
 echo pausing >&2
 sleep 1
 if [ "$0" = half ]; then echo '"ok":false,"error":"lock-busy"}'; else echo '{"id":1,"ok":false,"error":"lock-busy"}'; fi
@@ -637,7 +657,8 @@ cat >/dev/null"#;
                 Duration::from_secs(20),
                 |s| {
                     let said = std::fs::read_to_string(&spec.stderr).unwrap_or_default();
-                    if seen.is_none() && said.contains("pausing") {
+                    // A line of its own: the file's first line quotes the script.
+                    if seen.is_none() && said.lines().any(|l| l == "pausing") {
                         process::suspend(pid).unwrap();
                         seen = Some(s.reply_begun());
                         process::resume(pid).unwrap();

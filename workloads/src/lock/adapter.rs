@@ -157,7 +157,8 @@ impl Adapter {
             let reply = self.call(op, budget, |session| {
                 if let Ok(seen) = seen.try_recv() {
                     let begun = session.reply_begun();
-                    hook.at_seen(Point::Acquiring, frozen_at(seen, begun), begun);
+                    let value = seen.2.clone();
+                    hook.at_seen(Point::Acquiring, frozen_at(seen, begun), begun, Some(value));
                     let _ = process::resume(adapter);
                 }
             });
@@ -167,7 +168,8 @@ impl Adapter {
         // Frozen as the reply came in (or not struck after all): go on.
         // The reply is in, so the library had decided.
         if let Ok(seen) = seen.try_recv() {
-            hook.at_seen(Point::Acquiring, frozen_at(seen, true), true);
+            let value = seen.2.clone();
+            hook.at_seen(Point::Acquiring, frozen_at(seen, true), true, Some(value));
         }
         let _ = process::resume(adapter);
         self.watch = nodes;
@@ -227,7 +229,8 @@ impl LockClient for Adapter {
             Some(Answer::Yes) => {
                 // Not seen on the nodes (or armed since): struck before the grant is recorded.
                 let how = "when the adapter's grant arrived (after the library's decision), before the worker recorded it";
-                self.strike.at_seen(Point::Acquiring, how.into(), true);
+                self.strike
+                    .at_seen(Point::Acquiring, how.into(), true, None);
                 Outcome::Ok(Some(Grant {
                     fence: reply.fence,
                     nodes: Vec::new(),

@@ -272,10 +272,14 @@ mod tests {
     #[test]
     fn a_held_lock_outlives_its_ttl_and_renewing_stops_at_release() {
         let nodes = Nodes::start(1);
-        let (mut a, events) = recorded(&nodes, Duration::from_millis(300));
-        let mut b = Watchdog::new(&nodes.params(Duration::from_millis(300)));
+        // A TTL of 1 s, renewed every 333 ms: a renewal thread starved for
+        // 300 ms on a busy 2-core machine (a matrix beside the tests) let a
+        // 300 ms key expire.
+        let ttl = Duration::from_millis(1_000);
+        let (mut a, events) = recorded(&nodes, ttl);
+        let mut b = Watchdog::new(&nodes.params(ttl));
         assert_eq!(a.try_acquire("A"), Outcome::Ok(Some(Grant::default())));
-        std::thread::sleep(Duration::from_millis(1_000));
+        std::thread::sleep(3 * ttl);
         // Three TTLs later the key is still A's, and renewed recently.
         assert_eq!(b.try_acquire("B"), Outcome::Ok(None));
         assert!(
@@ -297,7 +301,7 @@ mod tests {
             "at least two renewals, each invoke and ok: {extends}"
         );
         // Stopped at release: nothing more is recorded, and B gets the lock.
-        std::thread::sleep(Duration::from_millis(250));
+        std::thread::sleep(ttl / 2);
         assert_eq!(events.lock().unwrap().len(), extends);
         assert_eq!(b.try_acquire("B"), Outcome::Ok(Some(Grant::default())));
         assert_eq!(b.release("B"), Outcome::Ok(()));
