@@ -230,7 +230,7 @@ mod tests {
         assert!(Client::command(" ").unwrap_err().contains("empty"));
         let err = Client::shipped("redlock").unwrap_err();
         assert!(
-            err.contains("redis-py, pottery, python-redis-lock, node-redlock, redis-semaphore"),
+            err.contains("redis-py, pottery, python-redis-lock, portalocker, aioredlock, node-redlock, redis-semaphore, sesamecare-redlock"),
             "{err}"
         );
         assert_eq!(Client::shipped("pottery").unwrap().to_string(), "pottery");

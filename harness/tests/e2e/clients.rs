@@ -181,6 +181,52 @@ fn portalocker_passes_client_test_and_is_caught_under_pause_with_two_workers() {
     passes_client_test_and_is_caught_under_pause("portalocker", "single", &["--workers", "2"]);
 }
 
+/// node-redlock frozen mid-acquisition: a strike that lands before the
+/// library's decision (its reply not yet begun) is told apart from one
+/// after it, and on waking the library hands back the frozen attempt's own
+/// lock, whose TTL ran out during the freeze (it never checks that the
+/// attempt left any validity). Where a strike lands is a race with the
+/// library's reply (about 3 in 5 land before it under contention), so up
+/// to three seeds.
+#[test]
+fn node_redlock_frozen_before_its_decision_hands_back_the_aged_attempt() {
+    let (mut tried, mut kept) = (Vec::new(), Vec::new());
+    for seed in ["1", "2", "3"] {
+        let root = root();
+        let args = [
+            "--config",
+            "single",
+            "--client",
+            "node-redlock",
+            "--nemesis",
+            "pause",
+            "--at",
+            "acquiring",
+            "--time-limit",
+            "15",
+            "--nemesis-interval-ms",
+            "2000",
+            "--seed",
+            seed,
+        ];
+        let (r, dir) = run_client(root.path(), &args);
+        for strike in events(&dir, "start-pause") {
+            let value = &strike["value"];
+            assert!(value["decided"].is_boolean(), "{strike}");
+            if value["decided"] == false {
+                assert!(value["seen"].is_string(), "{strike}");
+            }
+        }
+        let strikes = r.stats.acquiring_strikes.clone();
+        if strikes.before_decision > 0 && strikes.granted_frozen > 0 {
+            return;
+        }
+        tried.push(format!("seed {seed}: {strikes:?} ({})", dir.display()));
+        kept.push(root); // the folders the message names
+    }
+    panic!("no frozen attempt's lock handed back in three seeds: {tried:#?}");
+}
+
 /// The protocol page's complete example adapter, as a newcomer would copy it.
 fn protocol_example(dir: &Path) -> PathBuf {
     let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/protocol.md"))

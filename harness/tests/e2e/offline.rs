@@ -176,7 +176,10 @@ fn a_registry_that_answers_without_the_pin_keeps_its_own_message() {
     assert_eq!(run.code, 255, "{}", run.stderr);
     let line = the_line(&run);
     assert!(
-        line.contains("No matching distribution found for mmh3==5.3.1"),
+        line.contains(&format!(
+            "No matching distribution found for {}",
+            first_python_pin()
+        )),
         "{line}"
     );
     assert!(!line.contains("cannot be reached"), "{line}");
@@ -269,7 +272,7 @@ fn a_prepared_environment_without_the_pins_is_refused_in_one_line() {
     let env = [("LOCKSTORM_PYTHON", python.to_str().unwrap())];
     let said = [
         "lacks the pinned packages",
-        "redis==6.4.0 (missing)",
+        &format!("{} (missing)", first_python_pin()),
         "-m pip install -r ",
     ];
     setup_refused(root.path(), closed, &env, &said);
@@ -284,9 +287,42 @@ fn a_prepared_environment_without_the_pins_is_refused_in_one_line() {
     ];
     let said = [
         "lacks the pinned packages",
-        "ioredis@5.9.3 (missing)",
+        &format!("{} (missing)", first_node_pin()),
         "npm ci --omit=dev",
     ];
     setup_refused(root.path(), closed, &env, &said);
     assert_nothing_installed(root.path());
+}
+
+/// The first pin of the Python adapters' requirements: the one pip names
+/// first when none can be had, and the first a missing-pins line lists.
+fn first_python_pin() -> String {
+    let pins = include_str!("../../../workloads/clients/python/requirements.txt");
+    let first = pins
+        .lines()
+        .find(|l| !l.starts_with('#') && !l.trim().is_empty());
+    first
+        .expect("requirements.txt pins something")
+        .trim()
+        .to_string()
+}
+
+/// The first package of the Node adapters' lockfile by name, as
+/// `name@version`: the first a missing-pins line lists.
+fn first_node_pin() -> String {
+    let lock = include_str!("../../../workloads/clients/node/package-lock.json");
+    let lock: serde_json::Value = serde_json::from_str(lock).unwrap();
+    let mut pins: Vec<String> = lock["packages"]
+        .as_object()
+        .expect("a lockfile v2+ has packages")
+        .iter()
+        .filter_map(|(path, p)| {
+            let name = path.rsplit_once("node_modules/")?.1;
+            Some(format!("{name}@{}", p["version"].as_str()?))
+        })
+        .collect();
+    pins.sort();
+    pins.into_iter()
+        .next()
+        .expect("the lockfile pins something")
 }
