@@ -78,11 +78,12 @@ fn caught_under_pause(client: &str, config: &str) {
 /// `caught_under_pause` in `root`, with the run's own `extra` arguments.
 fn caught_under_pause_in(root: &Path, client: &str, config: &str, extra: &[&str]) {
     let args = ["--config", config, "--client", client, "--seed", "1"];
+    // 10 s fits two pauses, each past the TTL: one is enough to catch it.
     let pause = [
         "--nemesis",
         "pause",
         "--time-limit",
-        "15",
+        "10",
         "--nemesis-interval-ms",
         "2000",
     ];
@@ -144,11 +145,6 @@ fn node_redlock_passes_client_test_and_is_valid_without_faults() {
 }
 
 #[test]
-fn node_redlock_is_caught_under_pause() {
-    caught_under_pause("node-redlock", "single");
-}
-
-#[test]
 fn redis_semaphore_passes_client_test_and_is_valid_without_faults() {
     passes_client_test_and_is_valid_without_faults("redis-semaphore", "single");
 }
@@ -181,7 +177,7 @@ fn portalocker_passes_client_test_and_is_caught_under_pause_with_two_workers() {
     passes_client_test_and_is_caught_under_pause("portalocker", "single", &["--workers", "2"]);
 }
 
-/// node-redlock frozen mid-acquisition: a strike that lands before the
+/// node-redlock frozen mid-acquisition is caught, and a strike that lands before the
 /// library's decision (its reply not yet begun) is told apart from one
 /// after it, and on waking the library hands back the frozen attempt's own
 /// lock, whose TTL ran out during the freeze (it never checks that the
@@ -217,6 +213,10 @@ fn node_redlock_frozen_before_its_decision_hands_back_the_aged_attempt() {
                 assert!(value["seen"].is_string(), "{strike}");
             }
         }
+        // A frozen holder outlives its TTL whichever side of the decision
+        // the strike landed: caught every time.
+        assert_eq!(r.valid, Validity::False, "{}", dir.display());
+        assert!(count(&r, "lock-overlap") > 0, "{}", dir.display());
         let strikes = r.stats.acquiring_strikes.clone();
         if strikes.before_decision > 0 && strikes.granted_frozen > 0 {
             return;
@@ -338,7 +338,7 @@ fn a_no_ttl_adapter_is_held_to_a_deadlock_threshold_without_a_ttl() {
         "--nemesis",
         "crash",
         "--time-limit",
-        "15",
+        "10",
         "--nemesis-interval-ms",
         "2000",
         "--acquire-timeout-ms",
