@@ -58,12 +58,14 @@ pub struct AcquiringStrikes {
     /// very value whose appearance froze them: the library handed back the
     /// frozen attempt's lock, which may have expired meanwhile.
     pub granted_frozen: u64,
-    /// Granted with another value: the library gave up the frozen attempt
-    /// and a later one won.
+    /// Granted with another value: the value that froze it was a rival's
+    /// (the watch cannot tell whose write it saw), or the library gave up
+    /// the frozen attempt and a later one won.
     pub granted_later: u64,
     /// Granted, but the library shows no token to tell which attempt won.
     pub granted_untold: u64,
-    /// Refused (`fail`): the library saw the attempt outlive the freeze.
+    /// Refused (`fail`): the library saw its attempt outlive the freeze, or
+    /// the value that froze it was a rival's grant and the lock was busy.
     pub refused: u64,
 }
 
