@@ -17,8 +17,20 @@ fn stops(dir: &std::path::Path, fault: &str) -> Vec<serde_json::Value> {
 
 #[test]
 fn a_write_delayed_past_the_lease_lands_behind_the_next_holders_and_loses_updates() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (out, results, dir) = run_short(tmp.path(), "single", "delay", "12", "3", &[]);
+    // A 12 s run fits one or two delays; on a busy host the one held write
+    // can time out at the worker and land where it loses nothing (CI saw it
+    // once), so up to three seeds.
+    let mut runs = Vec::new();
+    for seed in ["3", "4", "5"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = run_short(tmp.path(), "single", "delay", "12", seed, &[]);
+        let lost = count(&run.1, "lost-update") > 0;
+        runs.push((run, tmp));
+        if lost {
+            break;
+        }
+    }
+    let ((out, results, dir), _tmp) = runs.pop().expect("a seed ran");
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(count(&results, "lost-update") > 0, "{}", out.stdout);
     assert_all_caused(&results, "lost-update");
