@@ -80,6 +80,18 @@ impl AcquiringStrikes {
     }
 }
 
+/// Summed over runs (a matrix's row).
+impl std::ops::AddAssign<&AcquiringStrikes> for AcquiringStrikes {
+    fn add_assign(&mut self, other: &AcquiringStrikes) {
+        self.before_decision += other.before_decision;
+        self.after_decision += other.after_decision;
+        self.granted_frozen += other.granted_frozen;
+        self.granted_later += other.granted_later;
+        self.granted_untold += other.granted_untold;
+        self.refused += other.refused;
+    }
+}
+
 /// Order does not matter here; fed like the others so one pass does all.
 #[derive(Default)]
 pub struct StatsCheck {

@@ -215,6 +215,13 @@ mod tests {
         assert!(!runs_itself(b""));
     }
 
+    /// `store` reads the feature from run.json; the adapter protocol
+    /// accepts it: one name, which neither crate can take from the other.
+    #[test]
+    fn the_no_ttl_feature_run_json_reads_is_one_the_protocol_accepts() {
+        assert!(workloads::adapter::protocol::FEATURES.contains(&store::NO_TTL));
+    }
+
     #[test]
     fn a_command_is_split_into_words_and_a_shipped_name_is_checked() {
         let cmd = Client::command("  python3   my_adapter.py --fast ").unwrap();

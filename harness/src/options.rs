@@ -744,6 +744,12 @@ impl RunPlan {
         format!("{}-{}", self.setup(), self.aimed())
     }
 
+    /// [`RunPlan::name`] with the client called `client` (a `--client-cmd`
+    /// run's folder, named after its library).
+    pub fn name_as(&self, client: &str) -> String {
+        format!("{}.{client}-{}", self.config, self.aimed())
+    }
+
     /// `single`, or `single.redis-py` for a client adapter on that topology.
     pub fn setup(&self) -> String {
         crate::clients::setup_name(self.config, self.client.as_ref())

@@ -123,8 +123,7 @@ fn own_adapters_folder(options: &RunPlan, mut outcome: RunOutcome) -> Result<Run
     let Some(slug) = library.and_then(store::layout::slug) else {
         return Ok(outcome);
     };
-    let name = format!("{}.{slug}-{}", options.config, options.aimed());
-    outcome.dir = store::layout::regroup(&outcome.dir, &name)?;
+    outcome.dir = store::layout::regroup(&outcome.dir, &options.name_as(&slug))?;
     Ok(outcome)
 }
 

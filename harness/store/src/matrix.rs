@@ -166,16 +166,7 @@ impl Row {
         if let Some(ns) = results.detection_ns() {
             self.detection_s.push(ns as f64 / 1e9);
         }
-        let (sum, add) = (
-            &mut self.acquiring_strikes,
-            &results.stats.acquiring_strikes,
-        );
-        sum.before_decision += add.before_decision;
-        sum.after_decision += add.after_decision;
-        sum.granted_frozen += add.granted_frozen;
-        sum.granted_later += add.granted_later;
-        sum.granted_untold += add.granted_untold;
-        sum.refused += add.refused;
+        self.acquiring_strikes += &results.stats.acquiring_strikes;
     }
 
     /// The verdicts as a rate over the runs, the finding first: `invalid

@@ -187,7 +187,7 @@ fn decision_line(s: &checker::Stats) -> Option<String> {
     if before > 0 {
         let _ = write!(
             line,
-            " (it then handed back the frozen attempt's lock {}, granted a later attempt {}, granted one it does not say {}, refused {})",
+            " (it then handed back the frozen attempt's lock {}, granted another value {}, granted with no token to tell {}, refused {})",
             a.granted_frozen, a.granted_later, a.granted_untold, a.refused
         );
     }
@@ -401,7 +401,7 @@ mod tests {
         };
         let text = render("t", &results, "p");
         assert!(
-            text.contains("strikes at acquiring: 2 of 3 froze the library before its decision (it then handed back the frozen attempt's lock 2, granted a later attempt 0, granted one it does not say 0, refused 0); 1 after"),
+            text.contains("strikes at acquiring: 2 of 3 froze the library before its decision (it then handed back the frozen attempt's lock 2, granted another value 0, granted with no token to tell 0, refused 0); 1 after"),
             "{text}"
         );
     }

@@ -18,7 +18,7 @@ import uuid
 
 from aioredlock import Aioredlock, LockAcquiringError
 
-from protocol import SOCKET_TIMEOUT_S, Adapter, host_port, log, serve, version
+from protocol import SOCKET_TIMEOUT_S, Adapter, host_port, lock_nodes, log, serve, version
 
 # aioredlock's default pause between attempts is uniform(0.1, 0.3) s.
 RETRY_DELAY_S = 0.2
@@ -32,11 +32,7 @@ class AioredlockAdapter(Adapter):
     NOT_HELD = (NotHeld,)
 
     def init(self, req):
-        topology, nodes = req["topology"], req["nodes"]
-        if topology not in ("redlock", "single"):
-            raise ValueError(f"unsupported topology {topology!r}")
-        if topology == "single":
-            nodes = nodes[:1]
+        nodes = lock_nodes(req)
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
         self.key = req["key"]

@@ -9,7 +9,7 @@ from pottery import Redlock
 from pottery.exceptions import ReleaseUnlockedLock
 import redis
 
-from protocol import Adapter, host_port, redis_opts, serve, version
+from protocol import Adapter, host_port, lock_nodes, redis_opts, serve, version
 
 
 class PotteryRedlock(Adapter):
@@ -19,11 +19,7 @@ class PotteryRedlock(Adapter):
     NOT_HELD = (ReleaseUnlockedLock,)
 
     def init(self, req):
-        topology, nodes = req["topology"], req["nodes"]
-        if topology not in ("redlock", "single"):
-            raise ValueError(f"unsupported topology {topology!r}")
-        if topology == "single":
-            nodes = nodes[:1]
+        nodes = lock_nodes(req)
         self.masters = {redis.Redis(*host_port(n), **redis_opts()) for n in nodes}
         self.key = req["key"]
         # pottery 3.0.1 takes auto_release_time in (float) seconds and sends

@@ -44,6 +44,14 @@ def host_port(addr):
     return host, int(port)
 
 
+def lock_nodes(req, topologies=("redlock", "single")):
+    """The nodes a Redlock-style client locks on: all of them on `redlock`,
+    the first on `single`; another topology is refused."""
+    if req["topology"] not in topologies:
+        raise ValueError(f"unsupported topology {req['topology']!r}")
+    return req["nodes"][:1] if req["topology"] == "single" else req["nodes"]
+
+
 def version(dist, name=None):
     return f"{name or dist} {importlib.metadata.version(dist)}"
 
