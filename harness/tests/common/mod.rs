@@ -31,7 +31,7 @@ pub fn lockstorm_at(cwd: Option<&Path>, args: &[&str], env: &[(&str, &str)]) -> 
         args.first(),
         Some(&"run" | &"matrix" | &"client-test" | &"shrink")
     ) && !args.iter().any(|a| *a == "--help" || *a == "-h");
-    let _slot = starts_nodes.then(e2e_slot);
+    let _slot = starts_nodes.then(|| e2e_slot_for(long_run(args)));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockstorm"));
     if let Some(cwd) = cwd {
         cmd.current_dir(cwd);
@@ -320,12 +320,18 @@ impl Slots {
     /// tries them all every 20 ms; waiting in the queue of one slot (as it
     /// did) left a run waiting behind a 35 s one while other slots stood
     /// free (the end-to-end tests took 221 s that way, 210 s this way).
-    pub fn take(mut self) -> Slot {
+    pub fn take(self) -> Slot {
+        self.take_trying_every(std::time::Duration::from_millis(20))
+    }
+
+    /// [`Slots::take`], trying every `every`: a waiter that tries more often
+    /// is more likely to get the next freed slot.
+    pub fn take_trying_every(mut self, every: std::time::Duration) -> Slot {
         loop {
             if let Some(slot) = self.try_take() {
                 return slot;
             }
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            std::thread::sleep(every);
         }
     }
 }
@@ -333,8 +339,26 @@ impl Slots {
 /// One of the [`e2e_slots`] slots every test binary of this user shares,
 /// held until dropped.
 pub fn e2e_slot() -> Slot {
+    e2e_slot_for(false)
+}
+
+/// [`e2e_slot`], for a `long` run: one that waits tries ten times as often,
+/// so the long runs mostly go first and the short ones fill in around them
+/// rather than a 30 s run starting last and ending the suite alone.
+fn e2e_slot_for(long: bool) -> Slot {
     let dir = std::env::temp_dir().join("lockstorm-test-slots");
-    Slots::open(&dir, e2e_slots()).take()
+    let every = std::time::Duration::from_millis(if long { 2 } else { 20 });
+    Slots::open(&dir, e2e_slots()).take_trying_every(every)
+}
+
+/// Whether a command is one of the suite's long runs: a time limit of 20 s
+/// or more, or a `shrink` (several runs in turn).
+fn long_run(args: &[&str]) -> bool {
+    let limit = args
+        .windows(2)
+        .find(|w| w[0] == "--time-limit")
+        .and_then(|w| w[1].parse::<u64>().ok());
+    args.first() == Some(&"shrink") || limit.is_some_and(|s| s >= 20)
 }
 
 /// Asserts the run was VALID; if not, says why in terms a reader of a busy
