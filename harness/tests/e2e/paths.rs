@@ -40,6 +40,7 @@ fn every_topology_runs_with_the_default_relative_results_folder() {
             "--seed",
             "1",
         ];
+        let _slot = common::e2e_slot();
         let child = lockstorm_in(cwd.path(), &args).spawn().unwrap();
         let (code, output) = finish(child);
         // No fault, a few seconds of ordinary locking: anything but VALID is
@@ -83,8 +84,12 @@ fn clock_args<'a>(results: &'a Path, time_limit: &'a str) -> Vec<&'a str> {
 /// and output, and whether its lock node had the time shim mapped.
 fn clock_run(results: &Path) -> (i32, String, bool) {
     let args = clock_args(results, "10");
+    // It starts nodes, as every run: it takes its turn like the others (it
+    // did not, and with every test started at once its node came up after
+    // the 20 s this waited for it on a crowded host).
+    let _slot = common::e2e_slot();
     let mut child = lockstorm_in(Path::new("/"), &args).spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(60);
     let mut maps = None;
     while maps.is_none() && Instant::now() < deadline && child.try_wait().unwrap().is_none() {
         maps = node_pid(results, "n1")
@@ -140,6 +145,7 @@ fn a_node_without_the_time_shim_stops_the_run() {
     std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o755)).unwrap();
     let results = tmp.path().join("results");
     let args = clock_args(&results, "10");
+    let _slot = common::e2e_slot();
     let child = lockstorm_in(tmp.path(), &args)
         .env("LOCKSTORM_REDIS_SERVER", &server)
         .spawn()
