@@ -6,7 +6,7 @@
 use crate::error::{Error, Result};
 use crate::options::{Latency, RunPlan};
 use crate::topology::{Topology, STORAGE};
-use nemesis::proxy::{Fabric, Keys, Spec};
+use nemesis::proxy::{Fabric, Keys, Spec, WriteArg};
 use workloads::WorkerSpec;
 
 /// Starts the proxies, one per worker and node, if the run needs them.
@@ -22,6 +22,10 @@ pub async fn start(plan: &RunPlan, topology: &Topology) -> Result<Option<Fabric>
         keys: Keys {
             lock: workloads::LOCK_KEY.into(),
             counter: workloads::storage::COUNTER_KEY.into(),
+            write_arg: WriteArg {
+                index: workloads::storage::MODE_ARG,
+                value: workloads::storage::WRITE_MODE.into(),
+            },
         },
         latency: plan.latency_ms.and_then(Latency::range),
         seed: plan.seed,

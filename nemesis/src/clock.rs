@@ -480,8 +480,7 @@ impl std::fmt::Debug for TimeControl {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::TcpListener;
-    use std::process::{Child, Command, Stdio};
+    use std::process::Command;
     use std::time::{Duration, Instant};
 
     const SEC: i64 = 1_000_000_000;
@@ -863,86 +862,37 @@ mod tests {
 
     /// A redis-server started for a test, killed (SIGKILL by PID, then
     /// reaped) when dropped, whatever the test's outcome.
-    struct RedisNode {
-        child: Child,
-        port: u16,
-        _dir: tempfile::TempDir,
-    }
-
-    impl Drop for RedisNode {
-        fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+    struct RedisNode(testkit::Server);
 
     impl RedisNode {
         fn start(env: &[(String, String)], extra_args: &[&str]) -> RedisNode {
-            for _attempt in 0..3 {
-                let dir = tempfile::tempdir().unwrap();
-                let port = TcpListener::bind("127.0.0.1:0")
-                    .unwrap()
-                    .local_addr()
-                    .unwrap()
-                    .port();
-                let port_arg = port.to_string();
-                let child = Command::new(REDIS)
-                    .args(["--port", &port_arg, "--bind", "127.0.0.1"])
-                    .args(["--save", "", "--appendonly", "no"])
-                    .args(["--logfile", "redis.log"])
-                    .args(extra_args)
-                    .current_dir(dir.path())
-                    .env_remove("LD_PRELOAD")
-                    .env_remove(CONTROL_ENV)
-                    .envs(env.iter().map(|(k, v)| (k, v)))
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .expect("starting /usr/bin/redis-server");
-                let mut node = RedisNode {
-                    child,
-                    port,
-                    _dir: dir,
-                };
-                let deadline = Instant::now() + Duration::from_secs(10);
-                while Instant::now() < deadline {
-                    if node.child.try_wait().unwrap().is_some() {
-                        break; // e.g. the port was taken meanwhile: try another
-                    }
-                    if let Ok(mut con) = node.try_connect() {
-                        if redis::cmd("PING").query::<String>(&mut con).as_deref() == Ok("PONG") {
-                            return node;
-                        }
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                let log =
-                    fs::read_to_string(node._dir.path().join("redis.log")).unwrap_or_default();
-                eprintln!("redis-server on port {port} did not answer PING:\n{log}");
+            let mut server = testkit::Builder::program(REDIS)
+                .args(["--save", "", "--appendonly", "no"])
+                .args(extra_args.iter().copied())
+                .env_remove("LD_PRELOAD")
+                .env_remove(CONTROL_ENV);
+            for (name, value) in env {
+                server = server.env(name, value);
             }
-            panic!("redis-server did not start");
-        }
-
-        fn try_connect(&self) -> redis::RedisResult<redis::Connection> {
-            let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?;
-            let con = client.get_connection_with_timeout(Duration::from_secs(2))?;
-            con.set_read_timeout(Some(Duration::from_secs(5)))?;
-            Ok(con)
+            RedisNode(server.start())
         }
 
         fn connect(&self) -> redis::Connection {
-            self.try_connect().unwrap()
+            self.0.client()
+        }
+
+        fn pid(&self) -> u32 {
+            self.0.pid().expect("the node runs")
         }
 
         fn maps_shim(&self) -> bool {
-            fs::read_to_string(format!("/proc/{}/maps", self.child.id()))
+            fs::read_to_string(format!("/proc/{}/maps", self.pid()))
                 .unwrap()
                 .contains(SHIM_FILE_NAME)
         }
 
         fn thread_names(&self) -> Vec<String> {
-            fs::read_dir(format!("/proc/{}/task", self.child.id()))
+            fs::read_dir(format!("/proc/{}/task", self.pid()))
                 .unwrap()
                 .filter_map(|t| fs::read_to_string(t.ok()?.path().join("comm")).ok())
                 .map(|n| n.trim().to_string())

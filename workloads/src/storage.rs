@@ -10,6 +10,13 @@ use std::time::Duration;
 pub const COUNTER_KEY: &str = "lockstorm:counter";
 pub const HIGHEST_FENCE_KEY: &str = "lockstorm:highest-fence";
 
+/// The fenced script's arguments: fence, mode, value. The mode (0-based
+/// argument [`MODE_ARG`]) is [`WRITE_MODE`] or [`READ_MODE`]; the fault proxy
+/// is told this layout to tell a fenced write from a read.
+pub const MODE_ARG: usize = 1;
+pub const WRITE_MODE: &str = "w";
+pub const READ_MODE: &str = "r";
+
 /// Rejects a token lower than the highest seen; otherwise remembers it and
 /// reads (ARGV[2] = 'r') or writes ARGV[3] (ARGV[2] = 'w'), atomically.
 const FENCED_OP: &str = r#"
@@ -75,8 +82,8 @@ fn fenced(conn: &mut Conn, script: &Script, fence: u64, write: Option<i64>) -> O
         let mut call = script.key(COUNTER_KEY);
         call.key(HIGHEST_FENCE_KEY).arg(fence);
         match write {
-            Some(v) => call.arg("w").arg(v),
-            None => call.arg("r"),
+            Some(v) => call.arg(WRITE_MODE).arg(v),
+            None => call.arg(READ_MODE),
         };
         call.invoke::<(i64, i64)>(c)
     });
@@ -85,5 +92,17 @@ fn fenced(conn: &mut Conn, script: &Script, fence: u64, write: Option<i64>) -> O
         Outcome::Ok((_, _highest)) => Outcome::Fail(STALE_FENCE.into()),
         Outcome::Fail(e) => Outcome::Fail(e),
         Outcome::Info(e) => Outcome::Info(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_script_reads_its_mode_where_the_constants_say() {
+        // Lua counts from 1; the constants (and the proxy) from 0.
+        let mode = format!("ARGV[{}] == '{WRITE_MODE}'", MODE_ARG + 1);
+        assert!(FENCED_OP.contains(&mode), "{mode} not in the script");
     }
 }

@@ -54,7 +54,7 @@ fn workspace_edges(meta: &Value) -> BTreeMap<String, Vec<String>> {
 fn no_crate_depends_on_one_it_must_not() {
     let edges = workspace_edges(&metadata());
     // What each crate may use of the workspace; the harness may use all.
-    let allowed: [(&str, &[&str]); 8] = [
+    let allowed: [(&str, &[&str]); 9] = [
         ("checker", &[]),
         ("process", &[]),
         ("proxy", &[]),
@@ -63,6 +63,7 @@ fn no_crate_depends_on_one_it_must_not() {
         ("store", &["checker"]),
         ("backend", &["nemesis", "process", "store"]),
         ("report", &["checker", "store"]),
+        ("testkit", &[]),
     ];
     for (krate, may) in allowed {
         let deps = edges
@@ -74,6 +75,20 @@ fn no_crate_depends_on_one_it_must_not() {
             "{krate} depends on {forbidden:?}; it may use only {may:?} of the workspace (see ARCHITECTURE.md)"
         );
     }
+}
+
+#[test]
+fn the_test_servers_are_for_tests_only() {
+    let edges = workspace_edges(&metadata());
+    let users: Vec<&String> = edges
+        .iter()
+        .filter(|(_, deps)| deps.iter().any(|d| d == "testkit"))
+        .map(|(krate, _)| krate)
+        .collect();
+    assert!(
+        users.is_empty(),
+        "{users:?} depend on testkit outside their tests; make it a dev-dependency"
+    );
 }
 
 #[test]

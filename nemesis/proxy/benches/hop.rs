@@ -5,48 +5,8 @@
 //! docs/benchmarks.md.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use proxy::{Act, Class, Fabric, Keys, Role, Spec, Trap, Upstream};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn redis() -> (Server, SocketAddr) {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new("redis-server")
-        .args([
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server must be installed");
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "redis-server never answered");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (Server(child), addr)
-}
+use proxy::{Act, Class, Fabric, Keys, Role, Spec, Trap, Upstream, WriteArg};
+use std::net::{Ipv4Addr, SocketAddr};
 
 fn connect(addr: SocketAddr) -> redis::RedisResult<redis::Connection> {
     let mut c = redis::Client::open(format!("redis://{addr}/"))?.get_connection()?;
@@ -55,7 +15,8 @@ fn connect(addr: SocketAddr) -> redis::RedisResult<redis::Connection> {
 }
 
 fn hop(c: &mut Criterion) {
-    let (_server, addr) = redis();
+    let server = testkit::Builder::redis().start();
+    let addr = server.addr();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -72,6 +33,10 @@ fn hop(c: &mut Criterion) {
             keys: Keys {
                 lock: "lockstorm:lock".into(),
                 counter: "lockstorm:counter".into(),
+                write_arg: WriteArg {
+                    index: 1,
+                    value: "w".into(),
+                },
             },
             latency: None,
             seed: 1,

@@ -46,6 +46,16 @@ pub enum Class {
 pub struct Keys {
     pub lock: String,
     pub counter: String,
+    /// A script on the counter writes when this argument says so; any other
+    /// script on it reads. The storage client owns the layout and passes it.
+    pub write_arg: WriteArg,
+}
+
+/// `ARGV[index]` (0-based) equal to `value` marks a script call as a write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteArg {
+    pub index: usize,
+    pub value: String,
 }
 
 /// Script bodies by their SHA-1 (lowercase hex), as seen on the wire.
@@ -112,12 +122,12 @@ pub fn classify(words: &[Vec<u8>], role: Role, keys: &Keys, scripts: &Scripts) -
             "SET" | "INCR" | "INCRBY" if key_is(&keys.counter) => Class::Write,
             "GET" if key_is(&keys.counter) => Class::Read,
             _ => match script(words, scripts) {
-                // The fenced storage script: ARGV = fence, 'r' | 'w', value.
                 Some((_, script_keys, argv))
                     if script_keys.iter().any(|k| has(k, &keys.counter)) =>
                 {
-                    match argv.get(1).map(Vec::as_slice) {
-                        Some(b"w") => Class::Write,
+                    let mark = &keys.write_arg;
+                    match argv.get(mark.index) {
+                        Some(arg) if arg == mark.value.as_bytes() => Class::Write,
                         _ => Class::Read,
                     }
                 }
@@ -202,6 +212,10 @@ mod tests {
         Keys {
             lock: "lockstorm:lock".into(),
             counter: "lockstorm:counter".into(),
+            write_arg: WriteArg {
+                index: 1,
+                value: "w".into(),
+            },
         }
     }
 

@@ -16,7 +16,7 @@ pub mod resp;
 mod sentinel;
 mod trap;
 
-pub use command::{Class, Keys, Role};
+pub use command::{Class, Keys, Role, WriteArg};
 pub use trap::{Act, Armed, Caught, Sprung, Trap};
 
 use command::Scripts;

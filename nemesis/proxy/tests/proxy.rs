@@ -4,100 +4,28 @@
 //! their order, Sentinel names the proxy, a cut drops and then resets, and
 //! nothing listens after shutdown.
 
-use proxy::{Act, Class, Fabric, Keys, Role, Spec, Trap, Upstream};
+use proxy::{Act, Class, Fabric, Keys, Role, Spec, Trap, Upstream, WriteArg};
 use redis::Commands;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::process::{Child, Command, Stdio};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
+use testkit::{Builder, Server};
 
 const LOCK: &str = "lockstorm:lock";
 
-/// A real server, SIGKILLed and reaped on drop.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-    _dir: tempfile::TempDir,
+/// A real redis-server on loopback, stopped when dropped.
+fn redis() -> Server {
+    Builder::redis().start()
 }
 
-impl Server {
-    fn redis() -> Server {
-        Self::start("redis-server", |port, _| {
-            vec![
-                "--port".into(),
-                port.to_string(),
-                "--save".into(),
-                "".into(),
-                "--appendonly".into(),
-                "no".into(),
-            ]
-        })
-    }
-
-    /// A Sentinel watching `primary` as `mm`.
-    fn sentinel(primary: SocketAddr) -> Server {
-        Self::start("redis-sentinel", move |port, dir| {
-            let conf = dir.join("sentinel.conf");
-            std::fs::write(
-                &conf,
-                format!(
-                    "port {port}\nbind 127.0.0.1\nsentinel monitor mm {} {} 1\n",
-                    primary.ip(),
-                    primary.port()
-                ),
-            )
-            .unwrap();
-            vec![conf.display().to_string()]
-        })
-    }
-
-    fn start(program: &str, args: impl FnOnce(u16, &std::path::Path) -> Vec<String>) -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut all = args(port, dir.path());
-        all.extend([
-            "--bind".into(),
-            "127.0.0.1".into(),
-            "--dir".into(),
-            dir.path().display().to_string(),
-        ]);
-        let child = Command::new(program)
-            .args(&all)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{program} must be installed (apt-get install redis-server redis-sentinel): {e}"));
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let client = redis::Client::open(format!("redis://{addr}/")).unwrap();
-        while client
-            .get_connection()
-            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-            .is_err()
-        {
-            assert!(
-                Instant::now() < deadline,
-                "{program} on {addr} never answered PING"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Server {
-            child,
-            addr,
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A Sentinel watching `primary` as `mm`.
+fn sentinel(primary: SocketAddr) -> Server {
+    Builder::sentinel()
+        .config(&format!(
+            "sentinel monitor mm {} {} 1",
+            primary.ip(),
+            primary.port()
+        ))
+        .start()
 }
 
 fn spec(workers: usize, upstreams: Vec<Upstream>) -> Spec {
@@ -107,6 +35,10 @@ fn spec(workers: usize, upstreams: Vec<Upstream>) -> Spec {
         keys: Keys {
             lock: LOCK.into(),
             counter: "lockstorm:counter".into(),
+            write_arg: WriteArg {
+                index: 1,
+                value: "w".into(),
+            },
         },
         latency: None,
         seed: 7,
@@ -116,7 +48,7 @@ fn spec(workers: usize, upstreams: Vec<Upstream>) -> Spec {
 fn node(name: &str, s: &Server, role: Role) -> Upstream {
     Upstream {
         name: name.into(),
-        addr: s.addr,
+        addr: s.addr(),
         role,
     }
 }
@@ -140,7 +72,7 @@ fn acquire(c: &mut redis::Connection, token: &str) -> redis::RedisResult<Option<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_request_arrives_late_and_nothing_else_waits() {
-    let redis = Server::redis();
+    let redis = redis();
     let fabric = Fabric::start(spec(2, vec![node("n1", &redis, Role::Lock)]))
         .await
         .unwrap();
@@ -174,8 +106,9 @@ async fn a_held_request_arrives_late_and_nothing_else_waits() {
         caught.command
     );
     // While it is held, the key is not set, and the other worker is not slowed.
+    let node = redis.addr();
     let (direct, other) = tokio::task::spawn_blocking(move || {
-        let mut direct = conn(redis.addr);
+        let mut direct = conn(node);
         let seen: Option<String> = direct.get(LOCK).unwrap();
         let mut c = conn(b);
         let t = Instant::now();
@@ -209,7 +142,7 @@ async fn a_held_request_arrives_late_and_nothing_else_waits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_reply_leaves_the_command_applied_and_the_client_reset() {
-    let redis = Server::redis();
+    let redis = redis();
     let fabric = Fabric::start(spec(1, vec![node("n1", &redis, Role::Lock)]))
         .await
         .unwrap();
@@ -221,7 +154,7 @@ async fn a_dropped_reply_leaves_the_command_applied_and_the_client_reset() {
         act: Act::DropReply,
     });
     // A refused acquire's reply passes: only a grant is worth losing.
-    let direct = redis.addr;
+    let direct = redis.addr();
     let refused = tokio::task::spawn_blocking(move || {
         let _: () = conn(direct).set(LOCK, "someone").unwrap();
         let refused = acquire(&mut conn(a), "refused");
@@ -239,10 +172,10 @@ async fn a_dropped_reply_leaves_the_command_applied_and_the_client_reset() {
     let sprung = armed.done.await.unwrap();
     assert_eq!((sprung.reset, sprung.caught.class), (1, Class::Acquire));
     assert!(sprung.bytes > 0);
-    let seen: Option<String> =
-        tokio::task::spawn_blocking(move || conn(redis.addr).get(LOCK).unwrap())
-            .await
-            .unwrap();
+    let node = redis.addr();
+    let seen: Option<String> = tokio::task::spawn_blocking(move || conn(node).get(LOCK).unwrap())
+        .await
+        .unwrap();
     assert_eq!(
         seen.as_deref(),
         Some("lost"),
@@ -253,7 +186,7 @@ async fn a_dropped_reply_leaves_the_command_applied_and_the_client_reset() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_requests_keep_their_order_under_latency() {
-    let redis = Server::redis();
+    let redis = redis();
     let mut s = spec(1, vec![node("n1", &redis, Role::Lock)]);
     s.latency = Some((Duration::ZERO, Duration::from_millis(2)));
     let fabric = Fabric::start(s).await.unwrap();
@@ -274,8 +207,8 @@ async fn pipelined_requests_keep_their_order_under_latency() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_names_the_proxy_for_the_primary() {
-    let redis = Server::redis();
-    let sentinel = Server::sentinel(redis.addr);
+    let redis = redis();
+    let sentinel = sentinel(redis.addr());
     let fabric = Fabric::start(spec(
         2,
         vec![
@@ -305,7 +238,7 @@ async fn sentinel_names_the_proxy_for_the_primary() {
         named,
         (n1.ip().to_string(), n1.port()),
         "worker 1's proxy for n1, not n1 itself ({})",
-        redis.addr
+        redis.addr()
     );
     assert_eq!(masters[0]["port"], n1.port().to_string());
     fabric.shutdown().await;
@@ -313,7 +246,7 @@ async fn sentinel_names_the_proxy_for_the_primary() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_drops_both_ways_then_resets_and_heals() {
-    let redis = Server::redis();
+    let redis = redis();
     let fabric = Fabric::start(spec(2, vec![node("n1", &redis, Role::Lock)]))
         .await
         .unwrap();
@@ -354,7 +287,7 @@ async fn a_cut_drops_both_ways_then_resets_and_heals() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_listens_after_shutdown() {
-    let redis = Server::redis();
+    let redis = redis();
     let fabric = Fabric::start(spec(2, vec![node("n1", &redis, Role::Lock)]))
         .await
         .unwrap();
@@ -379,7 +312,7 @@ async fn nothing_listens_after_shutdown() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_request_still_arrives_after_its_client_gave_up() {
-    let redis = Server::redis();
+    let redis = redis();
     let fabric = Fabric::start(spec(1, vec![node("n1", &redis, Role::Lock)]))
         .await
         .unwrap();
@@ -409,7 +342,7 @@ async fn a_held_request_still_arrives_after_its_client_gave_up() {
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
         let seen: Option<String> = tokio::task::spawn_blocking({
-            let addr = redis.addr;
+            let addr = redis.addr();
             move || conn(addr).get(LOCK).unwrap()
         })
         .await
