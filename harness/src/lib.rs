@@ -24,6 +24,7 @@ pub mod record;
 pub mod run;
 pub mod schedule_text;
 pub mod shrink;
+pub mod target;
 pub mod topology;
 mod workers;
 
