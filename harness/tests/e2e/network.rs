@@ -2,7 +2,9 @@
 //! write delayed past the lease lands behind the next holder's and loses
 //! updates, fencing refuses it; a late plain `DEL` takes the next holder's
 //! lock, a late compare-and-delete harms nothing; a lost acquire reply is no
-//! overlap by itself; a client adapter's own connections are partitioned.
+//! overlap by itself; a client adapter's own connections are partitioned; a
+//! grant that arrives after its lease is taken by a library without a
+//! validity check and refused by one with it.
 
 use crate::common;
 
@@ -146,4 +148,52 @@ fn a_library_that_asks_sentinel_for_the_primary_stays_behind_the_proxy() {
         assert_eq!(e["node"], "n1", "the primary is n1: {e}");
         assert_eq!(e["value"]["class"], "acquire", "{e}");
     }
+}
+
+/// A granting reply held 800 ms against a 500 ms TTL, inside the Python
+/// adapters' 1 s socket timeout: the library is told "granted" after its
+/// lease ran out.
+const LATE_GRANT: [&str; 8] = [
+    "--at",
+    "acquiring",
+    "--ttl-ms",
+    "500",
+    "--pause-ms",
+    "800",
+    "--client",
+    "",
+];
+
+fn late_grant(client: &str) -> (common::Run, checker::Results, tempfile::TempDir) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args = LATE_GRANT;
+    args[7] = client;
+    let (out, results, dir) = run_short(tmp.path(), "single", "delay", "12", "1", &args);
+    assert_verified(&dir, "start-delay");
+    let held = stops(&dir, "delay");
+    assert!(
+        held.iter()
+            .any(|s| s["class"] == "acquire" && s["held_ms"].as_u64() >= Some(800)),
+        "no grant held past the lease: {held:?}"
+    );
+    (out, results, tmp)
+}
+
+/// redis-py takes whatever grant arrives: with no validity check, a grant
+/// whose lease already ran out makes a second holder.
+#[test]
+fn a_library_without_a_validity_check_takes_a_grant_that_came_after_its_lease() {
+    let (out, results, _tmp) = late_grant("redis-py");
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
+    assert_all_caused(&results, "lock-overlap");
+}
+
+/// pottery measures how long its acquire took against the TTL (Redlock's
+/// validity, even on one node) and refuses the late grant.
+#[test]
+fn a_library_with_a_validity_check_refuses_a_grant_that_came_after_its_lease() {
+    let (out, results, _tmp) = late_grant("pottery");
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert_eq!(count(&results, "lock-overlap"), 0, "{}", out.stdout);
 }
