@@ -177,6 +177,7 @@ impl Steps {
             self.ttl.as_millis() as u64,
             (self.ttl * 2).as_millis() as u64,
             worker,
+            workloads::Keys::default().lock(),
         );
         adapter::start(&self.spec, init, BUDGET, Group::Own)
     }

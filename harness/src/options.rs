@@ -317,6 +317,9 @@ pub struct RunPlan {
     /// `--schedule`: the faults as given, in place of the seed's draw.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps: Option<Vec<Step>>,
+    /// Where every key of the run lives.
+    #[serde(default)]
+    pub keys: workloads::Keys,
 }
 
 /// Why options cannot become a plan.
@@ -497,6 +500,7 @@ impl RunOptions {
             address_block: self.nodes.address_block.unwrap_or(0),
             latency_ms: self.latency_ms,
             steps: None,
+            keys: workloads::Keys::default(),
         };
         match &self.schedule {
             Some(text) => {

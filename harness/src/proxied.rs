@@ -20,8 +20,8 @@ pub async fn start(plan: &RunPlan, topology: &Topology) -> Result<Option<Fabric>
             .collect(),
         upstreams: topology.upstreams(),
         keys: Keys {
-            lock: workloads::LOCK_KEY.into(),
-            counter: workloads::storage::COUNTER_KEY.into(),
+            lock: plan.keys.lock(),
+            counter: plan.keys.counter(),
             write_arg: WriteArg {
                 index: workloads::storage::MODE_ARG,
                 value: workloads::storage::WRITE_MODE.into(),

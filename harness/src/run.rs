@@ -187,6 +187,7 @@ async fn run_workload(
             millis(options.ttl),
             millis(options.acquire_timeout),
             0,
+            options.keys.lock(),
         );
         let checked = spec.clone();
         let leader = Arc::new(std::sync::atomic::AtomicU32::new(0));
@@ -304,7 +305,7 @@ async fn run_workload(
         record.proxied_requests = Some(net.requests());
         net.shutdown().await;
     }
-    final_read(&history, &topology.storage_addr).await;
+    final_read(&history, &topology.storage_addr, &options.keys).await;
     watching.store(true, Ordering::SeqCst);
     if let Some(w) = watcher {
         let _ = w.join();
@@ -366,12 +367,15 @@ async fn start_observer(
     };
     let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
     tracing::info!(target: "observer", "observing the lock key on {}", names.join(", "));
-    tokio::task::spawn_blocking(move || crate::observer::Observer::start(nodes, senders, history))
-        .await
-        .map_err(|e| Error::Io {
-            context: "starting the observer".into(),
-            source: std::io::Error::other(e),
-        })
+    let key = options.keys.lock();
+    tokio::task::spawn_blocking(move || {
+        crate::observer::Observer::start(nodes, key, senders, history)
+    })
+    .await
+    .map_err(|e| Error::Io {
+        context: "starting the observer".into(),
+        source: std::io::Error::other(e),
+    })
 }
 
 fn worker_spec(options: &RunPlan, index: u64, topology: &Topology, clock: RunClock) -> WorkerSpec {
@@ -385,6 +389,7 @@ fn worker_spec(options: &RunPlan, index: u64, topology: &Topology, clock: RunClo
         wait_replicas: options.wait_replicas,
         source: Some(topology.addresses.worker(index)),
         storage_node: topology.storage_addr.clone(),
+        keys: options.keys.clone(),
         ttl_ms: millis(options.ttl),
         work_ms: millis(options.work),
         acquire_timeout_ms: millis(options.acquire_timeout),
@@ -443,12 +448,12 @@ fn millis(d: Duration) -> u64 {
 }
 
 /// The harness reads the counter once every worker has stopped.
-async fn final_read(history: &HistoryWriter, storage: &str) {
+async fn final_read(history: &HistoryWriter, storage: &str, keys: &workloads::Keys) {
     let harness = Process::harness();
     history.append(history.now(harness.clone(), OpType::Invoke, f::READ), None);
-    let addr = storage.to_string();
+    let (addr, keys) = (storage.to_string(), keys.clone());
     let read = tokio::task::spawn_blocking(move || {
-        Storage::plain(&addr, Duration::from_secs(5)).read(None)
+        Storage::plain(&addr, &keys, Duration::from_secs(5)).read(None)
     })
     .await
     .unwrap_or_else(|e| Outcome::Info(e.to_string()));

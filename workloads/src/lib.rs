@@ -8,6 +8,7 @@ pub mod clock;
 pub mod config;
 pub mod conn;
 pub mod install;
+pub mod keys;
 pub mod lock;
 pub mod recorder;
 pub mod stall;
@@ -16,11 +17,8 @@ pub mod strike;
 pub mod worker;
 
 pub use config::Config;
+pub use keys::Keys;
 pub use worker::{WorkerLine, WorkerSpec};
-
-/// The name of the lock key on every lock node, for the built-in clients
-/// and the adapters alike (the crate root, so neither module needs the other).
-pub const LOCK_KEY: &str = "lockstorm:lock";
 
 /// The result of one client step, in Jepsen's terms: `Fail` definitely did not
 /// happen, `Info` may or may not have happened.

@@ -2,13 +2,10 @@
 //! own node, which no fault touches. Fenced storage refuses stale tokens.
 
 use crate::conn::Conn;
-use crate::Outcome;
+use crate::{Keys, Outcome};
 use checker::history::error::STALE_FENCE;
 use redis::Script;
 use std::time::Duration;
-
-pub const COUNTER_KEY: &str = "lockstorm:counter";
-pub const HIGHEST_FENCE_KEY: &str = "lockstorm:highest-fence";
 
 /// The fenced script's arguments: fence, mode, value. The mode (0-based
 /// argument [`MODE_ARG`]) is [`WRITE_MODE`] or [`READ_MODE`]; the fault proxy
@@ -36,29 +33,33 @@ return {1, tonumber(redis.call('GET', KEYS[1]) or '0')}
 pub struct Storage {
     conn: Conn,
     fenced: Option<Script>,
+    counter: String,
+    highest_fence: String,
 }
 
 impl Storage {
-    pub fn plain(addr: &str, op_timeout: Duration) -> Self {
+    pub fn plain(addr: &str, keys: &Keys, op_timeout: Duration) -> Self {
         Storage {
             conn: Conn::new(addr, op_timeout),
             fenced: None,
+            counter: keys.counter(),
+            highest_fence: keys.highest_fence(),
         }
     }
 
-    pub fn fenced(addr: &str, op_timeout: Duration) -> Self {
+    pub fn fenced(addr: &str, keys: &Keys, op_timeout: Duration) -> Self {
         Storage {
-            conn: Conn::new(addr, op_timeout),
             fenced: Some(Script::new(FENCED_OP)),
+            ..Storage::plain(addr, keys, op_timeout)
         }
     }
 
     pub fn read(&mut self, fence: Option<u64>) -> Outcome<i64> {
         match (&self.fenced, fence) {
-            (Some(script), Some(fence)) => fenced(&mut self.conn, script, fence, None),
+            (Some(_), Some(fence)) => self.fenced_op(fence, None),
             _ => self.conn.run(|c| {
                 redis::cmd("GET")
-                    .arg(COUNTER_KEY)
+                    .arg(&self.counter)
                     .query::<Option<i64>>(c)
                     .map(|v| v.unwrap_or(0))
             }),
@@ -67,31 +68,34 @@ impl Storage {
 
     pub fn write(&mut self, value: i64, fence: Option<u64>) -> Outcome<()> {
         match (&self.fenced, fence) {
-            (Some(script), Some(fence)) => {
-                fenced(&mut self.conn, script, fence, Some(value)).map(|_| ())
+            (Some(_), Some(fence)) => self.fenced_op(fence, Some(value)).map(|_| ()),
+            _ => {
+                let counter = &self.counter;
+                self.conn
+                    .run(|c| redis::cmd("SET").arg(counter).arg(value).query::<()>(c))
             }
-            _ => self
-                .conn
-                .run(|c| redis::cmd("SET").arg(COUNTER_KEY).arg(value).query::<()>(c)),
         }
     }
-}
 
-fn fenced(conn: &mut Conn, script: &Script, fence: u64, write: Option<i64>) -> Outcome<i64> {
-    let reply = conn.run(|c| {
-        let mut call = script.key(COUNTER_KEY);
-        call.key(HIGHEST_FENCE_KEY).arg(fence);
-        match write {
-            Some(v) => call.arg(WRITE_MODE).arg(v),
-            None => call.arg(READ_MODE),
-        };
-        call.invoke::<(i64, i64)>(c)
-    });
-    match reply {
-        Outcome::Ok((1, value)) => Outcome::Ok(value),
-        Outcome::Ok((_, _highest)) => Outcome::Fail(STALE_FENCE.into()),
-        Outcome::Fail(e) => Outcome::Fail(e),
-        Outcome::Info(e) => Outcome::Info(e),
+    /// The fenced script: only called when the storage has it.
+    fn fenced_op(&mut self, fence: u64, write: Option<i64>) -> Outcome<i64> {
+        let script = self.fenced.as_ref().expect("a fenced storage");
+        let (counter, highest) = (&self.counter, &self.highest_fence);
+        let reply = self.conn.run(|c| {
+            let mut call = script.key(counter);
+            call.key(highest).arg(fence);
+            match write {
+                Some(v) => call.arg(WRITE_MODE).arg(v),
+                None => call.arg(READ_MODE),
+            };
+            call.invoke::<(i64, i64)>(c)
+        });
+        match reply {
+            Outcome::Ok((1, value)) => Outcome::Ok(value),
+            Outcome::Ok((_, _highest)) => Outcome::Fail(STALE_FENCE.into()),
+            Outcome::Fail(e) => Outcome::Fail(e),
+            Outcome::Info(e) => Outcome::Info(e),
+        }
     }
 }
 

@@ -45,6 +45,9 @@ pub struct WorkerSpec {
     #[serde(default)]
     pub source: Option<std::net::Ipv4Addr>,
     pub storage_node: String,
+    /// The run's keys (`lockstorm:` on nodes lockstorm started).
+    #[serde(default)]
+    pub keys: crate::Keys,
     pub ttl_ms: u64,
     pub work_ms: u64,
     pub acquire_timeout_ms: u64,
@@ -322,6 +325,7 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
     };
     let params = LockParams {
         nodes: spec.lock_nodes.clone(),
+        keys: spec.keys.clone(),
         sentinels: spec.sentinels.clone(),
         ttl: Duration::from_millis(spec.ttl_ms),
         op_timeout,
@@ -341,9 +345,9 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
     // them, as the fenced config does: a stale token is refused there, not
     // accepted and then reported as stale-fence-accepted.
     let storage = if spec.config.fenced() || lock.fences() {
-        Storage::fenced(&spec.storage_node, op_timeout)
+        Storage::fenced(&spec.storage_node, &spec.keys, op_timeout)
     } else {
-        Storage::plain(&spec.storage_node, op_timeout)
+        Storage::plain(&spec.storage_node, &spec.keys, op_timeout)
     };
     let stalls = emitter();
     let _monitor = crate::stall::watch(spec.name(), run_clock, move |s| stalls.emit(s.event()));

@@ -71,15 +71,20 @@ impl Observer {
     /// Starts observing every node, and returns once each has answered its
     /// setup or failed it (or [`CONNECT`] twice over has passed), so the
     /// workers' first commands are seen.
-    pub fn start(nodes: Vec<Node>, senders: Senders, history: Arc<HistoryWriter>) -> Self {
+    pub fn start(
+        nodes: Vec<Node>,
+        key: String,
+        senders: Senders,
+        history: Arc<HistoryWriter>,
+    ) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let (ready, set_up) = std::sync::mpsc::channel();
         let threads: Vec<_> = nodes
             .into_iter()
             .map(|node| {
                 let (stop, senders, history) = (stop.clone(), senders.clone(), history.clone());
-                let ready = ready.clone();
-                std::thread::spawn(move || watch(&node, &senders, &history, &stop, ready))
+                let (ready, key) = (ready.clone(), key.clone());
+                std::thread::spawn(move || watch(&node, &key, &senders, &history, &stop, ready))
             })
             .collect();
         let deadline = std::time::Instant::now() + 2 * CONNECT;
@@ -112,6 +117,7 @@ impl Drop for Observer {
 /// Says on `ready` when its first setup is done, whatever its outcome.
 fn watch(
     node: &Node,
+    key: &str,
     senders: &Senders,
     history: &HistoryWriter,
     stop: &AtomicBool,
@@ -119,7 +125,7 @@ fn watch(
 ) {
     let mut lost = false;
     while !stop.load(Ordering::SeqCst) {
-        let opened = Session::open(node, senders);
+        let opened = Session::open(node, key, senders);
         let _ = ready.send(());
         match opened {
             Ok(mut session) => {
@@ -172,13 +178,13 @@ impl Session {
     /// Connects and sets up: RESP3, the key's token now, notifications for
     /// the key (set on every connect, so a restarted node gets them back),
     /// then `MONITOR`.
-    fn open(node: &Node, senders: &Senders) -> Result<Session, Refused> {
+    fn open(node: &Node, key: &str, senders: &Senders) -> Result<Session, Refused> {
         let stream = TcpStream::connect_timeout(&node.addr, CONNECT)?;
         stream.set_read_timeout(Some(CONNECT))?;
         let mut s = Session {
             stream,
             buf: Vec::new(),
-            tracker: Tracker::new(workloads::LOCK_KEY, None, senders.nodes.clone()),
+            tracker: Tracker::new(key, None, senders.nodes.clone()),
         };
         let hello = s.ask(&["HELLO", "3"])?;
         let version = map_get(&hello, b"version").unwrap_or_default();
@@ -193,16 +199,16 @@ impl Session {
                 "the observer needs Redis 7 or newer, and it runs {version:?}"
             )));
         }
-        let current = s.ask(&["GET", workloads::LOCK_KEY])?;
+        let current = s.ask(&["GET", key])?;
         s.tracker = Tracker::new(
-            workloads::LOCK_KEY,
+            key,
             current
                 .text()
                 .map(|t| String::from_utf8_lossy(t).into_owned()),
             senders.nodes.clone(),
         );
         s.ask(&["CONFIG", "SET", "notify-keyspace-events", "Kg$x"])?;
-        s.ask(&["SUBSCRIBE", &channel()])?;
+        s.ask(&["SUBSCRIBE", &channel(key)])?;
         s.ask(&["MONITOR"])?;
         s.stream.set_read_timeout(Some(POLL))?;
         Ok(s)
@@ -285,8 +291,8 @@ impl Session {
 }
 
 /// The keyspace channel of the lock key (database 0, the workers' own).
-fn channel() -> String {
-    format!("__keyspace@0__:{}", workloads::LOCK_KEY)
+fn channel(key: &str) -> String {
+    format!("__keyspace@0__:{key}")
 }
 
 /// A frame of the stream as an item: a notification (a push `message`

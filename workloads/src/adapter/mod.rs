@@ -66,6 +66,7 @@ impl AdapterSpec {
         ttl_ms: u64,
         acquire_timeout_ms: u64,
         worker: u64,
+        key: String,
     ) -> Init {
         let replicated = self.topology == "replicated";
         Init {
@@ -77,7 +78,7 @@ impl AdapterSpec {
             } else {
                 None
             },
-            key: crate::LOCK_KEY.to_string(),
+            key,
             ttl_ms,
             acquire_timeout_ms,
             worker,

@@ -49,6 +49,7 @@ impl Adapter {
             params.ttl.as_millis() as u64,
             params.acquire_timeout.as_millis() as u64,
             params.worker,
+            params.keys.lock(),
         );
         let watch = params
             .nodes

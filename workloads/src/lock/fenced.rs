@@ -1,7 +1,7 @@
 //! `fenced`: `single` plus a fencing token. One script sets the key and
 //! increments the fence counter, so a grant and its token are atomic.
 
-use super::{first_node, released, Grant, LockClient, LockParams, COMPARE_AND_DELETE, LOCK_KEY};
+use super::{first_node, released, Grant, LockClient, LockParams, COMPARE_AND_DELETE};
 use crate::conn::Conn;
 use crate::Outcome;
 use redis::Script;
@@ -16,6 +16,8 @@ return false
 "#;
 
 pub struct Fenced {
+    /// The lock's key, the run's.
+    key: String,
     conn: Conn,
     ttl_ms: u64,
     acquire: Script,
@@ -25,6 +27,7 @@ pub struct Fenced {
 impl Fenced {
     pub fn new(params: &LockParams) -> Self {
         Fenced {
+            key: params.keys.lock(),
             conn: params.connect(first_node(params), params.op_timeout),
             ttl_ms: params.ttl.as_millis() as u64,
             acquire: Script::new(ACQUIRE),
@@ -39,7 +42,7 @@ impl LockClient for Fenced {
         self.conn
             .run(|c| {
                 script
-                    .key(LOCK_KEY)
+                    .key(&self.key)
                     .key(FENCE_KEY)
                     .arg(token)
                     .arg(ttl_ms)
@@ -55,6 +58,9 @@ impl LockClient for Fenced {
 
     fn release(&mut self, token: &str) -> Outcome<()> {
         let script = &self.release;
-        released(self.conn.run(|c| script.key(LOCK_KEY).arg(token).invoke(c)))
+        released(
+            self.conn
+                .run(|c| script.key(&self.key).arg(token).invoke(c)),
+        )
     }
 }

@@ -30,8 +30,6 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use crate::LOCK_KEY;
-
 /// What a successful acquisition hands back.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Grant {
@@ -96,6 +94,8 @@ pub enum Renewal {
 pub struct LockParams {
     /// The lock's nodes, for configs that address them directly.
     pub nodes: Vec<String>,
+    /// The run's keys: the lock's, and `fenced`'s token counter.
+    pub keys: crate::Keys,
     /// Sentinels that name the current primary (`replicated`).
     pub sentinels: Vec<String>,
     pub ttl: Duration,

@@ -9,7 +9,7 @@
 //! has already expired on the nodes.
 
 use super::single::Single;
-use super::{Grant, LockClient, LockParams, COMPARE_AND_DELETE, LOCK_KEY};
+use super::{Grant, LockClient, LockParams, COMPARE_AND_DELETE};
 use crate::clock::LockClock;
 use crate::conn::Conn;
 use crate::strike::Hook;
@@ -64,6 +64,8 @@ pub fn decide(
 }
 
 pub struct Redlock {
+    /// The lock's key, the run's.
+    key: String,
     nodes: Vec<Conn>,
     ttl: Duration,
     clock: Arc<LockClock>,
@@ -77,6 +79,7 @@ impl Redlock {
         // eat the validity of the whole round.
         let per_node = (params.ttl / 50).clamp(Duration::from_millis(5), params.op_timeout);
         Redlock {
+            key: params.keys.lock(),
             nodes: params
                 .nodes
                 .iter()
@@ -98,7 +101,7 @@ impl Redlock {
                 self.strike.at(Point::Releasing);
             }
             let script = &self.release;
-            match conn.run(|c| script.key(LOCK_KEY).arg(token).invoke::<i64>(c)) {
+            match conn.run(|c| script.key(&self.key).arg(token).invoke::<i64>(c)) {
                 Outcome::Ok(1) => deleted += 1,
                 Outcome::Ok(_) => {}
                 Outcome::Fail(_) | Outcome::Info(_) => unanswered += 1,
@@ -119,7 +122,7 @@ impl LockClient for Redlock {
             if i == 1 && granted == [0] {
                 self.strike.at(Point::Acquiring);
             }
-            match Single::set_nx_px(conn, LOCK_KEY, token, ttl_ms) {
+            match Single::set_nx_px(conn, &self.key, token, ttl_ms) {
                 Outcome::Ok(Some(_)) => granted.push(i),
                 Outcome::Ok(None) => {}
                 Outcome::Fail(_) | Outcome::Info(_) => unanswered += 1,

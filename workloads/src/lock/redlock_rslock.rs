@@ -45,7 +45,7 @@
 //!   would claim nothing was deleted. The hold still ends at the release
 //!   `invoke`, and after the `info` the worker goes on under a new process id.
 
-use super::{Grant, LockClient, LockParams, LOCK_KEY};
+use super::{Grant, LockClient, LockParams};
 use crate::Outcome;
 use checker::history::error::{NOT_HELD, TIMEOUT};
 use rslock::{Lock, LockError, LockManager};
@@ -57,6 +57,8 @@ use std::time::Duration;
 const UNREPORTED: &str = "unreported: rslock's unlock returns nothing";
 
 pub struct RedlockRslock {
+    /// The lock's key, the run's.
+    key: String,
     rt: tokio::runtime::Runtime,
     manager: LockManager,
     ttl: Duration,
@@ -83,6 +85,7 @@ impl RedlockRslock {
         // rslock draws from 0..delay when it does, so keep it non-empty.
         manager.set_retry(1, Duration::from_millis(1));
         RedlockRslock {
+            key: params.keys.lock(),
             rt,
             manager,
             ttl: params.ttl,
@@ -104,7 +107,7 @@ impl RedlockRslock {
 
 impl LockClient for RedlockRslock {
     fn try_acquire(&mut self, token: &str) -> Outcome<Option<Grant>> {
-        let attempt = self.run(self.manager.lock(LOCK_KEY, self.ttl));
+        let attempt = self.run(self.manager.lock(self.key.as_bytes(), self.ttl));
         match attempt {
             None => Outcome::Info(TIMEOUT.into()),
             Some(Ok(lock)) => {

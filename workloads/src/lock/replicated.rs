@@ -3,13 +3,15 @@
 //! that dies before the key reaches a replica takes the lock with it.
 
 use super::single::Single;
-use super::{released, Grant, LockClient, LockParams, COMPARE_AND_DELETE, LOCK_KEY, PRIMARY_NAME};
+use super::{released, Grant, LockClient, LockParams, COMPARE_AND_DELETE, PRIMARY_NAME};
 use crate::conn::Conn;
 use crate::Outcome;
 use redis::Script;
 use std::time::Duration;
 
 pub struct Replicated {
+    /// The lock's key, the run's.
+    key: String,
     sentinels: Vec<Conn>,
     primary: Option<Conn>,
     source: Option<std::net::Ipv4Addr>,
@@ -22,6 +24,7 @@ pub struct Replicated {
 impl Replicated {
     pub fn new(params: &LockParams) -> Self {
         Replicated {
+            key: params.keys.lock(),
             sentinels: params
                 .sentinels
                 .iter()
@@ -100,9 +103,9 @@ impl Replicated {
 
 impl LockClient for Replicated {
     fn try_acquire(&mut self, token: &str) -> Outcome<Option<Grant>> {
-        let ttl_ms = self.ttl_ms;
+        let (ttl_ms, key) = (self.ttl_ms, self.key.clone());
         let set = match self.primary() {
-            Ok(conn) => Single::set_nx_px(conn, LOCK_KEY, token, ttl_ms),
+            Ok(conn) => Single::set_nx_px(conn, &key, token, ttl_ms),
             Err(e) => return Outcome::Fail(e),
         };
         match self.settle(set) {
@@ -112,9 +115,9 @@ impl LockClient for Replicated {
     }
 
     fn release(&mut self, token: &str) -> Outcome<()> {
-        let script = self.release.clone();
+        let (script, key) = (self.release.clone(), self.key.clone());
         let deleted = match self.primary() {
-            Ok(conn) => conn.run(|c| script.key(LOCK_KEY).arg(token).invoke(c)),
+            Ok(conn) => conn.run(|c| script.key(&key).arg(token).invoke(c)),
             Err(e) => Outcome::Fail(e),
         };
         let deleted = self.settle(deleted);

@@ -1,11 +1,13 @@
 //! `single`: one node, `SET key token NX PX ttl`, compare-and-delete release.
 
-use super::{first_node, released, Grant, LockClient, LockParams, COMPARE_AND_DELETE, LOCK_KEY};
+use super::{first_node, released, Grant, LockClient, LockParams, COMPARE_AND_DELETE};
 use crate::conn::Conn;
 use crate::Outcome;
 use redis::Script;
 
 pub struct Single {
+    /// The lock's key, the run's.
+    key: String,
     conn: Conn,
     ttl_ms: u64,
     release: Script,
@@ -14,6 +16,7 @@ pub struct Single {
 impl Single {
     pub fn new(params: &LockParams) -> Self {
         Single {
+            key: params.keys.lock(),
             conn: params.connect(first_node(params), params.op_timeout),
             ttl_ms: params.ttl.as_millis() as u64,
             release: Script::new(COMPARE_AND_DELETE),
@@ -43,11 +46,14 @@ impl Single {
 
 impl LockClient for Single {
     fn try_acquire(&mut self, token: &str) -> Outcome<Option<Grant>> {
-        Self::set_nx_px(&mut self.conn, LOCK_KEY, token, self.ttl_ms)
+        Self::set_nx_px(&mut self.conn, &self.key, token, self.ttl_ms)
     }
 
     fn release(&mut self, token: &str) -> Outcome<()> {
         let script = &self.release;
-        released(self.conn.run(|c| script.key(LOCK_KEY).arg(token).invoke(c)))
+        released(
+            self.conn
+                .run(|c| script.key(&self.key).arg(token).invoke(c)),
+        )
     }
 }

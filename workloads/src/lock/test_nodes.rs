@@ -30,6 +30,7 @@ impl Nodes {
     pub fn params(&self, ttl: Duration) -> LockParams {
         LockParams {
             nodes: self.addrs.clone(),
+            keys: Default::default(),
             sentinels: Vec::new(),
             ttl,
             op_timeout: Duration::from_millis(500),

@@ -2,11 +2,13 @@
 //! plain `DEL`, so a holder whose lease expired deletes the next holder's lock.
 
 use super::single::Single;
-use super::{first_node, released, Grant, LockClient, LockParams, LOCK_KEY};
+use super::{first_node, released, Grant, LockClient, LockParams};
 use crate::conn::Conn;
 use crate::Outcome;
 
 pub struct UnsafeDel {
+    /// The lock's key, the run's.
+    key: String,
     conn: Conn,
     ttl_ms: u64,
 }
@@ -14,6 +16,7 @@ pub struct UnsafeDel {
 impl UnsafeDel {
     pub fn new(params: &LockParams) -> Self {
         UnsafeDel {
+            key: params.keys.lock(),
             conn: params.connect(first_node(params), params.op_timeout),
             ttl_ms: params.ttl.as_millis() as u64,
         }
@@ -22,10 +25,10 @@ impl UnsafeDel {
 
 impl LockClient for UnsafeDel {
     fn try_acquire(&mut self, token: &str) -> Outcome<Option<Grant>> {
-        Single::set_nx_px(&mut self.conn, LOCK_KEY, token, self.ttl_ms)
+        Single::set_nx_px(&mut self.conn, &self.key, token, self.ttl_ms)
     }
 
     fn release(&mut self, _token: &str) -> Outcome<()> {
-        released(self.conn.run(|c| redis::cmd("DEL").arg(LOCK_KEY).query(c)))
+        released(self.conn.run(|c| redis::cmd("DEL").arg(&self.key).query(c)))
     }
 }

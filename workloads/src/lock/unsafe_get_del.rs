@@ -4,7 +4,7 @@
 //! acquire it; the `DEL` then deletes that worker's lock.
 
 use super::single::Single;
-use super::{first_node, released, Grant, LockClient, LockParams, LOCK_KEY};
+use super::{first_node, released, Grant, LockClient, LockParams};
 use crate::conn::Conn;
 use crate::strike::Hook;
 use crate::Outcome;
@@ -12,6 +12,8 @@ use checker::history::error::NOT_HELD;
 use checker::Point;
 
 pub struct UnsafeGetDel {
+    /// The lock's key, the run's.
+    key: String,
     conn: Conn,
     ttl_ms: u64,
     strike: Hook,
@@ -20,6 +22,7 @@ pub struct UnsafeGetDel {
 impl UnsafeGetDel {
     pub fn new(params: &LockParams) -> Self {
         UnsafeGetDel {
+            key: params.keys.lock(),
             conn: params.connect(first_node(params), params.op_timeout),
             ttl_ms: params.ttl.as_millis() as u64,
             strike: params.strike.clone(),
@@ -29,18 +32,18 @@ impl UnsafeGetDel {
     /// The first round trip: who holds the key now.
     fn get(&mut self) -> Outcome<Option<String>> {
         self.conn
-            .run(|c| redis::cmd("GET").arg(LOCK_KEY).query::<Option<String>>(c))
+            .run(|c| redis::cmd("GET").arg(&self.key).query::<Option<String>>(c))
     }
 
     /// The second round trip: deletes the key whoever holds it now.
     fn del(&mut self) -> Outcome<()> {
-        released(self.conn.run(|c| redis::cmd("DEL").arg(LOCK_KEY).query(c)))
+        released(self.conn.run(|c| redis::cmd("DEL").arg(&self.key).query(c)))
     }
 }
 
 impl LockClient for UnsafeGetDel {
     fn try_acquire(&mut self, token: &str) -> Outcome<Option<Grant>> {
-        Single::set_nx_px(&mut self.conn, LOCK_KEY, token, self.ttl_ms)
+        Single::set_nx_px(&mut self.conn, &self.key, token, self.ttl_ms)
     }
 
     fn release(&mut self, token: &str) -> Outcome<()> {
@@ -77,9 +80,12 @@ mod tests {
         assert_eq!(a.release("X"), Outcome::Fail(NOT_HELD.into()));
         // ...but once it has passed, the DEL takes the key as it is then.
         assert_eq!(a.get(), Outcome::Ok(Some("A".into())));
-        let _: () = nodes.client(0).set(LOCK_KEY, "B").unwrap();
+        let _: () = nodes
+            .client(0)
+            .set(crate::Keys::default().lock(), "B")
+            .unwrap();
         assert_eq!(a.del(), Outcome::Ok(()), "B's lock deleted");
-        let left: Option<String> = nodes.client(0).get(LOCK_KEY).unwrap();
+        let left: Option<String> = nodes.client(0).get(crate::Keys::default().lock()).unwrap();
         assert_eq!(left, None);
         assert_eq!(a.release("A"), Outcome::Fail(NOT_HELD.into()));
     }

@@ -4,7 +4,7 @@
 //! fault at all.
 
 use super::single::Single;
-use super::{first_node, released, Grant, LockClient, LockParams, COMPARE_AND_DELETE, LOCK_KEY};
+use super::{first_node, released, Grant, LockClient, LockParams, COMPARE_AND_DELETE};
 use crate::conn::Conn;
 use crate::Outcome;
 use redis::Script;
@@ -20,7 +20,7 @@ impl UnsafeKeyPerWorker {
     pub fn new(params: &LockParams) -> Self {
         UnsafeKeyPerWorker {
             conn: params.connect(first_node(params), params.op_timeout),
-            key: key_of(params.worker),
+            key: key_of(&params.keys, params.worker),
             ttl_ms: params.ttl.as_millis() as u64,
             release: Script::new(COMPARE_AND_DELETE),
         }
@@ -28,8 +28,8 @@ impl UnsafeKeyPerWorker {
 }
 
 /// The key worker `index` locks: its own, and so nobody else's.
-fn key_of(index: u64) -> String {
-    format!("{LOCK_KEY}:{}", checker::history::worker_name(index))
+fn key_of(keys: &crate::Keys, index: u64) -> String {
+    format!("{}:{}", keys.lock(), checker::history::worker_name(index))
 }
 
 impl LockClient for UnsafeKeyPerWorker {
@@ -51,8 +51,14 @@ mod tests {
 
     #[test]
     fn each_worker_has_a_key_of_its_own() {
-        assert_eq!(key_of(3), "lockstorm:lock:worker-3");
-        assert_ne!(key_of(0), key_of(1));
+        assert_eq!(
+            key_of(&crate::Keys::default(), 3),
+            "lockstorm:lock:worker-3"
+        );
+        assert_ne!(
+            key_of(&crate::Keys::default(), 0),
+            key_of(&crate::Keys::default(), 1)
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! `unsafe-setnx` (negative control): `SETNX` then `PEXPIRE` as two commands.
 //! A holder that dies between them leaves a lock that never expires.
 
-use super::{first_node, released, Grant, LockClient, LockParams, COMPARE_AND_DELETE, LOCK_KEY};
+use super::{first_node, released, Grant, LockClient, LockParams, COMPARE_AND_DELETE};
 use crate::conn::Conn;
 use crate::strike::Hook;
 use crate::Outcome;
@@ -9,6 +9,8 @@ use checker::Point;
 use redis::Script;
 
 pub struct UnsafeSetnx {
+    /// The lock's key, the run's.
+    key: String,
     conn: Conn,
     ttl_ms: u64,
     release: Script,
@@ -18,6 +20,7 @@ pub struct UnsafeSetnx {
 impl UnsafeSetnx {
     pub fn new(params: &LockParams) -> Self {
         UnsafeSetnx {
+            key: params.keys.lock(),
             conn: params.connect(first_node(params), params.op_timeout),
             ttl_ms: params.ttl.as_millis() as u64,
             release: Script::new(COMPARE_AND_DELETE),
@@ -28,9 +31,12 @@ impl UnsafeSetnx {
 
 impl LockClient for UnsafeSetnx {
     fn try_acquire(&mut self, token: &str) -> Outcome<Option<Grant>> {
-        let set = self
-            .conn
-            .run(|c| redis::cmd("SETNX").arg(LOCK_KEY).arg(token).query::<i64>(c));
+        let set = self.conn.run(|c| {
+            redis::cmd("SETNX")
+                .arg(&self.key)
+                .arg(token)
+                .query::<i64>(c)
+        });
         match set {
             Outcome::Ok(1) => {}
             Outcome::Ok(_) => return Outcome::Ok(None),
@@ -45,7 +51,7 @@ impl LockClient for UnsafeSetnx {
         let ttl_ms = self.ttl_ms;
         match self.conn.run(|c| {
             redis::cmd("PEXPIRE")
-                .arg(LOCK_KEY)
+                .arg(&self.key)
                 .arg(ttl_ms)
                 .query::<i64>(c)
         }) {
@@ -56,7 +62,10 @@ impl LockClient for UnsafeSetnx {
 
     fn release(&mut self, token: &str) -> Outcome<()> {
         let script = &self.release;
-        released(self.conn.run(|c| script.key(LOCK_KEY).arg(token).invoke(c)))
+        released(
+            self.conn
+                .run(|c| script.key(&self.key).arg(token).invoke(c)),
+        )
     }
 
     fn marks(&self) -> &'static [Point] {

@@ -14,9 +14,7 @@
 //! flight at a time.
 
 use super::single::Single;
-use super::{
-    first_node, released, Grant, LockClient, LockParams, Renewal, COMPARE_AND_DELETE, LOCK_KEY,
-};
+use super::{first_node, released, Grant, LockClient, LockParams, Renewal, COMPARE_AND_DELETE};
 use crate::clock::LockClock;
 use crate::conn::Conn;
 use crate::recorder::Recorder;
@@ -37,6 +35,8 @@ return 0
 "#;
 
 pub struct Watchdog {
+    /// The lock's key, the run's.
+    key: String,
     conn: Conn,
     ttl: Duration,
     release: Script,
@@ -54,6 +54,7 @@ impl Watchdog {
     pub fn new(params: &LockParams) -> Self {
         let node = first_node(params);
         Watchdog {
+            key: params.keys.lock(),
             conn: params.connect(node, params.op_timeout),
             ttl: params.ttl,
             release: Script::new(COMPARE_AND_DELETE),
@@ -75,6 +76,7 @@ impl Watchdog {
                 .take()
                 .expect("the spare is back whenever nothing renews"),
             script: Script::new(COMPARE_AND_PEXPIRE),
+            key: self.key.clone(),
             token: token.to_string(),
             ttl: self.ttl,
             clock: self.clock.clone(),
@@ -108,7 +110,7 @@ impl LockClient for Watchdog {
         // first renewal is due a third of a TTL after this.
         let sent = Instant::now();
         let ttl_ms = self.ttl.as_millis() as u64;
-        let granted = Single::set_nx_px(&mut self.conn, LOCK_KEY, token, ttl_ms);
+        let granted = Single::set_nx_px(&mut self.conn, &self.key, token, ttl_ms);
         if let Outcome::Ok(Some(_)) = granted {
             self.start_renewing(token, sent);
         }
@@ -120,7 +122,10 @@ impl LockClient for Watchdog {
         // would find the key gone and record a failure that means nothing.
         self.stop_renewing();
         let script = &self.release;
-        released(self.conn.run(|c| script.key(LOCK_KEY).arg(token).invoke(c)))
+        released(
+            self.conn
+                .run(|c| script.key(&self.key).arg(token).invoke(c)),
+        )
     }
 
     fn renewal(&self) -> Renewal {
@@ -144,6 +149,7 @@ struct Renewing {
 struct Renewer {
     conn: Conn,
     script: Script,
+    key: String,
     token: String,
     ttl: Duration,
     clock: Arc<LockClock>,
@@ -188,7 +194,7 @@ impl Renewer {
         // PEXPIRE answers 1 as DEL does: a key found (ours) and changed.
         let outcome = released(
             self.conn
-                .run(|c| script.key(LOCK_KEY).arg(token).arg(ttl_ms).invoke(c)),
+                .run(|c| script.key(&self.key).arg(token).arg(ttl_ms).invoke(c)),
         );
         let (kind, error) = match &outcome {
             Outcome::Ok(()) => (OpType::Ok, None),
@@ -313,7 +319,10 @@ mod tests {
         let (mut a, events) = recorded(&nodes, Duration::from_millis(300));
         assert_eq!(a.try_acquire("A"), Outcome::Ok(Some(Grant::default())));
         // Someone else's key now (as after an expiry and a rival's SET).
-        let _: () = nodes.client(0).set(LOCK_KEY, "B").unwrap();
+        let _: () = nodes
+            .client(0)
+            .set(crate::Keys::default().lock(), "B")
+            .unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
         while a.renewal() != Renewal::Lost {
             assert!(Instant::now() < deadline, "never marked lost");
@@ -325,7 +334,7 @@ mod tests {
             (OpType::Fail, Some(NOT_HELD))
         );
         // The renewal left B's key alone (no expiry set on it).
-        let ttl: i64 = nodes.client(0).pttl(LOCK_KEY).unwrap();
+        let ttl: i64 = nodes.client(0).pttl(crate::Keys::default().lock()).unwrap();
         assert_eq!(ttl, -1, "B's key got an expiry");
         assert_eq!(a.release("A"), Outcome::Fail(NOT_HELD.into()));
     }

@@ -1,0 +1,91 @@
+//! The keys a run writes, all under one prefix. A run on lockstorm's own
+//! nodes uses `lockstorm:`; a run against a deployment it did not start
+//! uses `lockstorm:<run id>:`, so that nothing of the owner's is touched,
+//! a leftover of another run is told apart, and the run can find and remove
+//! everything it wrote (a library may put its own prefix in front: cleanup
+//! matches the prefix anywhere in a key's name).
+
+use serde::{Deserialize, Serialize};
+
+/// Where a run's keys live; every key name comes from here.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Keys {
+    pub prefix: String,
+}
+
+impl Default for Keys {
+    fn default() -> Self {
+        Keys {
+            prefix: "lockstorm:".into(),
+        }
+    }
+}
+
+impl Keys {
+    /// The keys of one run against a deployment lockstorm did not start.
+    pub fn for_run(run_id: &str) -> Keys {
+        Keys {
+            prefix: format!("lockstorm:{run_id}:"),
+        }
+    }
+
+    /// The lock, on every lock node (the built-in clients and the
+    /// adapters alike).
+    pub fn lock(&self) -> String {
+        self.named("lock")
+    }
+
+    /// `fenced`'s token counter, beside the lock.
+    pub fn fence(&self) -> String {
+        self.named("fence")
+    }
+
+    /// The shared counter, on the storage.
+    pub fn counter(&self) -> String {
+        self.named("counter")
+    }
+
+    /// The highest fence the storage has accepted.
+    pub fn highest_fence(&self) -> String {
+        self.named("highest-fence")
+    }
+
+    /// A `SCAN … MATCH` pattern for every key of the run, a library's own
+    /// prefix in front included. Glob characters in the prefix are escaped.
+    pub fn pattern(&self) -> String {
+        let mut escaped = String::from("*");
+        for c in self.prefix.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                escaped.push('\\');
+            }
+            escaped.push(c);
+        }
+        escaped.push('*');
+        escaped
+    }
+
+    fn named(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_runs_keys_share_its_prefix_and_the_default_keeps_the_old_names() {
+        let own = Keys::default();
+        assert_eq!(own.lock(), "lockstorm:lock");
+        assert_eq!(own.counter(), "lockstorm:counter");
+        let run = Keys::for_run("20261203T061500-3fa2");
+        for key in [run.lock(), run.fence(), run.counter(), run.highest_fence()] {
+            assert!(key.starts_with("lockstorm:20261203T061500-3fa2:"), "{key}");
+        }
+        assert_eq!(run.pattern(), "*lockstorm:20261203T061500-3fa2:*");
+        let odd = Keys {
+            prefix: "a*[b]?".into(),
+        };
+        assert_eq!(odd.pattern(), r"*a\*\[b\]\?*");
+    }
+}
