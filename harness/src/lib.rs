@@ -8,6 +8,7 @@ pub mod check;
 pub mod cli;
 pub mod client_test;
 pub mod clients;
+mod deployment;
 pub mod error;
 pub mod exit;
 pub mod explain;

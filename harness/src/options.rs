@@ -32,6 +32,12 @@ pub struct Nodes {
     /// other lockstorm run on this machine holds].
     #[arg(long)]
     pub address_block: Option<u8>,
+    /// Test a deployment lockstorm did not start: redis://[user@]host:port[/db]
+    /// (one node) or redlock://host:port,host:port,host:port (independent
+    /// nodes); the password comes from LOCKSTORM_REDIS_PASSWORD. Every key
+    /// the run writes is under lockstorm:<seed>: and is removed at the end.
+    #[arg(long, value_name = "URL")]
+    pub target: Option<String>,
 }
 
 impl Default for Nodes {
@@ -40,6 +46,7 @@ impl Default for Nodes {
             backend: Backend::Auto,
             image: None,
             address_block: None,
+            target: None,
         }
     }
 }
@@ -320,6 +327,9 @@ pub struct RunPlan {
     /// Where every key of the run lives.
     #[serde(default)]
     pub keys: workloads::Keys,
+    /// The deployment under test, when lockstorm did not start it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<crate::target::Target>,
 }
 
 /// Why options cannot become a plan.
@@ -465,6 +475,10 @@ impl RunOptions {
         // lets the lock recover before the next: faults come as often as
         // the TTL allows, never closer than 0.5 s nor, with slow faults'
         // long leases, rarer than every 2.5–7.5 s.
+        let target = match &self.nodes.target {
+            Some(raw) => Some(self.check_target(raw)?),
+            None => None,
+        };
         let interval = self
             .nemesis_interval_ms
             .unwrap_or(ttl.clamp(MIN_DEFAULT_INTERVAL_MS, MAX_DEFAULT_INTERVAL_MS));
@@ -501,7 +515,17 @@ impl RunOptions {
             latency_ms: self.latency_ms,
             steps: None,
             keys: workloads::Keys::default(),
+            target: None,
         };
+        if target.is_some() {
+            // The seed names the run's keys: a rerun of a killed run's seed
+            // finds its leftovers (until they expire) and is refused.
+            // Long enough for the run, its settling and its check; a
+            // killed run's keys go by themselves a few minutes later.
+            let expire = 2 * plan.time_limit + Duration::from_secs(120);
+            plan.keys = workloads::Keys::for_run(&plan.seed.to_string(), expire.as_millis() as u64);
+            plan.target = target;
+        }
         match &self.schedule {
             Some(text) => {
                 let steps = text.steps(&plan.schedule_spec(), plan.at);
@@ -510,6 +534,48 @@ impl RunOptions {
             None => plan.check_schedule_fits()?,
         }
         Ok(plan)
+    }
+
+    /// A `--target` that parses and fits the config (or the client's
+    /// topology), and that this version can test.
+    fn check_target(&self, raw: &str) -> Result<crate::target::Target, Refusal> {
+        use crate::target::{Kind, Target};
+        let target = Target::parse(raw).map_err(Refusal::Invalid)?;
+        if target.tls {
+            return Err(Refusal::Invalid(format!(
+                "--target {target}: TLS (rediss://) is not supported yet; test a plain redis:// endpoint of the same deployment"
+            )));
+        }
+        if let Kind::Sentinel { .. } = target.kind {
+            return Err(Refusal::Invalid(format!(
+                "--target {target}: sentinel:// targets are not supported yet; give the primary as redis://host:port to test its lock without failover"
+            )));
+        }
+        // What a config's lock needs of the nodes, against what the target has.
+        let runs_on = |config: Config| match target.kind {
+            Kind::Single => config.lock_nodes() == 1 && config != Config::Replicated,
+            Kind::Redlock => config.lock_nodes() > 1 && config != Config::Replicated,
+            Kind::Sentinel { .. } => config == Config::Replicated,
+        };
+        if !runs_on(self.config) {
+            let configs: Vec<&str> = Config::ALL
+                .into_iter()
+                .filter(|c| runs_on(*c))
+                .map(|c| c.name())
+                .collect();
+            return Err(Refusal::Invalid(format!(
+                "--config {} does not run on a {} target ({target}): use --config {}",
+                self.config,
+                target.kind_name(),
+                configs.join(", ")
+            )));
+        }
+        if self.nodes.image.is_some() {
+            return Err(Refusal::Invalid(
+                "--image chooses the image of nodes lockstorm starts, and --target names nodes it does not: drop --image".into(),
+            ));
+        }
+        Ok(target)
     }
 
     /// A client adapter runs on a topology it supports, and only faults
@@ -538,12 +604,12 @@ impl RunOptions {
         if self.nemesis.all {
             return Ok(());
         }
-        let shape = shape(self.config, self.client.chosen().is_some());
+        let shape = shape(self.config, self.nodes.target.is_none());
         // Single faults first, so the reason names the fault that cannot act.
         let singles = self.nemesis.faults.iter().map(|f| f.package());
         let actions = self.nemesis.actions().into_iter().map(|a| a.package());
         for package in singles.chain(actions) {
-            if let Err(why) = package.supports(&shape) {
+            if let Err(why) = nemesis::applies(package, &shape) {
                 return Err(Refusal::Inapplicable(format!(
                     "--nemesis {} {why}",
                     package.name()
@@ -672,13 +738,13 @@ impl RunPlan {
     /// Each action the run asked for that applies to its config (`all`
     /// offers every one), with how long its package says it lasts.
     pub fn schedule_spec(&self) -> ScheduleSpec {
-        let shape = shape(self.config, self.client.is_some());
+        let shape = shape(self.config, self.target.is_none());
         let params = self.fault_params();
         let actions = self
             .nemesis
             .actions()
             .into_iter()
-            .filter(|a| a.package().supports(&shape).is_ok())
+            .filter(|a| nemesis::applies(a.package(), &shape).is_ok())
             .map(|a| (a, a.package().duration(&params).as_millis() as u64))
             .collect();
         ScheduleSpec {
@@ -760,13 +826,14 @@ impl RunPlan {
     }
 }
 
-/// What a config offers a fault.
-fn shape(config: Config, adapter: bool) -> Shape<'static> {
+/// What a config offers a fault, on nodes lockstorm started (`owned`) or
+/// on a user's deployment.
+fn shape(config: Config, owned: bool) -> Shape<'static> {
     Shape {
         config: config.name(),
         lock_nodes: config.lock_nodes(),
         replicated: config == Config::Replicated,
-        adapter,
+        owned,
     }
 }
 

@@ -158,7 +158,23 @@ async fn run_in(
         backend.record().kind,
         started.elapsed().as_secs_f64()
     );
+    // On a deployment lockstorm did not start, its keys are checked before
+    // the first write and removed after the last, whatever ended the run;
+    // keys it found there are not its own, and stay.
+    if let Some(target) = &options.target {
+        if let Err(e) = crate::deployment::preflight(target, &options.keys).await {
+            topology.shutdown().await;
+            return Err(e);
+        }
+    }
     let outcome = run_workload(options, client, &*backend, dir, &topology, interrupt).await;
+    if let Some(target) = &options.target {
+        let removed = crate::deployment::clean(target, &options.keys).await;
+        tracing::info!(
+            "removed {removed} key(s) of {}* from {target}",
+            options.keys.prefix
+        );
+    }
     topology.shutdown().await;
     outcome
 }
@@ -241,7 +257,13 @@ async fn run_workload(
             None => spec,
         })
         .collect();
-    let observer = start_observer(options, topology, history.clone()).await?;
+    // The observer reads MONITOR and turns keyspace events on: on a
+    // deployment lockstorm did not start it would see its owner's traffic
+    // and change its config, so it watches only nodes lockstorm owns.
+    let observer = match options.target {
+        None => Some(start_observer(options, topology, history.clone()).await?),
+        Some(_) => None,
+    };
     let pool = workers::Pool::start(specs, &exe, &dir.path, history.clone())?;
 
     let mut record = new_record(options, backend);
@@ -300,7 +322,9 @@ async fn run_workload(
     stop_workers(pool, options, interrupt).await;
     // After the workers' last releases, before the final read: the
     // observer's events all fall inside the workers' part of the history.
-    let _ = tokio::task::spawn_blocking(move || observer.stop()).await;
+    if let Some(observer) = observer {
+        let _ = tokio::task::spawn_blocking(move || observer.stop()).await;
+    }
     if let Some(net) = &net {
         record.proxied_requests = Some(net.requests());
         net.shutdown().await;
@@ -387,7 +411,12 @@ fn worker_spec(options: &RunPlan, index: u64, topology: &Topology, clock: RunClo
         lock_node_names: topology.lock_names(),
         sentinels: topology.sentinel_addrs(),
         wait_replicas: options.wait_replicas,
-        source: Some(topology.addresses.worker(index)),
+        // A deployment lockstorm did not start is reached from the host's
+        // own address (protected mode takes 127.0.0.1, not 127.0.x.y).
+        source: options
+            .target
+            .is_none()
+            .then(|| topology.addresses.worker(index)),
         storage_node: topology.storage_addr.clone(),
         keys: options.keys.clone(),
         ttl_ms: millis(options.ttl),

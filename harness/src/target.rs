@@ -6,7 +6,7 @@
 //! `LOCKSTORM_REDIS_PASSWORD` when a connection is made, so no `Target`
 //! (and nothing serialised from one) can carry it.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// The environment variable the password is read from.
@@ -16,7 +16,7 @@ const REDIS_PORT: u16 = 6379;
 const SENTINEL_PORT: u16 = 26379;
 
 /// How the deployment's nodes hold the lock.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Kind {
     /// One node (`redis://`, `rediss://`).
@@ -28,7 +28,7 @@ pub enum Kind {
 }
 
 /// One `host:port` of the deployment.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Endpoint {
     pub host: String,
     pub port: u16,
@@ -45,7 +45,7 @@ impl fmt::Display for Endpoint {
 
 /// A checked `--target`: what it is, where, and how to log in (the
 /// password apart). Serialises as `run.json` records it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Target {
     #[serde(flatten)]
     pub kind: Kind,

@@ -101,6 +101,9 @@ impl Topology {
         backend: Arc<dyn Provisioner>,
         nodes_dir: &Path,
     ) -> Result<Self> {
+        if let Some(target) = &options.target {
+            return Self::external(options, target, backend, nodes_dir).await;
+        }
         let firewall = if needs_firewall(options)? {
             Some(Firewall::create().map_err(Error::Firewall)?)
         } else {
@@ -194,6 +197,47 @@ impl Topology {
             storage: Mutex::new(storage),
             firewall,
             clocks,
+            addresses,
+        })
+    }
+
+    /// A deployment lockstorm did not start: its nodes, named `n1`, `n2`, …
+    /// in the order given, and lockstorm's own storage node, the only one
+    /// it starts (the counter never lives on the user's deployment). It owns
+    /// no process of the deployment, so nothing here can kill or skew one.
+    async fn external(
+        options: &RunPlan,
+        target: &crate::target::Target,
+        backend: Arc<dyn Provisioner>,
+        nodes_dir: &Path,
+    ) -> Result<Self> {
+        let addresses = Addresses {
+            block: options.address_block,
+        };
+        let mut addrs = Vec::new();
+        for (i, at) in target.endpoints.iter().enumerate() {
+            addrs.push((
+                format!("n{}", i + 1),
+                crate::deployment::resolve(at)?,
+                at.port,
+            ));
+        }
+        let spec = NodeSpec {
+            name: STORAGE.into(),
+            role: Role::Storage,
+            ip: addresses.storage(),
+            persistence: options.persistence,
+            clock: None,
+        };
+        let storage = RedisNode::start(spec, nodes_dir, backend).await?;
+        Ok(Topology {
+            addrs,
+            nodes: Mutex::new(Vec::new()),
+            sentinels: Vec::new(),
+            storage_addr: storage.addr(),
+            storage: Mutex::new(storage),
+            firewall: None,
+            clocks: Vec::new(),
             addresses,
         })
     }
@@ -299,7 +343,18 @@ impl Topology {
             pid: n.pid(),
         };
         let storage = self.storage.lock().await;
-        nodes.iter().chain([&*storage]).map(record).collect()
+        // A deployment's nodes are nobody's process here: pid 0.
+        let external = self
+            .data_nodes()
+            .filter(|(name, _, _)| !nodes.iter().any(|n| n.name() == name))
+            .map(|(name, ip, port)| NodeRecord {
+                name: name.clone(),
+                role: "target".into(),
+                addr: format!("{ip}:{port}"),
+                pid: 0,
+            });
+        let owned: Vec<NodeRecord> = nodes.iter().chain([&*storage]).map(record).collect();
+        external.chain(owned).collect()
     }
 
     /// Removes every node and the run's iptables chain.

@@ -24,6 +24,9 @@ use tokio::time::Instant;
 pub struct Failover;
 
 impl Package for Failover {
+    fn acts_on_nodes(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         Fault::Failover.name()
     }

@@ -16,6 +16,9 @@ use std::time::Duration;
 pub struct Kill;
 
 impl Package for Kill {
+    fn acts_on_nodes(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         Fault::Kill.name()
     }

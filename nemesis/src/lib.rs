@@ -26,7 +26,7 @@ mod verify;
 pub use cluster::{Cluster, NodeRef, Source};
 pub use fault::{Action, Aimed, At, Fault, Nemesis, Targets};
 pub use names::Names;
-pub use package::{Package, Shape};
+pub use package::{applies, Package, Shape};
 pub use play::play;
 pub use runner::{AtPoint, Env, FaultParams, Holder, Journal, Live, WorkerControl};
 pub use schedule::{place_strikes, schedule, ScheduleSpec, Step};

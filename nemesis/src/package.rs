@@ -23,8 +23,9 @@ pub struct Shape<'a> {
     pub lock_nodes: usize,
     /// The lock node is a primary with replicas and Sentinel.
     pub replicated: bool,
-    /// The lock client is a client adapter: its connections are its own.
-    pub adapter: bool,
+    /// lockstorm started the nodes, so a fault may act on them (kill, pause,
+    /// skew, cut them from each other); false for a user's deployment.
+    pub owned: bool,
 }
 
 pub trait Package: Sync {
@@ -52,6 +53,12 @@ pub trait Package: Sync {
 
     /// The fault cuts links with iptables.
     fn needs_firewall(&self) -> bool {
+        false
+    }
+
+    /// The fault acts on the lock's nodes (their processes, clocks or links
+    /// to each other), which only a run that started them can do.
+    fn acts_on_nodes(&self) -> bool {
         false
     }
 
@@ -84,3 +91,13 @@ pub(crate) fn needs_lock_node(shape: &Shape) -> Result<(), String> {
 
 /// A killed node is back within this long after its restart is asked for.
 pub(crate) const RESTART_MARGIN: Duration = Duration::from_millis(500);
+
+/// Whether `package` can act on this setup: `Err` is the rest of the
+/// sentence after `--nemesis <name>`. A fault that acts on the nodes needs
+/// nodes lockstorm started; the package decides the rest.
+pub fn applies(package: &dyn Package, shape: &Shape) -> Result<(), String> {
+    if package.acts_on_nodes() && !shape.owned {
+        return Err("acts on the lock's nodes, and lockstorm did not start this deployment (--target): choose pause, crash, delay, lose-reply or partition, which act on the clients and the network between them and it".into());
+    }
+    package.supports(shape)
+}

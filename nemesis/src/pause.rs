@@ -35,6 +35,9 @@ impl Package for Pause {
 pub struct PauseNode;
 
 impl Package for PauseNode {
+    fn acts_on_nodes(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         Fault::PauseNode.name()
     }

@@ -25,6 +25,9 @@ fn needs_five_nodes(shape: &Shape) -> Result<(), String> {
 pub struct SplitClock;
 
 impl Package for SplitClock {
+    fn acts_on_nodes(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         Action::SplitClock.name()
     }
@@ -52,6 +55,9 @@ impl Package for SplitClock {
 pub struct KillClock;
 
 impl Package for KillClock {
+    fn acts_on_nodes(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         Action::KillClock.name()
     }

@@ -14,6 +14,9 @@ use std::time::Duration;
 pub struct Clock;
 
 impl Package for Clock {
+    fn acts_on_nodes(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         Fault::Clock.name()
     }

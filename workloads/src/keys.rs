@@ -11,21 +11,28 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Keys {
     pub prefix: String,
+    /// How long a key without a lease of its own (a fence counter) lives,
+    /// so that a killed run's keys go by themselves; `None`: for ever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expire_ms: Option<u64>,
 }
 
 impl Default for Keys {
     fn default() -> Self {
         Keys {
             prefix: "lockstorm:".into(),
+            expire_ms: None,
         }
     }
 }
 
 impl Keys {
-    /// The keys of one run against a deployment lockstorm did not start.
-    pub fn for_run(run_id: &str) -> Keys {
+    /// The keys of one run against a deployment lockstorm did not start,
+    /// each living at most `expire_ms`.
+    pub fn for_run(run_id: &str, expire_ms: u64) -> Keys {
         Keys {
             prefix: format!("lockstorm:{run_id}:"),
+            expire_ms: Some(expire_ms),
         }
     }
 
@@ -78,13 +85,14 @@ mod tests {
         let own = Keys::default();
         assert_eq!(own.lock(), "lockstorm:lock");
         assert_eq!(own.counter(), "lockstorm:counter");
-        let run = Keys::for_run("20261203T061500-3fa2");
+        let run = Keys::for_run("20261203T061500-3fa2", 60_000);
         for key in [run.lock(), run.fence(), run.counter(), run.highest_fence()] {
             assert!(key.starts_with("lockstorm:20261203T061500-3fa2:"), "{key}");
         }
         assert_eq!(run.pattern(), "*lockstorm:20261203T061500-3fa2:*");
         let odd = Keys {
             prefix: "a*[b]?".into(),
+            expire_ms: None,
         };
         assert_eq!(odd.pattern(), r"*a\*\[b\]\?*");
     }

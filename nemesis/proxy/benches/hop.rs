@@ -25,6 +25,7 @@ fn hop(c: &mut Criterion) {
     let fabric = runtime
         .block_on(Fabric::start(Spec {
             workers: vec![Ipv4Addr::LOCALHOST],
+            onward_from_workers: true,
             upstreams: vec![Upstream {
                 name: "n1".into(),
                 addr,

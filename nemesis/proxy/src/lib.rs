@@ -42,8 +42,14 @@ pub struct Upstream {
 #[derive(Clone, Debug)]
 pub struct Spec {
     /// Each worker's own loopback address: its proxies listen there, and
-    /// their upstream connections leave from there.
+    /// (with `onward_from_workers`) their upstream connections leave from
+    /// there.
     pub workers: Vec<Ipv4Addr>,
+    /// Upstream connections leave from the worker's address, as on nodes
+    /// lockstorm started; a deployment it did not start is reached from
+    /// the host's own (Redis's protected mode, or another host, would not
+    /// take a connection from 127.0.x.y).
+    pub onward_from_workers: bool,
     pub upstreams: Vec<Upstream>,
     pub keys: Keys,
     /// Background latency on every request, drawn uniformly from the range.
@@ -69,6 +75,7 @@ pub struct Fabric {
 
 pub(crate) struct Inner {
     workers: Vec<Ipv4Addr>,
+    onward_from_workers: bool,
     upstreams: Vec<Upstream>,
     keys: Keys,
     latency: Option<(Duration, Duration)>,
@@ -204,6 +211,7 @@ impl Fabric {
             .collect();
         let inner = Arc::new(Inner {
             workers: spec.workers,
+            onward_from_workers: spec.onward_from_workers,
             upstreams: spec.upstreams,
             keys: spec.keys,
             latency: spec.latency,

@@ -72,7 +72,8 @@ pub(crate) async fn serve(fabric: Arc<Inner>, worker: usize, up: usize, client: 
         fabric: fabric.clone(),
     };
     let (client_r, client_w) = client.into_split();
-    let server = match connect(fabric.workers[worker], upstream.addr).await {
+    let source = fabric.onward_from_workers.then(|| fabric.workers[worker]);
+    let server = match connect(source, upstream.addr).await {
         Ok(s) => s,
         Err(e) => {
             tracing::debug!(
@@ -111,13 +112,15 @@ pub(crate) async fn serve(fabric: Arc<Inner>, worker: usize, up: usize, client: 
 }
 
 async fn connect(
-    source: std::net::Ipv4Addr,
+    source: Option<std::net::Ipv4Addr>,
     to: std::net::SocketAddr,
 ) -> std::io::Result<TcpStream> {
     let socket = TcpSocket::new_v4()?;
     // Leave from the worker's own address, as the worker's own connection
     // would: the node sees the same peer with or without the proxy.
-    socket.bind((source, 0).into())?;
+    if let Some(source) = source {
+        socket.bind((source, 0).into())?;
+    }
     let stream = tokio::time::timeout(CONNECT_TIMEOUT, socket.connect(to))
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;

@@ -31,6 +31,7 @@ fn sentinel(primary: SocketAddr) -> Server {
 fn spec(workers: usize, upstreams: Vec<Upstream>) -> Spec {
     Spec {
         workers: vec![Ipv4Addr::LOCALHOST; workers],
+        onward_from_workers: true,
         upstreams,
         keys: Keys {
             lock: LOCK.into(),

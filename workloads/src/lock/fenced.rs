@@ -6,11 +6,15 @@ use crate::conn::Conn;
 use crate::Outcome;
 use redis::Script;
 
-pub const FENCE_KEY: &str = "lockstorm:fence";
-
+/// The fence counter lives as long as the run's keys may (ARGV[3] ms; 0:
+/// for ever, on nodes lockstorm started).
 const ACQUIRE: &str = r#"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return redis.call('INCR', KEYS[2])
+  local fence = redis.call('INCR', KEYS[2])
+  if tonumber(ARGV[3]) > 0 then
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  end
+  return fence
 end
 return false
 "#;
@@ -18,6 +22,9 @@ return false
 pub struct Fenced {
     /// The lock's key, the run's.
     key: String,
+    fence_key: String,
+    /// How long the fence counter lives (0: for ever).
+    expire_ms: u64,
     conn: Conn,
     ttl_ms: u64,
     acquire: Script,
@@ -28,6 +35,8 @@ impl Fenced {
     pub fn new(params: &LockParams) -> Self {
         Fenced {
             key: params.keys.lock(),
+            fence_key: params.keys.fence(),
+            expire_ms: params.keys.expire_ms.unwrap_or(0),
             conn: params.connect(first_node(params), params.op_timeout),
             ttl_ms: params.ttl.as_millis() as u64,
             acquire: Script::new(ACQUIRE),
@@ -43,9 +52,10 @@ impl LockClient for Fenced {
             .run(|c| {
                 script
                     .key(&self.key)
-                    .key(FENCE_KEY)
+                    .key(&self.fence_key)
                     .arg(token)
                     .arg(ttl_ms)
+                    .arg(self.expire_ms)
                     .invoke::<Option<u64>>(c)
             })
             .map(|fence| {

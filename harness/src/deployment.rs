@@ -1,0 +1,169 @@
+//! What a run does on a deployment lockstorm did not start (`--target`),
+//! besides running its workers there: before the first write, check that
+//! every lock node is writable and that no key of the run's prefix exists;
+//! at the end (a time limit, Ctrl-C or SIGTERM alike), remove every key of
+//! the prefix. Only read commands, `SCAN` and `UNLINK` of the run's own keys:
+//! no `FLUSHALL`, no `CONFIG SET`, no script that touches other keys.
+
+use crate::error::{Error, Result};
+use crate::target::{Endpoint, Target};
+use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+use workloads::Keys;
+
+/// How long a preflight or cleanup request may take.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Keys per `SCAN` step: a step is cheap on a large keyspace, and a run's
+/// own keys are a handful.
+const SCAN_COUNT: usize = 1000;
+
+/// A node's IPv4 address (the workers and the proxy speak IPv4).
+pub fn resolve(at: &Endpoint) -> Result<Ipv4Addr> {
+    let found = (at.host.as_str(), at.port)
+        .to_socket_addrs()
+        .map_err(|e| Error::Usage(format!("--target: cannot resolve {}: {e}", at.host)))?;
+    found
+        .filter_map(|a| match a {
+            SocketAddr::V4(v4) => Some(*v4.ip()),
+            SocketAddr::V6(_) => None,
+        })
+        .next()
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "--target: {} has no IPv4 address; give one (lockstorm's workers speak IPv4)",
+                at.host
+            ))
+        })
+}
+
+/// Why a node whose `ROLE` is `role` cannot hold the run's lock, if so.
+pub fn not_writable(role: &str, node: &str, at: &Endpoint) -> Option<String> {
+    match role {
+        "master" => None,
+        "slave" | "replica" => Some(format!(
+            "--target: {node} ({at}) is a replica, and a replica refuses writes: give its primary"
+        )),
+        other => Some(format!(
+            "--target: {node} ({at}) answers ROLE {other:?}, not a Redis primary: give a data node"
+        )),
+    }
+}
+
+/// Before the first write: every lock node answers, is a primary, and holds
+/// no key of the run's prefix (a run of the same seed is there, or was
+/// killed and its keys have not expired yet).
+pub async fn preflight(target: &Target, keys: &Keys) -> Result<()> {
+    let (target, keys) = (target.clone(), keys.clone());
+    tokio::task::spawn_blocking(move || {
+        for (i, at) in target.endpoints.iter().enumerate() {
+            let node = format!("n{}", i + 1);
+            let mut con = connect(&target, at).map_err(|e| {
+                Error::Usage(format!("--target: {node} ({at}) does not answer: {e}"))
+            })?;
+            let role: Vec<redis::Value> = redis::cmd("ROLE")
+                .query(&mut con)
+                .map_err(|e| Error::Usage(format!("--target: ROLE on {node} ({at}): {e}")))?;
+            let role = match role.first() {
+                Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                Some(redis::Value::SimpleString(s)) => s.clone(),
+                _ => String::new(),
+            };
+            if let Some(why) = not_writable(&role, &node, at) {
+                return Err(Error::Usage(why));
+            }
+            let found = scan(&mut con, &keys)
+                .map_err(|e| Error::Usage(format!("--target: SCAN on {node} ({at}): {e}")))?;
+            if let Some(key) = found.first() {
+                return Err(Error::Usage(format!(
+                    "--target: {node} ({at}) already holds {key:?}, a key of this run's prefix {}: a run with this --seed is there, or was killed and its keys have not expired; wait for them, or choose another --seed",
+                    keys.prefix
+                )));
+            }
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| Error::Io {
+        context: "checking the target".into(),
+        source: std::io::Error::other(e),
+    })?
+}
+
+/// Removes every key of the run's prefix from every lock node; returns how
+/// many went. A node that cannot be reached keeps its keys until their TTL.
+pub async fn clean(target: &Target, keys: &Keys) -> usize {
+    let (target, keys) = (target.clone(), keys.clone());
+    let removed = tokio::task::spawn_blocking(move || {
+        let mut removed = 0;
+        for at in &target.endpoints {
+            let gone = connect(&target, at).and_then(|mut con| {
+                let found = scan(&mut con, &keys)?;
+                if found.is_empty() {
+                    return Ok(0);
+                }
+                redis::cmd("UNLINK").arg(&found).query::<usize>(&mut con)
+            });
+            match gone {
+                Ok(n) => removed += n,
+                Err(e) => tracing::warn!(
+                    "could not remove the run's keys ({}*) from {at}: {e}; they expire by their TTL",
+                    keys.prefix
+                ),
+            }
+        }
+        removed
+    });
+    removed.await.unwrap_or(0)
+}
+
+fn connect(target: &Target, at: &Endpoint) -> redis::RedisResult<redis::Connection> {
+    let password = Target::password();
+    let client = redis::Client::open(target.url_for(at, password.as_deref()))?;
+    let con = client.get_connection_with_timeout(TIMEOUT)?;
+    con.set_read_timeout(Some(TIMEOUT))?;
+    con.set_write_timeout(Some(TIMEOUT))?;
+    Ok(con)
+}
+
+/// Every key of the run's prefix (a library's own prefix in front too).
+fn scan(con: &mut redis::Connection, keys: &Keys) -> redis::RedisResult<Vec<String>> {
+    let mut cursor = 0u64;
+    let mut found = Vec::new();
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(keys.pattern())
+            .arg("COUNT")
+            .arg(SCAN_COUNT)
+            .query(con)?;
+        found.extend(batch);
+        if next == 0 {
+            return Ok(found);
+        }
+        cursor = next;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_primary_takes_the_runs_writes() {
+        let at = Endpoint {
+            host: "127.0.0.1".into(),
+            port: 7000,
+        };
+        assert_eq!(not_writable("master", "n1", &at), None);
+        let why = not_writable("slave", "n1", &at).unwrap();
+        assert!(
+            why.contains("replica") && why.contains("127.0.0.1:7000"),
+            "{why}"
+        );
+        assert!(not_writable("sentinel", "n2", &at)
+            .unwrap()
+            .contains("sentinel"));
+    }
+}
