@@ -31,5 +31,6 @@ mod runs;
 mod shrink;
 mod stalls;
 mod strikes;
+mod target;
 mod verdicts;
 mod workspace;
