@@ -11,6 +11,27 @@ use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 use workloads::Keys;
 
+/// The environment variable an adapter reads a deployment's ACL user from
+/// (its password is in [`workloads::conn::PASSWORD_ENV`]).
+pub const USER_ENV: &str = "LOCKSTORM_REDIS_USER";
+
+/// What an adapter is told of a deployment: the user and master name for a
+/// target; for lockstorm's own nodes an empty password, so one left in the
+/// user's shell never reaches a node that has none.
+pub fn adapter_login(spec: &mut workloads::adapter::AdapterSpec, plan: &crate::RunPlan) {
+    let Some(target) = &plan.target else {
+        spec.env
+            .insert(workloads::conn::PASSWORD_ENV.into(), String::new());
+        return;
+    };
+    if let Some(user) = &target.user {
+        spec.env.insert(USER_ENV.into(), user.clone());
+    }
+    if spec.master.is_some() {
+        spec.master = Some(plan.master());
+    }
+}
+
 /// How long a preflight or cleanup request may take.
 const TIMEOUT: Duration = Duration::from_secs(5);
 

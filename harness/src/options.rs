@@ -820,6 +820,15 @@ impl RunPlan {
         format!("{}.{client}-{}", self.config, self.aimed())
     }
 
+    /// The name the Sentinels watch the primary under: the target's, or
+    /// the one lockstorm gives its own.
+    pub fn master(&self) -> String {
+        match self.target.as_ref().map(|t| &t.kind) {
+            Some(crate::target::Kind::Sentinel { master }) => master.clone(),
+            _ => workloads::lock::primary_name(),
+        }
+    }
+
     /// `single`, or `single.redis-py` for a client adapter on that topology.
     pub fn setup(&self) -> String {
         crate::clients::setup_name(self.config, self.client.as_ref())

@@ -190,10 +190,12 @@ async fn run_workload(
     let steps = options.schedule();
     let adapter = |name: &str| {
         let client = client.as_ref()?;
-        Some(client.spec(
+        let mut spec = client.spec(
             options.config,
             dir.path.join("clients").join(format!("{name}.stderr")),
-        ))
+        );
+        crate::deployment::adapter_login(&mut spec, options);
+        Some(spec)
     };
     let mut client_record = None;
     if let Some(spec) = adapter("preflight") {
@@ -410,6 +412,8 @@ fn worker_spec(options: &RunPlan, index: u64, topology: &Topology, clock: RunClo
         lock_nodes: topology.lock_addrs(),
         lock_node_names: topology.lock_names(),
         sentinels: topology.sentinel_addrs(),
+        master: options.master(),
+        login: options.target.as_ref().map(|t| t.login()),
         wait_replicas: options.wait_replicas,
         // A deployment lockstorm did not start is reached from the host's
         // own address (protected mode takes 127.0.0.1, not 127.0.x.y).

@@ -9,8 +9,8 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// The environment variable the password is read from.
-pub const PASSWORD_ENV: &str = "LOCKSTORM_REDIS_PASSWORD";
+use workloads::conn::Login;
+pub use workloads::conn::PASSWORD_ENV;
 
 const REDIS_PORT: u16 = 6379;
 const SENTINEL_PORT: u16 = 26379;
@@ -165,19 +165,22 @@ impl Target {
     /// The password from the environment, if set: read at each connection,
     /// never kept in the target.
     pub fn password() -> Option<String> {
-        std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty())
+        Login::password()
+    }
+
+    /// How the workers log in to its nodes (the password stays in the
+    /// environment).
+    pub fn login(&self) -> Login {
+        Login {
+            user: self.user.clone(),
+        }
     }
 
     /// A connection URL for one endpoint of this target, with the password
     /// from the environment: for the redis client only, never to be logged.
     pub fn url_for(&self, at: &Endpoint, password: Option<&str>) -> String {
         let scheme = if self.tls { "rediss" } else { "redis" };
-        let login = match (&self.user, password) {
-            (Some(u), Some(p)) => format!("{}:{}@", encode(u), encode(p)),
-            (None, Some(p)) => format!(":{}@", encode(p)),
-            (Some(u), None) => format!("{}@", encode(u)),
-            (None, None) => String::new(),
-        };
+        let login = Login::userinfo(self.user.as_deref(), password);
         format!("{scheme}://{login}{at}/{}", self.db)
     }
 }
@@ -235,18 +238,6 @@ fn endpoint(raw: &str, default_port: u16) -> Result<Endpoint, String> {
         host: host.to_string(),
         port,
     })
-}
-
-/// Percent-encodes what a URL's login part cannot hold as is.
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 #[cfg(test)]

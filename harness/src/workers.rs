@@ -72,6 +72,11 @@ fn spawn(spec: &WorkerSpec, ctx: &Shared) -> Result<Worker> {
         std::fs::File::create(&log_path).context(|| format!("creating {}", log_path.display()))?;
     let spec_json = serde_json::to_string(spec).expect("specs always serialise");
     let mut cmd = std::process::Command::new(&ctx.exe);
+    // A deployment's password reaches a worker (and its adapter) only when
+    // the worker logs in to a deployment; lockstorm's own nodes have none.
+    if spec.login.is_none() {
+        cmd.env_remove(workloads::conn::PASSWORD_ENV);
+    }
     cmd.args(["worker", "--spec", &spec_json])
         .current_dir(&ctx.run_dir)
         .stdin(Stdio::piped())

@@ -10,10 +10,53 @@ use std::io::{BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::Duration;
 
+/// The environment variable a deployment's password comes from. It is
+/// read when a connection opens and never written anywhere: not in a spec,
+/// not in `run.json`, not in a log.
+pub const PASSWORD_ENV: &str = "LOCKSTORM_REDIS_PASSWORD";
+
+/// How to log in to a deployment's nodes: its ACL user, if any, and the
+/// password from [`PASSWORD_ENV`], if set.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Login {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
+impl Login {
+    pub fn password() -> Option<String> {
+        std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty())
+    }
+
+    /// The `user:password@` part of a URL for a client library that takes
+    /// only URLs, percent-encoded; empty with neither. Never to be logged.
+    pub fn userinfo(user: Option<&str>, password: Option<&str>) -> String {
+        match (user, password) {
+            (Some(u), Some(p)) => format!("{}:{}@", encode(u), encode(p)),
+            (None, Some(p)) => format!(":{}@", encode(p)),
+            (Some(u), None) => format!("{}@", encode(u)),
+            (None, None) => String::new(),
+        }
+    }
+}
+
+/// Percent-encodes what a URL's login part cannot hold as is.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 pub struct Conn {
     addr: String,
     source: Option<Ipv4Addr>,
     timeout: Duration,
+    login: Option<Login>,
     link: Option<Link>,
 }
 
@@ -28,13 +71,24 @@ impl Conn {
             addr: addr.to_string(),
             source,
             timeout,
+            login: None,
             link: None,
         }
     }
 
+    /// Logs in on every connection it opens (a deployment's nodes).
+    pub fn with_login(mut self, login: Option<Login>) -> Self {
+        self.login = login;
+        self
+    }
+
     fn connect(&mut self) -> std::io::Result<&mut Link> {
         if self.link.is_none() {
-            self.link = Some(Link::open(&self.addr, self.source, self.timeout)?);
+            let mut link = Link::open(&self.addr, self.source, self.timeout)?;
+            if let Some(login) = &self.login {
+                link.log_in(login)?;
+            }
+            self.link = Some(link);
         }
         Ok(self.link.as_mut().expect("just connected"))
     }
@@ -104,6 +158,20 @@ impl Link {
             parser: Parser::new(),
             open: true,
         })
+    }
+
+    /// `AUTH [user] password`, when there is a password to give.
+    fn log_in(&mut self, login: &Login) -> std::io::Result<()> {
+        let Some(password) = Login::password() else {
+            return Ok(());
+        };
+        let mut auth = redis::cmd("AUTH");
+        if let Some(user) = &login.user {
+            auth.arg(user);
+        }
+        auth.arg(password)
+            .query::<()>(self)
+            .map_err(|e| std::io::Error::other(format!("AUTH refused: {}", short(&e))))
     }
 
     fn read(&mut self) -> RedisResult<Value> {

@@ -38,6 +38,10 @@ pub struct WorkerSpec {
     pub lock_node_names: Vec<String>,
     #[serde(default)]
     pub sentinels: Vec<String>,
+    /// The name the Sentinels watch the primary under (`lockstorm` on
+    /// nodes lockstorm started).
+    #[serde(default = "crate::lock::primary_name")]
+    pub master: String,
     /// `WAIT` for this many replicas after acquiring (0: don't).
     #[serde(default)]
     pub wait_replicas: u32,
@@ -48,6 +52,10 @@ pub struct WorkerSpec {
     /// The run's keys (`lockstorm:` on nodes lockstorm started).
     #[serde(default)]
     pub keys: crate::Keys,
+    /// How to log in to the lock's nodes: set for a deployment lockstorm
+    /// did not start (the password stays in the environment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub login: Option<crate::conn::Login>,
     pub ttl_ms: u64,
     pub work_ms: u64,
     pub acquire_timeout_ms: u64,
@@ -326,7 +334,9 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
     let params = LockParams {
         nodes: spec.lock_nodes.clone(),
         keys: spec.keys.clone(),
+        login: spec.login.clone(),
         sentinels: spec.sentinels.clone(),
+        master: spec.master.clone(),
         ttl: Duration::from_millis(spec.ttl_ms),
         op_timeout,
         acquire_timeout: Duration::from_millis(spec.acquire_timeout_ms),

@@ -18,7 +18,7 @@ import uuid
 
 from aioredlock import Aioredlock, LockAcquiringError
 
-from protocol import SOCKET_TIMEOUT_S, Adapter, host_port, lock_nodes, log, serve, version
+from protocol import login, SOCKET_TIMEOUT_S, Adapter, host_port, lock_nodes, log, serve, version
 
 # aioredlock's default pause between attempts is uniform(0.1, 0.3) s.
 RETRY_DELAY_S = 0.2
@@ -38,7 +38,9 @@ class AioredlockAdapter(Adapter):
         self.key = req["key"]
         # aioredis 1.x has a connect timeout but no read timeout and never
         # retries a command; each op is bounded below instead.
-        connections = [{"host": h, "port": p, "timeout": SOCKET_TIMEOUT_S}
+        # aioredis 1.x takes a password, not an ACL user.
+        password = login()["password"]
+        connections = [{"host": h, "port": p, "timeout": SOCKET_TIMEOUT_S, "password": password}
                        for h, p in map(host_port, nodes)]
         self.manager = Aioredlock(connections, internal_lock_timeout=req["ttl_ms"] / 1000)
         self.pending = None  # the UUID of an acquire answered lock-busy while it ran

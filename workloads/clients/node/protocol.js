@@ -66,6 +66,10 @@ function redisClient(node) {
   const { host, port } = parseHostPort(node);
   const client = new Redis({
     host, port,
+    // A deployment's login, which lockstorm sets for a --target run (empty
+    // on its own nodes, which have none).
+    username: process.env.LOCKSTORM_REDIS_USER || undefined,
+    password: process.env.LOCKSTORM_REDIS_PASSWORD || undefined,
     lazyConnect: false,
     enableOfflineQueue: false,
     maxRetriesPerRequest: 1,

@@ -34,9 +34,21 @@ _encode = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
 SOCKET_TIMEOUT_S = 1.0
 
 
-def redis_opts(socket_timeout=SOCKET_TIMEOUT_S):
-    return dict(socket_timeout=socket_timeout, socket_connect_timeout=SOCKET_TIMEOUT_S,
+def login():
+    """A deployment's user and password, from the environment lockstorm sets
+    for a --target run (empty on its own nodes, which have none)."""
+    return dict(username=os.environ.get("LOCKSTORM_REDIS_USER") or None,
+                password=os.environ.get("LOCKSTORM_REDIS_PASSWORD") or None)
+
+
+def redis_opts(socket_timeout=SOCKET_TIMEOUT_S, data_node=True):
+    """Options for a connection to a data node (with the deployment's login)
+    or, with data_node=False, to a Sentinel (asked without it)."""
+    opts = dict(socket_timeout=socket_timeout, socket_connect_timeout=SOCKET_TIMEOUT_S,
                 retry=Retry(NoBackoff(), 0))
+    if data_node:
+        opts.update(login())
+    return opts
 
 
 def host_port(addr):

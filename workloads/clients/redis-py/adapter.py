@@ -21,7 +21,7 @@ class RedisPyLock(Adapter):
         topology = req["topology"]
         if topology == "replicated" and req.get("sentinels"):
             sentinel = Sentinel([host_port(s) for s in req["sentinels"]],
-                                sentinel_kwargs=redis_opts(), **redis_opts())
+                                sentinel_kwargs=redis_opts(data_node=False), **redis_opts())
             self.redis = sentinel.master_for(req["master"])
         elif topology in ("single", "replicated"):
             self.redis = redis.Redis(*host_port(req["nodes"][0]), **redis_opts())

@@ -96,8 +96,13 @@ pub struct LockParams {
     pub nodes: Vec<String>,
     /// The run's keys: the lock's, and `fenced`'s token counter.
     pub keys: crate::Keys,
+    /// How to log in to the lock's nodes (a deployment's; `None` for
+    /// nodes lockstorm started).
+    pub login: Option<crate::conn::Login>,
     /// Sentinels that name the current primary (`replicated`).
     pub sentinels: Vec<String>,
+    /// The name they watch it under.
+    pub master: String,
     pub ttl: Duration,
     pub op_timeout: Duration,
     /// How long one acquire op may take (a client adapter's library waits
@@ -129,12 +134,17 @@ pub struct LockParams {
 impl LockParams {
     /// A connection to one of the lock's nodes, from the worker's address.
     pub fn connect(&self, addr: &str, timeout: Duration) -> Conn {
-        Conn::from(addr, self.source, timeout)
+        Conn::from(addr, self.source, timeout).with_login(self.login.clone())
     }
 }
 
 /// The name Sentinel monitors the primary under.
 pub const PRIMARY_NAME: &str = "lockstorm";
+
+/// [`PRIMARY_NAME`], owned: a spec's default.
+pub fn primary_name() -> String {
+    PRIMARY_NAME.into()
+}
 
 pub fn client(config: Config, params: &LockParams) -> Box<dyn LockClient> {
     if let Some(spec) = &params.adapter {

@@ -78,7 +78,13 @@ impl RedlockRslock {
         let uris: Vec<String> = params
             .nodes
             .iter()
-            .map(|addr| format!("redis://{addr}/"))
+            .map(|addr| {
+                let login = params.login.as_ref().map(|l| {
+                    let password = crate::conn::Login::password();
+                    crate::conn::Login::userinfo(l.user.as_deref(), password.as_deref())
+                });
+                format!("redis://{}{addr}/", login.unwrap_or_default())
+            })
             .collect();
         let mut manager = LockManager::new(uris);
         // One round per attempt; the delay is never slept with count 1, but

@@ -3,7 +3,7 @@
 //! that dies before the key reaches a replica takes the lock with it.
 
 use super::single::Single;
-use super::{released, Grant, LockClient, LockParams, COMPARE_AND_DELETE, PRIMARY_NAME};
+use super::{released, Grant, LockClient, LockParams, COMPARE_AND_DELETE};
 use crate::conn::Conn;
 use crate::Outcome;
 use redis::Script;
@@ -13,7 +13,11 @@ pub struct Replicated {
     /// The lock's key, the run's.
     key: String,
     sentinels: Vec<Conn>,
+    /// The name the Sentinels watch the primary under.
+    master: String,
     primary: Option<Conn>,
+    /// How to log in to the primary (a deployment's).
+    login: Option<crate::conn::Login>,
     source: Option<std::net::Ipv4Addr>,
     op_timeout: Duration,
     ttl_ms: u64,
@@ -25,11 +29,15 @@ impl Replicated {
     pub fn new(params: &LockParams) -> Self {
         Replicated {
             key: params.keys.lock(),
+            // Sentinels are asked without the data nodes' password: a
+            // Sentinel's own (sentinel-pass) is another setting.
             sentinels: params
                 .sentinels
                 .iter()
-                .map(|s| params.connect(s, params.op_timeout))
+                .map(|s| Conn::from(s, params.source, params.op_timeout))
                 .collect(),
+            master: params.master.clone(),
+            login: params.login.clone(),
             primary: None,
             source: params.source,
             op_timeout: params.op_timeout,
@@ -47,16 +55,15 @@ impl Replicated {
                 let asked = sentinel.run(|c| {
                     redis::cmd("SENTINEL")
                         .arg("get-master-addr-by-name")
-                        .arg(PRIMARY_NAME)
+                        .arg(&self.master)
                         .query::<Option<(String, u16)>>(c)
                 });
                 match asked {
                     Outcome::Ok(Some((ip, port))) => {
-                        self.primary = Some(Conn::from(
-                            &format!("{ip}:{port}"),
-                            self.source,
-                            self.op_timeout,
-                        ));
+                        self.primary = Some(
+                            Conn::from(&format!("{ip}:{port}"), self.source, self.op_timeout)
+                                .with_login(self.login.clone()),
+                        );
                         break;
                     }
                     Outcome::Ok(None) => last = "sentinel knows no primary".into(),

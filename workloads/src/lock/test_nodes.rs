@@ -31,7 +31,9 @@ impl Nodes {
         LockParams {
             nodes: self.addrs.clone(),
             keys: Default::default(),
+            login: None,
             sentinels: Vec::new(),
+            master: super::PRIMARY_NAME.into(),
             ttl,
             op_timeout: Duration::from_millis(500),
             wait_replicas: 0,
