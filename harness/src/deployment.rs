@@ -71,27 +71,96 @@ pub fn not_writable(role: &str, node: &str, at: &Endpoint) -> Option<String> {
     }
 }
 
-/// Before the first write: every lock node answers, is a primary, and holds
-/// no key of the run's prefix (a run of the same seed is there, or was
-/// killed and its keys have not expired yet).
-pub async fn preflight(target: &Target, keys: &Keys) -> Result<()> {
+/// The deployment's data nodes, named as the run names them.
+pub type DataNodes = Vec<(String, Endpoint)>;
+
+/// The data nodes of a topology's deployment, by address.
+pub fn data_nodes(observed: &[crate::observer::Node]) -> DataNodes {
+    observed
+        .iter()
+        .map(|n| {
+            let at = Endpoint {
+                host: n.addr.ip().to_string(),
+                port: n.addr.port(),
+            };
+            (n.name.clone(), at)
+        })
+        .collect()
+}
+
+/// The primary and the replicas the Sentinels name for `master`, primary
+/// first, from the first Sentinel that answers.
+pub async fn discover(sentinels: &[String], master: &str) -> Result<Vec<Endpoint>> {
+    let (sentinels, master) = (sentinels.to_vec(), master.to_string());
+    let found = tokio::task::spawn_blocking(move || {
+        let mut last = String::from("no Sentinel given");
+        for s in &sentinels {
+            match ask_sentinel(s, &master) {
+                Ok(found) => return Ok(found),
+                Err(e) => last = format!("{s}: {e}"),
+            }
+        }
+        Err(Error::Usage(format!(
+            "--target: no Sentinel named the primary {master:?} ({last}); check the master name and the Sentinels' addresses"
+        )))
+    });
+    found.await.map_err(|e| Error::Io {
+        context: "asking the Sentinels".into(),
+        source: std::io::Error::other(e),
+    })?
+}
+
+fn ask_sentinel(addr: &str, master: &str) -> redis::RedisResult<Vec<Endpoint>> {
+    let client = redis::Client::open(format!("redis://{addr}/"))?;
+    let mut con = client.get_connection_with_timeout(TIMEOUT)?;
+    con.set_read_timeout(Some(TIMEOUT))?;
+    let primary: Option<(String, u16)> = redis::cmd("SENTINEL")
+        .arg("get-master-addr-by-name")
+        .arg(master)
+        .query(&mut con)?;
+    let Some((host, port)) = primary else {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::MasterNameNotFoundBySentinel,
+            "it watches no such primary",
+        )));
+    };
+    let replicas: Vec<std::collections::HashMap<String, String>> = redis::cmd("SENTINEL")
+        .arg("replicas")
+        .arg(master)
+        .query(&mut con)?;
+    let mut found = vec![Endpoint { host, port }];
+    for r in replicas {
+        let (Some(host), Some(port)) = (r.get("ip"), r.get("port").and_then(|p| p.parse().ok()))
+        else {
+            continue;
+        };
+        found.push(Endpoint {
+            host: host.clone(),
+            port,
+        });
+    }
+    Ok(found)
+}
+
+/// Before the first write: the lock's nodes answer, hold no key of the
+/// run's prefix (a run of the same seed is there, or was killed and its
+/// keys have not expired yet), and are primaries: every node of a single
+/// or Redlock target; the first (the primary the Sentinels named) of a
+/// Sentinel one, whose replicas are read but never written.
+pub async fn preflight(target: &Target, nodes: DataNodes, keys: &Keys) -> Result<()> {
     let (target, keys) = (target.clone(), keys.clone());
+    let replicated = matches!(target.kind, crate::target::Kind::Sentinel { .. });
     tokio::task::spawn_blocking(move || {
-        for (i, at) in target.endpoints.iter().enumerate() {
-            let node = format!("n{}", i + 1);
+        for (i, (node, at)) in nodes.iter().enumerate() {
             let mut con = connect(&target, at).map_err(|e| {
                 Error::Usage(format!("--target: {node} ({at}) does not answer: {e}"))
             })?;
-            let role: Vec<redis::Value> = redis::cmd("ROLE")
-                .query(&mut con)
+            let role = role(&mut con)
                 .map_err(|e| Error::Usage(format!("--target: ROLE on {node} ({at}): {e}")))?;
-            let role = match role.first() {
-                Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-                Some(redis::Value::SimpleString(s)) => s.clone(),
-                _ => String::new(),
-            };
-            if let Some(why) = not_writable(&role, &node, at) {
-                return Err(Error::Usage(why));
+            if i == 0 || !replicated {
+                if let Some(why) = not_writable(&role, node, at) {
+                    return Err(Error::Usage(why));
+                }
             }
             let found = scan(&mut con, &keys)
                 .map_err(|e| Error::Usage(format!("--target: SCAN on {node} ({at}): {e}")))?;
@@ -111,14 +180,18 @@ pub async fn preflight(target: &Target, keys: &Keys) -> Result<()> {
     })?
 }
 
-/// Removes every key of the run's prefix from every lock node; returns how
-/// many went. A node that cannot be reached keeps its keys until their TTL.
-pub async fn clean(target: &Target, keys: &Keys) -> usize {
+/// Removes every key of the run's prefix from every primary among the
+/// nodes (a replica follows its primary); returns how many went. A node
+/// that cannot be reached keeps its keys until their TTL.
+pub async fn clean(target: &Target, nodes: DataNodes, keys: &Keys) -> usize {
     let (target, keys) = (target.clone(), keys.clone());
     let removed = tokio::task::spawn_blocking(move || {
         let mut removed = 0;
-        for at in &target.endpoints {
+        for (node, at) in &nodes {
             let gone = connect(&target, at).and_then(|mut con| {
+                if role(&mut con)? != "master" {
+                    return Ok(0);
+                }
                 let found = scan(&mut con, &keys)?;
                 if found.is_empty() {
                     return Ok(0);
@@ -128,7 +201,7 @@ pub async fn clean(target: &Target, keys: &Keys) -> usize {
             match gone {
                 Ok(n) => removed += n,
                 Err(e) => tracing::warn!(
-                    "could not remove the run's keys ({}*) from {at}: {e}; they expire by their TTL",
+                    "could not remove the run's keys ({}*) from {node} ({at}): {e}; they expire by their TTL",
                     keys.prefix
                 ),
             }
@@ -136,6 +209,16 @@ pub async fn clean(target: &Target, keys: &Keys) -> usize {
         removed
     });
     removed.await.unwrap_or(0)
+}
+
+/// The first word of `ROLE`: `master`, `slave` or `sentinel`.
+fn role(con: &mut redis::Connection) -> redis::RedisResult<String> {
+    let role: Vec<redis::Value> = redis::cmd("ROLE").query(con)?;
+    Ok(match role.first() {
+        Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+        Some(redis::Value::SimpleString(s)) => s.clone(),
+        _ => String::new(),
+    })
 }
 
 fn connect(target: &Target, at: &Endpoint) -> redis::RedisResult<redis::Connection> {

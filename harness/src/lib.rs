@@ -12,6 +12,7 @@ mod deployment;
 pub mod error;
 pub mod exit;
 pub mod explain;
+mod fault_command;
 mod help;
 mod interrupt;
 mod journal;

@@ -38,6 +38,17 @@ pub struct Nodes {
     /// the run writes is under lockstorm:<seed>: and is removed at the end.
     #[arg(long, value_name = "URL")]
     pub target: Option<String>,
+    /// With --target, the command that stands in for a node fault lockstorm
+    /// cannot do on a deployment it did not start: kill=CMD (the node must
+    /// come back with a new run_id) or failover=CMD (the Sentinels must name
+    /// another primary). Run with `sh -c`, with LOCKSTORM_NODE and
+    /// LOCKSTORM_NODE_ADDR set; repeatable.
+    #[arg(long = "fault-cmd", value_name = "FAULT=CMD")]
+    pub fault_cmd: Vec<String>,
+    /// How long a --fault-cmd kill's node may take to answer again with a
+    /// new run_id before the fault counts as unverified (the run unknown).
+    #[arg(long, default_value_t = 30_000, value_name = "MS")]
+    pub fault_cmd_wait_ms: u64,
 }
 
 impl Default for Nodes {
@@ -47,6 +58,8 @@ impl Default for Nodes {
             image: None,
             address_block: None,
             target: None,
+            fault_cmd: Vec::new(),
+            fault_cmd_wait_ms: 30_000,
         }
     }
 }
@@ -330,6 +343,11 @@ pub struct RunPlan {
     /// The deployment under test, when lockstorm did not start it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<crate::target::Target>,
+    /// Fault name → the user's command for it (`--fault-cmd`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub fault_commands: std::collections::BTreeMap<String, String>,
+    #[serde(default, rename = "fault_cmd_wait_ms", with = "millis")]
+    pub fault_cmd_wait: Duration,
 }
 
 /// Why options cannot become a plan.
@@ -479,6 +497,7 @@ impl RunOptions {
             Some(raw) => Some(self.check_target(raw)?),
             None => None,
         };
+        let fault_commands = self.fault_commands()?;
         let interval = self
             .nemesis_interval_ms
             .unwrap_or(ttl.clamp(MIN_DEFAULT_INTERVAL_MS, MAX_DEFAULT_INTERVAL_MS));
@@ -516,7 +535,10 @@ impl RunOptions {
             steps: None,
             keys: workloads::Keys::default(),
             target: None,
+            fault_commands: Default::default(),
+            fault_cmd_wait: ms(self.nodes.fault_cmd_wait_ms),
         };
+        plan.fault_commands = fault_commands;
         if target.is_some() {
             // The seed names the run's keys: a rerun of a killed run's seed
             // finds its leftovers (until they expire) and is refused.
@@ -536,6 +558,19 @@ impl RunOptions {
         Ok(plan)
     }
 
+    /// `--fault-cmd`, read; only with a `--target`.
+    fn fault_commands(&self) -> Result<std::collections::BTreeMap<String, String>, Refusal> {
+        if self.nodes.fault_cmd.is_empty() {
+            return Ok(Default::default());
+        }
+        if self.nodes.target.is_none() {
+            return Err(Refusal::Invalid(
+                "--fault-cmd stands in for a fault on a deployment lockstorm did not start: give --target, or drop --fault-cmd (lockstorm kills and fails over its own nodes itself)".into(),
+            ));
+        }
+        crate::fault_command::parse(&self.nodes.fault_cmd).map_err(Refusal::Invalid)
+    }
+
     /// A `--target` that parses and fits the config (or the client's
     /// topology), and that this version can test.
     fn check_target(&self, raw: &str) -> Result<crate::target::Target, Refusal> {
@@ -544,11 +579,6 @@ impl RunOptions {
         if target.tls {
             return Err(Refusal::Invalid(format!(
                 "--target {target}: TLS (rediss://) is not supported yet; test a plain redis:// endpoint of the same deployment"
-            )));
-        }
-        if let Kind::Sentinel { .. } = target.kind {
-            return Err(Refusal::Invalid(format!(
-                "--target {target}: sentinel:// targets are not supported yet; give the primary as redis://host:port to test its lock without failover"
             )));
         }
         // What a config's lock needs of the nodes, against what the target has.
@@ -604,7 +634,8 @@ impl RunOptions {
         if self.nemesis.all {
             return Ok(());
         }
-        let shape = shape(self.config, self.nodes.target.is_none());
+        let commands: Vec<String> = self.fault_commands()?.into_keys().collect();
+        let shape = shape(self.config, self.nodes.target.is_none(), &commands);
         // Single faults first, so the reason names the fault that cannot act.
         let singles = self.nemesis.faults.iter().map(|f| f.package());
         let actions = self.nemesis.actions().into_iter().map(|a| a.package());
@@ -622,7 +653,7 @@ impl RunOptions {
     /// built on it nor makes the run test nothing.
     fn check_ranges(&self) -> Result<(), Refusal> {
         let given = |v: Option<u64>| v.unwrap_or(1);
-        let unsigned: [(&str, u64, u64, u64, &str); 14] = [
+        let unsigned: [(&str, u64, u64, u64, &str); 15] = [
             (
                 "--time-limit",
                 self.timing.time_limit,
@@ -666,6 +697,13 @@ impl RunOptions {
                 "ms",
             ),
             ("--op-timeout-ms", self.op_timeout_ms, 1, MAX_MS, "ms"),
+            (
+                "--fault-cmd-wait-ms",
+                self.nodes.fault_cmd_wait_ms,
+                1,
+                MAX_MS,
+                "ms",
+            ),
             ("--seed", self.seed.unwrap_or(0), 0, u64::MAX / 2, "seed"),
         ];
         for (name, value, lo, hi, unit) in unsigned {
@@ -738,7 +776,8 @@ impl RunPlan {
     /// Each action the run asked for that applies to its config (`all`
     /// offers every one), with how long its package says it lasts.
     pub fn schedule_spec(&self) -> ScheduleSpec {
-        let shape = shape(self.config, self.target.is_none());
+        let commands: Vec<String> = self.fault_commands.keys().cloned().collect();
+        let shape = shape(self.config, self.target.is_none(), &commands);
         let params = self.fault_params();
         let actions = self
             .nemesis
@@ -837,12 +876,13 @@ impl RunPlan {
 
 /// What a config offers a fault, on nodes lockstorm started (`owned`) or
 /// on a user's deployment.
-fn shape(config: Config, owned: bool) -> Shape<'static> {
+fn shape(config: Config, owned: bool, commands: &[String]) -> Shape<'_> {
     Shape {
         config: config.name(),
         lock_nodes: config.lock_nodes(),
         replicated: config == Config::Replicated,
         owned,
+        commands,
     }
 }
 

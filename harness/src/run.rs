@@ -162,14 +162,16 @@ async fn run_in(
     // the first write and removed after the last, whatever ended the run;
     // keys it found there are not its own, and stay.
     if let Some(target) = &options.target {
-        if let Err(e) = crate::deployment::preflight(target, &options.keys).await {
+        let nodes = crate::deployment::data_nodes(&topology.observed());
+        if let Err(e) = crate::deployment::preflight(target, nodes, &options.keys).await {
             topology.shutdown().await;
             return Err(e);
         }
     }
     let outcome = run_workload(options, client, &*backend, dir, &topology, interrupt).await;
     if let Some(target) = &options.target {
-        let removed = crate::deployment::clean(target, &options.keys).await;
+        let nodes = crate::deployment::data_nodes(&topology.observed());
+        let removed = crate::deployment::clean(target, nodes, &options.keys).await;
         tracing::info!(
             "removed {removed} key(s) of {}* from {target}",
             options.keys.prefix

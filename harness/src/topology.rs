@@ -38,6 +38,8 @@ pub struct Topology {
     /// Name → address, fixed for the run (a restart keeps both).
     addrs: Vec<(String, Ipv4Addr, u16)>,
     sentinels: Vec<String>,
+    /// The name the Sentinels watch the primary under.
+    master: String,
     storage: Mutex<RedisNode>,
     /// The storage node's address (it never moves: no fault touches it).
     pub storage_addr: String,
@@ -45,6 +47,8 @@ pub struct Topology {
     /// Node name → its time shim's control file (clock nemesis only).
     clocks: Vec<(String, TimeControl)>,
     pub addresses: Addresses,
+    /// The user's fault commands, on a deployment lockstorm did not start.
+    commands: Option<Arc<crate::fault_command::Commands>>,
 }
 
 /// Where one run's nodes listen and its workers connect from: every
@@ -85,7 +89,8 @@ impl Addresses {
 /// Whether the run cuts links; if so, iptables must be there and usable.
 /// Checked before the run's folder is made, and again when the run starts.
 pub fn needs_firewall(options: &RunPlan) -> Result<bool> {
-    if !options.needs(|p| p.needs_firewall()) {
+    // A deployment's failover is the user's command: lockstorm cuts nothing.
+    if options.target.is_some() || !options.needs(|p| p.needs_firewall()) {
         return Ok(false);
     }
     let faults = options.nemesis.to_string();
@@ -193,11 +198,13 @@ impl Topology {
                 .collect(),
             nodes: Mutex::new(nodes),
             sentinels,
+            master: options.master(),
             storage_addr: storage.addr(),
             storage: Mutex::new(storage),
             firewall,
             clocks,
             addresses,
+            commands: None,
         })
     }
 
@@ -215,12 +222,28 @@ impl Topology {
             block: options.address_block,
         };
         let mut addrs = Vec::new();
-        for (i, at) in target.endpoints.iter().enumerate() {
-            addrs.push((
-                format!("n{}", i + 1),
+        let mut sentinels = Vec::new();
+        let named = |prefix: &str, i: usize, at: &crate::target::Endpoint| -> Result<_> {
+            Ok((
+                format!("{prefix}{}", i + 1),
                 crate::deployment::resolve(at)?,
                 at.port,
-            ));
+            ))
+        };
+        let data = match &target.kind {
+            // The Sentinels name the primary and its replicas.
+            crate::target::Kind::Sentinel { master } => {
+                for (i, at) in target.endpoints.iter().enumerate() {
+                    let sentinel = named("s", i, at)?;
+                    sentinels.push(format!("{}:{}", sentinel.1, sentinel.2));
+                    addrs.push(sentinel);
+                }
+                crate::deployment::discover(&sentinels, master).await?
+            }
+            _ => target.endpoints.clone(),
+        };
+        for (i, at) in data.iter().enumerate() {
+            addrs.push(named("n", i, at)?);
         }
         let spec = NodeSpec {
             name: STORAGE.into(),
@@ -233,12 +256,19 @@ impl Topology {
         Ok(Topology {
             addrs,
             nodes: Mutex::new(Vec::new()),
-            sentinels: Vec::new(),
+            sentinels,
+            master: options.master(),
             storage_addr: storage.addr(),
             storage: Mutex::new(storage),
             firewall: None,
             clocks: Vec::new(),
             addresses,
+            commands: Some(Arc::new(crate::fault_command::Commands::new(
+                options.fault_commands.clone(),
+                target.clone(),
+                nodes_dir.to_path_buf(),
+                options.fault_cmd_wait,
+            ))),
         })
     }
 
@@ -370,13 +400,13 @@ impl Topology {
 
     /// The current primary as Sentinel names it.
     async fn sentinel_primary(&self) -> Option<String> {
-        let sentinels = self.sentinels.clone();
+        let (sentinels, master) = (self.sentinels.clone(), self.master.clone());
         let addr = tokio::task::spawn_blocking(move || {
             sentinels.iter().find_map(|s| {
                 let mut con = connect(s).ok()?;
                 redis::cmd("SENTINEL")
                     .arg("get-master-addr-by-name")
-                    .arg(PRIMARY_NAME)
+                    .arg(&master)
                     .query::<Option<(String, u16)>>(&mut con)
                     .ok()
                     .flatten()
@@ -477,6 +507,23 @@ impl Topology {
     }
 }
 
+impl Topology {
+    /// A deployment's node as a fault sees it (not our process).
+    async fn external_ref(&self, name: &str) -> Option<NodeRef> {
+        let commands = self.commands.clone()?;
+        let addr = self.addr_of(name)?;
+        let name = name.to_string();
+        tokio::task::spawn_blocking(move || commands.node_ref(&name, &addr).ok())
+            .await
+            .ok()?
+    }
+
+    fn addr_of(&self, name: &str) -> Option<String> {
+        let (ip, port) = self.socket_of(name).ok()?;
+        Some(format!("{ip}:{port}"))
+    }
+}
+
 impl Cluster for Topology {
     fn primary(&self) -> BoxFuture<'_, Option<NodeRef>> {
         Box::pin(async move {
@@ -485,6 +532,9 @@ impl Cluster for Topology {
             } else {
                 self.sentinel_primary().await?
             };
+            if self.commands.is_some() {
+                return self.external_ref(&name).await;
+            }
             let nodes = self.nodes.lock().await;
             let node = nodes.iter().find(|n| n.name() == name)?;
             (node.pid() != 0).then(|| node.node_ref())
@@ -501,6 +551,12 @@ impl Cluster for Topology {
     fn kill(&self, name: &str) -> BoxFuture<'_, std::io::Result<NodeRef>> {
         let name = name.to_string();
         Box::pin(async move {
+            if let Some(commands) = self.commands.clone() {
+                let addr = self.addr_of(&name).unwrap_or_default();
+                return tokio::task::spawn_blocking(move || commands.kill(&name, &addr))
+                    .await
+                    .map_err(std::io::Error::other)?;
+            }
             let mut nodes = self.nodes.lock().await;
             let not_running = || std::io::Error::other(format!("node {name} is not running"));
             let node = nodes
@@ -516,6 +572,12 @@ impl Cluster for Topology {
     fn restart(&self, name: &str) -> BoxFuture<'_, Result<NodeRef, String>> {
         let name = name.to_string();
         Box::pin(async move {
+            if let Some(commands) = self.commands.clone() {
+                let addr = self.addr_of(&name).unwrap_or_default();
+                return tokio::task::spawn_blocking(move || commands.back(&name, &addr))
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
             let mut nodes = self.nodes.lock().await;
             let node = nodes
                 .iter_mut()
@@ -567,6 +629,13 @@ impl Cluster for Topology {
                 return self.primary().await.into_iter().collect();
             }
             let names = targets.pick(&self.lock_nodes());
+            if self.commands.is_some() {
+                let mut found = Vec::new();
+                for name in names {
+                    found.extend(self.external_ref(&name).await);
+                }
+                return found;
+            }
             let nodes = self.nodes.lock().await;
             names
                 .into_iter()
@@ -621,6 +690,21 @@ impl Cluster for Topology {
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("TIME from {name}: {e}"))
+        })
+    }
+
+    fn run_command(
+        &self,
+        fault: &str,
+        node: &str,
+    ) -> BoxFuture<'_, Option<Result<String, String>>> {
+        let (fault, node) = (fault.to_string(), node.to_string());
+        Box::pin(async move {
+            let commands = self.commands.clone()?;
+            let addr = self.addr_of(&node).unwrap_or_default();
+            tokio::task::spawn_blocking(move || commands.run(&fault, &node, &addr))
+                .await
+                .unwrap_or_else(|e| Some(Err(e.to_string())))
         })
     }
 

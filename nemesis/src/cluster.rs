@@ -68,6 +68,16 @@ pub trait Cluster: Send + Sync {
     ) -> BoxFuture<'_, Result<bool, String>>;
     /// `node`'s wall clock as Redis `TIME` reports it, in ns since the epoch.
     fn wall_clock_ns(&self, node: &str) -> BoxFuture<'_, Result<i64, String>>;
+    /// Runs the user's command for `fault` on `node` (a deployment lockstorm
+    /// did not start): `None` when there is none, else what it printed, or
+    /// why it failed (a non-zero exit, a timeout).
+    fn run_command(
+        &self,
+        _fault: &str,
+        _node: &str,
+    ) -> BoxFuture<'_, Option<Result<String, String>>> {
+        Box::pin(async { None })
+    }
 }
 
 /// Which lock nodes a node fault hits, on configs with several (Redlock);

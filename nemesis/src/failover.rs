@@ -67,6 +67,9 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
         return;
     };
     let name = primary.name.clone();
+    if commanded(env, &name).await {
+        return;
+    }
     let replicas = env.cluster.replicas_of(&name);
     let began = env.journal.now_ns();
     if let Err(e) = env.cluster.partition(&name, &replicas) {
@@ -149,4 +152,48 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
         &Fault::Failover.stop_event(),
     )
     .await;
+}
+
+/// A deployment lockstorm did not start fails over by the user's command
+/// (a cloud's test failover, `SENTINEL FAILOVER`, …), once a worker holds
+/// the lock; the Sentinels naming another primary in time is the evidence.
+/// False when there is no command: lockstorm's own failover goes ahead.
+async fn commanded(env: &mut Env, name: &str) -> bool {
+    let began = env.journal.now_ns();
+    let holder = env.await_holder(Failover.name()).await;
+    let Some(ran) = env.cluster.run_command(Failover.name(), name).await else {
+        return false;
+    };
+    let value = json!({"target": name, "by": "fault command", "holder": holder.map(|h| h.process)});
+    let ran_ok = ran
+        .clone()
+        .map(|out| json!({"command": "exited 0", "output": out}));
+    env.journal.record_at(
+        began,
+        &Fault::Failover.start_event(),
+        verify::attach(value, ran_ok),
+        Some(name),
+    );
+    let promoted = match ran {
+        Ok(_) => tokio::select! {
+            p = env.cluster.await_promotion(name, PROMOTION_TIMEOUT) => p,
+            _ = env.stop.wait_for(|s| *s) => None,
+        },
+        Err(_) => None,
+    };
+    let value = match &promoted {
+        Some(new) => verify::attach(
+            json!({"target": name, "promoted": new}),
+            Ok(json!({"sentinel": "named a new primary", "primary": new})),
+        ),
+        None => verify::attach(
+            json!({"target": name, "promoted": null}),
+            Err(format!(
+                "the Sentinels named no primary other than {name} within {PROMOTION_TIMEOUT:?} of the fault command"
+            )),
+        ),
+    };
+    env.journal
+        .record(&Fault::Failover.stop_event(), value, promoted.as_deref());
+    true
 }

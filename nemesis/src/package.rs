@@ -26,6 +26,9 @@ pub struct Shape<'a> {
     /// lockstorm started the nodes, so a fault may act on them (kill, pause,
     /// skew, cut them from each other); false for a user's deployment.
     pub owned: bool,
+    /// The faults a user gave a command for (`--fault-cmd kill=…`): on a
+    /// deployment lockstorm did not start, the only node faults it may run.
+    pub commands: &'a [String],
 }
 
 pub trait Package: Sync {
@@ -96,8 +99,9 @@ pub(crate) const RESTART_MARGIN: Duration = Duration::from_millis(500);
 /// sentence after `--nemesis <name>`. A fault that acts on the nodes needs
 /// nodes lockstorm started; the package decides the rest.
 pub fn applies(package: &dyn Package, shape: &Shape) -> Result<(), String> {
-    if package.acts_on_nodes() && !shape.owned {
-        return Err("acts on the lock's nodes, and lockstorm did not start this deployment (--target): choose pause, crash, delay, lose-reply or partition, which act on the clients and the network between them and it".into());
+    let commanded = shape.commands.iter().any(|c| c == package.name());
+    if package.acts_on_nodes() && !shape.owned && !commanded {
+        return Err(format!("acts on the lock's nodes, and lockstorm did not start this deployment (--target): give the command that does it, --fault-cmd {}=\"…\" (kill and failover take one), or choose pause, crash, delay, lose-reply or partition, which act on the clients and the network between them and it", package.name()));
     }
     package.supports(shape)
 }

@@ -58,7 +58,10 @@ pub(crate) fn gone(killed: &[NodeRef]) -> Result<Value, String> {
     if killed.is_empty() {
         return Err("no node was killed".into());
     }
-    if let Some(alive) = killed.iter().find(|n| process::state(n.pid).is_some()) {
+    // pid 0: a deployment's node, killed by the user's command; its restart
+    // with a new run id is the evidence.
+    let ours = killed.iter().filter(|n| n.pid != 0);
+    if let Some(alive) = ours.clone().find(|n| process::state(n.pid).is_some()) {
         return Err(format!(
             "{} pid {} still exists after SIGKILL",
             alive.name, alive.pid
@@ -72,9 +75,12 @@ pub(crate) fn gone(killed: &[NodeRef]) -> Result<Value, String> {
 }
 
 /// A restarted node is a new process with a new run id (the cluster has
-/// already checked that it is the child it started).
+/// already checked that it is the child it started). A deployment's node
+/// (pid 0: not ours) shows it by its run id alone: a container's server is
+/// often pid 1 every time.
 pub(crate) fn restarted(old: &NodeRef, new: &NodeRef) -> Result<Value, String> {
-    if new.pid == old.pid || new.run_id.is_empty() || new.run_id == old.run_id {
+    let same_pid = new.pid != 0 && new.pid == old.pid;
+    if same_pid || new.run_id.is_empty() || new.run_id == old.run_id {
         return Err(format!(
             "{} restarted as pid {} run_id {:?}, not a new process (was pid {} run_id {:?})",
             new.name, new.pid, new.run_id, old.pid, old.run_id

@@ -1,0 +1,233 @@
+//! Node faults on a deployment lockstorm did not start, by the user's own
+//! commands (`--fault-cmd kill="ssh db1 sudo systemctl kill -s KILL redis"`,
+//! `--fault-cmd failover="aws elasticache test-failover …"`): lockstorm runs
+//! the command at the scheduled moment and checks its effect as it checks
+//! its own faults. A killed node must come back answering with a new
+//! `run_id`; a failover must show the Sentinels naming another primary. A
+//! command that fails, hangs, or whose effect is not seen in time leaves
+//! the fault unverified, and the run unknown.
+
+use crate::target::Target;
+use nemesis::NodeRef;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The faults a command may stand in for.
+pub const FAULTS: [&str; 2] = ["kill", "failover"];
+
+/// How long a command may run.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// `--fault-cmd NAME=COMMAND`, read: fault name → command.
+pub fn parse(given: &[String]) -> Result<BTreeMap<String, String>, String> {
+    let mut commands = BTreeMap::new();
+    for g in given {
+        let (name, command) = g.split_once('=').ok_or_else(|| {
+            format!("--fault-cmd {g}: write it as FAULT=COMMAND, e.g. --fault-cmd kill=\"ssh db1 sudo systemctl kill -s KILL redis\"")
+        })?;
+        if !FAULTS.contains(&name) {
+            return Err(format!(
+                "--fault-cmd {name}=…: a command can stand in for {} only",
+                FAULTS.join(" or ")
+            ));
+        }
+        if command.trim().is_empty() {
+            return Err(format!("--fault-cmd {name}=: the command is empty"));
+        }
+        if commands
+            .insert(name.to_string(), command.to_string())
+            .is_some()
+        {
+            return Err(format!("--fault-cmd {name} is given twice: keep one"));
+        }
+    }
+    Ok(commands)
+}
+
+/// The commands of one run, and what they did.
+pub struct Commands {
+    commands: BTreeMap<String, String>,
+    target: Target,
+    /// Each command's output goes to `<dir>/<fault>.log`.
+    dir: PathBuf,
+    /// How long a killed node may take to answer again with a new run id.
+    back_within: Duration,
+    /// The node as it was before its kill, until it is back.
+    killed: Mutex<HashMap<String, NodeRef>>,
+}
+
+impl Commands {
+    pub fn new(
+        commands: BTreeMap<String, String>,
+        target: Target,
+        dir: PathBuf,
+        back_within: Duration,
+    ) -> Self {
+        Commands {
+            commands,
+            target,
+            dir,
+            back_within,
+            killed: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The node at `addr` as a fault sees it: not our process (pid 0), with
+    /// the run id its `INFO server` reports.
+    pub fn node_ref(&self, name: &str, addr: &str) -> Result<NodeRef, String> {
+        let run_id = self
+            .run_id(addr)
+            .map_err(|e| format!("INFO from {name}: {e}"))?;
+        Ok(NodeRef {
+            name: name.to_string(),
+            pid: 0,
+            run_id,
+        })
+    }
+
+    /// Runs `fault`'s command with the node named in its environment
+    /// (`LOCKSTORM_NODE`, `LOCKSTORM_NODE_ADDR`); `None` without one.
+    pub fn run(&self, fault: &str, name: &str, addr: &str) -> Option<Result<String, String>> {
+        let command = self.commands.get(fault)?;
+        Some(self.run_one(fault, command, name, addr))
+    }
+
+    fn run_one(
+        &self,
+        fault: &str,
+        command: &str,
+        name: &str,
+        addr: &str,
+    ) -> Result<String, String> {
+        use std::io::Write;
+        let log_path = self.dir.join(format!("{fault}.log"));
+        let mut log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
+        let _ = writeln!(
+            log,
+            "--- lockstorm: {fault} of {name} ({addr}): `{command}`"
+        );
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", command])
+            .env("LOCKSTORM_NODE", name)
+            .env("LOCKSTORM_NODE_ADDR", addr)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        // A harness that dies takes its command with it.
+        nemesis::process::die_with_parent(&mut cmd);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("starting `{command}`: {e}"))?;
+        let deadline = Instant::now() + COMMAND_TIMEOUT;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Ok(None) => {
+                    // Ours, by the handle we started: stopped by its pid.
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!(
+                        "`{command}` ran past {COMMAND_TIMEOUT:?} and was stopped"
+                    ));
+                }
+                Err(e) => return Err(format!("waiting for `{command}`: {e}")),
+            }
+        };
+        let output = child.wait_with_output().map_err(|e| e.to_string())?;
+        let said = String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr);
+        let _ = writeln!(log, "{said}--- lockstorm: {status}");
+        let tail = said.trim().lines().last().unwrap_or_default().to_string();
+        match status.success() {
+            true => Ok(tail),
+            false => Err(format!("`{command}` {status}: {tail}")),
+        }
+    }
+
+    /// Kills a node by the user's command: the node as it was before.
+    pub fn kill(&self, name: &str, addr: &str) -> std::io::Result<NodeRef> {
+        let before = self.node_ref(name, addr).map_err(std::io::Error::other)?;
+        match self.run("kill", name, addr) {
+            None => Err(std::io::Error::other("no --fault-cmd kill was given")),
+            Some(Err(why)) => Err(std::io::Error::other(why)),
+            Some(Ok(_)) => {
+                let mut killed = self.killed.lock().unwrap_or_else(|e| e.into_inner());
+                killed.insert(name.to_string(), before.clone());
+                Ok(before)
+            }
+        }
+    }
+
+    /// Waits until the node killed by the command answers with a new run id.
+    pub fn back(&self, name: &str, addr: &str) -> Result<NodeRef, String> {
+        let before = {
+            let killed = self.killed.lock().unwrap_or_else(|e| e.into_inner());
+            killed.get(name).cloned()
+        }
+        .ok_or_else(|| format!("{name} was not killed by a fault command"))?;
+        let deadline = Instant::now() + self.back_within;
+        let mut last = String::from("no answer yet");
+        while Instant::now() < deadline {
+            match self.node_ref(name, addr) {
+                Ok(now) if now.run_id != before.run_id => return Ok(now),
+                Ok(_) => last = format!("still run_id {}", before.run_id),
+                Err(e) => last = e,
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(format!(
+            "{name} did not answer with a new run_id within {:?} of the fault command ({last})",
+            self.back_within
+        ))
+    }
+
+    fn run_id(&self, addr: &str) -> redis::RedisResult<String> {
+        let (host, port) = addr.rsplit_once(':').unwrap_or((addr, "6379"));
+        let at = crate::target::Endpoint {
+            host: host.to_string(),
+            port: port.parse().unwrap_or(6379),
+        };
+        let password = Target::password();
+        let client = redis::Client::open(self.target.url_for(&at, password.as_deref()))?;
+        let mut con = client.get_connection_with_timeout(Duration::from_secs(2))?;
+        con.set_read_timeout(Some(Duration::from_secs(2)))?;
+        let info: String = redis::cmd("INFO").arg("server").query(&mut con)?;
+        Ok(info
+            .lines()
+            .find_map(|l| l.strip_prefix("run_id:"))
+            .unwrap_or_default()
+            .trim()
+            .to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_commands_are_read_and_bad_ones_named() {
+        let given = vec!["kill=ssh db1 sudo systemctl kill -s KILL redis".to_string()];
+        let read = parse(&given).unwrap();
+        assert_eq!(read["kill"], "ssh db1 sudo systemctl kill -s KILL redis");
+        for (bad, says) in [
+            ("kill", "FAULT=COMMAND"),
+            ("pause=x", "kill or failover only"),
+            ("kill=  ", "empty"),
+        ] {
+            let why = parse(&[bad.to_string()]).unwrap_err();
+            assert!(why.contains(says), "{bad}: {why}");
+        }
+        let twice = parse(&["kill=a".into(), "kill=b".into()]).unwrap_err();
+        assert!(twice.contains("twice"), "{twice}");
+    }
+}
