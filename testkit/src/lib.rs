@@ -227,10 +227,14 @@ impl Server {
         let Ok(client) = redis::Client::open(self.url()) else {
             return false;
         };
-        client
-            .get_connection_with_timeout(Duration::from_millis(200))
-            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-            .is_ok_and(|pong| pong == "PONG")
+        let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
+            return false;
+        };
+        match redis::cmd("PING").query::<String>(&mut con) {
+            Ok(pong) => pong == "PONG",
+            // A server with a password answers, with a refusal.
+            Err(e) => e.code() == Some("NOAUTH"),
+        }
     }
 }
 
@@ -290,6 +294,15 @@ mod tests {
             addr,
             vec!["127.0.0.1".to_string(), primary.port().to_string()]
         );
+    }
+
+    #[test]
+    fn a_server_with_a_password_is_ready_once_it_refuses_a_bare_ping() {
+        let server = Builder::redis().args(["--requirepass", "pw"]).start();
+        let url = format!("redis://:pw@{}/", server.addr());
+        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+        assert_eq!(pong, "PONG");
     }
 
     #[test]

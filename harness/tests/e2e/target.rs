@@ -84,7 +84,11 @@ fn a_client_adapter_on_a_deployment_is_broken_by_a_delayed_write() {
     ];
     let (out, results, dir) = run(tmp.path(), &args);
     assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
-    assert!(count(&results, "lost-update") > 0, "{}", out.stdout);
+    // The held write lands behind the next holder's: taken after another's
+    // grant (unsafe-action), and mostly over its increment (lost-update).
+    let landed = count(&results, "unsafe-action") + count(&results, "lost-update");
+    assert!(landed > 0, "{}", out.stdout);
+    assert_all_caused(&results, "unsafe-action");
     let record: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
     assert!(record["proxied_requests"].as_u64() > Some(0), "{record}");
@@ -180,4 +184,257 @@ fn faults_on_the_deployments_nodes_are_refused_in_one_line() {
         out.stderr
     );
     assert!(!out.stderr.contains("secret"), "{}", out.stderr);
+}
+
+/// The fault command's effect, as the history recorded it.
+fn fault_event(dir: &std::path::Path, f: &str) -> serde_json::Value {
+    let found = common::events(dir, f);
+    assert_eq!(found.len(), 1, "{f}: {found:?}");
+    found[0]["value"].clone()
+}
+
+/// A kill by the user's command: the script kills the node by the pid it
+/// reports and starts a new one on its port (its pid in `dir`, so the test
+/// stops it), as `systemctl kill` with a restart policy would.
+fn kill_and_restart_script(dir: &std::path::Path) -> std::path::PathBuf {
+    let script = dir.join("kill-and-restart");
+    let d = dir.display();
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nset -e\nport=${{LOCKSTORM_NODE_ADDR##*:}}\n\
+             pid=$(redis-cli -p \"$port\" info server | sed -n 's/^process_id:\\([0-9]*\\).*/\\1/p')\n\
+             kill -9 \"$pid\"\n\
+             while redis-cli -p \"$port\" ping >/dev/null 2>&1; do sleep 0.05; done\n\
+             redis-server --port \"$port\" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
+             --dir {d} --pidfile {d}/restarted.pid --logfile {d}/restarted.log\n\
+             echo killed \"$pid\"\n"
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+#[test]
+fn a_kill_by_the_users_command_is_verified_by_the_nodes_new_run_id() {
+    let server = deployment();
+    let tmp = tempfile::tempdir().unwrap();
+    let script = kill_and_restart_script(tmp.path());
+    let url = target(&server);
+    let cmd = format!("kill={}", script.display());
+    let args = [
+        "--target",
+        &url,
+        "--nemesis",
+        "kill",
+        "--fault-cmd",
+        &cmd,
+        "--time-limit",
+        "12",
+        "--seed",
+        "34",
+    ];
+    let results = tmp.path().join("results");
+    let (out, _, dir) = run(&results, &args);
+    // Ours, started by the script: stopped by the pid it wrote.
+    let restarted = std::fs::read_to_string(tmp.path().join("restarted.pid")).unwrap_or_default();
+    if let Ok(pid) = restarted.trim().parse::<i32>() {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert_ne!(out.code, 2, "the kill was not verified: {}", out.stdout);
+    let stop = fault_event(&dir, "stop-kill");
+    let seen = &stop["verified"];
+    assert!(
+        seen["new_run_id"].is_string() && seen["new_run_id"] != seen["old_run_id"],
+        "{stop}"
+    );
+    assert!(
+        restarted.trim().parse::<i32>().is_ok(),
+        "the script never ran"
+    );
+}
+
+#[test]
+fn a_fault_command_whose_effect_is_never_seen_makes_the_run_unknown() {
+    let server = deployment();
+    let tmp = tempfile::tempdir().unwrap();
+    let url = target(&server);
+    let args = [
+        "--target",
+        &url,
+        "--nemesis",
+        "kill",
+        "--fault-cmd",
+        "kill=true",
+        "--fault-cmd-wait-ms",
+        "2000",
+        "--time-limit",
+        "12",
+        "--seed",
+        "35",
+    ];
+    let (out, results, dir) = run(tmp.path(), &args);
+    assert_eq!(out.code, 2, "{}", out.stdout);
+    assert_eq!(results.valid, checker::Validity::Unknown);
+    let stop = fault_event(&dir, "stop-kill");
+    let why = stop["unverified"].as_str().unwrap_or_default();
+    assert!(why.contains("new run_id"), "{stop}");
+}
+
+/// A primary, its replica and a Sentinel watching them as `mm`, the
+/// Sentinel ready to fail over (it knows the replica).
+fn sentinel_set() -> (Server, Server, Server) {
+    let primary = Builder::redis().start();
+    let replica = Builder::redis()
+        .args(["--replicaof", "127.0.0.1", &primary.port().to_string()])
+        .start();
+    let sentinel = Builder::sentinel()
+        .config(&format!(
+            "sentinel monitor mm 127.0.0.1 {} 1\nsentinel down-after-milliseconds mm 1000\nsentinel failover-timeout mm 3000",
+            primary.port()
+        ))
+        .start();
+    common::wait_for("the Sentinel to know the replica", || {
+        let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
+            .arg("replicas")
+            .arg("mm")
+            .query(&mut sentinel.client())
+            .ok()?;
+        (!replicas.is_empty()).then_some(())
+    });
+    (primary, replica, sentinel)
+}
+
+#[test]
+fn a_failover_by_the_users_command_is_verified_by_the_sentinels_new_primary() {
+    let (primary, replica, sentinel) = sentinel_set();
+    let tmp = tempfile::tempdir().unwrap();
+    let url = format!("sentinel://{}/mm", sentinel.addr());
+    let cmd = format!(
+        "failover=redis-cli -p {} SENTINEL FAILOVER mm",
+        sentinel.port()
+    );
+    let args = [
+        "--target",
+        &url,
+        "--config",
+        "replicated",
+        "--nemesis",
+        "failover",
+        "--fault-cmd",
+        &cmd,
+        "--time-limit",
+        "24",
+        "--seed",
+        "36",
+    ];
+    let (out, _, dir) = run(tmp.path(), &args);
+    assert_ne!(out.code, 2, "the failover was not verified: {}", out.stdout);
+    let start = fault_event(&dir, "start-failover");
+    assert_eq!(start["verified"]["command"], "exited 0", "{start}");
+    let stop = fault_event(&dir, "stop-failover");
+    assert_eq!(stop["verified"]["primary"], "n2", "{stop}");
+    let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut replica.client()).unwrap();
+    assert_eq!(role[0], redis::Value::BulkString(b"master".to_vec()));
+    drop(primary);
+}
+
+#[test]
+fn a_deployment_with_a_password_is_tested_and_the_password_is_stored_nowhere() {
+    const PASSWORD: &str = "pw-3f9a1c";
+    let server = Builder::redis().args(["--requirepass", PASSWORD]).start();
+    let tmp = tempfile::tempdir().unwrap();
+    let url = target(&server);
+    let results = tmp.path().to_str().unwrap();
+    let out = common::lockstorm_with(
+        &[
+            "run",
+            "--results",
+            results,
+            "--target",
+            &url,
+            "--client",
+            "redis-py",
+            "--nemesis",
+            "pause",
+            "--time-limit",
+            "8",
+            "--seed",
+            "37",
+        ],
+        &[("LOCKSTORM_REDIS_PASSWORD", PASSWORD)],
+    );
+    assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
+    let mut leaked = Vec::new();
+    for entry in walk(tmp.path()) {
+        let bytes = std::fs::read(&entry).unwrap_or_default();
+        if bytes
+            .windows(PASSWORD.len())
+            .any(|w| w == PASSWORD.as_bytes())
+        {
+            leaked.push(entry);
+        }
+    }
+    assert!(leaked.is_empty(), "the password is written in {leaked:?}");
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        match path.is_dir() {
+            true => files.extend(walk(&path)),
+            false => files.push(path),
+        }
+    }
+    files
+}
+
+#[test]
+fn a_killed_harness_leaves_only_keys_that_expire() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let _slot = common::e2e_slot();
+    let server = deployment();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lockstorm"))
+        .args(["--target", &target(&server), "--config", "fenced"])
+        .args(["--nemesis", "none", "--time-limit", "60", "--seed", "38"])
+        .args(["--results", tmp.path().to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Once the lock and the fence counter both exist, mid-run.
+    common::wait_for("the run's keys", || {
+        let keys = keys(&server);
+        let ours = ["lockstorm:38:lock", "lockstorm:38:fence"];
+        ours.iter()
+            .all(|k| keys.iter().any(|have| have == k))
+            .then_some(())
+    });
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+    child.wait().unwrap();
+    let mut con = server.client();
+    for key in keys(&server)
+        .iter()
+        .filter(|k| k.starts_with("lockstorm:38:"))
+    {
+        let pttl: i64 = redis::cmd("PTTL").arg(key).query(&mut con).unwrap();
+        assert!(
+            pttl > 0,
+            "{key} has no TTL ({pttl}): it would outlive the run"
+        );
+    }
+    common::wait_for("the run's processes to die", || {
+        common::leftover_processes(tmp.path())
+            .is_empty()
+            .then_some(())
+    });
 }
