@@ -40,58 +40,76 @@ pub struct Rule {
     /// the audit unknown, exit 2); `Warning` for one that never finds worse.
     pub at_worst: Severity,
     pub reason: &'static str,
+    /// What the table says in place of a command for a finding that has
+    /// none.
+    pub no_command: &'static str,
 }
 
 pub const REACHABLE: Rule = Rule {
     name: "reachable",
     at_worst: Severity::Risk,
     reason: "If you only talk to one Redis primary, the lock is only as available as that primary.",
+    no_command: "nothing to run: check the address, the network and LOCKSTORM_REDIS_PASSWORD",
 };
 pub const WRITABLE: Rule = Rule {
     name: "writable",
     at_worst: Severity::Risk,
     reason: "The core primitive is SET with NX and an expiry.",
+    no_command: "nothing to run: give the primary's address, or the Sentinels' as sentinel://host:port/<master>",
 };
 pub const EVICTION: Rule = Rule {
     name: "eviction",
     at_worst: Severity::Risk,
     reason: "A lock in Redis is a key whose existence means somebody holds it.",
+    no_command: "none yet: lockstorm has no eviction fault (docs/faults.md lists its faults)",
 };
 pub const PERSISTENCE: Rule = Rule {
     name: "persistence",
     at_worst: Severity::Risk,
     reason: "With a single Redis node, the lock is gone if that node dies.",
+    no_command: "",
 };
 pub const REPLICATION: Rule = Rule {
     name: "replication",
     at_worst: Severity::Risk,
     reason: "With a replica, replication is asynchronous: the primary can say OK and fail before the key reaches the replica, the replica is promoted (see Redis Sentinel), and a second client gets the same lock.",
+    no_command: "",
 };
 pub const DOWN_AFTER: Rule = Rule {
     name: "sentinel-down-after",
     at_worst: Severity::Risk,
     reason: "During failover, a replica that had not received the SET can become primary.",
+    no_command: "",
 };
 pub const FAILOVER_TIMEOUT: Rule = Rule {
     name: "sentinel-failover-timeout",
     at_worst: Severity::Warning,
     reason: "Two clients can then believe they hold the lock.",
+    no_command: "",
 };
 pub const INDEPENDENCE: Rule = Rule {
     name: "independence",
     at_worst: Severity::Risk,
     reason: "Redlock asks five independent Redis nodes and counts the lock as taken only with a majority, inside a time budget.",
+    no_command: "",
 };
 pub const CLOCK: Rule = Rule {
     name: "clock",
     at_worst: Severity::Warning,
     reason: "It survives a node failure, but it still relies on timing: a pause or clock jump can still make two clients believe they hold it.",
+    no_command: "",
 };
 pub const LATENCY: Rule = Rule {
     name: "latency",
     at_worst: Severity::Warning,
     reason: "The expiry is what makes the lock safe against crashes, and also what makes it unsafe against slowness: the lock ends after 10 s whether the holder is done or not.",
+    no_command: "",
 };
+
+/// The rule of that name.
+pub fn rule(name: &str) -> Option<&'static Rule> {
+    RULES.iter().copied().find(|r| r.name == name)
+}
 
 /// Every rule, in the order the docs list them.
 pub const RULES: [&Rule; 10] = [
@@ -189,7 +207,7 @@ pub fn audit(facts: &Facts) -> Vec<Finding> {
 /// or a node did not answer: the risk may be there, unseen); else 0.
 /// Warnings and the unknowns of warning-only rules leave it 0.
 pub fn exit_code(findings: &[Finding]) -> u8 {
-    let at_worst = |name: &str| RULES.iter().find(|r| r.name == name).map(|r| r.at_worst);
+    let at_worst = |name: &str| rule(name).map(|r| r.at_worst);
     if findings.iter().any(|f| f.severity == Severity::Risk) {
         crate::exit::INVALID
     } else if findings
