@@ -381,9 +381,17 @@ fn sentinel_timing(s: &Sentinel, ttl_ms: u64) -> Vec<Finding> {
     let at = [s.addr.as_str()];
     let field = |name: &str| -> Option<u64> { s.master.as_ref()?.get(name)?.parse().ok() };
     let mut out = Vec::new();
+    // The run must fit one failover: a TTL of partition, the promotion
+    // (down-after and failover-timeout at most), the restart, the quiet
+    // before it and a TTL to settle (the failover package's own sum);
+    // rounded up to tens of seconds, 30 at least (run's default).
     let command = |down: u64, timeout: u64| {
+        let limit = (2 * ttl_ms + down + timeout + 6_000)
+            .div_ceil(10_000)
+            .max(3)
+            * 10;
         format!(
-            "lockstorm run --config replicated --nemesis failover --ttl-ms {ttl_ms} --down-after-ms {down} --failover-timeout-ms {timeout}"
+            "lockstorm run --config replicated --nemesis failover --ttl-ms {ttl_ms} --down-after-ms {down} --failover-timeout-ms {timeout} --time-limit {limit}"
         )
     };
     let (down, timeout) = (field("down-after-milliseconds"), field("failover-timeout"));

@@ -226,7 +226,7 @@ fn sentinel_timings_are_held_to_the_ttl() {
     assert_eq!(severity(&found, &DOWN_AFTER), Severity::Risk);
     let command = of(&found, &DOWN_AFTER)[0].demonstrate.clone().unwrap();
     assert!(
-        command.contains("--down-after-ms 5000 --failover-timeout-ms 180000"),
+        command.contains("--down-after-ms 5000 --failover-timeout-ms 180000 --time-limit 220"),
         "{command}"
     );
     assert_eq!(severity(&found, &FAILOVER_TIMEOUT), Severity::Ok);
@@ -351,5 +351,51 @@ fn every_reason_is_one_sentence_of_the_material() {
     for rule in RULES {
         assert!(rule.reason.ends_with('.'), "{}", rule.name);
         assert!(!rule.reason.contains('\n'), "{}", rule.name);
+    }
+}
+
+/// Every command a finding shows parses as `lockstorm run` and resolves
+/// to a plan: a reader can paste it.
+#[test]
+fn every_command_shown_is_a_run_lockstorm_accepts() {
+    let mut risky = with(
+        with(safe("a:1"), "appendonly", "yes"),
+        "appendfsync",
+        "everysec",
+    );
+    risky.role = Some(Role::Master {
+        replicas: vec!["127.0.0.1:2".into()],
+    });
+    risky.pings_us = vec![2_000_000; 10];
+    let mut nodes = vec![risky, safe("a:2"), safe("a:3")];
+    nodes[1].clock_offset_us = Some(1_000_000);
+    let mut commands: Vec<String> = [
+        audit(&facts(Kind::Redlock, nodes.clone())),
+        audit(&facts(
+            Kind::Single,
+            vec![with(nodes[0].clone(), "appendonly", "no")],
+        )),
+        sentinel_facts(sentinel("5000", "180000")),
+        sentinel_facts(sentinel("30000", "4000")),
+    ]
+    .concat()
+    .into_iter()
+    .filter_map(|f| f.demonstrate)
+    .collect();
+    commands.sort();
+    commands.dedup();
+    assert!(commands.len() >= 7, "{commands:#?}");
+    for command in commands {
+        let words: Vec<&str> = command.split_whitespace().collect();
+        let matches = crate::cli::command()
+            .try_get_matches_from(&words)
+            .unwrap_or_else(|e| panic!("{command}: {e}"));
+        let (name, run) = matches.subcommand().expect("a subcommand");
+        assert_eq!(name, "run", "{command}");
+        let options = <crate::RunOptions as clap::FromArgMatches>::from_arg_matches(run)
+            .unwrap_or_else(|e| panic!("{command}: {e}"));
+        if let Err(refused) = options.resolve() {
+            panic!("{command}: {refused:?}");
+        }
     }
 }
