@@ -72,6 +72,12 @@ fn severities(json: &Value) -> Vec<String> {
         .collect()
 }
 
+/// A safe node replicating `primary`.
+fn replica_of(primary: &Server) -> Server {
+    let port = primary.port().to_string();
+    safe().args(["--replicaof", "127.0.0.1", &port]).start()
+}
+
 fn addr(server: &Server) -> String {
     server.addr().to_string()
 }
@@ -130,9 +136,7 @@ fn audit_names_a_node_that_forgets_its_locks_on_restart() {
 #[test]
 fn audit_through_sentinel_checks_replication_and_its_timings() {
     let primary = safe().start();
-    let replica = safe()
-        .args(["--replicaof", "127.0.0.1", &primary.port().to_string()])
-        .start();
+    let replica = replica_of(&primary);
     // Readiness, not a sleep: the primary has its replica online (ROLE
     // lists only those), and the Sentinel has learnt of it.
     wait_for("the replica to be online", || {
@@ -186,9 +190,7 @@ fn audit_through_sentinel_checks_replication_and_its_timings() {
 fn audit_of_redlock_finds_a_node_replicating_another() {
     let a = safe().start();
     let b = safe().start();
-    let c = safe()
-        .args(["--replicaof", "127.0.0.1", &a.port().to_string()])
-        .start();
+    let c = replica_of(&a);
     let out = tempfile::tempdir().unwrap();
     let target = format!("redlock://{},{},{}", addr(&a), addr(&b), addr(&c));
     let (run, json) = audit(&target, out.path(), &[]);
@@ -212,9 +214,7 @@ fn audit_of_redlock_finds_a_node_replicating_another() {
 #[test]
 fn audit_refuses_a_replica_as_the_lock_node() {
     let primary = safe().start();
-    let replica = safe()
-        .args(["--replicaof", "127.0.0.1", &primary.port().to_string()])
-        .start();
+    let replica = replica_of(&primary);
     let out = tempfile::tempdir().unwrap();
     let (run, json) = audit(&format!("redis://{}", addr(&replica)), out.path(), &[]);
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
