@@ -128,6 +128,19 @@ fn node(target: &Target, at: &Endpoint, password: Option<&str>, pings: u32) -> N
     };
     let (server, persistence, replication) =
         (info("server"), info("persistence"), info("replication"));
+    // ROLE lists only replicas already in sync; one still syncing will be
+    // promotable soon, so INFO's list counts too.
+    let role = match role {
+        Some(Role::Master { mut replicas }) => {
+            for r in info_replicas(&replication) {
+                if !replicas.contains(&r) {
+                    replicas.push(r);
+                }
+            }
+            Some(Role::Master { replicas })
+        }
+        other => other,
+    };
     let config = CONFIG
         .iter()
         .map(|name| {
@@ -251,6 +264,25 @@ pub fn parse_info(text: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The replicas `INFO replication` lists (`slaveN:ip=…,port=…,…`), as
+/// `ip:port`.
+fn info_replicas(replication: &BTreeMap<String, String>) -> Vec<String> {
+    replication
+        .iter()
+        .filter(|(k, _)| {
+            k.strip_prefix("slave")
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        })
+        .filter_map(|(_, v)| {
+            let field = |name: &str| {
+                v.split(',')
+                    .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            };
+            Some(format!("{}:{}", field("ip")?, field("port")?))
+        })
+        .collect()
+}
+
 /// A flat `[name, value, name, value…]` reply as a map.
 fn pairs(flat: Vec<String>) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
@@ -344,6 +376,10 @@ mod tests {
         assert_eq!(info["redis_version"], "7.0.15");
         assert_eq!(info["os"], "Linux 6.1 x86_64");
         assert_eq!(info.len(), 2);
+        let replication = parse_info(
+            "role:master\r\nconnected_slaves:1\r\nslave0:ip=127.0.0.1,port=7001,state=wait_bgsave,offset=0,lag=0\r\nslave_read_only:1\r\n",
+        );
+        assert_eq!(info_replicas(&replication), ["127.0.0.1:7001"]);
         let flat = vec!["a".to_string(), "1".into(), "b".into(), "".into()];
         assert_eq!(
             pairs(flat),
