@@ -1,5 +1,5 @@
 //! The command line: `run` (the default), `check`, `explain`, `matrix`,
-//! `report`, `shrink`, `client-test`, `clients setup`, `image import`, and
+//! `report`, `shrink`, `client-test`, `audit`, `clients setup`, `image import`, and
 //! the hidden `worker`, `cell` and `reap`.
 //! Exit codes follow Jepsen (see [`crate::exit`]): 0 valid, 1 invalid,
 //! 2 unknown, 254 bad arguments or configuration, 255 the harness itself failed.
@@ -53,6 +53,10 @@ enum Command {
     /// Check a client adapter against one Redis node, without faults: each
     /// step passes or fails (exit 0 if all pass, 1 if not).
     ClientTest(ClientTestArgs),
+    /// Read a deployment you run, with read-only commands, and say what in
+    /// it can break a lock, each with its reason and the run that shows it
+    /// (exit 0 nothing at risk, 1 something at risk, 2 could not tell).
+    Audit(crate::audit::AuditArgs),
     /// The shipped client adapters' environments.
     Clients(ClientsArgs),
     /// Build the Docker backend's local image from this machine's
@@ -204,6 +208,7 @@ pub fn main() -> ExitCode {
         Some(Command::Report(args)) => finish(report_command(args)),
         Some(Command::Shrink(args)) => finish(shrink_command(&args)),
         Some(Command::ClientTest(args)) => finish(client_test_command(args)),
+        Some(Command::Audit(args)) => finish(audit_command(&args)),
         Some(Command::Run(options)) => finish(run_command(*options)),
         None => finish(run_command(cli.run)),
     }
@@ -446,6 +451,19 @@ fn explain_command(args: ExplainArgs) -> Result<Validity> {
         say(&text.join("\n"))?;
     }
     Ok(Validity::True)
+}
+
+/// Exit 0 when nothing is at risk (warnings allowed), 1 when something
+/// is, 2 when a rule that could find a risk could not look; 254 for a bad
+/// target.
+fn audit_command(args: &crate::audit::AuditArgs) -> Result<Validity> {
+    let audited = crate::audit::audit(args)?;
+    say(&audited.text)?;
+    Ok(match audited.code {
+        exit::VALID => Validity::True,
+        exit::INVALID => Validity::False,
+        _ => Validity::Unknown,
+    })
 }
 
 /// Exit 0 once every family is set up; 254 when a registry is out of

@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod audit;
 mod blocks;
 pub mod check;
 pub mod cli;

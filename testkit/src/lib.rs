@@ -23,6 +23,7 @@ pub struct Builder {
     config: Option<String>,
     env: Vec<(String, String)>,
     env_remove: Vec<String>,
+    password: Option<String>,
 }
 
 impl Builder {
@@ -46,6 +47,7 @@ impl Builder {
             config: None,
             env: Vec::new(),
             env_remove: Vec::new(),
+            password: None,
         }
     }
 
@@ -79,6 +81,13 @@ impl Builder {
         }
         self.config = Some(config);
         self
+    }
+
+    /// `--requirepass`: the server then answers only a client that logs in
+    /// with it, the readiness `PING` and [`Server::client`] included.
+    pub fn password(mut self, password: &str) -> Builder {
+        self.password = Some(password.into());
+        self.args(["--requirepass", password])
     }
 
     pub fn env(mut self, name: &str, value: &str) -> Builder {
@@ -146,6 +155,7 @@ impl Builder {
             child: Some(child),
             addr,
             dir,
+            password: self.password.clone(),
         };
         let deadline = Instant::now() + READY_WITHIN;
         while Instant::now() < deadline {
@@ -169,6 +179,7 @@ pub struct Server {
     child: Option<Child>,
     addr: SocketAddr,
     dir: tempfile::TempDir,
+    password: Option<String>,
 }
 
 impl Server {
@@ -180,9 +191,13 @@ impl Server {
         self.addr.port()
     }
 
-    /// `redis://ip:port/`.
+    /// `redis://ip:port/` (`redis://:password@ip:port/` with a
+    /// [`Builder::password`]).
     pub fn url(&self) -> String {
-        format!("redis://{}/", self.addr)
+        match &self.password {
+            Some(p) => format!("redis://:{p}@{}/", self.addr),
+            None => format!("redis://{}/", self.addr),
+        }
     }
 
     /// The server's working folder (its data and `server.log`).
@@ -227,14 +242,10 @@ impl Server {
         let Ok(client) = redis::Client::open(self.url()) else {
             return false;
         };
-        let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
-            return false;
-        };
-        match redis::cmd("PING").query::<String>(&mut con) {
-            Ok(pong) => pong == "PONG",
-            // A server with a password answers, with a refusal.
-            Err(e) => e.code() == Some("NOAUTH"),
-        }
+        client
+            .get_connection_with_timeout(Duration::from_millis(200))
+            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+            .is_ok_and(|pong| pong == "PONG")
     }
 }
 
@@ -297,12 +308,16 @@ mod tests {
     }
 
     #[test]
-    fn a_server_with_a_password_is_ready_once_it_refuses_a_bare_ping() {
-        let server = Builder::redis().args(["--requirepass", "pw"]).start();
-        let url = format!("redis://:pw@{}/", server.addr());
-        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
-        let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+    fn a_server_with_a_password_answers_only_those_who_log_in() {
+        let server = Builder::redis().password("pw-1").start();
+        let pong: String = redis::cmd("PING").query(&mut server.client()).unwrap();
         assert_eq!(pong, "PONG");
+        let bare = format!("redis://{}/", server.addr());
+        let refused = redis::Client::open(bare)
+            .unwrap()
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+        assert!(refused.is_err(), "{refused:?}");
     }
 
     #[test]

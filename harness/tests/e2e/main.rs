@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod audit;
 mod cli;
 mod clients;
 mod configs;

@@ -347,7 +347,7 @@ fn a_failover_by_the_users_command_is_verified_by_the_sentinels_new_primary() {
 #[test]
 fn a_deployment_with_a_password_is_tested_and_the_password_is_stored_nowhere() {
     const PASSWORD: &str = "pw-3f9a1c";
-    let server = Builder::redis().args(["--requirepass", PASSWORD]).start();
+    let server = Builder::redis().password(PASSWORD).start();
     let tmp = tempfile::tempdir().unwrap();
     let url = target(&server);
     let results = tmp.path().to_str().unwrap();

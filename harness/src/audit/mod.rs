@@ -1,0 +1,124 @@
+//! `lockstorm audit --target URL`: reads a deployment lockstorm did not
+//! start (read-only commands only) and says what in it can break a lock.
+//! `facts` is what is gathered, `rules` (pure) what it means, `gather` the
+//! I/O, `table` how it prints.
+
+pub mod facts;
+pub mod gather;
+pub mod rules;
+mod table;
+
+use crate::error::{Context, Error, Result};
+use crate::target::Target;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// The lease the timings are held to when `--ttl-ms` is not given.
+pub const DEFAULT_TTL_MS: u64 = 10_000;
+
+#[derive(clap::Args, Debug)]
+pub struct AuditArgs {
+    /// The deployment: redis://host:port, sentinel://host:port[,host:port…]/<master>
+    /// or redlock://host:port,host:port,host:port; the password comes from
+    /// LOCKSTORM_REDIS_PASSWORD. Only read-only commands are sent
+    #[arg(long)]
+    pub target: String,
+    /// The lease your locks take, in ms: timings are held to it [default: 10000]
+    #[arg(long, value_name = "MS")]
+    pub ttl_ms: Option<u64>,
+    /// PINGs per node for the latency rule
+    #[arg(long, default_value_t = 50)]
+    pub pings: u32,
+    /// The folder audit.json is written to [default: results/audit-<kind>-<timestamp>/]
+    #[arg(long, value_name = "DIR")]
+    pub output: Option<PathBuf>,
+}
+
+/// What `audit` found, and the exit code it means (0, 1 or 2).
+pub struct Audited {
+    pub text: String,
+    pub code: u8,
+}
+
+/// `audit.json`: the target (never its password), what each node said,
+/// and the findings.
+#[derive(Serialize)]
+struct Record<'a> {
+    target: String,
+    #[serde(flatten)]
+    resolved: &'a Target,
+    ttl_ms: u64,
+    ttl_default: bool,
+    pings: u32,
+    findings: &'a [rules::Finding],
+    exit: u8,
+    nodes: &'a [facts::Node],
+    sentinels: &'a [facts::Sentinel],
+}
+
+pub fn audit(args: &AuditArgs) -> Result<Audited> {
+    let target = Target::parse(&args.target).map_err(Error::Usage)?;
+    if target.tls {
+        return Err(Error::Usage(format!(
+            "--target {target}: TLS (rediss://) is not supported yet by audit"
+        )));
+    }
+    let ttl_ms = args.ttl_ms.unwrap_or(DEFAULT_TTL_MS);
+    if ttl_ms == 0 || !(1..=10_000).contains(&args.pings) {
+        return Err(Error::Usage(
+            "--ttl-ms must be above 0 and --pings 1 to 10000".into(),
+        ));
+    }
+    let facts = gather::gather(&target, ttl_ms, args.pings);
+    let findings = rules::audit(&facts);
+    let code = rules::exit_code(&findings);
+    let reached = facts.nodes.iter().any(|n| n.unreachable.is_none())
+        || facts.sentinels.iter().any(|s| s.unreachable.is_none());
+    // A folder only once something was read: a typo'd port leaves none.
+    let json = match reached {
+        false => None,
+        true => {
+            let record = Record {
+                target: target.to_string(),
+                resolved: &target,
+                ttl_ms,
+                ttl_default: args.ttl_ms.is_none(),
+                pings: args.pings,
+                findings: &findings,
+                exit: code,
+                nodes: &facts.nodes,
+                sentinels: &facts.sentinels,
+            };
+            Some(write(args.output.as_deref(), &target, &record)?)
+        }
+    };
+    let ttl = match args.ttl_ms {
+        Some(ms) => format!("TTL {ms} ms"),
+        None => format!("TTL {DEFAULT_TTL_MS} ms, the default: give yours with --ttl-ms"),
+    };
+    let title = format!("lockstorm audit {target} ({}; {ttl})", target.kind_name());
+    let json = json.map(|p| p.display().to_string());
+    Ok(Audited {
+        text: table::render(&title, &findings, code, json.as_deref()),
+        code,
+    })
+}
+
+/// Writes `audit.json` into `--output`, or a fresh
+/// `results/audit-<kind>-<timestamp>/` named as a matrix's folder is.
+fn write(output: Option<&Path>, target: &Target, record: &Record) -> Result<PathBuf> {
+    let dir = match output {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).context(|| format!("creating {}", dir.display()))?;
+            dir.to_path_buf()
+        }
+        None => store::layout::unique_dir(
+            Path::new(crate::options::RESULTS),
+            &format!("audit-{}-{}", target.kind_name(), store::layout::stamp()),
+        )?,
+    };
+    let path = dir.join("audit.json");
+    let json = serde_json::to_string_pretty(record).expect("an audit always serialises");
+    std::fs::write(&path, json + "\n").context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
