@@ -58,19 +58,6 @@ pub fn resolve(at: &Endpoint) -> Result<Ipv4Addr> {
         })
 }
 
-/// Why a node whose `ROLE` is `role` cannot hold the run's lock, if so.
-pub fn not_writable(role: &str, node: &str, at: &Endpoint) -> Option<String> {
-    match role {
-        "master" => None,
-        "slave" | "replica" => Some(format!(
-            "--target: {node} ({at}) is a replica, and a replica refuses writes: give its primary"
-        )),
-        other => Some(format!(
-            "--target: {node} ({at}) answers ROLE {other:?}, not a Redis primary: give a data node"
-        )),
-    }
-}
-
 /// The deployment's data nodes, named as the run names them.
 pub type DataNodes = Vec<(String, Endpoint)>;
 
@@ -158,9 +145,9 @@ pub async fn preflight(target: &Target, nodes: DataNodes, keys: &Keys) -> Result
             let role = role(&mut con)
                 .map_err(|e| Error::Usage(format!("--target: ROLE on {node} ({at}): {e}")))?;
             if i == 0 || !replicated {
-                if let Some(why) = not_writable(&role, node, at) {
-                    return Err(Error::Usage(why));
-                }
+                crate::audit::rules::writable(&role).map_err(|why| {
+                    Error::Usage(format!("--target: {node} ({at}) is {why}: give a primary"))
+                })?;
             }
             let found = scan(&mut con, &keys)
                 .map_err(|e| Error::Usage(format!("--target: SCAN on {node} ({at}): {e}")))?;
@@ -189,7 +176,7 @@ pub async fn clean(target: &Target, nodes: DataNodes, keys: &Keys) -> usize {
         let mut removed = 0;
         for (node, at) in &nodes {
             let gone = connect(&target, at).and_then(|mut con| {
-                if role(&mut con)? != "master" {
+                if crate::audit::rules::writable(&role(&mut con)?).is_err() {
                     return Ok(0);
                 }
                 let found = scan(&mut con, &keys)?;
@@ -211,14 +198,14 @@ pub async fn clean(target: &Target, nodes: DataNodes, keys: &Keys) -> usize {
     removed.await.unwrap_or(0)
 }
 
-/// The first word of `ROLE`: `master`, `slave` or `sentinel`.
-fn role(con: &mut redis::Connection) -> redis::RedisResult<String> {
-    let role: Vec<redis::Value> = redis::cmd("ROLE").query(con)?;
-    Ok(match role.first() {
-        Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-        Some(redis::Value::SimpleString(s)) => s.clone(),
-        _ => String::new(),
-    })
+/// The node's `ROLE`, read as the audit reads it.
+fn role(con: &mut redis::Connection) -> redis::RedisResult<crate::audit::facts::Role> {
+    let reply: redis::Value = redis::cmd("ROLE").query(con)?;
+    Ok(
+        crate::audit::gather::parse_role(&reply).unwrap_or(crate::audit::facts::Role::Other {
+            name: "unreadable".into(),
+        }),
+    )
 }
 
 fn connect(target: &Target, at: &Endpoint) -> redis::RedisResult<redis::Connection> {
@@ -247,27 +234,5 @@ fn scan(con: &mut redis::Connection, keys: &Keys) -> redis::RedisResult<Vec<Stri
             return Ok(found);
         }
         cursor = next;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_a_primary_takes_the_runs_writes() {
-        let at = Endpoint {
-            host: "127.0.0.1".into(),
-            port: 7000,
-        };
-        assert_eq!(not_writable("master", "n1", &at), None);
-        let why = not_writable("slave", "n1", &at).unwrap();
-        assert!(
-            why.contains("replica") && why.contains("127.0.0.1:7000"),
-            "{why}"
-        );
-        assert!(not_writable("sentinel", "n2", &at)
-            .unwrap()
-            .contains("sentinel"));
     }
 }

@@ -150,7 +150,11 @@ fn a_replica_given_as_the_target_is_refused_before_any_write() {
         "3",
     ]);
     assert_eq!(out.code, 254, "{}\n{}", out.stdout, out.stderr);
-    assert!(out.stderr.contains("is a replica"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("not writable: a replica"),
+        "{}",
+        out.stderr
+    );
     assert!(
         keys(&primary).is_empty(),
         "something was written: {:?}",
