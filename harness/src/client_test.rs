@@ -64,6 +64,9 @@ pub async fn client_test(
     nodes: &Nodes,
 ) -> Result<Report> {
     let prepared = clients::prepare(client)?;
+    if let Some(raw) = &nodes.target {
+        return client_test_on_target(client, prepared, ttl, results, raw).await;
+    }
     let backend = backend::provision(nodes.backend, nodes.image.as_deref(), false).await?;
     let block = crate::blocks::claim_one(nodes.address_block)?;
     let ip = Addresses {
@@ -95,25 +98,77 @@ async fn client_test_on(
     };
     let mut node = RedisNode::start(spec, &folder.join("nodes"), backend).await?;
     let addr = node.addr();
-    let spec = prepared.spec(Config::Single, folder.join("adapter.stderr"));
+    let mut spec = prepared.spec(Config::Single, folder.join("adapter.stderr"));
+    // lockstorm's own node has no password, whatever the shell holds.
+    spec.env
+        .insert(workloads::conn::PASSWORD_ENV.into(), String::new());
     let label = format!("{client} (`{}`) on one node at {addr}", spec.command());
-    // The adapters live on one thread from start to end: each dies with
-    // the thread that started it.
-    let steps = tokio::task::spawn_blocking(move || Steps::new(spec, addr, ttl).run())
-        .await
-        .map_err(|e| Error::Adapter(format!("the client test failed: {e}")));
+    let steps = steps_on(spec, addr, workloads::Keys::default(), ttl).await;
     node.remove().await;
-    let steps = steps??;
     Ok(Report {
         client: label,
         folder,
-        steps,
+        steps: steps?,
     })
+}
+
+/// The same steps on a deployment's one node (`--target redis://…`), under
+/// a prefix of their own, checked free before and removed after.
+async fn client_test_on_target(
+    client: &Client,
+    prepared: workloads::install::Prepared,
+    ttl: Duration,
+    results: &Path,
+    raw: &str,
+) -> Result<Report> {
+    use crate::target::{Kind, Target};
+    let target = Target::parse(raw).map_err(Error::Usage)?;
+    if target.kind != Kind::Single || target.tls {
+        return Err(Error::Usage(format!(
+            "--target {target}: client-test checks a library on one plain node: give redis://host:port"
+        )));
+    }
+    let at = target.endpoints[0].clone();
+    let addr = format!("{}:{}", crate::deployment::resolve(&at)?, at.port);
+    let stamp = store::layout::stamp();
+    let keys = workloads::Keys::for_run(&format!("client-test:{stamp}"), 600_000);
+    let nodes = vec![("n1".to_string(), at)];
+    crate::deployment::preflight(&target, nodes.clone(), &keys).await?;
+    let folder = store::layout::unique_dir(results, &format!("client-test-{stamp}"))?;
+    std::fs::create_dir_all(&folder).context(|| format!("creating {}", folder.display()))?;
+    let mut spec = prepared.spec(Config::Single, folder.join("adapter.stderr"));
+    if let Some(user) = &target.user {
+        spec.env
+            .insert(crate::deployment::USER_ENV.into(), user.clone());
+    }
+    let label = format!("{client} (`{}`) on {target}", spec.command());
+    let steps = steps_on(spec, addr, keys.clone(), ttl).await;
+    crate::deployment::clean(&target, nodes, &keys).await;
+    Ok(Report {
+        client: label,
+        folder,
+        steps: steps?,
+    })
+}
+
+/// The adapters live on one thread from start to end: each dies with the
+/// thread that started it.
+async fn steps_on(
+    spec: AdapterSpec,
+    addr: String,
+    keys: workloads::Keys,
+    ttl: Duration,
+) -> Result<Vec<Step>> {
+    tokio::task::spawn_blocking(move || Steps::new(spec, addr, keys, ttl).run())
+        .await
+        .map_err(|e| Error::Adapter(format!("the client test failed: {e}")))?
 }
 
 struct Steps {
     spec: AdapterSpec,
     addr: String,
+    /// The lock's key is `keys.lock()`.
+    keys: workloads::Keys,
     ttl: Duration,
     done: Vec<Step>,
 }
@@ -141,10 +196,11 @@ fn budget(op: &Op) -> Duration {
 const BUSY_WAIT: Duration = Duration::from_millis(300);
 
 impl Steps {
-    fn new(spec: AdapterSpec, addr: String, ttl: Duration) -> Self {
+    fn new(spec: AdapterSpec, addr: String, keys: workloads::Keys, ttl: Duration) -> Self {
         Steps {
             spec,
             addr,
+            keys,
             ttl,
             done: Vec::new(),
         }
@@ -177,7 +233,7 @@ impl Steps {
             self.ttl.as_millis() as u64,
             (self.ttl * 2).as_millis() as u64,
             worker,
-            workloads::Keys::default().lock(),
+            self.keys.lock(),
         );
         adapter::start(&self.spec, init, BUDGET, Group::Own)
     }

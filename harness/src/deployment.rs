@@ -153,7 +153,7 @@ pub async fn preflight(target: &Target, nodes: DataNodes, keys: &Keys) -> Result
                 .map_err(|e| Error::Usage(format!("--target: SCAN on {node} ({at}): {e}")))?;
             if let Some(key) = found.first() {
                 return Err(Error::Usage(format!(
-                    "--target: {node} ({at}) already holds {key:?}, a key of this run's prefix {}: a run with this --seed is there, or was killed and its keys have not expired; wait for them, or choose another --seed",
+                    "--target: {node} ({at}) already holds {key:?}, a key of this run's prefix {}: a run of this config, fault and --seed is there, or was killed and its keys have not expired; wait for them, or choose another --seed",
                     keys.prefix
                 )));
             }

@@ -35,7 +35,8 @@ pub struct Nodes {
     /// Test a deployment lockstorm did not start: redis://[user@]host:port[/db]
     /// (one node) or redlock://host:port,host:port,host:port (independent
     /// nodes); the password comes from LOCKSTORM_REDIS_PASSWORD. Every key
-    /// the run writes is under lockstorm:<seed>: and is removed at the end.
+    /// the run writes is under lockstorm:<config>-<fault>:<seed>: and is
+    /// removed at the end.
     #[arg(long, value_name = "URL")]
     pub target: Option<String>,
     /// With --target, the command that stands in for a node fault lockstorm
@@ -540,12 +541,14 @@ impl RunOptions {
         };
         plan.fault_commands = fault_commands;
         if target.is_some() {
-            // The seed names the run's keys: a rerun of a killed run's seed
-            // finds its leftovers (until they expire) and is refused.
+            // The run's name and seed name its keys: a matrix's cells never
+            // share a prefix, and a rerun of a killed run finds its
+            // leftovers (until they expire) and is refused.
             // Long enough for the run, its settling and its check; a
             // killed run's keys go by themselves a few minutes later.
             let expire = 2 * plan.time_limit + Duration::from_secs(120);
-            plan.keys = workloads::Keys::for_run(&plan.seed.to_string(), expire.as_millis() as u64);
+            let run_id = format!("{}:{}", plan.name(), plan.seed);
+            plan.keys = workloads::Keys::for_run(&run_id, expire.as_millis() as u64);
             plan.target = target;
         }
         match &self.schedule {
@@ -593,7 +596,7 @@ impl RunOptions {
                 .filter(|c| runs_on(*c))
                 .map(|c| c.name())
                 .collect();
-            return Err(Refusal::Invalid(format!(
+            return Err(Refusal::Inapplicable(format!(
                 "--config {} does not run on a {} target ({target}): use --config {}",
                 self.config,
                 target.kind_name(),

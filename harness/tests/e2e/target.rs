@@ -52,7 +52,10 @@ fn a_paused_holder_breaks_the_lock_on_a_deployment_and_the_run_leaves_only_its_o
     let record: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
     assert_eq!(record["options"]["target"]["kind"], "single", "{record}");
-    assert_eq!(record["options"]["keys"]["prefix"], "lockstorm:31:");
+    assert_eq!(
+        record["options"]["keys"]["prefix"],
+        "lockstorm:single-pause:31:"
+    );
     assert!(
         record["nodes"]
             .as_array()
@@ -99,7 +102,7 @@ fn a_client_adapter_on_a_deployment_is_broken_by_a_delayed_write() {
 fn a_key_of_the_runs_prefix_already_there_refuses_the_run_and_stays() {
     let server = deployment();
     redis::cmd("SET")
-        .arg("lockstorm:33:lock")
+        .arg("lockstorm:single-pause:33:lock")
         .arg("another run's")
         .query::<()>(&mut server.client())
         .unwrap();
@@ -123,10 +126,13 @@ fn a_key_of_the_runs_prefix_already_there_refuses_the_run_and_stays() {
     let line = out.stderr.trim();
     assert!(!line.contains('\n'), "{line}");
     assert!(
-        line.contains("lockstorm:33:lock") && line.contains("--seed"),
+        line.contains("lockstorm:single-pause:33:lock") && line.contains("--seed"),
         "{line}"
     );
-    assert_eq!(keys(&server), ["lockstorm:33:lock", "owner:key"]);
+    assert_eq!(
+        keys(&server),
+        ["lockstorm:single-pause:33:lock", "owner:key"]
+    );
 }
 
 #[test]
@@ -418,7 +424,10 @@ fn a_killed_harness_leaves_only_keys_that_expire() {
     // Once the lock and the fence counter both exist, mid-run.
     common::wait_for("the run's keys", || {
         let keys = keys(&server);
-        let ours = ["lockstorm:38:lock", "lockstorm:38:fence"];
+        let ours = [
+            "lockstorm:fenced-none:38:lock",
+            "lockstorm:fenced-none:38:fence",
+        ];
         ours.iter()
             .all(|k| keys.iter().any(|have| have == k))
             .then_some(())
@@ -428,7 +437,7 @@ fn a_killed_harness_leaves_only_keys_that_expire() {
     let mut con = server.client();
     for key in keys(&server)
         .iter()
-        .filter(|k| k.starts_with("lockstorm:38:"))
+        .filter(|k| k.starts_with("lockstorm:fenced-none:38:"))
     {
         let pttl: i64 = redis::cmd("PTTL").arg(key).query(&mut con).unwrap();
         assert!(
