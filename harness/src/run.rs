@@ -161,14 +161,28 @@ async fn run_in(
     // On a deployment lockstorm did not start, its keys are checked before
     // the first write and removed after the last, whatever ended the run;
     // keys it found there are not its own, and stay.
+    let mut servers = Default::default();
     if let Some(target) = &options.target {
+        // Read only, before the first write: what in the deployment can
+        // break a lock, beside the run that shows what does.
+        let audited = crate::audit::for_run(target, options.ttl, &dir.path).await;
+        match audited {
+            Ok(seen) => {
+                tracing::info!("audit of {target}: {}", seen.summary);
+                servers = seen.servers;
+            }
+            Err(e) => tracing::warn!("audit of {target} failed: {e}"),
+        }
         let nodes = crate::deployment::data_nodes(&topology.observed());
         if let Err(e) = crate::deployment::preflight(target, nodes, &options.keys).await {
             topology.shutdown().await;
             return Err(e);
         }
     }
-    let outcome = run_workload(options, client, &*backend, dir, &topology, interrupt).await;
+    let outcome = run_workload(
+        options, client, &*backend, dir, &topology, interrupt, servers,
+    )
+    .await;
     if let Some(target) = &options.target {
         let nodes = crate::deployment::data_nodes(&topology.observed());
         let removed = crate::deployment::clean(target, nodes, &options.keys).await;
@@ -188,6 +202,7 @@ async fn run_workload(
     dir: &RunDir,
     topology: &Arc<Topology>,
     interrupt: &Interrupt,
+    target_servers: std::collections::BTreeMap<String, String>,
 ) -> Result<RunOutcome> {
     let steps = options.schedule();
     let adapter = |name: &str| {
@@ -273,6 +288,7 @@ async fn run_workload(
     let mut record = new_record(options, backend);
     record.client = client_record;
     record.nodes = topology.records().await;
+    record.target_servers = target_servers;
     record.worker_pids = pool.pids.snapshot();
     record.schedule = Some(steps.clone());
     write_json(&dir.run_json(), &record)?;
@@ -550,6 +566,7 @@ fn new_record(options: &RunPlan, backend: &dyn Provisioner) -> RunRecord {
         client: None,
         adapter_broken: None,
         proxied_requests: None,
+        target_servers: Default::default(),
     }
 }
 

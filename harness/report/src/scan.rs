@@ -334,8 +334,38 @@ pub fn read_run<P: Plan>(root: &Path, rel: &str) -> (Run, Option<History>, crate
             ));
         }
     }
-    run.files = existing(&folder.path, &[RESULTS, HISTORY, RUN_JSON, HARNESS_LOG]);
+    run.files = existing(
+        &folder.path,
+        &[RESULTS, HISTORY, RUN_JSON, HARNESS_LOG, store::AUDIT],
+    );
+    if let Some(said) = audit_note(&folder.path) {
+        run.notes.push(said);
+    }
     (run, history, setup)
+}
+
+/// A `--target` run's audit of its deployment, in a line: what it found at
+/// risk (the table links `audit.json` for the rest).
+fn audit_note(dir: &Path) -> Option<String> {
+    let text = fs::read_to_string(dir.join(store::AUDIT)).ok()?;
+    let audit: Value = serde_json::from_str(&text).ok()?;
+    let findings = audit["findings"].as_array()?;
+    let with = |severity: &str| -> Vec<&str> {
+        let mut rules: Vec<&str> = findings
+            .iter()
+            .filter(|f| f["severity"] == severity)
+            .filter_map(|f| f["rule"].as_str())
+            .collect();
+        rules.dedup();
+        rules
+    };
+    let (risks, unknown) = (with("risk"), with("unknown"));
+    let target = audit["target"].as_str().unwrap_or("the target");
+    Some(match (risks.is_empty(), unknown.is_empty()) {
+        (false, _) => format!("audit of {target}: at risk: {}", risks.join(", ")),
+        (true, false) => format!("audit of {target}: could not see {}", unknown.join(", ")),
+        (true, true) => format!("audit of {target}: nothing at risk"),
+    })
 }
 
 pub fn read_matrix(root: &Path, rel: &str) -> Matrix {

@@ -104,6 +104,62 @@ pub fn audit(args: &AuditArgs) -> Result<Audited> {
     })
 }
 
+/// What a `--target` run's audit found, in a line, and each data node's
+/// server version.
+pub struct ForRun {
+    pub summary: String,
+    pub servers: std::collections::BTreeMap<String, String>,
+}
+
+/// PINGs per node when a run audits its target: enough for the latency
+/// rule's median, few enough not to delay the run.
+const RUN_PINGS: u32 = 10;
+
+/// A `--target` run's audit, held to the run's TTL, into its folder's
+/// `audit.json` (read-only commands only, like `lockstorm audit`).
+pub async fn for_run(target: &Target, ttl: std::time::Duration, dir: &Path) -> Result<ForRun> {
+    let (target, dir) = (target.clone(), dir.to_path_buf());
+    let ttl_ms = ttl.as_millis() as u64;
+    let gathered = tokio::task::spawn_blocking(move || {
+        let facts = gather::gather(&target, ttl_ms, RUN_PINGS);
+        let findings = rules::audit(&facts);
+        let code = rules::exit_code(&findings);
+        let record = Record {
+            target: target.to_string(),
+            resolved: &target,
+            ttl_ms,
+            ttl_default: false,
+            pings: RUN_PINGS,
+            findings: &findings,
+            exit: code,
+            nodes: &facts.nodes,
+            sentinels: &facts.sentinels,
+        };
+        write(Some(&dir), &target, &record)?;
+        let servers = facts
+            .nodes
+            .iter()
+            .filter_map(|n| Some((n.addr.clone(), version(&n.server)?)))
+            .collect();
+        Ok::<_, Error>(ForRun {
+            summary: rules::summary(&findings),
+            servers,
+        })
+    });
+    gathered.await.map_err(|e| Error::Io {
+        context: "auditing the target".into(),
+        source: std::io::Error::other(e),
+    })?
+}
+
+/// `redis 7.2.4` or `valkey 8.0.1`, from `INFO server`.
+fn version(server: &std::collections::BTreeMap<String, String>) -> Option<String> {
+    match server.get("valkey_version") {
+        Some(v) => Some(format!("valkey {v}")),
+        None => server.get("redis_version").map(|v| format!("redis {v}")),
+    }
+}
+
 /// Writes `audit.json` into `--output`, or a fresh
 /// `results/audit-<kind>-<timestamp>/` named as a matrix's folder is.
 fn write(output: Option<&Path>, target: &Target, record: &Record) -> Result<PathBuf> {
@@ -117,7 +173,7 @@ fn write(output: Option<&Path>, target: &Target, record: &Record) -> Result<Path
             &format!("audit-{}-{}", target.kind_name(), store::layout::stamp()),
         )?,
     };
-    let path = dir.join("audit.json");
+    let path = dir.join(store::AUDIT);
     let json = serde_json::to_string_pretty(record).expect("an audit always serialises");
     std::fs::write(&path, json + "\n").context(|| format!("writing {}", path.display()))?;
     Ok(path)

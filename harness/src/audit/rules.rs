@@ -202,6 +202,29 @@ pub fn audit(facts: &Facts) -> Vec<Finding> {
     out
 }
 
+/// The findings in a line: `2 at risk (eviction, persistence), 0 unknown,
+/// 1 warning(s), 3 ok`.
+pub fn summary(findings: &[Finding]) -> String {
+    let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
+    let mut risky: Vec<&str> = findings
+        .iter()
+        .filter(|f| f.severity == Severity::Risk)
+        .map(|f| f.rule)
+        .collect();
+    risky.dedup();
+    let named = match risky.is_empty() {
+        true => String::new(),
+        false => format!(" ({})", risky.join(", ")),
+    };
+    format!(
+        "{} at risk{named}, {} unknown, {} warning(s), {} ok",
+        count(Severity::Risk),
+        count(Severity::Unknown),
+        count(Severity::Warning),
+        count(Severity::Ok)
+    )
+}
+
 /// The exit code the findings mean: 1 when anything is at risk; else 2
 /// when a rule that can find a risk could not look (its facts were refused
 /// or a node did not answer: the risk may be there, unseen); else 0.

@@ -42,13 +42,9 @@ pub fn render(title: &str, findings: &[Finding], code: u8, json: Option<&str>) -
             }
         }
     }
-    let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
     out.push_str(&format!(
-        "\n{} at risk, {} unknown, {} warning(s), {} ok: exit {code}\n",
-        count(Severity::Risk),
-        count(Severity::Unknown),
-        count(Severity::Warning),
-        count(Severity::Ok)
+        "\n{}: exit {code}\n",
+        super::rules::summary(findings)
     ));
     match json {
         Some(path) => out.push_str(&format!("audit.json: {path}\n")),
@@ -88,7 +84,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("1 at risk, 0 unknown, 0 warning(s), 1 ok: exit 1"),
+            text.contains("1 at risk (eviction), 0 unknown, 0 warning(s), 1 ok: exit 1"),
             "{text}"
         );
         assert!(text.ends_with("audit.json: r/audit.json\n"), "{text}");

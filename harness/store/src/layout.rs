@@ -13,6 +13,9 @@ pub const RUN_JSON: &str = "run.json";
 pub const HISTORY: &str = "history.jsonl";
 pub const RESULTS: &str = "results.json";
 pub const HARNESS_LOG: &str = "harness.log";
+/// A deployment's audit (`lockstorm audit`, and a `--target` run's
+/// preflight).
+pub const AUDIT: &str = "audit.json";
 
 /// Now, as results folders are named: `YYYYMMDDTHHMMSS`, UTC.
 pub fn stamp() -> String {

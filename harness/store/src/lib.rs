@@ -19,6 +19,6 @@ pub mod summary;
 
 pub use error::{Error, ReadError, Result};
 pub use layout::{
-    read_json, write_json, RunDir, StoredRun, HARNESS_LOG, HISTORY, RESULTS, RUN_JSON,
+    read_json, write_json, RunDir, StoredRun, AUDIT, HARNESS_LOG, HISTORY, RESULTS, RUN_JSON,
 };
 pub use record::{BackendRecord, ClientRecord, NodeRecord, Outline, Plan, RunRecord, NO_TTL};

@@ -84,6 +84,10 @@ pub struct RunRecord<P: Plan> {
     /// had none, and workers reached the nodes directly).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxied_requests: Option<u64>,
+    /// A deployment's servers (`--target`): node address → the version its
+    /// `INFO server` reports (`redis 7.2.4`, `valkey 8.0.1`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub target_servers: std::collections::BTreeMap<String, String>,
 }
 
 impl<P: Plan> RunRecord<P> {

@@ -64,6 +64,32 @@ fn a_paused_holder_breaks_the_lock_on_a_deployment_and_the_run_leaves_only_its_o
             .any(|n| n["role"] == "target" && n["pid"] == 0),
         "{record}"
     );
+    let version = &record["target_servers"][server.addr().to_string()];
+    assert!(
+        version.as_str().is_some_and(|v| v.starts_with("redis ")),
+        "{record}"
+    );
+    // Its audit, read before the first write: the node keeps nothing.
+    let audit: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("audit.json")).unwrap()).unwrap();
+    let persistence = audit["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == "persistence")
+        .cloned();
+    assert_eq!(
+        persistence.map(|f| f["severity"].clone()),
+        Some("risk".into())
+    );
+    // The report shows it beside the run.
+    let report = lockstorm(&["report", tmp.path().to_str().unwrap()]);
+    assert_eq!(report.code, 0, "{}", report.stderr);
+    let page = std::fs::read_to_string(tmp.path().join("index.html")).unwrap();
+    assert!(
+        page.contains("at risk: persistence"),
+        "no audit beside the run"
+    );
 }
 
 /// A client adapter on a deployment goes through the fault proxy like
