@@ -65,7 +65,8 @@ pub async fn client_test(
 ) -> Result<Report> {
     let prepared = clients::prepare(client)?;
     if let Some(raw) = &nodes.target {
-        return client_test_on_target(client, prepared, ttl, results, raw).await;
+        let ca = nodes.tls_ca.as_deref();
+        return client_test_on_target(client, prepared, ttl, results, raw, ca).await;
     }
     let backend = backend::provision(nodes.backend, nodes.image.as_deref(), false).await?;
     let block = crate::blocks::claim_one(nodes.address_block)?;
@@ -120,16 +121,19 @@ async fn client_test_on_target(
     ttl: Duration,
     results: &Path,
     raw: &str,
+    tls_ca: Option<&Path>,
 ) -> Result<Report> {
     use crate::target::{Kind, Target};
     let target = Target::parse(raw).map_err(Error::Usage)?;
-    if target.kind != Kind::Single || target.tls {
+    if target.kind != Kind::Single {
         return Err(Error::Usage(format!(
-            "--target {target}: client-test checks a library on one plain node: give redis://host:port"
+            "--target {target}: client-test checks a library on one node: give redis://host:port"
         )));
     }
+    let (target, _bridges) = crate::tls_bridge::bridge(&target, tls_ca).await?;
     let at = target.endpoints[0].clone();
-    let addr = format!("{}:{}", crate::deployment::resolve(&at)?, at.port);
+    let (ip, port) = crate::deployment::resolve(&at)?;
+    let addr = format!("{ip}:{port}");
     let stamp = store::layout::stamp();
     let keys = workloads::Keys::for_run(&format!("client-test:{stamp}"), 600_000);
     let nodes = vec![("n1".to_string(), at)];

@@ -39,14 +39,18 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 /// own keys are a handful.
 const SCAN_COUNT: usize = 1000;
 
-/// A node's IPv4 address (the workers and the proxy speak IPv4).
-pub fn resolve(at: &Endpoint) -> Result<Ipv4Addr> {
+/// Where the run reaches a node: its IPv4 address and port, or its TLS
+/// bridge's (the workers and the proxy speak IPv4).
+pub fn resolve(at: &Endpoint) -> Result<(Ipv4Addr, u16)> {
+    if let Some(SocketAddr::V4(via)) = at.via {
+        return Ok((*via.ip(), via.port()));
+    }
     let found = (at.host.as_str(), at.port)
         .to_socket_addrs()
         .map_err(|e| Error::Usage(format!("--target: cannot resolve {}: {e}", at.host)))?;
     found
         .filter_map(|a| match a {
-            SocketAddr::V4(v4) => Some(*v4.ip()),
+            SocketAddr::V4(v4) => Some((*v4.ip(), at.port)),
             SocketAddr::V6(_) => None,
         })
         .next()
@@ -66,9 +70,10 @@ pub fn data_nodes(observed: &[crate::observer::Node]) -> DataNodes {
     observed
         .iter()
         .map(|n| {
+            // Reached where the run reaches it (a TLS target's bridge).
             let at = Endpoint {
-                host: n.addr.ip().to_string(),
-                port: n.addr.port(),
+                via: Some(n.addr),
+                ..Endpoint::new(n.addr.ip().to_string(), n.addr.port())
             };
             (n.name.clone(), at)
         })
@@ -115,16 +120,13 @@ fn ask_sentinel(addr: &str, master: &str) -> redis::RedisResult<Vec<Endpoint>> {
         .arg("replicas")
         .arg(master)
         .query(&mut con)?;
-    let mut found = vec![Endpoint { host, port }];
+    let mut found = vec![Endpoint::new(host, port)];
     for r in replicas {
         let (Some(host), Some(port)) = (r.get("ip"), r.get("port").and_then(|p| p.parse().ok()))
         else {
             continue;
         };
-        found.push(Endpoint {
-            host: host.clone(),
-            port,
-        });
+        found.push(Endpoint::new(host.clone(), port));
     }
     Ok(found)
 }

@@ -191,10 +191,13 @@ impl Commands {
     }
 
     fn run_id(&self, addr: &str) -> redis::RedisResult<String> {
-        let (host, port) = addr.rsplit_once(':').unwrap_or((addr, "6379"));
+        // Reached where the run reaches it (a TLS target's bridge).
+        let via: std::net::SocketAddr = addr.parse().map_err(|_| {
+            redis::RedisError::from(std::io::Error::other(format!("bad address {addr}")))
+        })?;
         let at = crate::target::Endpoint {
-            host: host.to_string(),
-            port: port.parse().unwrap_or(6379),
+            via: Some(via),
+            ..crate::target::Endpoint::new(via.ip().to_string(), via.port())
         };
         let password = Target::password();
         let client = redis::Client::open(self.target.url_for(&at, password.as_deref()))?;

@@ -28,6 +28,7 @@ pub mod run;
 pub mod schedule_text;
 pub mod shrink;
 pub mod target;
+mod tls_bridge;
 pub mod topology;
 mod workers;
 

@@ -33,8 +33,9 @@ pub struct Nodes {
     #[arg(long)]
     pub address_block: Option<u8>,
     /// Test a deployment lockstorm did not start: redis://[user@]host:port[/db]
-    /// (one node) or redlock://host:port,host:port,host:port (independent
-    /// nodes); the password comes from LOCKSTORM_REDIS_PASSWORD. Every key
+    /// or rediss://… (one node, TLS), sentinel://host:port[,host:port…]/<master>
+    /// (a primary found through its Sentinels) or redlock://host:port,host:port,host:port
+    /// (independent nodes); the password comes from LOCKSTORM_REDIS_PASSWORD. Every key
     /// the run writes is under lockstorm:<config>-<fault>:<seed>: and is
     /// removed at the end.
     #[arg(long, value_name = "URL")]
@@ -50,6 +51,10 @@ pub struct Nodes {
     /// new run_id before the fault counts as unverified (the run unknown).
     #[arg(long, default_value_t = 30_000, value_name = "MS")]
     pub fault_cmd_wait_ms: u64,
+    /// The CA certificate (PEM) a rediss:// target's certificate is checked
+    /// against [default: the system's roots].
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl Default for Nodes {
@@ -61,6 +66,7 @@ impl Default for Nodes {
             target: None,
             fault_cmd: Vec::new(),
             fault_cmd_wait_ms: 30_000,
+            tls_ca: None,
         }
     }
 }
@@ -349,6 +355,9 @@ pub struct RunPlan {
     pub fault_commands: std::collections::BTreeMap<String, String>,
     #[serde(default, rename = "fault_cmd_wait_ms", with = "millis")]
     pub fault_cmd_wait: Duration,
+    /// `--tls-ca`, as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca: Option<PathBuf>,
 }
 
 /// Why options cannot become a plan.
@@ -538,6 +547,7 @@ impl RunOptions {
             target: None,
             fault_commands: Default::default(),
             fault_cmd_wait: ms(self.nodes.fault_cmd_wait_ms),
+            tls_ca: self.nodes.tls_ca.clone(),
         };
         plan.fault_commands = fault_commands;
         if target.is_some() {
@@ -579,9 +589,9 @@ impl RunOptions {
     fn check_target(&self, raw: &str) -> Result<crate::target::Target, Refusal> {
         use crate::target::{Kind, Target};
         let target = Target::parse(raw).map_err(Refusal::Invalid)?;
-        if target.tls {
+        if self.nodes.tls_ca.is_some() && !target.tls {
             return Err(Refusal::Invalid(format!(
-                "--target {target}: TLS (rediss://) is not supported yet; test a plain redis:// endpoint of the same deployment"
+                "--tls-ca is for a TLS target, and {target} is not one: write rediss://, or drop --tls-ca"
             )));
         }
         // What a config's lock needs of the nodes, against what the target has.

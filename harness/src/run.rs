@@ -162,7 +162,7 @@ async fn run_in(
     // the first write and removed after the last, whatever ended the run;
     // keys it found there are not its own, and stay.
     let mut servers = Default::default();
-    if let Some(target) = &options.target {
+    if let Some(target) = topology.target() {
         // Read only, before the first write: what in the deployment can
         // break a lock, beside the run that shows what does.
         let audited = crate::audit::for_run(target, options.ttl, &dir.path).await;
@@ -183,7 +183,7 @@ async fn run_in(
         options, client, &*backend, dir, &topology, interrupt, servers,
     )
     .await;
-    if let Some(target) = &options.target {
+    if let Some(target) = topology.target() {
         let nodes = crate::deployment::data_nodes(&topology.observed());
         let removed = crate::deployment::clean(target, nodes, &options.keys).await;
         tracing::info!(

@@ -32,6 +32,20 @@ pub enum Kind {
 pub struct Endpoint {
     pub host: String,
     pub port: u16,
+    /// Where lockstorm connects instead: a TLS bridge on loopback
+    /// (`tls_bridge`) for a `rediss://` endpoint.
+    #[serde(skip)]
+    pub via: Option<std::net::SocketAddr>,
+}
+
+impl Endpoint {
+    pub fn new(host: impl Into<String>, port: u16) -> Endpoint {
+        Endpoint {
+            host: host.into(),
+            port,
+            via: None,
+        }
+    }
 }
 
 impl fmt::Display for Endpoint {
@@ -179,9 +193,15 @@ impl Target {
     /// A connection URL for one endpoint of this target, with the password
     /// from the environment: for the redis client only, never to be logged.
     pub fn url_for(&self, at: &Endpoint, password: Option<&str>) -> String {
-        let scheme = if self.tls { "rediss" } else { "redis" };
         let login = Login::userinfo(self.user.as_deref(), password);
-        format!("{scheme}://{login}{at}/{}", self.db)
+        match at.via {
+            // Its TLS bridge speaks TLS for us.
+            Some(via) => format!("redis://{login}{via}/{}", self.db),
+            None => {
+                let scheme = if self.tls { "rediss" } else { "redis" };
+                format!("{scheme}://{login}{at}/{}", self.db)
+            }
+        }
     }
 }
 
@@ -234,10 +254,7 @@ fn endpoint(raw: &str, default_port: u16) -> Result<Endpoint, String> {
             .filter(|&p| p != 0)
             .ok_or_else(|| format!("{p:?} is not a port (1 to 65535)"))?,
     };
-    Ok(Endpoint {
-        host: host.to_string(),
-        port,
-    })
+    Ok(Endpoint::new(host, port))
 }
 
 #[cfg(test)]
@@ -245,10 +262,7 @@ mod tests {
     use super::*;
 
     fn ep(host: &str, port: u16) -> Endpoint {
-        Endpoint {
-            host: host.into(),
-            port,
-        }
+        Endpoint::new(host, port)
     }
 
     #[test]

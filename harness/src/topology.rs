@@ -49,6 +49,10 @@ pub struct Topology {
     pub addresses: Addresses,
     /// The user's fault commands, on a deployment lockstorm did not start.
     commands: Option<Arc<crate::fault_command::Commands>>,
+    /// That deployment as the run reaches it (a TLS one through its bridges).
+    reached: Option<crate::target::Target>,
+    /// The TLS bridges: held so they live as long as the topology.
+    _bridges: Option<crate::tls_bridge::Bridges>,
 }
 
 /// Where one run's nodes listen and its workers connect from: every
@@ -205,6 +209,8 @@ impl Topology {
             clocks,
             addresses,
             commands: None,
+            reached: None,
+            _bridges: None,
         })
     }
 
@@ -223,12 +229,12 @@ impl Topology {
         };
         let mut addrs = Vec::new();
         let mut sentinels = Vec::new();
+        let (target, bridges) =
+            crate::tls_bridge::bridge(target, options.tls_ca.as_deref()).await?;
+        let target = &target;
         let named = |prefix: &str, i: usize, at: &crate::target::Endpoint| -> Result<_> {
-            Ok((
-                format!("{prefix}{}", i + 1),
-                crate::deployment::resolve(at)?,
-                at.port,
-            ))
+            let (ip, port) = crate::deployment::resolve(at)?;
+            Ok((format!("{prefix}{}", i + 1), ip, port))
         };
         let data = match &target.kind {
             // The Sentinels name the primary and its replicas.
@@ -269,7 +275,14 @@ impl Topology {
                 nodes_dir.to_path_buf(),
                 options.fault_cmd_wait,
             ))),
+            reached: Some(target.clone()),
+            _bridges: Some(bridges),
         })
+    }
+
+    /// The deployment lockstorm did not start, as the run reaches it.
+    pub fn target(&self) -> Option<&crate::target::Target> {
+        self.reached.as_ref()
     }
 
     /// Addresses the lock clients talk to directly (none for `replicated`,

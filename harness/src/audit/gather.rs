@@ -238,10 +238,10 @@ fn sentinel(target: &Target, at: &Endpoint, password: Option<&str>, master: &str
         .iter()
         .chain(&replicas)
         .filter_map(|fields| {
-            Some(Endpoint {
-                host: fields.get("ip")?.clone(),
-                port: fields.get("port")?.parse().ok()?,
-            })
+            Some(Endpoint::new(
+                fields.get("ip")?.clone(),
+                fields.get("port")?.parse().ok()?,
+            ))
         })
         .collect();
     Asked {

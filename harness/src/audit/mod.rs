@@ -32,6 +32,10 @@ pub struct AuditArgs {
     /// The folder audit.json is written to [default: results/audit-<kind>-<timestamp>/]
     #[arg(long, value_name = "DIR")]
     pub output: Option<PathBuf>,
+    /// The CA certificate (PEM) a rediss:// target's certificate is checked
+    /// against [default: the system's roots]
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
 }
 
 /// What `audit` found, and the exit code it means (0, 1 or 2).
@@ -58,18 +62,22 @@ struct Record<'a> {
 
 pub fn audit(args: &AuditArgs) -> Result<Audited> {
     let target = Target::parse(&args.target).map_err(Error::Usage)?;
-    if target.tls {
-        return Err(Error::Usage(format!(
-            "--target {target}: TLS (rediss://) is not supported yet by audit"
-        )));
-    }
+    // A TLS target is read through its bridge, which runs on this runtime
+    // while the (blocking) gathering goes on.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(Error::Runtime)?;
+    let (reached, _bridges) =
+        runtime.block_on(crate::tls_bridge::bridge(&target, args.tls_ca.as_deref()))?;
     let ttl_ms = args.ttl_ms.unwrap_or(DEFAULT_TTL_MS);
     if ttl_ms == 0 || !(1..=10_000).contains(&args.pings) {
         return Err(Error::Usage(
             "--ttl-ms must be above 0 and --pings 1 to 10000".into(),
         ));
     }
-    let facts = gather::gather(&target, ttl_ms, args.pings);
+    let facts = gather::gather(&reached, ttl_ms, args.pings);
     let findings = rules::audit(&facts);
     let code = rules::exit_code(&findings);
     let reached = facts.nodes.iter().any(|n| n.unreachable.is_none())

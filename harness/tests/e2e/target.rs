@@ -477,3 +477,146 @@ fn a_killed_harness_leaves_only_keys_that_expire() {
             .then_some(())
     });
 }
+
+/// A CA and a certificate for `localhost` it signed, made with `openssl`,
+/// in `dir`: (ca.pem, server.pem, server.key).
+fn certificates(dir: &std::path::Path, ca_name: &str) -> [std::path::PathBuf; 3] {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl must be installed (apt-get install -y openssl)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ca = format!("{ca_name}.pem");
+    let ca_key = format!("{ca_name}.key");
+    let subject = format!("/CN={ca_name}");
+    run(&[
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", &ca_key, "-out", &ca, "-days",
+        "1", "-subj", &subject,
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    std::fs::write(dir.join("san.ext"), "subjectAltName=DNS:localhost\n").unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        &ca,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "san.ext",
+    ]);
+    [dir.join(ca), dir.join("server.pem"), dir.join("server.key")]
+}
+
+/// A node that speaks TLS on a port of its own (its plain port is the
+/// test's, to look at it), and that port.
+fn tls_node(certs: &[std::path::PathBuf; 3]) -> (Server, u16) {
+    let tls_port = testkit::free_port(std::net::Ipv4Addr::LOCALHOST);
+    let [ca, cert, key] = certs.each_ref().map(|p| p.display().to_string());
+    let server = Builder::redis()
+        .args([
+            "--tls-port",
+            &tls_port.to_string(),
+            "--tls-cert-file",
+            &cert,
+        ])
+        .args([
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            "no",
+        ])
+        .start();
+    (server, tls_port)
+}
+
+#[test]
+fn a_tls_deployment_is_tested_through_lockstorms_bridge_and_left_clean() {
+    let tmp = tempfile::tempdir().unwrap();
+    let certs = certificates(tmp.path(), "lockstorm-test-ca");
+    let (server, tls_port) = tls_node(&certs);
+    let url = format!("rediss://localhost:{tls_port}");
+    let ca = certs[0].display().to_string();
+    let results = tmp.path().join("results");
+    let args = [
+        "--target",
+        &url,
+        "--tls-ca",
+        &ca,
+        "--nemesis",
+        "pause",
+        "--time-limit",
+        "8",
+        "--seed",
+        "40",
+    ];
+    let (out, results, dir) = run(&results, &args);
+    assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
+    assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
+    assert!(
+        dir.join("audit.json").is_file(),
+        "no audit through the bridge"
+    );
+    assert!(keys(&server).is_empty(), "left behind: {:?}", keys(&server));
+}
+
+#[test]
+fn a_certificate_the_ca_did_not_sign_is_refused_in_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let certs = certificates(tmp.path(), "lockstorm-test-ca");
+    let (_server, tls_port) = tls_node(&certs);
+    let other = tempfile::tempdir().unwrap();
+    let [stranger, _, _] = certificates(other.path(), "another-ca");
+    let url = format!("rediss://localhost:{tls_port}");
+    let out = lockstorm(&[
+        "audit",
+        "--target",
+        &url,
+        "--tls-ca",
+        stranger.to_str().unwrap(),
+        "--output",
+        tmp.path().join("audit").to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 254, "{}\n{}", out.stdout, out.stderr);
+    let line = out.stderr.trim();
+    assert!(!line.contains('\n') && line.contains("--tls-ca"), "{line}");
+    // With the right CA the audit reads it, and finds it keeps nothing.
+    let out = lockstorm(&[
+        "audit",
+        "--target",
+        &url,
+        "--tls-ca",
+        certs[0].to_str().unwrap(),
+        "--output",
+        tmp.path().join("audit").to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("persistence"), "{}", out.stdout);
+}
