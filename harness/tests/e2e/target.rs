@@ -620,3 +620,64 @@ fn a_certificate_the_ca_did_not_sign_is_refused_in_one_line() {
     assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("persistence"), "{}", out.stdout);
 }
+
+#[test]
+fn a_crashed_holder_on_a_deployment_does_not_stick_the_lock() {
+    let server = deployment();
+    let tmp = tempfile::tempdir().unwrap();
+    let url = target(&server);
+    let args = [
+        "--target",
+        &url,
+        "--nemesis",
+        "crash",
+        "--time-limit",
+        "10",
+        "--seed",
+        "41",
+    ];
+    let (out, results, dir) = run(tmp.path(), &args);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        !common::events(&dir, "crash").is_empty(),
+        "no holder crashed"
+    );
+    assert_eq!(count(&results, "deadlock"), 0, "{}", out.stdout);
+    assert_eq!(keys(&server), ["owner:key"]);
+}
+
+#[test]
+fn ctrl_c_on_a_deployment_removes_the_runs_keys() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let _slot = common::e2e_slot();
+    let server = deployment();
+    let tmp = tempfile::tempdir().unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_lockstorm"))
+        .args(["--target", &target(&server), "--config", "fenced"])
+        .args(["--nemesis", "none", "--time-limit", "60", "--seed", "42"])
+        .args(["--results", tmp.path().to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    common::wait_for("the run's fence counter", || {
+        keys(&server)
+            .iter()
+            .any(|k| k == "lockstorm:fenced-none:42:fence")
+            .then_some(())
+    });
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        keys(&server),
+        ["owner:key"],
+        "the run left keys after Ctrl-C"
+    );
+}
