@@ -55,6 +55,11 @@ pub struct Nodes {
     /// against [default: the system's roots].
     #[arg(long, value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
+    /// With --target, keep the shared counter on this node of yours
+    /// (redis:// or rediss://) instead of lockstorm's own node here: its
+    /// keys are under the run's prefix, each with a TTL.
+    #[arg(long, value_name = "URL")]
+    pub storage_target: Option<String>,
 }
 
 impl Default for Nodes {
@@ -67,6 +72,7 @@ impl Default for Nodes {
             fault_cmd: Vec::new(),
             fault_cmd_wait_ms: 30_000,
             tls_ca: None,
+            storage_target: None,
         }
     }
 }
@@ -358,6 +364,9 @@ pub struct RunPlan {
     /// `--tls-ca`, as given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_ca: Option<PathBuf>,
+    /// `--storage-target`: the counter on the user's node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_target: Option<crate::target::Target>,
 }
 
 /// Why options cannot become a plan.
@@ -508,6 +517,7 @@ impl RunOptions {
             None => None,
         };
         let fault_commands = self.fault_commands()?;
+        let storage_target = self.storage_target()?;
         let interval = self
             .nemesis_interval_ms
             .unwrap_or(ttl.clamp(MIN_DEFAULT_INTERVAL_MS, MAX_DEFAULT_INTERVAL_MS));
@@ -548,8 +558,10 @@ impl RunOptions {
             fault_commands: Default::default(),
             fault_cmd_wait: ms(self.nodes.fault_cmd_wait_ms),
             tls_ca: self.nodes.tls_ca.clone(),
+            storage_target: None,
         };
         plan.fault_commands = fault_commands;
+        plan.storage_target = storage_target;
         if target.is_some() {
             // The run's name and seed name its keys: a matrix's cells never
             // share a prefix, and a rerun of a killed run finds its
@@ -569,6 +581,26 @@ impl RunOptions {
             None => plan.check_schedule_fits()?,
         }
         Ok(plan)
+    }
+
+    /// `--storage-target`, read: one node, only with a `--target`.
+    fn storage_target(&self) -> Result<Option<crate::target::Target>, Refusal> {
+        let Some(raw) = &self.nodes.storage_target else {
+            return Ok(None);
+        };
+        if self.nodes.target.is_none() {
+            return Err(Refusal::Invalid(
+                "--storage-target keeps the counter on your node during a --target run: give --target, or drop --storage-target".into(),
+            ));
+        }
+        let storage = crate::target::Target::parse(raw)
+            .map_err(|why| Refusal::Invalid(why.replacen("--target", "--storage-target", 1)))?;
+        if storage.kind != crate::target::Kind::Single {
+            return Err(Refusal::Invalid(format!(
+                "--storage-target {storage}: the counter lives on one node: give redis://host:port"
+            )));
+        }
+        Ok(Some(storage))
     }
 
     /// `--fault-cmd`, read; only with a `--target`.

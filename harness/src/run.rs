@@ -6,7 +6,7 @@ use crate::interrupt::Interrupt;
 use crate::journal::HistoryWriter;
 use crate::options::{RunOptions, RunPlan};
 use crate::record::RunRecord;
-use crate::topology::Topology;
+use crate::topology::{Topology, STORAGE};
 use crate::{logging, workers};
 use backend::Provisioner;
 use checker::history::{f, OpType, Process};
@@ -174,7 +174,12 @@ async fn run_in(
             Err(e) => tracing::warn!("audit of {target} failed: {e}"),
         }
         let nodes = crate::deployment::data_nodes(&topology.observed());
-        if let Err(e) = crate::deployment::preflight(target, nodes, &options.keys).await {
+        let mut checked = crate::deployment::preflight(target, nodes, &options.keys).await;
+        if let (Ok(()), Some(storage)) = (&checked, topology.storage_target()) {
+            let node = vec![(STORAGE.to_string(), storage.endpoints[0].clone())];
+            checked = crate::deployment::preflight(storage, node, &options.keys).await;
+        }
+        if let Err(e) = checked {
             topology.shutdown().await;
             return Err(e);
         }
@@ -185,7 +190,11 @@ async fn run_in(
     .await;
     if let Some(target) = topology.target() {
         let nodes = crate::deployment::data_nodes(&topology.observed());
-        let removed = crate::deployment::clean(target, nodes, &options.keys).await;
+        let mut removed = crate::deployment::clean(target, nodes, &options.keys).await;
+        if let Some(storage) = topology.storage_target() {
+            let node = vec![(STORAGE.to_string(), storage.endpoints[0].clone())];
+            removed += crate::deployment::clean(storage, node, &options.keys).await;
+        }
         tracing::info!(
             "removed {removed} key(s) of {}* from {target}",
             options.keys.prefix
@@ -349,7 +358,14 @@ async fn run_workload(
         record.proxied_requests = Some(net.requests());
         net.shutdown().await;
     }
-    final_read(&history, &topology.storage_addr, &options.keys).await;
+    let storage_login = options.storage_target.as_ref().map(|t| t.login());
+    final_read(
+        &history,
+        &topology.storage_addr,
+        &options.keys,
+        storage_login,
+    )
+    .await;
     watching.store(true, Ordering::SeqCst);
     if let Some(w) = watcher {
         let _ = w.join();
@@ -432,6 +448,7 @@ fn worker_spec(options: &RunPlan, index: u64, topology: &Topology, clock: RunClo
         sentinels: topology.sentinel_addrs(),
         master: options.master(),
         login: options.target.as_ref().map(|t| t.login()),
+        storage_login: options.storage_target.as_ref().map(|t| t.login()),
         wait_replicas: options.wait_replicas,
         // A deployment lockstorm did not start is reached from the host's
         // own address (protected mode takes 127.0.0.1, not 127.0.x.y).
@@ -499,12 +516,19 @@ fn millis(d: Duration) -> u64 {
 }
 
 /// The harness reads the counter once every worker has stopped.
-async fn final_read(history: &HistoryWriter, storage: &str, keys: &workloads::Keys) {
+async fn final_read(
+    history: &HistoryWriter,
+    storage: &str,
+    keys: &workloads::Keys,
+    login: Option<workloads::conn::Login>,
+) {
     let harness = Process::harness();
     history.append(history.now(harness.clone(), OpType::Invoke, f::READ), None);
     let (addr, keys) = (storage.to_string(), keys.clone());
     let read = tokio::task::spawn_blocking(move || {
-        Storage::plain(&addr, &keys, Duration::from_secs(5)).read(None)
+        Storage::plain(&addr, &keys, Duration::from_secs(5))
+            .with_login(login)
+            .read(None)
     })
     .await
     .unwrap_or_else(|e| Outcome::Info(e.to_string()));

@@ -40,7 +40,8 @@ pub struct Topology {
     sentinels: Vec<String>,
     /// The name the Sentinels watch the primary under.
     master: String,
-    storage: Mutex<RedisNode>,
+    /// lockstorm's own storage node (`None` with `--storage-target`).
+    storage: Mutex<Option<RedisNode>>,
     /// The storage node's address (it never moves: no fault touches it).
     pub storage_addr: String,
     firewall: Option<Firewall>,
@@ -51,8 +52,14 @@ pub struct Topology {
     commands: Option<Arc<crate::fault_command::Commands>>,
     /// That deployment as the run reaches it (a TLS one through its bridges).
     reached: Option<crate::target::Target>,
-    /// The TLS bridges: held so they live as long as the topology.
-    _bridges: Option<crate::tls_bridge::Bridges>,
+    /// The user's storage node (`--storage-target`), as the run reaches it.
+    storage_target: Option<crate::target::Target>,
+    /// The TLS bridges (the target's, the storage's): held so they live as
+    /// long as the topology.
+    _bridges: Option<(
+        crate::tls_bridge::Bridges,
+        Option<crate::tls_bridge::Bridges>,
+    )>,
 }
 
 /// Where one run's nodes listen and its workers connect from: every
@@ -204,12 +211,13 @@ impl Topology {
             sentinels,
             master: options.master(),
             storage_addr: storage.addr(),
-            storage: Mutex::new(storage),
+            storage: Mutex::new(Some(storage)),
             firewall,
             clocks,
             addresses,
             commands: None,
             reached: None,
+            storage_target: None,
             _bridges: None,
         })
     }
@@ -251,20 +259,34 @@ impl Topology {
         for (i, at) in data.iter().enumerate() {
             addrs.push(named("n", i, at)?);
         }
-        let spec = NodeSpec {
-            name: STORAGE.into(),
-            role: Role::Storage,
-            ip: addresses.storage(),
-            persistence: options.persistence,
-            clock: None,
+        // The counter: on the user's node with --storage-target (through
+        // its own TLS bridge for rediss://), else on lockstorm's.
+        let (storage, storage_addr, storage_bridges) = match &options.storage_target {
+            Some(on) => {
+                let (on, bridges) =
+                    crate::tls_bridge::bridge(on, options.tls_ca.as_deref()).await?;
+                let (ip, port) = crate::deployment::resolve(&on.endpoints[0])?;
+                (None, format!("{ip}:{port}"), Some((on, bridges)))
+            }
+            None => {
+                let spec = NodeSpec {
+                    name: STORAGE.into(),
+                    role: Role::Storage,
+                    ip: addresses.storage(),
+                    persistence: options.persistence,
+                    clock: None,
+                };
+                let node = RedisNode::start(spec, nodes_dir, backend).await?;
+                let addr = node.addr();
+                (Some(node), addr, None)
+            }
         };
-        let storage = RedisNode::start(spec, nodes_dir, backend).await?;
         Ok(Topology {
             addrs,
             nodes: Mutex::new(Vec::new()),
             sentinels,
             master: options.master(),
-            storage_addr: storage.addr(),
+            storage_addr,
             storage: Mutex::new(storage),
             firewall: None,
             clocks: Vec::new(),
@@ -276,13 +298,20 @@ impl Topology {
                 options.fault_cmd_wait,
             ))),
             reached: Some(target.clone()),
-            _bridges: Some(bridges),
+            storage_target: storage_bridges.as_ref().map(|(on, _)| on.clone()),
+            _bridges: Some((bridges, storage_bridges.map(|(_, b)| b))),
         })
     }
 
     /// The deployment lockstorm did not start, as the run reaches it.
     pub fn target(&self) -> Option<&crate::target::Target> {
         self.reached.as_ref()
+    }
+
+    /// The user's node the counter lives on (`--storage-target`), as the
+    /// run reaches it.
+    pub fn storage_target(&self) -> Option<&crate::target::Target> {
+        self.storage_target.as_ref()
     }
 
     /// Addresses the lock clients talk to directly (none for `replicated`,
@@ -396,7 +425,7 @@ impl Topology {
                 addr: format!("{ip}:{port}"),
                 pid: 0,
             });
-        let owned: Vec<NodeRecord> = nodes.iter().chain([&*storage]).map(record).collect();
+        let owned: Vec<NodeRecord> = nodes.iter().chain(storage.as_ref()).map(record).collect();
         external.chain(owned).collect()
     }
 
@@ -405,7 +434,9 @@ impl Topology {
         for node in self.nodes.lock().await.iter_mut() {
             node.remove().await;
         }
-        self.storage.lock().await.remove().await;
+        if let Some(storage) = self.storage.lock().await.as_mut() {
+            storage.remove().await;
+        }
         if let Some(fw) = &self.firewall {
             let _ = fw.heal();
         }
@@ -452,12 +483,12 @@ impl Topology {
                         dead.push((node.name().to_string(), pid, status));
                     }
                 }
-                let mut storage = topology.storage.lock().await;
-                let pid = storage.pid();
-                if let Some(status) = storage.died().await {
-                    dead.push((storage.name().to_string(), pid, status));
+                if let Some(storage) = topology.storage.lock().await.as_mut() {
+                    let pid = storage.pid();
+                    if let Some(status) = storage.died().await {
+                        dead.push((storage.name().to_string(), pid, status));
+                    }
                 }
-                drop(storage);
                 for (name, pid, status) in dead {
                     if reported.insert(pid) {
                         tracing::error!(

@@ -56,6 +56,10 @@ pub struct WorkerSpec {
     /// did not start (the password stays in the environment).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub login: Option<crate::conn::Login>,
+    /// How to log in to the storage, when it is a deployment's node
+    /// (`--storage-target`); `None` on lockstorm's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_login: Option<crate::conn::Login>,
     pub ttl_ms: u64,
     pub work_ms: u64,
     pub acquire_timeout_ms: u64,
@@ -356,8 +360,10 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
     // accepted and then reported as stale-fence-accepted.
     let storage = if spec.config.fenced() || lock.fences() {
         Storage::fenced(&spec.storage_node, &spec.keys, op_timeout)
+            .with_login(spec.storage_login.clone())
     } else {
         Storage::plain(&spec.storage_node, &spec.keys, op_timeout)
+            .with_login(spec.storage_login.clone())
     };
     let stalls = emitter();
     let _monitor = crate::stall::watch(spec.name(), run_clock, move |s| stalls.emit(s.event()));

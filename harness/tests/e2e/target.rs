@@ -432,50 +432,78 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     files
 }
 
+/// With `--storage-target`, the counter and its highest fence live on the
+/// user's node too: a killed harness leaves every key of the run, on both,
+/// with a TTL.
 #[test]
 fn a_killed_harness_leaves_only_keys_that_expire() {
     use nix::sys::signal::{kill, Signal};
     use nix::unistd::Pid;
     let _slot = common::e2e_slot();
-    let server = deployment();
+    let (server, storage) = (deployment(), deployment());
     let tmp = tempfile::tempdir().unwrap();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lockstorm"))
         .args(["--target", &target(&server), "--config", "fenced"])
+        .args(["--storage-target", &target(&storage)])
         .args(["--nemesis", "none", "--time-limit", "60", "--seed", "38"])
         .args(["--results", tmp.path().to_str().unwrap()])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // Once the lock and the fence counter both exist, mid-run.
+    // Once the lock, the fence counter and the counter all exist, mid-run.
+    let prefix = "lockstorm:fenced-none:38:";
+    let has = |server: &Server, names: &[&str]| {
+        let keys = keys(server);
+        names
+            .iter()
+            .all(|n| keys.iter().any(|k| *k == format!("{prefix}{n}")))
+    };
     common::wait_for("the run's keys", || {
-        let keys = keys(&server);
-        let ours = [
-            "lockstorm:fenced-none:38:lock",
-            "lockstorm:fenced-none:38:fence",
-        ];
-        ours.iter()
-            .all(|k| keys.iter().any(|have| have == k))
+        (has(&server, &["lock", "fence"]) && has(&storage, &["counter", "highest-fence"]))
             .then_some(())
     });
     kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
     child.wait().unwrap();
-    let mut con = server.client();
-    for key in keys(&server)
-        .iter()
-        .filter(|k| k.starts_with("lockstorm:fenced-none:38:"))
-    {
-        let pttl: i64 = redis::cmd("PTTL").arg(key).query(&mut con).unwrap();
-        assert!(
-            pttl > 0,
-            "{key} has no TTL ({pttl}): it would outlive the run"
-        );
+    for node in [&server, &storage] {
+        let mut con = node.client();
+        for key in keys(node).iter().filter(|k| k.starts_with(prefix)) {
+            let pttl: i64 = redis::cmd("PTTL").arg(key).query(&mut con).unwrap();
+            assert!(
+                pttl > 0,
+                "{key} has no TTL ({pttl}): it would outlive the run"
+            );
+        }
     }
     common::wait_for("the run's processes to die", || {
         common::leftover_processes(tmp.path())
             .is_empty()
             .then_some(())
     });
+}
+
+#[test]
+fn the_counter_on_the_users_own_node_shows_the_lost_update_and_goes_at_the_end() {
+    let (server, storage) = (deployment(), deployment());
+    let tmp = tempfile::tempdir().unwrap();
+    let (url, on) = (target(&server), target(&storage));
+    let args = [
+        "--target",
+        &url,
+        "--storage-target",
+        &on,
+        "--nemesis",
+        "pause",
+        "--time-limit",
+        "8",
+        "--seed",
+        "43",
+    ];
+    let (out, results, _dir) = run(tmp.path(), &args);
+    assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
+    assert!(count(&results, "lost-update") > 0, "{}", out.stdout);
+    assert_eq!(keys(&storage), ["owner:key"], "the counter was left behind");
+    assert_eq!(keys(&server), ["owner:key"]);
 }
 
 /// A CA and a certificate for `localhost` it signed, made with `openssl`,
