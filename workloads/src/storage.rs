@@ -89,13 +89,15 @@ impl Storage {
             (Some(_), Some(fence)) => self.fenced_op(fence, Some(value)).map(|_| ()),
             _ => {
                 let (counter, expire_ms) = (&self.counter, self.expire_ms);
-                self.conn.run(|c| {
-                    let mut set = redis::cmd("SET");
-                    set.arg(counter).arg(value);
-                    if expire_ms > 0 {
-                        set.arg("PX").arg(expire_ms);
-                    }
-                    set.query::<()>(c)
+                // The value last either way: the fault proxy reads a held
+                // write's value from the end of the command.
+                self.conn.run(|c| match expire_ms {
+                    0 => redis::cmd("SET").arg(counter).arg(value).query::<()>(c),
+                    ms => redis::cmd("PSETEX")
+                        .arg(counter)
+                        .arg(ms)
+                        .arg(value)
+                        .query::<()>(c),
                 })
             }
         }

@@ -119,7 +119,7 @@ pub fn classify(words: &[Vec<u8>], role: Role, keys: &Keys, scripts: &Scripts) -
             },
         },
         Role::Storage => match name.as_str() {
-            "SET" | "INCR" | "INCRBY" if key_is(&keys.counter) => Class::Write,
+            "SET" | "PSETEX" | "INCR" | "INCRBY" if key_is(&keys.counter) => Class::Write,
             "GET" if key_is(&keys.counter) => Class::Read,
             _ => match script(words, scripts) {
                 Some((_, script_keys, argv))
@@ -288,6 +288,7 @@ mod tests {
         let s = Scripts::default();
         let c = |line: &str| classify(&w(line), Role::Storage, &keys(), &s);
         assert_eq!(c("SET lockstorm:counter 7"), Class::Write);
+        assert_eq!(c("PSETEX lockstorm:counter 60000 7"), Class::Write);
         assert_eq!(c("GET lockstorm:counter"), Class::Read);
         let fenced = |op: &str| {
             vec![
