@@ -118,6 +118,16 @@ fn a_client_adapter_on_a_deployment_is_broken_by_a_delayed_write() {
     let landed = count(&results, "unsafe-action") + count(&results, "lost-update");
     assert!(landed > 0, "{}", out.stdout);
     assert_all_caused(&results, "unsafe-action");
+    // The held write's value, read off the command (not its expiry, which
+    // a deployment's counter write also carries).
+    for stop in common::events(&dir, "stop-delay") {
+        if let Some(v) = stop["value"]["delivered_write"].as_i64() {
+            assert!(
+                v < 10_000,
+                "a counter of {v}: the expiry was read as the value"
+            );
+        }
+    }
     let record: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
     assert!(record["proxied_requests"].as_u64() > Some(0), "{record}");
