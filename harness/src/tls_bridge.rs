@@ -114,19 +114,16 @@ async fn handshake(
     at: &Endpoint,
     name: ServerName<'static>,
 ) -> Result<()> {
-    let fail = |why: String| {
-        Error::Usage(format!(
-            "--target rediss://{at}: {why}; give the CA that signed its certificate with --tls-ca"
-        ))
-    };
+    let fail = |why: String| Error::Usage(format!("--target rediss://{at}: {why}"));
     let attempt = async {
         let tcp = TcpStream::connect((at.host.as_str(), at.port))
             .await
             .map_err(|e| format!("cannot connect: {e}"))?;
-        connector
-            .connect(name, tcp)
-            .await
-            .map_err(|e| format!("TLS handshake failed: {e}"))
+        connector.connect(name, tcp).await.map_err(|e| {
+            format!(
+                "TLS handshake failed: {e}; give the CA that signed its certificate with --tls-ca"
+            )
+        })
     };
     match tokio::time::timeout(HANDSHAKE_WITHIN, attempt).await {
         Ok(Ok(_)) => Ok(()),

@@ -351,12 +351,13 @@ fn audit_note(dir: &Path) -> Option<String> {
     let audit: Value = serde_json::from_str(&text).ok()?;
     let findings = audit["findings"].as_array()?;
     let with = |severity: &str| -> Vec<&str> {
-        let mut rules: Vec<&str> = findings
-            .iter()
-            .filter(|f| f["severity"] == severity)
-            .filter_map(|f| f["rule"].as_str())
-            .collect();
-        rules.dedup();
+        let mut rules: Vec<&str> = Vec::new();
+        let named = findings.iter().filter(|f| f["severity"] == severity);
+        for rule in named.filter_map(|f| f["rule"].as_str()) {
+            if !rules.contains(&rule) {
+                rules.push(rule);
+            }
+        }
         rules
     };
     let (risks, unknown) = (with("risk"), with("unknown"));

@@ -206,12 +206,13 @@ pub fn audit(facts: &Facts) -> Vec<Finding> {
 /// 1 warning(s), 3 ok`.
 pub fn summary(findings: &[Finding]) -> String {
     let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
-    let mut risky: Vec<&str> = findings
-        .iter()
-        .filter(|f| f.severity == Severity::Risk)
-        .map(|f| f.rule)
-        .collect();
-    risky.dedup();
+    // Each rule once, in the findings' order (worst first).
+    let mut risky: Vec<&str> = Vec::new();
+    for f in findings.iter().filter(|f| f.severity == Severity::Risk) {
+        if !risky.contains(&f.rule) {
+            risky.push(f.rule);
+        }
+    }
     let named = match risky.is_empty() {
         true => String::new(),
         false => format!(" ({})", risky.join(", ")),

@@ -402,3 +402,25 @@ fn every_command_shown_is_a_run_lockstorm_accepts() {
         }
     }
 }
+
+#[test]
+fn the_summary_names_each_rule_at_risk_once() {
+    let finding = |rule: &'static str, severity| Finding {
+        rule,
+        nodes: vec!["n".into()],
+        severity,
+        what: String::new(),
+        reason: "",
+        demonstrate: None,
+    };
+    let found = [
+        finding("eviction", Severity::Risk),
+        finding("persistence", Severity::Risk),
+        finding("eviction", Severity::Risk),
+        finding("latency", Severity::Ok),
+    ];
+    assert_eq!(
+        summary(&found),
+        "3 at risk (eviction, persistence), 0 unknown, 0 warning(s), 1 ok"
+    );
+}

@@ -66,9 +66,19 @@ pub fn run(results: &Path, args: &[&str]) -> (Run, Results, PathBuf) {
 
 /// [`run`], with the harness started in `cwd`.
 pub fn run_at(cwd: Option<&Path>, results: &Path, args: &[&str]) -> (Run, Results, PathBuf) {
+    run_with_env(cwd, results, args, &[])
+}
+
+/// [`run_at`], with variables set in the harness's environment.
+pub fn run_with_env(
+    cwd: Option<&Path>,
+    results: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Run, Results, PathBuf) {
     let mut all = vec!["run", "--results", results.to_str().unwrap()];
     all.extend_from_slice(args);
-    let run = lockstorm_at(cwd, &all, &[]);
+    let run = lockstorm_at(cwd, &all, env);
     assert!(
         [0, 1, 2].contains(&run.code),
         "lockstorm failed with {}:\n{}\n{}",
