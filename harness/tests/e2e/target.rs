@@ -264,11 +264,14 @@ fn faults_on_the_deployments_nodes_are_refused_in_one_line() {
     assert!(!out.stderr.contains("secret"), "{}", out.stderr);
 }
 
-/// The fault command's effect, as the history recorded it.
-fn fault_event(dir: &std::path::Path, f: &str) -> serde_json::Value {
-    let found = common::events(dir, f);
-    assert_eq!(found.len(), 1, "{f}: {found:?}");
-    found[0]["value"].clone()
+/// The fault's events of kind `f`, each one's value: at least one.
+fn fault_events(dir: &std::path::Path, f: &str) -> Vec<serde_json::Value> {
+    let found: Vec<_> = common::events(dir, f)
+        .into_iter()
+        .map(|e| e["value"].clone())
+        .collect();
+    assert!(!found.is_empty(), "no {f}");
+    found
 }
 
 /// A kill by the user's command: the script kills the node by the pid it
@@ -309,8 +312,10 @@ fn a_kill_by_the_users_command_is_verified_by_the_nodes_new_run_id() {
         "kill",
         "--fault-cmd",
         &cmd,
+        "--ttl-ms",
+        "1000",
         "--time-limit",
-        "12",
+        "6",
         "--seed",
         "34",
     ];
@@ -325,12 +330,13 @@ fn a_kill_by_the_users_command_is_verified_by_the_nodes_new_run_id() {
         );
     }
     assert_ne!(out.code, 2, "the kill was not verified: {}", out.stdout);
-    let stop = fault_event(&dir, "stop-kill");
-    let seen = &stop["verified"];
-    assert!(
-        seen["new_run_id"].is_string() && seen["new_run_id"] != seen["old_run_id"],
-        "{stop}"
-    );
+    for stop in fault_events(&dir, "stop-kill") {
+        let seen = &stop["verified"];
+        assert!(
+            seen["new_run_id"].is_string() && seen["new_run_id"] != seen["old_run_id"],
+            "{stop}"
+        );
+    }
     assert!(
         restarted.trim().parse::<i32>().is_ok(),
         "the script never ran"
@@ -351,17 +357,20 @@ fn a_fault_command_whose_effect_is_never_seen_makes_the_run_unknown() {
         "kill=true",
         "--fault-cmd-wait-ms",
         "2000",
+        "--ttl-ms",
+        "1000",
         "--time-limit",
-        "12",
+        "6",
         "--seed",
         "35",
     ];
     let (out, results, dir) = run(tmp.path(), &args);
     assert_eq!(out.code, 2, "{}", out.stdout);
     assert_eq!(results.valid, checker::Validity::Unknown);
-    let stop = fault_event(&dir, "stop-kill");
-    let why = stop["unverified"].as_str().unwrap_or_default();
-    assert!(why.contains("new run_id"), "{stop}");
+    for stop in fault_events(&dir, "stop-kill") {
+        let why = stop["unverified"].as_str().unwrap_or_default();
+        assert!(why.contains("new run_id"), "{stop}");
+    }
 }
 
 /// A primary, its replica and a Sentinel watching them as `mm`, the
@@ -406,16 +415,18 @@ fn a_failover_by_the_users_command_is_verified_by_the_sentinels_new_primary() {
         "failover",
         "--fault-cmd",
         &cmd,
+        "--ttl-ms",
+        "1000",
         "--time-limit",
-        "24",
+        "10",
         "--seed",
         "36",
     ];
     let (out, _, dir) = run(tmp.path(), &args);
     assert_ne!(out.code, 2, "the failover was not verified: {}", out.stdout);
-    let start = fault_event(&dir, "start-failover");
+    let start = &fault_events(&dir, "start-failover")[0];
     assert_eq!(start["verified"]["command"], "exited 0", "{start}");
-    let stop = fault_event(&dir, "stop-failover");
+    let stop = &fault_events(&dir, "stop-failover")[0];
     assert_eq!(stop["verified"]["primary"], "n2", "{stop}");
     let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut replica.client()).unwrap();
     assert_eq!(role[0], redis::Value::BulkString(b"master".to_vec()));
