@@ -168,7 +168,7 @@ fn late_grant(client: &str) -> (common::Run, checker::Results, tempfile::TempDir
     let tmp = tempfile::tempdir().unwrap();
     let mut args = LATE_GRANT;
     args[7] = client;
-    let (out, results, dir) = run_short(tmp.path(), "single", "delay", "12", "1", &args);
+    let (out, results, dir) = run_short(tmp.path(), "single", "delay", "10", "1", &args);
     assert_verified(&dir, "start-delay");
     let held = stops(&dir, "delay");
     assert!(

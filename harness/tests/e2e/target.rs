@@ -49,7 +49,7 @@ fn a_paused_holder_breaks_the_lock_on_a_deployment_and_the_run_leaves_only_its_o
         "--nemesis",
         "pause",
     ];
-    let args = [&args[..], &["--time-limit", "8", "--seed", "31"]].concat();
+    let args = [&args[..], &["--time-limit", "7", "--seed", "31"]].concat();
     let (out, results, dir) = run(tmp.path(), &args);
     assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
@@ -591,7 +591,7 @@ fn a_tls_deployment_is_tested_through_lockstorms_bridge_and_left_clean() {
         "--nemesis",
         "pause",
         "--time-limit",
-        "8",
+        "7",
         "--seed",
         "40",
     ];
