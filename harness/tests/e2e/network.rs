@@ -153,13 +153,17 @@ fn a_library_that_asks_sentinel_for_the_primary_stays_behind_the_proxy() {
 /// A granting reply held 800 ms against a 500 ms TTL, inside the Python
 /// adapters' 1 s socket timeout: the library is told "granted" after its
 /// lease ran out.
-const LATE_GRANT: [&str; 8] = [
+/// Three workers: enough to take the lock while the grant is held, and
+/// fewer interpreters for the suite's two cores.
+const LATE_GRANT: [&str; 10] = [
     "--at",
     "acquiring",
     "--ttl-ms",
     "500",
     "--pause-ms",
     "800",
+    "--workers",
+    "3",
     "--client",
     "",
 ];
@@ -167,8 +171,8 @@ const LATE_GRANT: [&str; 8] = [
 fn late_grant(client: &str) -> (common::Run, checker::Results, tempfile::TempDir) {
     let tmp = tempfile::tempdir().unwrap();
     let mut args = LATE_GRANT;
-    args[7] = client;
-    let (out, results, dir) = run_short(tmp.path(), "single", "delay", "10", "1", &args);
+    args[9] = client;
+    let (out, results, dir) = run_short(tmp.path(), "single", "delay", "8", "1", &args);
     assert_verified(&dir, "start-delay");
     let held = stops(&dir, "delay");
     assert!(

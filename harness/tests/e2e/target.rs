@@ -125,6 +125,8 @@ fn a_client_adapter_on_a_deployment_with_a_password_is_broken_by_a_delayed_write
         &url,
         "--client",
         "redis-py",
+        "--workers",
+        "3",
         "--nemesis",
         "delay",
         "--time-limit",
