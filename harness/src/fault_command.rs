@@ -190,7 +190,33 @@ impl Commands {
         ))
     }
 
+    /// The node's `ROLE`: `master` or `slave`.
+    pub fn role(&self, addr: &str) -> redis::RedisResult<String> {
+        let reply: redis::Value = redis::cmd("ROLE").query(&mut self.connect(addr)?)?;
+        Ok(match crate::audit::gather::parse_role(&reply) {
+            Some(crate::audit::facts::Role::Master { .. }) => "master".into(),
+            Some(crate::audit::facts::Role::Replica { .. }) => "slave".into(),
+            Some(crate::audit::facts::Role::Sentinel) => "sentinel".into(),
+            Some(crate::audit::facts::Role::Other { name }) => name,
+            None => String::new(),
+        })
+    }
+
     fn run_id(&self, addr: &str) -> redis::RedisResult<String> {
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query(&mut self.connect(addr)?)?;
+        Ok(info
+            .lines()
+            .find_map(|l| l.strip_prefix("run_id:"))
+            .unwrap_or_default()
+            .trim()
+            .to_string())
+    }
+
+    /// A connection to a node at `addr`, as the run reaches it (a TLS
+    /// target's bridge), logged in.
+    fn connect(&self, addr: &str) -> redis::RedisResult<redis::Connection> {
         // Reached where the run reaches it (a TLS target's bridge).
         let via: std::net::SocketAddr = addr.parse().map_err(|_| {
             redis::RedisError::from(std::io::Error::other(format!("bad address {addr}")))
@@ -201,15 +227,9 @@ impl Commands {
         };
         let password = Target::password();
         let client = redis::Client::open(self.target.url_for(&at, password.as_deref()))?;
-        let mut con = client.get_connection_with_timeout(Duration::from_secs(2))?;
+        let con = client.get_connection_with_timeout(Duration::from_secs(2))?;
         con.set_read_timeout(Some(Duration::from_secs(2)))?;
-        let info: String = redis::cmd("INFO").arg("server").query(&mut con)?;
-        Ok(info
-            .lines()
-            .find_map(|l| l.strip_prefix("run_id:"))
-            .unwrap_or_default()
-            .trim()
-            .to_string())
+        Ok(con)
     }
 }
 

@@ -752,6 +752,26 @@ impl Cluster for Topology {
         })
     }
 
+    fn role_of(&self, node: &str) -> BoxFuture<'_, Option<String>> {
+        let (addr, commands) = (self.addr_of(node), self.commands.clone());
+        Box::pin(async move {
+            let addr = addr?;
+            tokio::task::spawn_blocking(move || match commands {
+                Some(commands) => commands.role(&addr).ok(),
+                None => {
+                    let mut con = connect(&addr).ok()?;
+                    let reply: Vec<redis::Value> = redis::cmd("ROLE").query(&mut con).ok()?;
+                    match reply.first()? {
+                        redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into()),
+                        _ => None,
+                    }
+                }
+            })
+            .await
+            .ok()?
+        })
+    }
+
     fn await_promotion(&self, old: &str, timeout: Duration) -> BoxFuture<'_, Option<String>> {
         let old = old.to_string();
         Box::pin(async move {

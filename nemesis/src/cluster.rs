@@ -78,6 +78,8 @@ pub trait Cluster: Send + Sync {
     ) -> BoxFuture<'_, Option<Result<String, String>>> {
         Box::pin(async { None })
     }
+    /// `node`'s `ROLE` (`master`, `slave`), `None` when it does not answer.
+    fn role_of(&self, node: &str) -> BoxFuture<'_, Option<String>>;
 }
 
 /// Which lock nodes a node fault hits, on configs with several (Redlock);

@@ -182,10 +182,17 @@ async fn commanded(env: &mut Env, name: &str) -> bool {
         Err(_) => None,
     };
     let value = match &promoted {
-        Some(new) => verify::attach(
-            json!({"target": name, "promoted": new}),
-            Ok(json!({"sentinel": "named a new primary", "primary": new})),
-        ),
+        Some(new) => {
+            // The failover lasts until the old primary stops being one: a
+            // failover that leaves it running (Sentinel's own, a cloud's
+            // test failover) has two primaries until the Sentinels demote
+            // it, and a client still connected to it keeps locking there.
+            let old = demotion(env, name).await;
+            verify::attach(
+                json!({"target": name, "promoted": new, "old_primary": old}),
+                Ok(json!({"sentinel": "named a new primary", "primary": new})),
+            )
+        }
         None => verify::attach(
             json!({"target": name, "promoted": null}),
             Err(format!(
@@ -196,4 +203,29 @@ async fn commanded(env: &mut Env, name: &str) -> bool {
     env.journal
         .record(&Fault::Failover.stop_event(), value, promoted.as_deref());
     true
+}
+
+/// How long the old primary may stay one after the promotion before the
+/// fault ends regardless (Sentinel polls it every 10 s).
+const DEMOTION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Waits until the old primary `name` is no longer a primary (a replica, or
+/// gone), the run ends or [`DEMOTION_TIMEOUT`] passes; says which.
+async fn demotion(env: &Env, name: &str) -> serde_json::Value {
+    let began = Instant::now();
+    loop {
+        match env.cluster.role_of(name).await.as_deref() {
+            Some("master") => {}
+            // A replica, or no answer: it takes no more writes.
+            seen => {
+                let ms = began.elapsed().as_millis() as u64;
+                return json!({"demoted_after_ms": ms, "role": seen});
+            }
+        }
+        if env.stopping() || began.elapsed() > DEMOTION_TIMEOUT {
+            let ms = began.elapsed().as_millis() as u64;
+            return json!({"still_primary_after_ms": ms});
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -430,6 +430,12 @@ fn a_failover_by_the_users_command_is_verified_by_the_sentinels_new_primary() {
     assert_eq!(start["verified"]["command"], "exited 0", "{start}");
     let stop = &fault_events(&dir, "stop-failover")[0];
     assert_eq!(stop["verified"]["primary"], "n2", "{stop}");
+    // It lasts until the old primary is one no more, or says it still was.
+    let old = &stop["old_primary"];
+    assert!(
+        old["demoted_after_ms"].is_u64() || old["still_primary_after_ms"].is_u64(),
+        "{stop}"
+    );
     let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut replica.client()).unwrap();
     assert_eq!(role[0], redis::Value::BulkString(b"master".to_vec()));
     drop(primary);
