@@ -255,6 +255,34 @@ impl Drop for Server {
     }
 }
 
+/// A Sentinel watching the primary on 127.0.0.1:`primary_port` as `mm`
+/// (quorum 1, `down-after-milliseconds` 1000, and `more` config lines),
+/// returned once it lists a replica of it: ready to fail over.
+pub fn sentinel_of(primary_port: u16, more: &str) -> Server {
+    let sentinel = Builder::sentinel()
+        .config(&format!(
+            "sentinel monitor mm 127.0.0.1 {primary_port} 1\nsentinel down-after-milliseconds mm 1000\n{more}"
+        ))
+        .start();
+    let deadline = Instant::now() + READY_WITHIN * 3;
+    loop {
+        let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
+            .arg("replicas")
+            .arg("mm")
+            .query(&mut sentinel.client())
+            .unwrap_or_default();
+        if !replicas.is_empty() {
+            return sentinel;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the Sentinel on {} never listed a replica of port {primary_port}",
+            sentinel.addr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A port free on `ip` when asked (the server may still lose it: retried).
 pub fn free_port(ip: Ipv4Addr) -> u16 {
     TcpListener::bind((ip, 0))

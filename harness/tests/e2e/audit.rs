@@ -146,20 +146,7 @@ fn audit_through_sentinel_checks_replication_and_its_timings() {
             .ok()?;
         info.contains("state=online").then_some(())
     });
-    let sentinel = Builder::sentinel()
-        .config(&format!(
-            "sentinel monitor mm 127.0.0.1 {} 1\nsentinel down-after-milliseconds mm 1000\n",
-            primary.port()
-        ))
-        .start();
-    wait_for("the Sentinel to list the replica", || {
-        let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
-            .arg("replicas")
-            .arg("mm")
-            .query(&mut sentinel.client())
-            .ok()?;
-        (!replicas.is_empty()).then_some(())
-    });
+    let sentinel = testkit::sentinel_of(primary.port(), "");
     let out = tempfile::tempdir().unwrap();
     let target = format!("sentinel://{}/mm", addr(&sentinel));
     let (run, json) = audit(&target, out.path(), &[]);

@@ -382,20 +382,7 @@ fn sentinel_set() -> (Server, Server, Server) {
     let replica = Builder::redis()
         .args(["--replicaof", "127.0.0.1", &primary.port().to_string()])
         .start();
-    let sentinel = Builder::sentinel()
-        .config(&format!(
-            "sentinel monitor mm 127.0.0.1 {} 1\nsentinel down-after-milliseconds mm 1000\nsentinel failover-timeout mm 3000",
-            primary.port()
-        ))
-        .start();
-    common::wait_for("the Sentinel to know the replica", || {
-        let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
-            .arg("replicas")
-            .arg("mm")
-            .query(&mut sentinel.client())
-            .ok()?;
-        (!replicas.is_empty()).then_some(())
-    });
+    let sentinel = testkit::sentinel_of(primary.port(), "sentinel failover-timeout mm 3000");
     (primary, replica, sentinel)
 }
 
