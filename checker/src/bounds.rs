@@ -7,6 +7,7 @@
 
 use crate::finding::{Validity, MAX_EXAMPLES};
 use crate::history::{f, Event, OpType, Process};
+use crate::settings::Settings;
 use crate::{Invoked, OnEvent};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
@@ -47,6 +48,11 @@ impl Default for Bounds {
 /// acknowledged so far. Upper bound at its ok: writes invoked so far, less
 /// those that failed so far (`fail` = never applied; `info` or no answer may
 /// have been). The harness's reads (setup, final) are the final-read check's.
+///
+/// A write is acknowledged at its `ok`, or, when writes commit with the
+/// release ([`Settings::writes_commit_with_release`]), at its holder's next
+/// release `ok`; a release `fail` then fails it, and a release `info` or its
+/// holder's `crash` leave it possible.
 #[derive(Default)]
 pub struct BoundsCheck {
     acknowledged: u64,
@@ -55,40 +61,101 @@ pub struct BoundsCheck {
     failed: u64,
     /// Per read in flight: the lower bound and the write that set it.
     lower: FxHashMap<Process, (u64, Option<u64>)>,
+    /// Whether a write's `ok` waits for its holder's release to count.
+    commit_at_release: bool,
+    /// With it, each process's writes `ok` since its last release completed:
+    /// ran inside its transaction, not yet committed.
+    uncommitted: FxHashMap<Process, Vec<Write>>,
     pub bounds: Bounds,
+}
+
+/// A client write's `ok`: the value it wrote, its index and its time.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Write {
+    pub value: Option<i64>,
+    pub index: u64,
+    pub time: u64,
 }
 
 impl OnEvent for BoundsCheck {
     fn on_event(&mut self, e: &Event, _invoke: Option<&Invoked>) {
-        if !e.process.is_client() {
-            return;
-        }
-        match (e.kind, e.f.as_str()) {
-            (OpType::Invoke, f::WRITE) => self.invoked += 1,
-            (OpType::Ok, f::WRITE) => {
-                self.acknowledged += 1;
-                self.last_acknowledged = Some(e.index);
-            }
-            (OpType::Fail, f::WRITE) => self.failed += 1,
-            (OpType::Invoke, f::READ) => {
-                let lower = (self.acknowledged, self.last_acknowledged);
-                self.lower.insert(e.process.clone(), lower);
-            }
-            (OpType::Ok, f::READ) => {
-                let lower = self.lower.remove(&e.process);
-                if let (Some((lower, write)), Some(value)) = (lower, e.int_value()) {
-                    self.read(e, value, lower, write);
-                }
-            }
-            (_, f::READ) => {
-                self.lower.remove(&e.process);
-            }
-            _ => {}
-        }
+        // Counted in `step`; only the counter needs which they were.
+        let _acknowledged = self.step(e);
     }
 }
 
 impl BoundsCheck {
+    /// A check that counts writes as `settings` says they take effect.
+    pub fn new(settings: &Settings) -> Self {
+        BoundsCheck {
+            commit_at_release: settings.writes_commit_with_release,
+            ..BoundsCheck::default()
+        }
+    }
+
+    /// Feeds `e`, returning the writes it acknowledged (already counted):
+    /// a write's own `ok`, or the writes its holder's release `ok`
+    /// committed. The counter's other checks take them from here, so both
+    /// agree on when a write counts.
+    pub(crate) fn step(&mut self, e: &Event) -> impl Iterator<Item = Write> {
+        let mut now = None;
+        let mut committed = None;
+        if let Some(dead) = e.crashed() {
+            // Its transaction died with it, committed or not: unknown.
+            self.uncommitted.remove(&dead);
+        }
+        if e.process.is_client() {
+            match (e.kind, e.f.as_str()) {
+                (OpType::Invoke, f::WRITE) => self.invoked += 1,
+                (OpType::Ok, f::WRITE) => {
+                    let write = Write {
+                        value: e.int_value(),
+                        index: e.index,
+                        time: e.time,
+                    };
+                    match self.commit_at_release {
+                        true => self
+                            .uncommitted
+                            .entry(e.process.clone())
+                            .or_default()
+                            .push(write),
+                        false => now = Some(write),
+                    }
+                }
+                (OpType::Fail, f::WRITE) => self.failed += 1,
+                (OpType::Ok, f::RELEASE) => committed = self.uncommitted.remove(&e.process),
+                // The commit failed: its writes were rolled back.
+                (OpType::Fail, f::RELEASE) => {
+                    let rolled_back = self.uncommitted.remove(&e.process);
+                    self.failed += rolled_back.map_or(0, |w| w.len() as u64);
+                }
+                // Committed or not, no one can say: they stay possible.
+                (OpType::Info, f::RELEASE) => {
+                    self.uncommitted.remove(&e.process);
+                }
+                (OpType::Invoke, f::READ) => {
+                    let lower = (self.acknowledged, self.last_acknowledged);
+                    self.lower.insert(e.process.clone(), lower);
+                }
+                (OpType::Ok, f::READ) => {
+                    let lower = self.lower.remove(&e.process);
+                    if let (Some((lower, write)), Some(value)) = (lower, e.int_value()) {
+                        self.read(e, value, lower, write);
+                    }
+                }
+                (_, f::READ) => {
+                    self.lower.remove(&e.process);
+                }
+                _ => {}
+            }
+        }
+        for w in now.iter().chain(committed.iter().flatten()) {
+            self.acknowledged += 1;
+            self.last_acknowledged = Some(w.index);
+        }
+        now.into_iter().chain(committed.into_iter().flatten())
+    }
+
     /// Client writes acknowledged so far.
     pub fn acknowledged(&self) -> u64 {
         self.acknowledged
@@ -193,6 +260,85 @@ mod tests {
         h.write(1, 1);
         h.ok(2, "read").value(0);
         assert_eq!(run(&h).valid, Validity::True);
+    }
+
+    /// With writes committed by their holder's release (a transaction lock).
+    fn run_committing(h: &Hist) -> Bounds {
+        let settings = Settings::default().writes_commit_with_release(true);
+        crate::feed::feed_into(&h.build(), BoundsCheck::new(&settings)).bounds
+    }
+
+    /// Process 1 writes 1 inside its hold; process 2 reads 0 after the
+    /// write's ok but before the release's, then process 3 reads `late`
+    /// after the release ok.
+    fn read_before_and_after_the_commit(late: i64) -> Hist {
+        let mut h = Hist::new();
+        h.acquire(1, "a");
+        h.read(1, 0);
+        h.write(1, 1); // ok at index 5
+        h.read(2, 0); // ok at index 7
+        h.release(1, "a"); // ok at index 9: the commit
+        h.read(3, late); // ok at index 11
+        h
+    }
+
+    #[test]
+    fn a_write_inside_a_transaction_raises_lower_bounds_only_once_its_release_commits() {
+        let h = read_before_and_after_the_commit(1);
+        assert_eq!(run_committing(&h).valid, Validity::True);
+        // Counted at its own ok, the read in between would be below.
+        assert_eq!(run(&h).examples, vec![vec![7, 5]]);
+
+        let h = read_before_and_after_the_commit(0);
+        let b = run_committing(&h);
+        assert_eq!((b.valid, b.below, b.above), (Validity::False, 1, 0));
+        // The write that set the bound is named by its own ok.
+        assert_eq!(b.examples, vec![vec![11, 5]]);
+    }
+
+    #[test]
+    fn a_transaction_whose_release_fails_never_applied_its_write() {
+        let with_release = |outcome: OpType| {
+            let mut h = Hist::new();
+            h.acquire(1, "a");
+            h.write(1, 1);
+            h.invoke(1, "release").token("a");
+            match outcome {
+                OpType::Fail => h.fail(1, "release").error("not-held"),
+                _ => h.info(1, "release").error("timeout"),
+            };
+            h.read(2, 1);
+            h
+        };
+        // Rolled back: nothing can have set the counter to 1.
+        let b = run_committing(&with_release(OpType::Fail));
+        assert_eq!((b.valid, b.below, b.above), (Validity::False, 0, 1));
+        assert_eq!(b.examples, vec![vec![7]]);
+        // Counted at its ok, the write was applied whatever its release did.
+        assert_eq!(run(&with_release(OpType::Fail)).valid, Validity::True);
+        // Unknown: it may have committed, so 1 is possible, and 0 too.
+        assert_eq!(
+            run_committing(&with_release(OpType::Info)).valid,
+            Validity::True
+        );
+    }
+
+    #[test]
+    fn a_holder_crashing_before_its_commit_leaves_its_write_possible_not_acknowledged() {
+        for read in [0, 1] {
+            let mut h = Hist::new();
+            h.acquire(1, "a");
+            h.write(1, 1);
+            h.crash(1).token("a");
+            h.read(2, read);
+            assert_eq!(run_committing(&h).valid, Validity::True, "read {read}");
+        }
+        // Without the setting, reading 0 after the write's ok is below.
+        let mut h = Hist::new();
+        h.write(1, 1);
+        h.crash(1);
+        h.read(2, 0);
+        assert_eq!(run(&h).below, 1);
     }
 
     #[test]

@@ -303,6 +303,52 @@ mod tests {
         assert!(r.notes.is_empty(), "{:?}", r.notes);
     }
 
+    /// A transaction lock's history: four increments committed, then
+    /// process 2 writes 5 and dies before its release (the `COMMIT`)
+    /// completes, so its write was rolled back; process 11 reads 4, writes 5
+    /// again and commits. The counter ends at 5.
+    fn a_holder_dies_before_its_commit() -> Hist {
+        let mut h = Hist::new();
+        h.final_read(0);
+        for v in 1..=4 {
+            h.acquire(1, &format!("t{v}"));
+            h.read(1, v - 1);
+            h.write(1, v);
+            h.release(1, &format!("t{v}"));
+        }
+        h.acquire(2, "t5");
+        h.read(2, 4);
+        h.write(2, 5);
+        h.invoke(2, "release").token("t5");
+        h.crash(2).token("t5");
+        h.acquire(11, "t6");
+        h.read(11, 4);
+        h.write(11, 5);
+        h.release(11, "t6");
+        h.final_read(5);
+        h
+    }
+
+    #[test]
+    fn a_write_rolled_back_with_its_dead_holders_transaction_is_no_lost_update() {
+        let h = a_holder_dies_before_its_commit().build();
+        let committing = Settings::new(Promise::MutualExclusion).writes_commit_with_release(true);
+        let r = check(&h, committing);
+        assert_eq!(r.anomalies[anomaly::LOST_UPDATE].count, 0, "{r:#?}");
+        let counter = r.counter().unwrap();
+        assert_eq!(counter.valid, Validity::True);
+        // The dead holder's write may have committed: possible, not acknowledged.
+        assert_eq!((counter.acknowledged, counter.possible), (5, 6));
+        assert_eq!(r.valid, Validity::True, "{:?}", r.notes);
+
+        // Counted at its ok, the rolled-back write is an increment lost,
+        // and 5 written twice.
+        let r = check(&h, Promise::MutualExclusion);
+        assert_eq!(r.anomalies[anomaly::LOST_UPDATE].count, 1, "{r:#?}");
+        assert_eq!(r.counter().unwrap().valid, Validity::False);
+        assert_eq!(r.valid, Validity::False);
+    }
+
     #[test]
     fn without_a_threshold_deadlock_is_not_checked_and_says_so_but_decides_nothing() {
         let r = check(&clean().build(), Promise::MutualExclusion);

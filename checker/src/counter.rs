@@ -5,9 +5,10 @@
 //! lock, so every acknowledged write should be a distinct value and the
 //! harness's final read should be at least the number of acknowledged writes.
 
-use crate::bounds::{Bounds, BoundsCheck};
+use crate::bounds::{Bounds, BoundsCheck, Write};
 use crate::finding::{Anomaly, CheckerReport, Finding, Validity, Witness, MAX_EXAMPLES};
 use crate::history::{error, f, Event, OpType, Process};
+use crate::settings::Settings;
 use crate::{anomaly, Checker, Invoked, OnEvent};
 use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};
@@ -84,7 +85,9 @@ pub struct CounterOutcome {
 /// Fed in time order. Memory: one bit per counter value written (for
 /// duplicates), the last few writes to name the earlier of two that wrote
 /// the same value, and the bounds check's reads in flight. The write counts
-/// are the bounds check's.
+/// are the bounds check's, and so is when a write counts as acknowledged:
+/// at its `ok`, or at its holder's release `ok` when writes commit with the
+/// release ([`Settings::writes_commit_with_release`]).
 #[derive(Default)]
 pub struct Counter {
     rejected: Rejected,
@@ -103,8 +106,10 @@ pub struct Counter {
 const RECENT: usize = 1024;
 
 impl OnEvent for Counter {
-    fn on_event(&mut self, e: &Event, invoke: Option<&Invoked>) {
-        self.bounds.on_event(e, invoke);
+    fn on_event(&mut self, e: &Event, _invoke: Option<&Invoked>) {
+        for write in self.bounds.step(e) {
+            self.acknowledge(write);
+        }
         if e.process == Process::harness() && e.kind == OpType::Ok && e.f == f::READ {
             self.final_read = Some((e.int_value(), e.index, e.time));
         }
@@ -114,7 +119,6 @@ impl OnEvent for Counter {
         self.used |= e.f == f::READ || e.f == f::WRITE;
         let error = e.error.as_deref();
         match (e.kind, e.f.as_str()) {
-            (OpType::Ok, f::WRITE) => self.acknowledge(e),
             (OpType::Fail, f::READ) if error == Some(error::STALE_FENCE) => {
                 self.rejected.reads += 1
             }
@@ -143,19 +147,29 @@ impl Checker for Counter {
 }
 
 impl Counter {
-    fn acknowledge(&mut self, e: &Event) {
-        let Some(v) = e.int_value() else { return };
+    /// A check that counts writes as `settings` says they take effect.
+    pub fn new(settings: &Settings) -> Self {
+        Counter {
+            bounds: BoundsCheck::new(settings),
+            ..Counter::default()
+        }
+    }
+
+    /// A write now acknowledged. A duplicate is named and timed by the
+    /// writes' own `ok`s, even when a later release committed them.
+    fn acknowledge(&mut self, write: Write) {
+        let Some(v) = write.value else { return };
         if self.written.insert(v) {
             if self.recent.len() == RECENT {
                 self.recent.pop_front();
             }
-            self.recent.push_back((v, e.index));
+            self.recent.push_back((v, write.index));
             return;
         }
         let earlier = self.recent.iter().find(|(w, _)| *w == v).map(|&(_, i)| i);
         self.duplicates.record(Witness {
-            indices: earlier.into_iter().chain([e.index]).collect(),
-            time: e.time,
+            indices: earlier.into_iter().chain([write.index]).collect(),
+            time: write.time,
         });
     }
 
@@ -397,6 +411,63 @@ mod tests {
         assert_eq!(out.report.acknowledged, 1);
         assert_eq!(out.report.possible, 3);
         assert_eq!(out.report.valid, Validity::True);
+    }
+
+    /// With writes committed by their holder's release (a transaction lock).
+    fn run_committing(h: &Hist) -> CounterOutcome {
+        let settings = Settings::default().writes_commit_with_release(true);
+        crate::feed::feed_into(&h.build(), Counter::new(&settings)).finish()
+    }
+
+    #[test]
+    fn a_committed_write_counts_at_its_release_and_an_uncommitted_one_is_only_possible() {
+        let history = |last: i64| {
+            let mut h = Hist::new();
+            h.acquire(1, "a");
+            h.write(1, 1);
+            h.release(1, "a");
+            h.acquire(2, "b");
+            h.write(2, 2); // its commit's outcome is unknown: rolled back here
+            h.invoke(2, "release").token("b");
+            h.info(2, "release").error("timeout");
+            h.acquire(3, "c");
+            h.write(3, 2);
+            h.release(3, "c");
+            h.final_read(last);
+            h
+        };
+        let out = run_committing(&history(2));
+        assert_eq!((out.report.acknowledged, out.report.possible), (2, 3));
+        assert_eq!(out.lost_update.count, 0);
+        assert_eq!(out.report.valid, Validity::True);
+        // Counted at their oks, 2 was written twice.
+        assert_eq!(run(&history(2)).lost_update.count, 1);
+        // Two commits, but the final counter holds one: a loss all the same.
+        let out = run_committing(&history(1));
+        assert_eq!(out.lost_update.examples, vec![vec![19]]);
+        assert_eq!(out.report.valid, Validity::False);
+    }
+
+    #[test]
+    fn a_value_committed_twice_is_a_duplicate_named_by_the_writes() {
+        let history = |second_commits: bool| {
+            let mut h = Hist::new();
+            h.acquire(1, "a");
+            h.write(1, 1); // ok at index 3
+            h.release(1, "a");
+            h.acquire(2, "b");
+            h.write(2, 1); // ok at index 9
+            h.invoke(2, "release").token("b");
+            if second_commits {
+                h.ok(2, "release").token("b");
+            } // else the run ended before it completed
+            h
+        };
+        let h = history(true);
+        let out = run_committing(&h);
+        assert_eq!(out.lost_update.examples, vec![vec![3, 9]]);
+        assert_eq!(out.lost_update.times, vec![h.build().events[9].time]);
+        assert_eq!(run_committing(&history(false)).lost_update.count, 0);
     }
 
     #[test]

@@ -47,7 +47,13 @@ impl Pairing {
 /// tests run it alone.
 #[cfg(test)]
 pub fn feed<T: OnEvent + Default>(history: &crate::history::History) -> T {
-    let mut checker = T::default();
+    feed_into(history, T::default())
+}
+
+/// Feeds a whole history in time order to `checker` (one made for some
+/// settings).
+#[cfg(test)]
+pub fn feed_into<T: OnEvent>(history: &crate::history::History, mut checker: T) -> T {
     let mut pairing = Pairing::default();
     for e in history.in_time_order() {
         pairing.feed(e, &mut checker);

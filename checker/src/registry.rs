@@ -44,7 +44,7 @@ pub(crate) static CHECKERS: &[CheckerEntry] = &[
             "acknowledged increments missing from the counter, or written twice",
             "a lost update",
         )],
-        fed: Fed::Events(|_| Box::<counter::Counter>::default()),
+        fed: Fed::Events(|s| Box::new(counter::Counter::new(s))),
     },
     CheckerEntry {
         name: fence::NAME,

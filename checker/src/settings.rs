@@ -47,6 +47,15 @@ pub struct Settings {
     /// lock's TTL, so this comes from the run (lockstorm uses TTL + acquire
     /// timeout + 1 s); `None` leaves `deadlock` unchecked.
     pub deadlock_after: Option<Duration>,
+    /// Whether a client write takes effect only when its holder's release
+    /// completes: the lock is a transaction (`pg-row-lock`: acquire is
+    /// `BEGIN; SELECT … FOR UPDATE`, release the `COMMIT`), so a write's `ok`
+    /// says only that it ran inside it. Its release `ok` acknowledges it, a
+    /// release `fail` means it never applied, and a release `info`, its
+    /// holder's `crash` or no release at all leave it possible (rolled back
+    /// or not). The history does not say which kind of lock made it, so this
+    /// comes from the run. Counted at the write's `ok` otherwise (false).
+    pub writes_commit_with_release: bool,
 }
 
 impl Settings {
@@ -54,6 +63,7 @@ impl Settings {
         Settings {
             promise,
             deadlock_after: None,
+            writes_commit_with_release: false,
         }
     }
 
@@ -61,6 +71,15 @@ impl Settings {
     pub fn deadlock_after(self, threshold: Duration) -> Self {
         Settings {
             deadlock_after: Some(threshold),
+            ..self
+        }
+    }
+
+    /// The same settings, with client writes committed by their holder's
+    /// release (`yes`) or applied at their own `ok`.
+    pub fn writes_commit_with_release(self, yes: bool) -> Self {
+        Settings {
+            writes_commit_with_release: yes,
             ..self
         }
     }
