@@ -130,7 +130,9 @@ impl BoundsCheck {
                     self.failed += rolled_back.map_or(0, |w| w.len() as u64);
                 }
                 // Committed or not, no one can say: they stay possible.
-                (OpType::Info, f::RELEASE) => {
+                // So too when the process takes the lock again without a
+                // completed release: its commit, if any, is not recorded.
+                (OpType::Info, f::RELEASE) | (OpType::Invoke, f::ACQUIRE) => {
                     self.uncommitted.remove(&e.process);
                 }
                 (OpType::Invoke, f::READ) => {

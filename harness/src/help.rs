@@ -141,7 +141,7 @@ pub fn at() -> String {
 pub fn targets() -> String {
     format!(
         "Redlock: which lock nodes a node fault hits: {} (ring: partition only, every worker \
-         keeps a different majority)",
+         keeps a different majority; storage: kill and pause-node hit the storage node)",
         Targets::NAMES
     )
 }
@@ -176,7 +176,7 @@ mod tests {
     #[test]
     fn lists_read_as_prose() {
         assert!(
-            at().contains("pause, crash, delay or lose-reply"),
+            at().contains("pause, crash, delay, lose-reply or terminate-session"),
             "{}",
             at()
         );

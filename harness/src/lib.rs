@@ -27,6 +27,7 @@ pub mod record;
 pub mod run;
 pub mod schedule_text;
 pub mod shrink;
+mod storage_node;
 pub mod target;
 mod tls_bridge;
 pub mod topology;

@@ -13,6 +13,7 @@ use nemesis::{Aimed, At, FaultParams, Nemesis, Package, ScheduleSpec, Shape, Ste
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
+use workloads::storage::StorageKind;
 use workloads::Config;
 
 /// Where a command's nodes run: one home for `--backend` and `--image`,
@@ -178,6 +179,12 @@ pub struct RunOptions {
     /// What lock nodes keep across a restart.
     #[arg(long, value_enum, default_value = "none")]
     pub persistence: Persistence,
+    /// Where the shared counter lives: redis (a node of its own) or postgres
+    /// (a PostgreSQL server the run starts; fenced reads and writes are
+    /// conditional statements) [default: redis; postgres for the pg-*
+    /// configs, whose lock is PostgreSQL's].
+    #[arg(long, value_parser = parse_storage)]
+    pub storage: Option<StorageKind>,
     /// replicated: after acquiring, WAIT for this many replicas, else give the lock back.
     #[arg(long, default_value_t = 0)]
     pub wait_replicas: u32,
@@ -325,6 +332,8 @@ pub struct RunPlan {
     #[serde(rename = "restart_ms", with = "millis")]
     pub restart: Duration,
     pub persistence: Persistence,
+    /// Where the counter lives.
+    pub storage: StorageKind,
     pub wait_replicas: u32,
     pub targets: Targets,
     pub clock_jump_ms: i64,
@@ -395,6 +404,10 @@ fn parse_nemesis(s: &str) -> Result<Nemesis, String> {
     s.parse()
 }
 
+fn parse_storage(s: &str) -> Result<StorageKind, String> {
+    s.parse()
+}
+
 fn parse_targets(s: &str) -> Result<Targets, String> {
     s.parse()
 }
@@ -444,6 +457,7 @@ impl RunOptions {
             node_pause_ms: None,
             restart_ms: 300,
             persistence: Persistence::None,
+            storage: None,
             wait_replicas: 0,
             targets: Targets::Majority,
             clock_jump_ms: None,
@@ -518,6 +532,7 @@ impl RunOptions {
         };
         let fault_commands = self.fault_commands()?;
         let storage_target = self.storage_target()?;
+        let storage = self.storage()?;
         let interval = self
             .nemesis_interval_ms
             .unwrap_or(ttl.clamp(MIN_DEFAULT_INTERVAL_MS, MAX_DEFAULT_INTERVAL_MS));
@@ -539,6 +554,7 @@ impl RunOptions {
             node_pause: ms(self.node_pause_ms.unwrap_or(node_pause)),
             restart: ms(self.restart_ms),
             persistence: self.persistence,
+            storage,
             wait_replicas: self.wait_replicas,
             targets: self.targets,
             clock_jump_ms: self.clock_jump_ms.unwrap_or(2 * ttl as i64),
@@ -581,6 +597,35 @@ impl RunOptions {
             None => plan.check_schedule_fits()?,
         }
         Ok(plan)
+    }
+
+    /// `--storage`, resolved: PostgreSQL's locks need PostgreSQL, and the
+    /// fault proxy speaks only Redis's protocol.
+    fn storage(&self) -> Result<StorageKind, Refusal> {
+        let storage = match (self.config.storage(), self.storage) {
+            (Some(needed), Some(given)) if needed != given => {
+                return Err(Refusal::Invalid(format!(
+                    "--config {} locks with {needed}, so its counter lives there: drop --storage {given}",
+                    self.config
+                )))
+            }
+            (needed, given) => needed.or(given).unwrap_or_default(),
+        };
+        if storage == StorageKind::Postgres {
+            if self.nodes.storage_target.is_some() {
+                return Err(Refusal::Invalid(
+                    "--storage-target keeps the counter on your Redis node, and --storage postgres in lockstorm's PostgreSQL: choose one".into(),
+                ));
+            }
+            let proxied = self.nemesis.any(|p| p.needs_proxy()) || self.latency_ms.is_some();
+            if proxied {
+                return Err(Refusal::Inapplicable(format!(
+                    "--nemesis {} acts in the fault proxy, which speaks Redis's protocol and not PostgreSQL's: with --storage postgres choose pause, crash, kill, pause-node or terminate-session",
+                    self.nemesis
+                )));
+            }
+        }
+        Ok(storage)
     }
 
     /// `--storage-target`, read: one node, only with a `--target`.
@@ -676,11 +721,22 @@ impl RunOptions {
     /// Every fault the nemesis names explicitly must act on this config
     /// (`all` offers every fault, and schedules those that apply).
     fn check_faults_apply(&self) -> Result<(), Refusal> {
+        if self.targets == Targets::Storage && self.nemesis.any(|p| !p.can_target_storage()) {
+            return Err(Refusal::Invalid(format!(
+                "--targets storage aims kill and pause-node at the storage node, and --nemesis {} has other faults: run those without --targets storage",
+                self.nemesis
+            )));
+        }
         if self.nemesis.all {
             return Ok(());
         }
         let commands: Vec<String> = self.fault_commands()?.into_keys().collect();
-        let shape = shape(self.config, self.nodes.target.is_none(), &commands);
+        let shape = shape(
+            self.config,
+            self.targets,
+            self.nodes.target.is_none(),
+            &commands,
+        );
         // Single faults first, so the reason names the fault that cannot act.
         let singles = self.nemesis.faults.iter().map(|f| f.package());
         let actions = self.nemesis.actions().into_iter().map(|a| a.package());
@@ -822,7 +878,7 @@ impl RunPlan {
     /// offers every one), with how long its package says it lasts.
     pub fn schedule_spec(&self) -> ScheduleSpec {
         let commands: Vec<String> = self.fault_commands.keys().cloned().collect();
-        let shape = shape(self.config, self.target.is_none(), &commands);
+        let shape = shape(self.config, self.targets, self.target.is_none(), &commands);
         let params = self.fault_params();
         let actions = self
             .nemesis
@@ -920,12 +976,15 @@ impl RunPlan {
 }
 
 /// What a config offers a fault, on nodes lockstorm started (`owned`) or
-/// on a user's deployment.
-fn shape(config: Config, owned: bool, commands: &[String]) -> Shape<'_> {
+/// on a user's deployment, its node faults aimed at `targets`.
+fn shape(config: Config, targets: Targets, owned: bool, commands: &[String]) -> Shape<'_> {
+    let storage_targeted = targets == Targets::Storage;
     Shape {
         config: config.name(),
         lock_nodes: config.lock_nodes(),
         replicated: config == Config::Replicated,
+        locks_in_storage: config.locks_in_storage(),
+        storage_targeted,
         owned,
         commands,
     }

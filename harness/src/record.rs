@@ -30,6 +30,10 @@ impl store::Plan for RunPlan {
     fn lease_is_ttl(config: &str) -> bool {
         config.parse::<Config>().is_ok_and(Config::lease_is_ttl)
     }
+
+    fn writes_commit_with_release(&self) -> bool {
+        self.config.commits_with_release() && self.client.is_none()
+    }
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use store::{write_json, RunDir};
 use tokio::sync::watch;
 use workloads::clock::RunClock;
 use workloads::install::Prepared;
-use workloads::storage::Storage;
+use workloads::storage::StorageKind;
 use workloads::{Config, Outcome, WorkerSpec};
 
 pub struct RunOutcome {
@@ -361,6 +361,7 @@ async fn run_workload(
     let storage_login = options.storage_target.as_ref().map(|t| t.login());
     final_read(
         &history,
+        options.storage,
         &topology.storage_addr,
         &options.keys,
         storage_login,
@@ -457,6 +458,7 @@ fn worker_spec(options: &RunPlan, index: u64, topology: &Topology, clock: RunClo
             .is_none()
             .then(|| topology.addresses.worker(index)),
         storage_node: topology.storage_addr.clone(),
+        storage: options.storage,
         keys: options.keys.clone(),
         ttl_ms: millis(options.ttl),
         work_ms: millis(options.work),
@@ -518,6 +520,7 @@ fn millis(d: Duration) -> u64 {
 /// The harness reads the counter once every worker has stopped.
 async fn final_read(
     history: &HistoryWriter,
+    kind: StorageKind,
     storage: &str,
     keys: &workloads::Keys,
     login: Option<workloads::conn::Login>,
@@ -526,9 +529,8 @@ async fn final_read(
     history.append(history.now(harness.clone(), OpType::Invoke, f::READ), None);
     let (addr, keys) = (storage.to_string(), keys.clone());
     let read = tokio::task::spawn_blocking(move || {
-        Storage::plain(&addr, &keys, Duration::from_secs(5))
-            .with_login(login)
-            .read(None)
+        let timeout = Duration::from_secs(5);
+        workloads::storage::open(kind, &addr, &keys, timeout, login, false, "harness").read(None)
     })
     .await
     .unwrap_or_else(|e| Outcome::Info(e.to_string()));

@@ -6,6 +6,7 @@
 use crate::error::Context;
 use crate::error::{Error, Result};
 use crate::options::RunPlan;
+use crate::storage_node::StorageNode;
 use backend::node::{connect, NodeClock, NodeSpec, RedisNode, Role};
 use backend::Provisioner;
 use nemesis::clock::TimeControl;
@@ -40,8 +41,10 @@ pub struct Topology {
     sentinels: Vec<String>,
     /// The name the Sentinels watch the primary under.
     master: String,
+    /// The lock is PostgreSQL's, on the storage node: node faults hit it.
+    locks_in_storage: bool,
     /// lockstorm's own storage node (`None` with `--storage-target`).
-    storage: Mutex<Option<RedisNode>>,
+    storage: Mutex<Option<StorageNode>>,
     /// The storage node's address (it never moves: no fault touches it).
     pub storage_addr: String,
     firewall: Option<Firewall>,
@@ -95,6 +98,31 @@ impl Addresses {
     pub fn worker(self, worker: u64) -> Ipv4Addr {
         self.host(100 + worker as u8)
     }
+}
+
+/// The counter's node: Redis, or PostgreSQL (`--storage postgres`).
+async fn start_storage(
+    options: &RunPlan,
+    addresses: Addresses,
+    nodes_dir: &Path,
+    backend: Arc<dyn Provisioner>,
+) -> Result<StorageNode> {
+    let ip = addresses.storage();
+    Ok(match options.storage {
+        workloads::storage::StorageKind::Redis => {
+            let spec = NodeSpec {
+                name: STORAGE.into(),
+                role: Role::Storage,
+                ip,
+                persistence: options.persistence,
+                clock: None,
+            };
+            StorageNode::Redis(RedisNode::start(spec, nodes_dir, backend).await?)
+        }
+        workloads::storage::StorageKind::Postgres => StorageNode::Postgres(
+            backend::postgres::PostgresNode::start(STORAGE, ip, nodes_dir, backend).await?,
+        ),
+    })
 }
 
 /// Whether the run cuts links; if so, iptables must be there and usable.
@@ -193,7 +221,7 @@ impl Topology {
                 nodes.push(start(spec(&format!("s{n}"), role, addresses.sentinel(n), None)).await?);
             }
         }
-        let storage = start(spec(STORAGE, Role::Storage, addresses.storage(), None)).await?;
+        let storage = start_storage(options, addresses, nodes_dir, backend.clone()).await?;
         let mut sentinels = Vec::new();
         for node in nodes
             .iter()
@@ -210,6 +238,7 @@ impl Topology {
             nodes: Mutex::new(nodes),
             sentinels,
             master: options.master(),
+            locks_in_storage: options.config.locks_in_storage(),
             storage_addr: storage.addr(),
             storage: Mutex::new(Some(storage)),
             firewall,
@@ -269,14 +298,7 @@ impl Topology {
                 (None, format!("{ip}:{port}"), Some((on, bridges)))
             }
             None => {
-                let spec = NodeSpec {
-                    name: STORAGE.into(),
-                    role: Role::Storage,
-                    ip: addresses.storage(),
-                    persistence: options.persistence,
-                    clock: None,
-                };
-                let node = RedisNode::start(spec, nodes_dir, backend).await?;
+                let node = start_storage(options, addresses, nodes_dir, backend).await?;
                 let addr = node.addr();
                 (Some(node), addr, None)
             }
@@ -286,6 +308,7 @@ impl Topology {
             nodes: Mutex::new(Vec::new()),
             sentinels,
             master: options.master(),
+            locks_in_storage: options.config.locks_in_storage(),
             storage_addr,
             storage: Mutex::new(storage),
             firewall: None,
@@ -425,7 +448,13 @@ impl Topology {
                 addr: format!("{ip}:{port}"),
                 pid: 0,
             });
-        let owned: Vec<NodeRecord> = nodes.iter().chain(storage.as_ref()).map(record).collect();
+        let storage = storage.as_ref().map(|n| NodeRecord {
+            name: n.name().to_string(),
+            role: "storage".into(),
+            addr: n.addr(),
+            pid: n.pid(),
+        });
+        let owned: Vec<NodeRecord> = nodes.iter().map(record).chain(storage).collect();
         external.chain(owned).collect()
     }
 
@@ -571,6 +600,9 @@ impl Topology {
 impl Cluster for Topology {
     fn primary(&self) -> BoxFuture<'_, Option<NodeRef>> {
         Box::pin(async move {
+            if self.locks_in_storage {
+                return self.targets(Targets::Storage).await.into_iter().next();
+            }
             let name = if self.sentinels.is_empty() {
                 self.data_nodes().next()?.0.clone()
             } else {
@@ -601,8 +633,15 @@ impl Cluster for Topology {
                     .await
                     .map_err(std::io::Error::other)?;
             }
-            let mut nodes = self.nodes.lock().await;
             let not_running = || std::io::Error::other(format!("node {name} is not running"));
+            if name == STORAGE {
+                let mut storage = self.storage.lock().await;
+                let node = storage.as_mut().ok_or_else(not_running)?;
+                let was = node.node_ref();
+                node.kill().await.ok_or_else(not_running)?;
+                return Ok(was);
+            }
+            let mut nodes = self.nodes.lock().await;
             let node = nodes
                 .iter_mut()
                 .find(|n| n.name() == name)
@@ -621,6 +660,12 @@ impl Cluster for Topology {
                 return tokio::task::spawn_blocking(move || commands.back(&name, &addr))
                     .await
                     .map_err(|e| e.to_string())?;
+            }
+            if name == STORAGE {
+                let mut storage = self.storage.lock().await;
+                let node = storage.as_mut().ok_or("no storage node of ours")?;
+                node.restart().await.map_err(|e| e.to_string())?;
+                return Ok(node.node_ref());
             }
             let mut nodes = self.nodes.lock().await;
             let node = nodes
@@ -669,6 +714,11 @@ impl Cluster for Topology {
 
     fn targets(&self, targets: Targets) -> BoxFuture<'_, Vec<NodeRef>> {
         Box::pin(async move {
+            if targets == Targets::Storage || self.locks_in_storage {
+                let storage = self.storage.lock().await;
+                let running = storage.as_ref().filter(|n| n.pid() != 0);
+                return running.map(StorageNode::node_ref).into_iter().collect();
+            }
             if !self.sentinels.is_empty() {
                 return self.primary().await.into_iter().collect();
             }
@@ -769,6 +819,25 @@ impl Cluster for Topology {
             })
             .await
             .ok()?
+        })
+    }
+
+    fn end_lock_session(&self, worker: &str) -> BoxFuture<'_, Result<Vec<i32>, String>> {
+        let (addr, worker) = (self.storage_addr.clone(), worker.to_string());
+        Box::pin(async move {
+            let postgres = matches!(
+                self.storage.lock().await.as_ref(),
+                Some(StorageNode::Postgres(_))
+            );
+            if !postgres {
+                return Err("the run's storage is not PostgreSQL".into());
+            }
+            tokio::task::spawn_blocking(move || {
+                workloads::pg::terminate_lock_session(&addr, &worker, Duration::from_secs(10))
+                    .map_err(|f| format!("{f:?}"))
+            })
+            .await
+            .map_err(|e| e.to_string())?
         })
     }
 

@@ -173,12 +173,20 @@ struct Shared {
     parked: watch::Sender<AtPoint>,
     /// Why a worker's client adapter broke the protocol, once one has.
     broken: Arc<watch::Sender<Option<String>>>,
+    doomed: Doomed,
 }
 
 /// Worker index → its current control channel: how the nemesis skews a
-/// worker's lease clock and arms strike points.
+/// worker's lease clock and arms strike points; and the workers it is about
+/// to kill.
 #[derive(Clone)]
-pub struct Controls(Live<mpsc::UnboundedSender<ControlMessage>>);
+pub struct Controls(Live<mpsc::UnboundedSender<ControlMessage>>, Doomed);
+
+/// Worker pid → the history time from which the nemesis holds it until it
+/// kills it: its `crash` is dated then, not when the harness saw it die.
+/// A lock its death frees at once (a PostgreSQL session's) may be taken
+/// again before the harness notices, and the dead held nothing by then.
+type Doomed = Arc<std::sync::Mutex<std::collections::HashMap<u32, u64>>>;
 
 impl Controls {
     fn broadcast(&self, message: ControlMessage) {
@@ -199,6 +207,10 @@ impl nemesis::WorkerControl for Controls {
     }
     fn release(&self, arm: u64) {
         self.broadcast(ControlMessage::Release { arm });
+    }
+    fn doomed(&self, pid: u32, since_ns: u64) {
+        let mut doomed = self.1.lock().unwrap_or_else(|e| e.into_inner());
+        doomed.insert(pid, since_ns);
     }
 }
 
@@ -232,6 +244,7 @@ impl Pool {
             controls: Live::new(Vec::new()),
             parked: parked_tx,
             broken: broken.clone(),
+            doomed: Doomed::default(),
         };
         let first: Vec<Worker> = specs
             .iter()
@@ -248,7 +261,7 @@ impl Pool {
             .collect();
         Ok(Pool {
             pids: ctx.pids.clone(),
-            controls: Controls(ctx.controls.clone()),
+            controls: Controls(ctx.controls.clone(), ctx.doomed.clone()),
             parked,
             broken,
             stop,
@@ -304,7 +317,10 @@ async fn supervise(
                 return;
             }
         };
-        let last = record_crash(&ctx.history, &spec, w.pid, status, &seen);
+        let doomed = ctx.doomed.lock().unwrap_or_else(|e| e.into_inner());
+        let since = doomed.get(&w.pid).copied();
+        drop(doomed);
+        let last = record_crash(&ctx.history, &spec, w.pid, status, &seen, since);
         if status.code() == Some(ADAPTER_BROKEN) {
             // Its adapter would break again: the run is ending (see `Pool::broken`).
             tracing::error!("worker {index}: its client adapter broke the protocol; not replaced");
@@ -365,7 +381,7 @@ async fn stop(mut w: Worker, spec: &WorkerSpec, grace: Duration, ctx: &Shared) {
         Ok(Ok(status)) => {
             tracing::warn!("worker {index} died while finishing its cycle ({status})");
             let seen = w.reader.await.unwrap_or_default();
-            record_crash(&ctx.history, spec, w.pid, status, &seen);
+            record_crash(&ctx.history, spec, w.pid, status, &seen, None);
             return;
         }
         Ok(Err(e)) => tracing::warn!("worker {index}: waiting for it failed ({e})"),
@@ -379,18 +395,21 @@ async fn stop(mut w: Worker, spec: &WorkerSpec, grace: Duration, ctx: &Shared) {
 }
 
 /// Completes the dead process's op in flight as `info` and records the
-/// `crash` (with the token it held, so its hold ends there). Returns the
-/// last process id the dead worker used.
+/// `crash` (with the token it held, so its hold ends there), dated when the
+/// nemesis took hold of it to kill it (`since`), else now. Returns the last
+/// process id the dead worker used.
 fn record_crash(
     history: &HistoryWriter,
     spec: &WorkerSpec,
     pid: u32,
     status: ExitStatus,
     seen: &Seen,
+    since: Option<u64>,
 ) -> u64 {
     let index = spec.index as usize;
     let last = seen.last_process.unwrap_or(spec.first_process());
-    let now = history.now(Process::harness(), OpType::Info, f::CRASH);
+    let mut now = history.now(Process::harness(), OpType::Info, f::CRASH);
+    now.time = since.map_or(now.time, |t| t.min(now.time));
     if let Some(invoke) = &seen.in_flight {
         let mut completion = invoke.clone().with_error(error::CRASHED);
         completion.kind = OpType::Info;

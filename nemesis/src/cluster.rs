@@ -51,8 +51,9 @@ pub trait Cluster: Send + Sync {
     /// The independent lock nodes, in order (n1, n2, …); the primary's
     /// replicas and Sentinels are not among them.
     fn lock_nodes(&self) -> Vec<String>;
-    /// The nodes a node fault hits: the primary for `replicated`, the lock
-    /// node for single-node configs, else `targets` of the lock nodes.
+    /// The nodes a node fault hits: the storage node for `storage`, the
+    /// primary for `replicated`, the lock node for single-node configs,
+    /// else `targets` of the lock nodes.
     fn targets(&self, targets: Targets) -> BoxFuture<'_, Vec<NodeRef>>;
     /// Shifts a node's wall clock (through its time shim) by `offset_ns`,
     /// running at `rate` from now on.
@@ -80,6 +81,12 @@ pub trait Cluster: Send + Sync {
     }
     /// `node`'s `ROLE` (`master`, `slave`), `None` when it does not answer.
     fn role_of(&self, node: &str) -> BoxFuture<'_, Option<String>>;
+    /// Ends `worker`'s PostgreSQL lock session if it holds a lock, and
+    /// waits until its backend has exited: the pids of the backends ended
+    /// (none: it held no lock).
+    fn end_lock_session(&self, _worker: &str) -> BoxFuture<'_, Result<Vec<i32>, String>> {
+        Box::pin(async { Err("the run has no PostgreSQL".to_string()) })
+    }
 }
 
 /// Which lock nodes a node fault hits, on configs with several (Redlock);
@@ -97,6 +104,10 @@ pub enum Targets {
     /// `partition` only: Jepsen's majorities ring, every worker sees a
     /// different majority of the nodes. Other faults treat it as `majority`.
     Ring,
+    /// `kill` and `pause-node` only: the storage node (the counter's Redis
+    /// node or PostgreSQL server, where PostgreSQL's locks live too), not
+    /// the lock's nodes.
+    Storage,
 }
 
 impl Targets {
@@ -107,7 +118,8 @@ impl Targets {
         self.into()
     }
 
-    /// The first nodes of `nodes`, as many as the choice asks for (pure).
+    /// The first nodes of `nodes`, as many as the choice asks for (pure);
+    /// none for `storage`, which is no lock node.
     pub fn pick(self, nodes: &[String]) -> Vec<String> {
         let n = nodes.len();
         let k = match self {
@@ -115,6 +127,7 @@ impl Targets {
             Targets::Minority => ((n.saturating_sub(1)) / 2).max(1),
             Targets::Majority | Targets::Ring => n / 2 + 1,
             Targets::All => n,
+            Targets::Storage => 0,
         };
         nodes[..k.min(n)].to_vec()
     }
@@ -137,7 +150,10 @@ mod tests {
         }
         assert_eq!(
             "most".parse::<Targets>(),
-            Err("unknown targets 'most': choose one of one, minority, majority, all, ring".into())
+            Err(
+                "unknown targets 'most': choose one of one, minority, majority, all, ring, storage"
+                    .into()
+            )
         );
     }
 }

@@ -46,10 +46,12 @@ async fn crash(env: &mut Env, at: Point) {
         return;
     };
     // Recorded before the kill, so it precedes everything the death
-    // causes (the harness completes the op in flight and records `crash`);
-    // the worker is parked at the point meanwhile.
+    // causes (the harness completes the op in flight and records `crash`,
+    // dated here: the worker is parked at the point from now on).
+    let since = env.journal.now_ns();
+    env.worker_control.doomed(pid, since);
     env.journal
-        .record(&Fault::Crash.start_event(), target.clone(), None);
+        .record_at(since, &Fault::Crash.start_event(), target.clone(), None);
     let killed = process::kill_group(pid);
     // The others are disarmed; the dead one needs nothing.
     env.release(&parked);

@@ -14,6 +14,7 @@ use crate::partition::Partition;
 use crate::pause::{Pause, PauseNode};
 use crate::scenario::{KillClock, SplitClock};
 use crate::skew::Clock;
+use crate::terminate::TerminateSession;
 use checker::Point;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -32,6 +33,7 @@ impl Fault {
             Fault::Partition => &Partition,
             Fault::Delay => &Delay,
             Fault::LoseReply => &LoseReply,
+            Fault::TerminateSession => &TerminateSession,
         }
     }
 }
@@ -321,7 +323,7 @@ mod tests {
         let err = "pause,gc".parse::<Nemesis>().unwrap_err();
         assert_eq!(
             err,
-            "unknown nemesis 'gc': choose from none, pause, pause-node, crash, kill, failover, clock, partition, delay, lose-reply, all"
+            "unknown nemesis 'gc': choose from none, pause, pause-node, crash, kill, failover, clock, partition, delay, lose-reply, terminate-session, all"
         );
     }
 
@@ -338,7 +340,7 @@ mod tests {
         );
         let all = nemesis("all").actions();
         assert!(all.contains(&Action::SplitClock) && all.contains(&Action::Fault(Fault::Clock)));
-        assert_eq!(all.len(), 11);
+        assert_eq!(all.len(), 12);
         for a in all {
             assert_eq!(Action::try_from(String::from(a)).unwrap(), a);
         }
@@ -375,6 +377,7 @@ mod tests {
                 "partition",
                 "delay",
                 "lose-reply",
+                "terminate-session",
                 "partition+clock",
                 "kill+clock"
             ]

@@ -31,6 +31,9 @@ impl Package for Kill {
     fn slow(&self) -> bool {
         true
     }
+    fn can_target_storage(&self) -> bool {
+        true
+    }
     fn run<'a>(&'a self, env: &'a mut Env, p: &'a FaultParams) -> BoxFuture<'a, ()> {
         Box::pin(nodes(env, p.targets, p.kill_down))
     }

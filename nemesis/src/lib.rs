@@ -21,6 +21,7 @@ pub mod runner;
 mod scenario;
 pub mod schedule;
 mod skew;
+mod terminate;
 mod verify;
 
 pub use cluster::{Cluster, NodeRef, Source};

@@ -36,6 +36,9 @@ pub enum Fault {
     /// Forward one request of a worker, drop its reply and reset the
     /// connection, in the fault proxy.
     LoseReply,
+    /// End the lock holder's PostgreSQL session from the server while the
+    /// holder is held at a strike point.
+    TerminateSession,
 }
 
 impl Fault {
@@ -142,7 +145,7 @@ mod tests {
     fn an_unknown_fault_lists_the_valid_ones() {
         assert_eq!(
             "gc".parse::<Fault>(),
-            Err("unknown fault 'gc': choose one of pause, pause-node, crash, kill, failover, clock, partition, delay, lose-reply".to_string())
+            Err("unknown fault 'gc': choose one of pause, pause-node, crash, kill, failover, clock, partition, delay, lose-reply, terminate-session".to_string())
         );
     }
 }

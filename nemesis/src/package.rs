@@ -23,6 +23,11 @@ pub struct Shape<'a> {
     pub lock_nodes: usize,
     /// The lock node is a primary with replicas and Sentinel.
     pub replicated: bool,
+    /// The lock is PostgreSQL's (held by a session or a transaction of the
+    /// storage server), not a Redis node's.
+    pub locks_in_storage: bool,
+    /// `--targets storage`: node faults hit the storage node.
+    pub storage_targeted: bool,
     /// lockstorm started the nodes, so a fault may act on them (kill, pause,
     /// skew, cut them from each other); false for a user's deployment.
     pub owned: bool,
@@ -71,6 +76,12 @@ pub trait Package: Sync {
         false
     }
 
+    /// The fault can hit the storage node instead of the lock's
+    /// (`--targets storage`).
+    fn can_target_storage(&self) -> bool {
+        false
+    }
+
     /// The fault moves node clocks, so nodes run under the time shim.
     fn needs_time_shim(&self) -> bool {
         false
@@ -81,14 +92,16 @@ pub trait Package: Sync {
     fn run<'a>(&'a self, env: &'a mut Env, p: &'a FaultParams) -> BoxFuture<'a, ()>;
 }
 
-/// Why a fault that acts on lock nodes cannot act on a setup without one.
+/// Why a fault that acts on lock nodes cannot act on a setup without one
+/// (unless it is aimed at the storage node, or the lock lives there).
 pub(crate) fn needs_lock_node(shape: &Shape) -> Result<(), String> {
-    match shape.lock_nodes {
-        0 => Err(format!(
+    // PostgreSQL's locks live on the storage node: it is their lock node.
+    match shape.lock_nodes > 0 || shape.storage_targeted || shape.locks_in_storage {
+        false => Err(format!(
             "needs a lock node, and config {} has none: choose another config or nemesis",
-            shape.config
+            shape.config,
         )),
-        _ => Ok(()),
+        true => Ok(()),
     }
 }
 

@@ -3,7 +3,7 @@
 //! where the write that follows the pause is the stale one), for longer
 //! than its TTL. `pause-node`: SIGSTOP a lock node.
 
-use crate::cluster::BoxFuture;
+use crate::cluster::{BoxFuture, Targets};
 use crate::names::{skip_event, Fault};
 use crate::package::{needs_lock_node, Package, Shape};
 use crate::process::Suspended;
@@ -47,8 +47,11 @@ impl Package for PauseNode {
     fn duration(&self, p: &FaultParams) -> Duration {
         p.node_pause
     }
+    fn can_target_storage(&self) -> bool {
+        true
+    }
     fn run<'a>(&'a self, env: &'a mut Env, p: &'a FaultParams) -> BoxFuture<'a, ()> {
-        Box::pin(node(env, p.node_pause))
+        Box::pin(node(env, p.node_pause, p.targets))
     }
 }
 
@@ -85,9 +88,14 @@ async fn holder(env: &mut Env, duration: Duration, at: Point) {
     env.journal.record(&Fault::Pause.stop_event(), target, None);
 }
 
-/// Freezes the node the lock lives on (the primary, for `replicated`).
-async fn node(env: &mut Env, duration: Duration) {
-    let Some(node) = env.cluster.primary().await else {
+/// Freezes the node the lock lives on (the primary, for `replicated`), or
+/// the storage node (`--targets storage`).
+async fn node(env: &mut Env, duration: Duration, targets: Targets) {
+    let node = match targets {
+        Targets::Storage => env.cluster.targets(targets).await.into_iter().next(),
+        _ => env.cluster.primary().await,
+    };
+    let Some(node) = node else {
         env.journal.record(
             &skip_event(PauseNode.name()),
             json!({"reason": "no primary known"}),

@@ -122,6 +122,10 @@ pub trait WorkerControl: Send + Sync {
     fn arm(&self, point: Point, arm: u64);
     /// Ends arm `arm` on every worker: disarmed, or a parked one goes on.
     fn release(&self, arm: u64);
+    /// The nemesis holds worker process `pid` from history time `since_ns`
+    /// (parked at a strike point) until it kills it: its death dates from
+    /// then, whenever the harness sees it.
+    fn doomed(&self, _pid: u32, _since_ns: u64) {}
 }
 
 /// What the nemesis may act on.

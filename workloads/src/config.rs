@@ -1,5 +1,6 @@
 //! The lock setups lockstorm can test, and what each promises.
 
+use crate::storage::StorageKind;
 use checker::Promise;
 use serde::{Deserialize, Serialize};
 use strum::{Display, EnumCount, EnumString, IntoStaticStr, VariantArray};
@@ -25,6 +26,15 @@ pub enum Config {
     Fenced,
     /// `single` plus a renewal thread that keeps extending the held lease.
     Watchdog,
+    /// PostgreSQL's row lock: a transaction takes `SELECT … FOR UPDATE` on
+    /// the counter's row, reads and writes it, and its commit releases.
+    PgRowLock,
+    /// PostgreSQL's session-level advisory lock (`pg_try_advisory_lock`),
+    /// the counter written on another session.
+    PgAdvisory,
+    /// `pg-advisory` plus a fence (`nextval`, taken with the lock) that the
+    /// storage checks.
+    PgAdvisoryFenced,
     /// Negative control: release with a plain `DEL`.
     UnsafeDel,
     /// Negative control: release as `GET`, compare in the client, `DEL`.
@@ -49,12 +59,15 @@ impl Config {
 
     /// Fenced configs promise data safety; the rest promise mutual exclusion.
     pub fn fenced(self) -> bool {
-        self == Config::Fenced
+        matches!(self, Config::Fenced | Config::PgAdvisoryFenced)
     }
 
-    /// What the config claims, and so which anomalies fail its runs.
+    /// What the config claims, and so which anomalies fail its runs. A
+    /// lock that is the storage's own transaction promises its data, as
+    /// fencing does: a holder whose transaction ended may still believe it
+    /// holds, but nothing it writes lands.
     pub fn promise(self) -> Promise {
-        if self.fenced() {
+        if self.fenced() || self.commits_with_release() {
             Promise::DataSafety
         } else {
             Promise::MutualExclusion
@@ -70,7 +83,10 @@ impl Config {
             | Config::Redlock
             | Config::RedlockRslock
             | Config::Fenced
-            | Config::Watchdog => false,
+            | Config::Watchdog
+            | Config::PgRowLock
+            | Config::PgAdvisory
+            | Config::PgAdvisoryFenced => false,
             Config::UnsafeDel
             | Config::UnsafeGetDel
             | Config::UnsafeSetnx
@@ -79,20 +95,43 @@ impl Config {
         }
     }
 
+    /// Whether there is a lock at all (on a Redis node, or in PostgreSQL).
     pub fn has_lock_node(self) -> bool {
         self != Config::NoLock
     }
 
     /// A hold's key lives at most one TTL after it was granted. Not so for
-    /// `watchdog`, which extends it while held, nor without a lock node.
+    /// `watchdog`, which extends it while held, nor without a lock node,
+    /// nor for PostgreSQL's locks, which last as long as their session or
+    /// transaction.
     pub fn lease_is_ttl(self) -> bool {
-        self.has_lock_node() && self != Config::Watchdog
+        self.has_lock_node() && self != Config::Watchdog && !self.locks_in_storage()
+    }
+
+    /// The lock is the storage's own (PostgreSQL's), not a Redis node's.
+    pub fn locks_in_storage(self) -> bool {
+        matches!(
+            self,
+            Config::PgRowLock | Config::PgAdvisory | Config::PgAdvisoryFenced
+        )
+    }
+
+    /// The storage the config needs, if it needs one: PostgreSQL's locks
+    /// need PostgreSQL; the rest work with either.
+    pub fn storage(self) -> Option<StorageKind> {
+        self.locks_in_storage().then_some(StorageKind::Postgres)
+    }
+
+    /// The write happens inside the lock's transaction, which the release
+    /// commits: a write acknowledged inside it takes effect only then.
+    pub fn commits_with_release(self) -> bool {
+        self == Config::PgRowLock
     }
 
     /// How many independent lock nodes the config runs (replicas aside).
     pub fn lock_nodes(self) -> usize {
         match self {
-            Config::NoLock => 0,
+            Config::NoLock | Config::PgRowLock | Config::PgAdvisory | Config::PgAdvisoryFenced => 0,
             Config::Redlock | Config::RedlockRslock => 5,
             _ => 1,
         }
@@ -124,13 +163,21 @@ mod tests {
         let err = "redlok".parse::<Config>().unwrap_err();
         assert!(
             err.contains(
-                "single, replicated, redlock, redlock-rslock, fenced, watchdog, unsafe-del, \
-                 unsafe-get-del, unsafe-setnx, unsafe-key-per-worker, no-lock"
+                "single, replicated, redlock, redlock-rslock, fenced, watchdog, pg-row-lock, \
+                 pg-advisory, pg-advisory-fenced, unsafe-del, unsafe-get-del, unsafe-setnx, \
+                 unsafe-key-per-worker, no-lock"
             ),
             "{err}"
         );
         assert!(Config::Single.lease_is_ttl());
         assert!(!Config::Watchdog.lease_is_ttl(), "renewed while held");
         assert!(!Config::NoLock.lease_is_ttl(), "no key at all");
+        assert!(
+            !Config::PgAdvisory.lease_is_ttl(),
+            "held while its session lives"
+        );
+        assert_eq!(Config::PgRowLock.storage(), Some(StorageKind::Postgres));
+        assert_eq!(Config::Fenced.storage(), None, "either storage");
+        assert!(Config::PgAdvisoryFenced.fenced() && !Config::PgAdvisory.fenced());
     }
 }

@@ -10,6 +10,7 @@ pub mod conn;
 pub mod install;
 pub mod keys;
 pub mod lock;
+pub mod pg;
 pub mod recorder;
 pub mod stall;
 pub mod storage;

@@ -6,7 +6,7 @@ use crate::adapter::AdapterSpec;
 use crate::clock::{monotonic_ns, LockClock, RunClock};
 use crate::lock::{self, Grant, LockClient, LockParams, Renewal};
 use crate::recorder::Recorder;
-use crate::storage::Storage;
+use crate::storage::{self, Storage, StorageKind};
 use crate::strike::{Hook, Parked, Strikes};
 use crate::{Config, Outcome};
 use checker::history::{self, error, f, Event, OpType, Process};
@@ -49,6 +49,9 @@ pub struct WorkerSpec {
     #[serde(default)]
     pub source: Option<std::net::Ipv4Addr>,
     pub storage_node: String,
+    /// What the storage node runs.
+    #[serde(default)]
+    pub storage: StorageKind,
     /// The run's keys (`lockstorm:` on nodes lockstorm started).
     #[serde(default)]
     pub keys: crate::Keys,
@@ -238,7 +241,7 @@ struct Worker<W: Write> {
     spec: WorkerSpec,
     emitter: Emitter<W>,
     lock: Box<dyn LockClient>,
-    storage: Storage,
+    storage: Box<dyn Storage>,
     rng: ChaCha8Rng,
     process: u64,
     cycle: u64,
@@ -337,6 +340,7 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
     };
     let params = LockParams {
         nodes: spec.lock_nodes.clone(),
+        storage_node: spec.storage_node.clone(),
         keys: spec.keys.clone(),
         login: spec.login.clone(),
         sentinels: spec.sentinels.clone(),
@@ -358,13 +362,17 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
     // A library that hands out fencing tokens gets the storage that checks
     // them, as the fenced config does: a stale token is refused there, not
     // accepted and then reported as stale-fence-accepted.
-    let storage = if spec.config.fenced() || lock.fences() {
-        Storage::fenced(&spec.storage_node, &spec.keys, op_timeout)
-            .with_login(spec.storage_login.clone())
-    } else {
-        Storage::plain(&spec.storage_node, &spec.keys, op_timeout)
-            .with_login(spec.storage_login.clone())
-    };
+    let storage = lock.storage().unwrap_or_else(|| {
+        storage::open(
+            spec.storage,
+            &spec.storage_node,
+            &spec.keys,
+            op_timeout,
+            spec.storage_login.clone(),
+            spec.config.fenced() || lock.fences(),
+            &spec.name(),
+        )
+    });
     let stalls = emitter();
     let _monitor = crate::stall::watch(spec.name(), run_clock, move |s| stalls.emit(s.event()));
     let mut worker = Worker {

@@ -15,6 +15,7 @@ pub mod docker;
 mod error;
 pub mod local;
 pub mod node;
+pub mod postgres;
 pub mod provision;
 
 pub use error::{Error, Result};

@@ -37,6 +37,7 @@ impl Provisioner for Local {
                 Program::Sentinel => self.sentinel.clone().ok_or_else(|| {
                     Error::Usage("this run did not look for redis-sentinel".into())
                 })?,
+                Program::Postgres => crate::postgres::Programs::find()?.server(),
             };
             let mut node = LocalProcess {
                 launch,
@@ -90,6 +91,10 @@ impl LocalProcess {
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
+        if let Some((uid, gid)) = l.user {
+            use std::os::unix::process::CommandExt;
+            cmd.uid(uid).gid(gid);
+        }
         process::isolate(&mut cmd);
         let child = cmd.spawn().map_err(doing(format!(
             "starting {} for node {}",

@@ -172,6 +172,7 @@ impl RedisNode {
             dir: self.dir.clone(),
             reads: self.spec.clock.iter().map(|c| c.shim.clone()).collect(),
             output: self.output_log(),
+            user: None,
         };
         self.marks = self
             .logs()

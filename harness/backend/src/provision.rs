@@ -14,6 +14,8 @@ pub enum Program {
     Server,
     /// Sentinel: its config file is the first argument.
     Sentinel,
+    /// A PostgreSQL server (`postgres`), the storage of `--storage postgres`.
+    Postgres,
 }
 
 /// Everything needed to start one node's process, and to start it again.
@@ -31,6 +33,9 @@ pub struct Launch {
     pub reads: Vec<PathBuf>,
     /// Where the process's stdout and stderr go (inside `dir`).
     pub output: PathBuf,
+    /// The user (uid, gid) the process runs as, when not the harness's own:
+    /// PostgreSQL refuses to run as root.
+    pub user: Option<(u32, u32)>,
 }
 
 /// A node's process, running or stopped, on some backend.

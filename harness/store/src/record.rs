@@ -29,6 +29,11 @@ pub trait Plan: Clone + Debug + Default + Serialize + DeserializeOwned {
     /// plan's TTL, so a hold that lasts longer outlived the key (false for
     /// a name the plan does not know).
     fn lease_is_ttl(config: &str) -> bool;
+    /// Whether the plan's writes happen inside the lock's transaction, which
+    /// the release commits (the checker then counts a write at its commit).
+    fn writes_commit_with_release(&self) -> bool {
+        false
+    }
 }
 
 /// A plan as a reader of stored runs shows it.
@@ -95,7 +100,9 @@ impl<P: Plan> RunRecord<P> {
     /// `deadlock` threshold its options (and its client's TTL) give.
     pub fn settings(&self) -> checker::Settings {
         let after = self.options.deadlock_after(self.expires());
-        checker::Settings::new(self.promise).deadlock_after(after)
+        checker::Settings::new(self.promise)
+            .deadlock_after(after)
+            .writes_commit_with_release(self.options.writes_commit_with_release())
     }
 
     /// Whether the lock's key expires: false for a client adapter that

@@ -448,3 +448,15 @@ pub fn matrix_summary(results: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(dir.join("summary.json")).unwrap();
     serde_json::from_str(&text).unwrap()
 }
+
+/// The one line on stderr of a command refused as bad input (exit 254).
+pub fn one_line_254(out: &Run) -> String {
+    assert_eq!(out.code, 254, "{}{}", out.stdout, out.stderr);
+    let lines: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(lines.len(), 1, "one line: {}", out.stderr);
+    lines[0].to_string()
+}

@@ -435,7 +435,7 @@ fn an_adapter_that_exits_at_init_is_one_clear_line_and_exit_254() {
         ],
         &[],
     );
-    let line = one_line_254(&out);
+    let line = common::one_line_254(&out);
     assert!(line.contains("exited"), "{line}");
     assert!(
         line.contains("cannot load the lock library"),
@@ -445,18 +445,6 @@ fn an_adapter_that_exits_at_init_is_one_clear_line_and_exit_254() {
     // Nothing ran: no run folder is left half made.
     let runs = std::fs::read_dir(results(root.path())).map_or(0, |d| d.count());
     assert_eq!(runs, 0, "no run folder for a run that never started");
-}
-
-/// The one line on stderr of a command refused as bad input (exit 254).
-fn one_line_254(out: &common::Run) -> String {
-    assert_eq!(out.code, 254, "{}{}", out.stdout, out.stderr);
-    let lines: Vec<&str> = out
-        .stderr
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .collect();
-    assert_eq!(lines.len(), 1, "one line: {}", out.stderr);
-    lines[0].to_string()
 }
 
 /// The protocol page's example, made to hang forever on its `hang_on`-th request:
@@ -783,7 +771,7 @@ fn client_test_of_a_missing_adapter_program_is_one_clear_line_and_exit_254() {
         &[&args[..], &["./no-such-adapter"]].concat(),
         &[],
     );
-    let line = one_line_254(&out);
+    let line = common::one_line_254(&out);
     assert!(
         line.contains("cannot start the adapter `./no-such-adapter`"),
         "{line}"

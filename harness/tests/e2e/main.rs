@@ -24,6 +24,7 @@ mod observer;
 mod offline;
 mod output;
 mod paths;
+mod postgres;
 mod protocol;
 mod redlock;
 mod replicated;

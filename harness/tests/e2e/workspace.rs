@@ -61,7 +61,7 @@ fn no_crate_depends_on_one_it_must_not() {
         ("workloads", &["checker", "process"]),
         ("nemesis", &["checker", "process", "proxy"]),
         ("store", &["checker"]),
-        ("backend", &["nemesis", "process", "store"]),
+        ("backend", &["nemesis", "process", "store", "workloads"]),
         ("report", &["checker", "store"]),
         ("testkit", &[]),
     ];

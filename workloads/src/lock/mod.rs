@@ -5,6 +5,8 @@ mod adapter;
 mod adapter_watch;
 mod fenced;
 mod no_lock;
+mod pg_advisory;
+mod pg_row_lock;
 pub mod redlock;
 mod redlock_rslock;
 mod replicated;
@@ -75,6 +77,13 @@ pub trait LockClient: Send {
     fn fences(&self) -> bool {
         false
     }
+
+    /// The counter, for a lock that is the storage's own transaction
+    /// (`pg-row-lock`): the worker reads and writes inside it. `None`: the
+    /// worker opens the storage itself.
+    fn storage(&self) -> Option<Box<dyn crate::storage::Storage>> {
+        None
+    }
 }
 
 /// A held lease, as a lock that renews it sees it.
@@ -94,6 +103,8 @@ pub enum Renewal {
 pub struct LockParams {
     /// The lock's nodes, for configs that address them directly.
     pub nodes: Vec<String>,
+    /// The storage node (`ip:port`): PostgreSQL's locks live there.
+    pub storage_node: String,
     /// The run's keys: the lock's, and `fenced`'s token counter.
     pub keys: crate::Keys,
     /// How to log in to the lock's nodes (a deployment's; `None` for
@@ -163,6 +174,9 @@ pub fn client(config: Config, params: &LockParams) -> Box<dyn LockClient> {
         Config::UnsafeKeyPerWorker => {
             Box::new(unsafe_key_per_worker::UnsafeKeyPerWorker::new(params))
         }
+        Config::PgRowLock => Box::new(pg_row_lock::PgRowLock::new(params)),
+        Config::PgAdvisory => Box::new(pg_advisory::PgAdvisory::new(params, false)),
+        Config::PgAdvisoryFenced => Box::new(pg_advisory::PgAdvisory::new(params, true)),
         Config::NoLock => Box::new(no_lock::NoLock),
     }
 }

@@ -30,6 +30,7 @@ impl Nodes {
     pub fn params(&self, ttl: Duration) -> LockParams {
         LockParams {
             nodes: self.addrs.clone(),
+            storage_node: String::new(),
             keys: Default::default(),
             login: None,
             sentinels: Vec::new(),

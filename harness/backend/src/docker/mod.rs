@@ -173,6 +173,11 @@ impl Docker {
 impl Provisioner for Docker {
     fn launch(&self, launch: Launch) -> BoxFuture<'_, Result<Box<dyn NodeProcess>>> {
         Box::pin(async move {
+            if launch.program == Program::Postgres {
+                return Err(Error::Usage(
+                    "--storage postgres runs PostgreSQL on the local backend only for now: add --backend local (apt-get install -y postgresql)".into(),
+                ));
+            }
             let container = self
                 .request(&launch)
                 .start()

@@ -1,6 +1,7 @@
-//! The shared counter that workers increment under the lock. It lives on its
-//! own node, which no fault touches. Fenced storage refuses stale tokens.
+//! The counter as a Redis key on the storage node. Fenced, a Lua script
+//! refuses stale tokens.
 
+use super::Storage;
 use crate::conn::Conn;
 use crate::{Keys, Outcome};
 use checker::history::error::STALE_FENCE;
@@ -39,7 +40,7 @@ end
 return {1, tonumber(redis.call('GET', KEYS[1]) or '0')}
 "#;
 
-pub struct Storage {
+pub struct RedisStorage {
     conn: Conn,
     fenced: Option<Script>,
     counter: String,
@@ -48,9 +49,9 @@ pub struct Storage {
     expire_ms: u64,
 }
 
-impl Storage {
+impl RedisStorage {
     pub fn plain(addr: &str, keys: &Keys, op_timeout: Duration) -> Self {
-        Storage {
+        RedisStorage {
             conn: Conn::new(addr, op_timeout),
             fenced: None,
             counter: keys.counter(),
@@ -66,40 +67,9 @@ impl Storage {
     }
 
     pub fn fenced(addr: &str, keys: &Keys, op_timeout: Duration) -> Self {
-        Storage {
+        RedisStorage {
             fenced: Some(Script::new(FENCED_OP)),
-            ..Storage::plain(addr, keys, op_timeout)
-        }
-    }
-
-    pub fn read(&mut self, fence: Option<u64>) -> Outcome<i64> {
-        match (&self.fenced, fence) {
-            (Some(_), Some(fence)) => self.fenced_op(fence, None),
-            _ => self.conn.run(|c| {
-                redis::cmd("GET")
-                    .arg(&self.counter)
-                    .query::<Option<i64>>(c)
-                    .map(|v| v.unwrap_or(0))
-            }),
-        }
-    }
-
-    pub fn write(&mut self, value: i64, fence: Option<u64>) -> Outcome<()> {
-        match (&self.fenced, fence) {
-            (Some(_), Some(fence)) => self.fenced_op(fence, Some(value)).map(|_| ()),
-            _ => {
-                let (counter, expire_ms) = (&self.counter, self.expire_ms);
-                // The value last either way: the fault proxy reads a held
-                // write's value from the end of the command.
-                self.conn.run(|c| match expire_ms {
-                    0 => redis::cmd("SET").arg(counter).arg(value).query::<()>(c),
-                    ms => redis::cmd("PSETEX")
-                        .arg(counter)
-                        .arg(ms)
-                        .arg(value)
-                        .query::<()>(c),
-                })
-            }
+            ..RedisStorage::plain(addr, keys, op_timeout)
         }
     }
 
@@ -121,6 +91,39 @@ impl Storage {
             Outcome::Ok((_, _highest)) => Outcome::Fail(STALE_FENCE.into()),
             Outcome::Fail(e) => Outcome::Fail(e),
             Outcome::Info(e) => Outcome::Info(e),
+        }
+    }
+}
+
+impl Storage for RedisStorage {
+    fn read(&mut self, fence: Option<u64>) -> Outcome<i64> {
+        match (&self.fenced, fence) {
+            (Some(_), Some(fence)) => self.fenced_op(fence, None),
+            _ => self.conn.run(|c| {
+                redis::cmd("GET")
+                    .arg(&self.counter)
+                    .query::<Option<i64>>(c)
+                    .map(|v| v.unwrap_or(0))
+            }),
+        }
+    }
+
+    fn write(&mut self, value: i64, fence: Option<u64>) -> Outcome<()> {
+        match (&self.fenced, fence) {
+            (Some(_), Some(fence)) => self.fenced_op(fence, Some(value)).map(|_| ()),
+            _ => {
+                let (counter, expire_ms) = (&self.counter, self.expire_ms);
+                // The value last either way: the fault proxy reads a held
+                // write's value from the end of the command.
+                self.conn.run(|c| match expire_ms {
+                    0 => redis::cmd("SET").arg(counter).arg(value).query::<()>(c),
+                    ms => redis::cmd("PSETEX")
+                        .arg(counter)
+                        .arg(ms)
+                        .arg(value)
+                        .query::<()>(c),
+                })
+            }
         }
     }
 }

@@ -1,0 +1,526 @@
+//! A PostgreSQL server as a node: the storage of `--storage postgres`, and
+//! the lock of the configs that lock with the database. Like a Redis node it
+//! has its own loopback address and port, its own folder in the run and its
+//! log there, and it is killed as a process group. Its data folder is a copy
+//! of a template `initdb` makes once per machine and version (a copy costs a
+//! tenth of an `initdb`). PostgreSQL refuses to run as root: when lockstorm
+//! runs as root, the server runs as the `postgres` user.
+
+use crate::error::{doing, Error, Result};
+use crate::provision::{Launch, NodeProcess, Program, Provisioner};
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Where `LOCKSTORM_POSTGRES_BIN` points: the folder of `postgres` and `initdb`.
+const BIN_ENV: &str = "LOCKSTORM_POSTGRES_BIN";
+/// The unprivileged user the server runs as when lockstorm runs as root.
+const SERVER_USER: &str = "postgres";
+
+/// PostgreSQL's programs on this machine.
+#[derive(Clone, Debug)]
+pub struct Programs {
+    bin: PathBuf,
+}
+
+impl Programs {
+    /// `$LOCKSTORM_POSTGRES_BIN`, else the folder of `postgres` on PATH,
+    /// else Debian's newest `/usr/lib/postgresql/<version>/bin`.
+    pub fn find() -> Result<Self> {
+        let missing = |looked: String| Error::MissingProgram {
+            program: "postgres",
+            package: "postgresql",
+            env: BIN_ENV,
+            looked,
+        };
+        if let Some(dir) = std::env::var_os(BIN_ENV) {
+            let bin = PathBuf::from(dir);
+            return match bin.join("postgres").is_file() {
+                true => Ok(Programs { bin }),
+                false => Err(missing(format!(
+                    "{BIN_ENV}={} has no postgres",
+                    bin.display()
+                ))),
+            };
+        }
+        let on_path = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .find(|dir| dir.join("postgres").is_file() && dir.join("initdb").is_file());
+        let debian = || {
+            let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+                .ok()?
+                .flatten()
+                .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path())))
+                .filter(|(_, p): &(u32, PathBuf)| p.join("bin/postgres").is_file())
+                .collect();
+            versions.sort();
+            versions.pop().map(|(_, p)| p.join("bin"))
+        };
+        on_path
+            .or_else(debian)
+            .map(|bin| Programs { bin })
+            .ok_or_else(|| missing("not on PATH nor in /usr/lib/postgresql/*/bin".into()))
+    }
+
+    pub fn server(&self) -> PathBuf {
+        self.bin.join("postgres")
+    }
+
+    /// `postgres --version`, for `run.json`.
+    pub fn version(&self) -> String {
+        Command::new(self.server())
+            .arg("--version")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_else(|e| format!("unknown ({e})"))
+    }
+
+    /// The data folder every server starts from, made by `initdb` the first
+    /// time (by the server's user), and shared by later runs. Made aside
+    /// and renamed into place, so runs starting together never see half of
+    /// one.
+    fn template(&self, user: Option<(u32, u32)>) -> Result<PathBuf> {
+        // `postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)`: 15.18.
+        let version = self.version();
+        let number = version
+            .split_whitespace()
+            .find(|w| w.starts_with(|c: char| c.is_ascii_digit()))
+            .unwrap_or("unknown");
+        let tag = format!("template-{number}");
+        let euid = nix::unistd::geteuid();
+        let root = std::env::temp_dir().join(format!("lockstorm-postgres-{euid}"));
+        let template = root.join(tag);
+        if template.join("PG_VERSION").is_file() {
+            return Ok(template);
+        }
+        std::fs::create_dir_all(&root).map_err(doing(format!("creating {}", root.display())))?;
+        // The server's user must reach the template to copy it.
+        set_mode(&root, 0o755)?;
+        let aside = root.join(format!("template.{}.tmp", std::process::id()));
+        let _ = std::fs::remove_dir_all(&aside);
+        let mut initdb = Command::new(self.bin.join("initdb"));
+        initdb
+            .arg("-D")
+            .arg(&aside)
+            .args(["-A", "trust", "-U", workloads::pg::USER])
+            .args(["-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions"]);
+        if let Some((uid, gid)) = user {
+            // initdb creates the folder as the user, so its parent is theirs.
+            std::fs::create_dir_all(&aside)
+                .map_err(doing(format!("creating {}", aside.display())))?;
+            chown(&aside, uid, gid)?;
+            use std::os::unix::process::CommandExt;
+            initdb.uid(uid).gid(gid);
+        }
+        let out = initdb.output().map_err(doing(format!(
+            "running {}",
+            self.bin.join("initdb").display()
+        )))?;
+        if !out.status.success() {
+            let _ = std::fs::remove_dir_all(&aside);
+            let said = String::from_utf8_lossy(&out.stderr);
+            let said = said.lines().rev().find(|l| !l.trim().is_empty());
+            return Err(Error::Usage(format!(
+                "initdb failed ({}): {}",
+                out.status,
+                said.unwrap_or("it said nothing")
+            )));
+        }
+        // Another run may have put its template in place first: keep that one.
+        if std::fs::rename(&aside, &template).is_err() {
+            let _ = std::fs::remove_dir_all(&aside);
+        }
+        Ok(template)
+    }
+}
+
+/// The user the server runs as: the `postgres` user when lockstorm runs as
+/// root, else lockstorm's own (`None`).
+fn server_user() -> Result<Option<(u32, u32)>> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(None);
+    }
+    match nix::unistd::User::from_name(SERVER_USER) {
+        Ok(Some(u)) => Ok(Some((u.uid.as_raw(), u.gid.as_raw()))),
+        _ => Err(Error::Usage(format!(
+            "PostgreSQL refuses to run as root, and there is no user {SERVER_USER} to run it as: install PostgreSQL with `apt-get install -y postgresql` (it makes one), or run lockstorm as another user"
+        ))),
+    }
+}
+
+fn chown(path: &Path, uid: u32, gid: u32) -> Result<()> {
+    std::os::unix::fs::chown(path, Some(uid), Some(gid))
+        .map_err(doing(format!("giving {} to uid {uid}", path.display())))
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(doing(format!("setting the mode of {}", path.display())))
+}
+
+/// Whether `user` may walk down to `dir` (every folder above it must let
+/// them through). Pure but for the `stat`s.
+fn reachable(dir: &Path, (uid, gid): (u32, u32)) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    dir.ancestors().skip(1).all(|a| {
+        let Ok(m) = std::fs::metadata(a) else {
+            return false;
+        };
+        let mode = m.mode();
+        match (m.uid() == uid, m.gid() == gid) {
+            (true, _) => mode & 0o100 != 0,
+            (_, true) => mode & 0o010 != 0,
+            _ => mode & 0o001 != 0,
+        }
+    })
+}
+
+/// A running PostgreSQL server.
+pub struct PostgresNode {
+    name: String,
+    ip: Ipv4Addr,
+    port: u16,
+    /// Its folder in the run (log, output).
+    pub dir: PathBuf,
+    /// Its data folder: `data` in `dir`, or beside the template when the
+    /// server's user cannot reach the run's folder (removed at the end).
+    data: PathBuf,
+    backend: Arc<dyn Provisioner>,
+    process: Option<Box<dyn NodeProcess>>,
+    /// `pg_postmaster_start_time()` of our process when it became ready:
+    /// a restarted server answers with a new one.
+    started: String,
+    /// Removes the data folder if the harness dies without doing it.
+    reaper: Option<std::process::Child>,
+}
+
+impl std::fmt::Debug for PostgresNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresNode")
+            .field("name", &self.name)
+            .field("addr", &self.addr())
+            .field("pid", &self.pid())
+            .finish()
+    }
+}
+
+impl PostgresNode {
+    /// Starts a server on a free port of `ip`, gives it lockstorm's schema,
+    /// and returns once it answers as ours.
+    pub async fn start(
+        name: &str,
+        ip: Ipv4Addr,
+        nodes_dir: &Path,
+        backend: Arc<dyn Provisioner>,
+    ) -> Result<Self> {
+        let programs = Programs::find()?;
+        let user = server_user()?;
+        let dir = std::path::absolute(nodes_dir.join(name))
+            .map_err(doing(format!("finding the folder of node {name}")))?;
+        std::fs::create_dir_all(&dir).map_err(doing(format!("creating {}", dir.display())))?;
+        let template = tokio::task::spawn_blocking(move || programs.template(user))
+            .await
+            .map_err(|e| Error::Usage(format!("making the PostgreSQL template: {e}")))??;
+        let data = match user {
+            Some(user) if !reachable(&dir, user) => template
+                .parent()
+                .expect("the template has a parent")
+                .join(format!("data-{}-{name}", std::process::id())),
+            _ => dir.join("data"),
+        };
+        let _ = std::fs::remove_dir_all(&data);
+        let copied = Command::new("cp")
+            .arg("-a")
+            .arg(&template)
+            .arg(&data)
+            .status()
+            .map_err(doing(format!("copying {}", template.display())))?;
+        if !copied.success() {
+            return Err(Error::Usage(format!(
+                "copying the PostgreSQL template {} to {} failed ({copied})",
+                template.display(),
+                data.display()
+            )));
+        }
+        if let Some((uid, gid)) = user {
+            chown(&dir, uid, gid)?;
+        }
+        let mut reaper = Some(start_reaper(&data)?);
+        let mut last = None;
+        for _ in 0..5 {
+            let port = TcpListener::bind((ip, 0))
+                .and_then(|l| Ok(l.local_addr()?.port()))
+                .map_err(doing(format!("finding a free port on {ip}")))?;
+            let mut node = PostgresNode {
+                name: name.into(),
+                ip,
+                port,
+                dir: dir.clone(),
+                data: data.clone(),
+                backend: backend.clone(),
+                process: None,
+                started: String::new(),
+                reaper: None,
+            };
+            node.reaper = reaper.take();
+            let launch = node.launch_spec(user);
+            match node.backend.launch(launch).await {
+                Ok(process) => node.process = Some(process),
+                Err(e) => return Err(e),
+            }
+            match node.ready().await {
+                Ok(()) => {
+                    let addr = node.addr();
+                    let schema = tokio::task::spawn_blocking(move || {
+                        workloads::pg::create_schema(&addr, Duration::from_secs(5))
+                    })
+                    .await;
+                    return match schema {
+                        Ok(Ok(())) => Ok(node),
+                        Ok(Err(e)) => Err(node.error(format!("refused the schema: {e:?}"))),
+                        Err(e) => Err(node.error(format!("refused the schema: {e}"))),
+                    };
+                }
+                Err(e) => {
+                    let in_use = std::fs::read_to_string(node.output_log())
+                        .is_ok_and(|out| out.contains("Address already in use"));
+                    node.stop().await;
+                    reaper = node.reaper.take();
+                    if !in_use {
+                        return Err(e);
+                    }
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.expect("the loop ran"))
+    }
+
+    fn launch_spec(&self, user: Option<(u32, u32)>) -> Launch {
+        let ip = self.ip.to_string();
+        let mut args: Vec<String> = vec!["-D".into(), self.data.display().to_string()];
+        let settings = [
+            ("listen_addresses", ip.as_str()),
+            ("port", &self.port.to_string()),
+            // No socket file: the run's folder path may be too long for one.
+            ("unix_socket_directories", ""),
+            ("fsync", "on"),
+            ("synchronous_commit", "on"),
+            ("shared_buffers", "16MB"),
+            ("max_connections", "200"),
+            ("logging_collector", "off"),
+            ("log_line_prefix", "%m [%p] %a: "),
+        ];
+        for (k, v) in settings {
+            args.push("-c".into());
+            args.push(format!("{k}={v}"));
+        }
+        Launch {
+            name: self.name.clone(),
+            program: Program::Postgres,
+            args,
+            env: Vec::new(),
+            dir: self.dir.clone(),
+            reads: Vec::new(),
+            output: self.output_log(),
+            user,
+        }
+    }
+
+    /// Polls until the server answers and says its data folder is ours, or
+    /// fails early if the process exited.
+    async fn ready(&mut self) -> Result<()> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let (addr, data) = (self.addr(), self.data.display().to_string());
+        loop {
+            if let Some(process) = self.process.as_mut() {
+                if let Some(status) = process.exited().await {
+                    return Err(self.error(format!("exited at start ({status})")));
+                }
+            }
+            let a = addr.clone();
+            let seen = tokio::task::spawn_blocking(move || {
+                workloads::pg::identify(&a, Duration::from_millis(500))
+            })
+            .await
+            .ok()
+            .and_then(Result::ok);
+            match seen {
+                Some((dir, started)) if dir == data => {
+                    self.started = started;
+                    return Ok(());
+                }
+                Some((dir, _)) => {
+                    return Err(self.error(format!(
+                        "another server answers on {addr} (its data folder is {dir})"
+                    )))
+                }
+                None if Instant::now() > deadline => {
+                    return Err(self.error(format!("did not answer within {READY_TIMEOUT:?}")))
+                }
+                None => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    fn error(&self, message: impl Into<String>) -> Error {
+        let mut message = message.into();
+        let output = std::fs::read_to_string(self.output_log()).unwrap_or_default();
+        if let Some(last) = output.lines().rev().find(|l| !l.trim().is_empty()) {
+            message = format!("{message}: \"{}\"", last.trim());
+        }
+        Error::Node {
+            name: self.name.clone(),
+            message,
+            log: self.output_log(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn addr(&self) -> String {
+        format!("{}:{}", self.ip, self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.process.as_ref().map_or(0, |p| p.pid())
+    }
+
+    /// The server's log (PostgreSQL writes it to its stderr).
+    pub fn output_log(&self) -> PathBuf {
+        self.dir.join("output.log")
+    }
+
+    /// How the server ended, if it did while counted as up.
+    pub async fn died(&mut self) -> Option<String> {
+        if self.pid() == 0 {
+            return None;
+        }
+        self.process.as_mut()?.exited().await
+    }
+
+    /// The node as a fault sees it; its start time stands for Redis's `run_id`.
+    pub fn node_ref(&self) -> nemesis::NodeRef {
+        nemesis::NodeRef {
+            name: self.name.clone(),
+            pid: self.pid(),
+            run_id: self.started.clone(),
+        }
+    }
+
+    /// SIGKILLs the server with its backends (its process group): a crash.
+    /// Returns the PID it had.
+    pub async fn kill(&mut self) -> Option<u32> {
+        let pid = self.pid();
+        self.process.as_mut()?.kill().await;
+        (pid != 0).then_some(pid)
+    }
+
+    /// Starts the server again on its data (PostgreSQL recovers from its
+    /// WAL: what it committed survives, `fsync` being on).
+    pub async fn restart(&mut self) -> Result<()> {
+        self.kill().await;
+        let Some(process) = self.process.as_mut() else {
+            return Err(self.error("was removed and cannot restart"));
+        };
+        let mut launched = process.restart().await;
+        if launched.is_ok() {
+            launched = self.ready().await;
+        }
+        if launched.is_err() {
+            self.kill().await;
+        }
+        launched
+    }
+
+    async fn stop(&mut self) {
+        if let Some(process) = self.process.take() {
+            process.remove().await;
+        }
+    }
+
+    /// Ends the server for good and removes its data folder; its log stays
+    /// in the run's folder.
+    pub async fn remove(&mut self) {
+        self.stop().await;
+        let _ = std::fs::remove_dir_all(&self.data);
+        dismiss(self.reaper.take());
+    }
+}
+
+impl Drop for PostgresNode {
+    fn drop(&mut self) {
+        // The process ends as it drops (its own Drop); the data goes too.
+        self.process = None;
+        let _ = std::fs::remove_dir_all(&self.data);
+        dismiss(self.reaper.take());
+    }
+}
+
+/// What the reaper runs: wait for stdin to close (the harness ended, one
+/// way or another: the kernel closes the pipe even after a SIGKILL), give
+/// the server (which dies with the harness) up to 10 s to be gone, then
+/// remove the data folder.
+const REAPER: &str = r#"cat >/dev/null
+pid=$(head -n 1 "$1/postmaster.pid" 2>/dev/null)
+i=0
+while [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+rm -rf "$1""#;
+
+/// Starts the data folder's reaper: its own process group (a Ctrl-C at the
+/// terminal does not reach it) and no parent-death signal, so it outlives
+/// the harness to do its job.
+fn start_reaper(data: &Path) -> Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    Command::new("sh")
+        .args(["-c", REAPER, "lockstorm-postgres-reaper"])
+        .arg(data)
+        .current_dir("/")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(doing("starting the PostgreSQL data folder's reaper".into()))
+}
+
+/// The folder is gone: the reaper finds nothing to do and exits at once.
+fn dismiss(reaper: Option<std::process::Child>) {
+    if let Some(mut reaper) = reaper {
+        drop(reaper.stdin.take());
+        let _ = reaper.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_folder_is_reachable_only_through_folders_that_let_the_user_through() {
+        use std::os::unix::fs::MetadataExt;
+        let top = tempfile::tempdir().unwrap();
+        let inner = top.path().join("a/b");
+        std::fs::create_dir_all(&inner).unwrap();
+        let m = std::fs::metadata(top.path()).unwrap();
+        let stranger = (m.uid() + 1000, m.gid() + 1000);
+        set_mode(top.path(), 0o700).unwrap();
+        assert!(!reachable(&inner, stranger), "a 0700 folder on the way");
+        assert!(
+            reachable(&inner, (m.uid(), m.gid())),
+            "its owner goes through"
+        );
+        set_mode(top.path(), 0o711).unwrap();
+        set_mode(&top.path().join("a"), 0o755).unwrap();
+        // Above the temporary folder, / and /tmp let everyone through.
+        assert!(
+            reachable(&inner, stranger),
+            "0711 and 0755 let a stranger through"
+        );
+    }
+}

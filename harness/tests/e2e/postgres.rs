@@ -1,0 +1,187 @@
+//! Where the data lives: the counter in a real PostgreSQL (Debian's
+//! `postgresql`) that the run starts, fenced by conditional statements, and
+//! the locks the database gives. Each test's folder lets the server's user
+//! through (`open_tmp`), so the data folder sits in the run's folder, where
+//! the leftover checks look.
+
+use crate::common;
+
+use checker::{Results, Validity};
+use common::wait_for;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// A temporary results folder PostgreSQL's user may walk into when the
+/// suite runs as root (a temporary folder is 0700 otherwise).
+fn open_tmp() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    tmp
+}
+
+/// `lockstorm run --config C --nemesis N` for 8 s, seeded, plus `extra`:
+/// its folder (kept while the returned `TempDir` lives) and results.json.
+fn pg_run(
+    config: &str,
+    nemesis: &str,
+    extra: &[&str],
+) -> (tempfile::TempDir, Results, PathBuf, Value) {
+    let tmp = open_tmp();
+    let (_, results, dir) = common::run_short(tmp.path(), config, nemesis, "8", "29", extra);
+    let data = dir.join("nodes/storage/data");
+    assert!(
+        !data.exists(),
+        "the data folder outlived the run: {}",
+        data.display()
+    );
+    let text = std::fs::read_to_string(dir.join("results.json")).unwrap();
+    (tmp, results, dir, serde_json::from_str(&text).unwrap())
+}
+
+fn rejected(json: &Value, what: &str) -> u64 {
+    json["checkers"]["counter"]["stale_fence_rejected"][what]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+#[test]
+fn fenced_writes_and_reads_in_postgres_refuse_the_stale_holder() {
+    // Paused after its check, the holder's write carries an old fence.
+    let (_tmp, results, dir, json) = pg_run("fenced", "pause", &["--storage", "postgres"]);
+    common::assert_valid(&results, &dir);
+    common::assert_verified(&dir, "start-pause");
+    assert!(
+        rejected(&json, "writes") >= 1,
+        "no stale write refused: {json}"
+    );
+    // Paused right after its grant, its read comes after the next holder's.
+    let at_grant = ["--storage", "postgres", "--at", "acquired"];
+    let (_tmp, results, dir, json) = pg_run("fenced", "pause", &at_grant);
+    common::assert_valid(&results, &dir);
+    assert!(
+        rejected(&json, "reads") >= 1,
+        "no stale read refused: {json}"
+    );
+}
+
+#[test]
+fn a_row_lock_keeps_the_data_safe_under_pauses_crashes_and_a_paused_server() {
+    // Each fault, and the event that carries its evidence.
+    for (nemesis, extra, evidence) in [
+        ("pause", &[][..], "start-pause"),
+        ("crash", &[][..], "stop-crash"),
+        (
+            "pause-node",
+            &["--targets", "storage"][..],
+            "start-pause-node",
+        ),
+    ] {
+        let (_tmp, results, dir, json) = pg_run("pg-row-lock", nemesis, extra);
+        common::assert_valid(&results, &dir);
+        common::assert_verified(&dir, evidence);
+        assert!(
+            json["checkers"]["counter"]["acknowledged"].as_u64() > Some(0),
+            "{nemesis}: nothing was written: {json}"
+        );
+    }
+}
+
+#[test]
+fn an_advisory_lock_breaks_when_its_session_ends_and_a_fence_keeps_the_data() {
+    let (_tmp, results, dir, _) = pg_run("pg-advisory", "terminate-session", &[]);
+    assert_eq!(results.valid, Validity::False, "{}", dir.display());
+    common::assert_verified(&dir, "start-terminate-session");
+    assert!(common::count(&results, "lock-overlap") >= 1);
+    common::assert_all_caused(&results, "lock-overlap");
+    let (_tmp, results, dir, json) = pg_run("pg-advisory-fenced", "terminate-session", &[]);
+    common::assert_valid(&results, &dir);
+    assert!(
+        rejected(&json, "writes") >= 1,
+        "no stale write refused: {json}"
+    );
+    let (_tmp, results, dir, _) = pg_run("pg-advisory", "none", &[]);
+    common::assert_valid(&results, &dir);
+}
+
+/// A run whose holder is held by `terminate-session` for a minute, so the
+/// test can signal the harness mid-fault.
+fn start_long(results: &Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_lockstorm"))
+        .args([
+            "run",
+            "--config",
+            "pg-advisory",
+            "--nemesis",
+            "terminate-session",
+        ])
+        .args(["--pause-ms", "60000", "--time-limit", "120", "--seed", "3"])
+        .args(["--nemesis-interval-ms", "200", "--results"])
+        .arg(results)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn no_server_or_data_folder_outlives_an_interrupted_or_killed_harness() {
+    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGKILL] {
+        let _slot = common::e2e_slot();
+        let tmp = open_tmp();
+        let child = start_long(tmp.path());
+        let run = wait_for("a session ended by the nemesis", || {
+            let group = tmp.path().join("pg-advisory-terminate-session");
+            let run = std::fs::read_dir(group)
+                .ok()?
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| p.is_dir())?;
+            let history = std::fs::read_to_string(run.join("history.jsonl")).ok()?;
+            history.contains("start-terminate-session").then_some(run)
+        });
+        let data = run.join("nodes/storage/data");
+        assert!(
+            data.join("PG_VERSION").is_file(),
+            "{signal}: no data folder at {}",
+            data.display()
+        );
+        kill(Pid::from_raw(child.id() as i32), signal).unwrap();
+        let out = child.wait_with_output().unwrap();
+        if signal != Signal::SIGKILL {
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{signal}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        wait_for("the server and its data folder to be gone", || {
+            let gone = common::leftover_processes(tmp.path()).is_empty() && !data.exists();
+            gone.then_some(())
+        });
+    }
+}
+
+#[test]
+fn a_missing_postgresql_is_one_line_saying_how_to_install_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = common::lockstorm_with(
+        &[
+            "run",
+            "--config",
+            "pg-row-lock",
+            "--time-limit",
+            "2",
+            "--results",
+            tmp.path().to_str().unwrap(),
+        ],
+        &[("LOCKSTORM_POSTGRES_BIN", "/nonexistent/postgresql/bin")],
+    );
+    let line = common::one_line_254(&out);
+    assert!(line.contains("apt-get install -y postgresql"), "{}", line);
+    assert!(line.contains("LOCKSTORM_POSTGRES_BIN"), "{}", line);
+}
