@@ -11,6 +11,7 @@ use std::fmt;
 use store::ClientRecord;
 use workloads::adapter::{self, AdapterSpec, Group, Hello};
 use workloads::install::{self, topology, How, Prepared, Shipped};
+use workloads::storage::StorageKind;
 use workloads::Config;
 
 /// The client a run tests through an adapter.
@@ -77,24 +78,41 @@ impl Client {
 }
 
 /// What a run, a matrix row and `expectations.toml` call a setup: `single`,
-/// or `single.redis-py` for a client adapter on that topology.
-pub fn setup_name(config: Config, client: Option<&Client>) -> String {
-    match client {
+/// `single.redis-py` for a client adapter on that topology, and
+/// `+postgres` after either when the counter lives in PostgreSQL though
+/// the lock is not PostgreSQL's (`fenced+postgres`).
+pub fn setup_name(config: Config, client: Option<&Client>, storage: StorageKind) -> String {
+    setup_named(config, client.map(Client::to_string).as_deref(), storage)
+}
+
+/// [`setup_name`] with the client given by name (a `--client-cmd` run's
+/// folder, named after its library).
+pub fn setup_named(config: Config, client: Option<&str>, storage: StorageKind) -> String {
+    let setup = match client {
         Some(client) => format!("{config}.{client}"),
         None => config.to_string(),
+    };
+    match config.storage() == Some(storage) || storage == StorageKind::default() {
+        true => setup,
+        false => format!("{setup}+{storage}"),
     }
 }
 
-/// Reads a [`setup_name`] back: the config and the client, a shipped one
-/// or `custom`: the `--client-cmd` adapter (its command is not in the
-/// name, so this one carries none).
-pub fn parse_setup(name: &str) -> Result<(Config, Option<Client>), String> {
+/// Reads a [`setup_name`] back: the config, the client (a shipped one or
+/// `custom`: the `--client-cmd` adapter, whose command is not in the name,
+/// so this one carries none) and the storage.
+pub fn parse_setup(name: &str) -> Result<(Config, Option<Client>, StorageKind), String> {
+    let (name, storage) = match name.split_once('+') {
+        Some((setup, storage)) => (setup, storage.parse()?),
+        None => (name, StorageKind::default()),
+    };
     let (config, client) = match name.split_once('.') {
         Some((c, "custom")) => (c, Some(Client::Cmd(Vec::new()))),
         Some((c, client)) => (c, Some(Client::shipped(client)?)),
         None => (name, None),
     };
-    Ok((config.parse()?, client))
+    let config: Config = config.parse()?;
+    Ok((config, client, config.storage().unwrap_or(storage)))
 }
 
 /// How to start a client's adapter: its command, or a shipped one's with
@@ -206,6 +224,36 @@ pub fn preflight(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_setup_name_reads_back_with_its_client_and_its_storage() {
+        use StorageKind::{Postgres, Redis};
+        let redis_py = Client::shipped("redis-py").unwrap();
+        let setups = [
+            (Config::Single, None, Redis, "single"),
+            (Config::Fenced, None, Postgres, "fenced+postgres"),
+            (Config::PgRowLock, None, Postgres, "pg-row-lock"),
+            (
+                Config::Single,
+                Some(redis_py.clone()),
+                Redis,
+                "single.redis-py",
+            ),
+            (
+                Config::Single,
+                Some(redis_py),
+                Postgres,
+                "single.redis-py+postgres",
+            ),
+        ];
+        for (config, client, storage, name) in setups {
+            assert_eq!(setup_name(config, client.as_ref(), storage), name);
+            assert_eq!(parse_setup(name), Ok((config, client, storage)), "{name}");
+        }
+        assert!(parse_setup("fenced+mysql")
+            .unwrap_err()
+            .contains("postgres"));
+    }
 
     #[test]
     fn only_a_script_with_its_interpreter_or_a_binary_runs_itself() {

@@ -604,7 +604,7 @@ impl RunOptions {
     fn storage(&self) -> Result<StorageKind, Refusal> {
         let storage = match (self.config.storage(), self.storage) {
             (Some(needed), Some(given)) if needed != given => {
-                return Err(Refusal::Invalid(format!(
+                return Err(Refusal::Inapplicable(format!(
                     "--config {} locks with {needed}, so its counter lives there: drop --storage {given}",
                     self.config
                 )))
@@ -722,7 +722,7 @@ impl RunOptions {
     /// (`all` offers every fault, and schedules those that apply).
     fn check_faults_apply(&self) -> Result<(), Refusal> {
         if self.targets == Targets::Storage && self.nemesis.any(|p| !p.can_target_storage()) {
-            return Err(Refusal::Invalid(format!(
+            return Err(Refusal::Inapplicable(format!(
                 "--targets storage aims kill and pause-node at the storage node, and --nemesis {} has other faults: run those without --targets storage",
                 self.nemesis
             )));
@@ -957,7 +957,8 @@ impl RunPlan {
     /// [`RunPlan::name`] with the client called `client` (a `--client-cmd`
     /// run's folder, named after its library).
     pub fn name_as(&self, client: &str) -> String {
-        format!("{}.{client}-{}", self.config, self.aimed())
+        let setup = crate::clients::setup_named(self.config, Some(client), self.storage);
+        format!("{setup}-{}", self.aimed())
     }
 
     /// The name the Sentinels watch the primary under: the target's, or
@@ -971,7 +972,7 @@ impl RunPlan {
 
     /// `single`, or `single.redis-py` for a client adapter on that topology.
     pub fn setup(&self) -> String {
-        crate::clients::setup_name(self.config, self.client.as_ref())
+        crate::clients::setup_name(self.config, self.client.as_ref(), self.storage)
     }
 }
 

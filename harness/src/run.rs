@@ -580,6 +580,9 @@ fn new_record(options: &RunPlan, backend: &dyn Provisioner) -> RunRecord {
     RunRecord {
         lockstorm: env!("CARGO_PKG_VERSION").to_string(),
         redis: backend.redis_version(),
+        postgres: (options.storage == StorageKind::Postgres).then(|| {
+            backend::postgres::Programs::find().map_or_else(|e| e.to_string(), |p| p.version())
+        }),
         backend: Some(backend.record()),
         started: chrono::Utc::now().to_rfc3339(),
         promise: options.config.promise(),

@@ -16,19 +16,21 @@ pub const DATABASE: &str = "postgres";
 /// The counter row (id 1) with the highest fence it has seen (-1: none),
 /// and the sequence `pg-advisory-fenced` takes its fences from.
 pub const SCHEMA: &str = "CREATE TABLE counter (id int PRIMARY KEY, value bigint NOT NULL, \
-     fence bigint NOT NULL DEFAULT -1);\n\
+     fence numeric(20) NOT NULL DEFAULT -1);\n\
      INSERT INTO counter (id, value) VALUES (1, 0);\n\
      CREATE SEQUENCE fence;";
 
 pub const READ: &str = "SELECT value FROM counter WHERE id = 1";
 pub const WRITE: &str = "UPDATE counter SET value = $1 WHERE id = 1";
-/// The material's conditional update: it lands only if no higher fence was seen.
-pub const FENCED_WRITE: &str =
-    "UPDATE counter SET value = $1, fence = $2 WHERE id = 1 AND fence <= $2";
+/// The material's conditional update: it lands only if no higher fence was
+/// seen. A fence is any u64 (an adapter's library may hand out 2^64 − 1),
+/// so it travels as text and is compared as a number.
+pub const FENCED_WRITE: &str = "UPDATE counter SET value = $1, fence = $2::text::numeric \
+     WHERE id = 1 AND fence <= $2::text::numeric";
 /// A read that carries its fence: refused (no row) after a higher one,
 /// and itself fences off every lower one.
-pub const FENCED_READ: &str =
-    "UPDATE counter SET fence = $1 WHERE id = 1 AND fence <= $1 RETURNING value";
+pub const FENCED_READ: &str = "UPDATE counter SET fence = $1::text::numeric \
+     WHERE id = 1 AND fence <= $1::text::numeric RETURNING value";
 
 /// `pg-row-lock`: the row lock is the transaction's, taken by its read.
 pub const ROW_LOCK: &str = "SELECT value FROM counter WHERE id = 1 FOR UPDATE";

@@ -26,10 +26,11 @@ impl Expectations {
             toml::from_str(text).map_err(|e| one_line(&e.to_string()))?;
         let mut by_pair = BTreeMap::new();
         for (config, nemeses) in table {
-            // `single`, or a client adapter on a topology: `single.redis-py`.
-            let (c, client) =
+            // `single`, a client adapter on a topology (`single.redis-py`),
+            // either with its counter in PostgreSQL (`fenced+postgres`).
+            let (c, client, storage) =
                 crate::clients::parse_setup(&config).map_err(|e| format!("[{config}]: {e}"))?;
-            let c = crate::clients::setup_name(c, client.as_ref());
+            let c = crate::clients::setup_name(c, client.as_ref(), storage);
             for (nemesis, expected) in nemeses {
                 let n: Aimed = nemesis
                     .parse()

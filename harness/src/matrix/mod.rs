@@ -41,6 +41,12 @@ pub struct MatrixArgs {
     /// Runs per config × nemesis; run k uses seed `--seed` + k.
     #[arg(long, default_value_t = 1)]
     pub runs: u32,
+    /// Where every run's counter lives: redis or postgres (the pg-* configs'
+    /// is always postgres) [default: redis].
+    #[arg(long, value_parser = |s: &str| s.parse::<workloads::storage::StorageKind>())]
+    pub storage: Option<workloads::storage::StorageKind>,
+    #[arg(long, default_value = "majority", value_parser = |s: &str| s.parse::<nemesis::Targets>(), help = crate::help::targets())]
+    pub targets: nemesis::Targets,
     #[command(flatten)]
     pub timing: Timing,
     /// Seed of each pair's first run: a matrix is reproducible.
@@ -147,7 +153,11 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
                 match plans(&args, config, client, nemesis) {
                     Ok(runs) => plan.push(runs),
                     Err(Refusal::Inapplicable(reason)) => skipped.push(Skipped {
-                        config: crate::clients::setup_name(config, client.as_ref()),
+                        config: crate::clients::setup_name(
+                            config,
+                            client.as_ref(),
+                            config.storage().or(args.storage).unwrap_or_default(),
+                        ),
                         nemesis: nemesis.to_string(),
                         reason,
                     }),
@@ -421,6 +431,8 @@ fn options_for(args: &MatrixArgs, config: Config, nemesis: Nemesis) -> RunOption
     options.seed = Some(args.seed);
     options.nodes = args.nodes.clone();
     options.nemesis_interval_ms = args.nemesis_interval_ms;
+    options.storage = args.storage;
+    options.targets = args.targets;
     options
 }
 

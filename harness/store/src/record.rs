@@ -58,6 +58,9 @@ pub struct RunRecord<P: Plan> {
     pub lockstorm: String,
     #[serde(default)]
     pub redis: String,
+    /// The PostgreSQL server's version, when the storage was PostgreSQL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub postgres: Option<String>,
     /// Where the nodes ran (older runs: not recorded, always local).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<BackendRecord>,

@@ -659,7 +659,7 @@ fn a_client_cmd_sets_its_variables_with_env_not_as_a_shell_would() {
 }
 
 /// An adapter whose library declares `fence` gets the storage that checks
-/// fences, as the `fenced` config does. This one counts its fences per
+/// fences, as the `fenced` config does, in Redis or in PostgreSQL. This one counts its fences per
 /// process, so the workers' tokens go backwards against each other: the
 /// storage must refuse the stale ones (`stale-fence`), not take them and
 /// leave the run `stale-fence-accepted`.
@@ -681,19 +681,36 @@ fn an_adapter_that_declares_fence_gets_storage_that_refuses_stale_ones() {
     let path = root.path().join("per_process_fences.py");
     std::fs::write(&path, fenced).unwrap();
     let cmd = format!("python3 {}", path.display());
-    let (r, dir) = run_client(
-        root.path(),
-        &["--client-cmd", &cmd, "--time-limit", "8", "--seed", "2"],
-    );
-    let accepted = r.anomalies["stale-fence-accepted"].count;
-    assert_eq!(accepted, 0, "stale fences were taken: {}", dir.display());
-    let refused = r.stats.errors.get("stale-fence").copied().unwrap_or(0);
-    assert!(
-        refused > 0,
-        "no stale fence was refused: {:?} in {}",
-        r.stats.errors,
-        dir.display()
-    );
+    // The same whether the counter is a Redis key or a PostgreSQL row.
+    for storage in ["redis", "postgres"] {
+        let (r, dir) = run_client(
+            root.path(),
+            &[
+                "--client-cmd",
+                &cmd,
+                "--time-limit",
+                "8",
+                "--seed",
+                "2",
+                "--storage",
+                storage,
+            ],
+        );
+        let accepted = r.anomalies["stale-fence-accepted"].count;
+        assert_eq!(
+            accepted,
+            0,
+            "{storage}: stale fences were taken: {}",
+            dir.display()
+        );
+        let refused = r.stats.errors.get("stale-fence").copied().unwrap_or(0);
+        assert!(
+            refused > 0,
+            "{storage}: no stale fence was refused: {:?} in {}",
+            r.stats.errors,
+            dir.display()
+        );
+    }
 }
 
 /// A team gates its CI on its own adapter: `matrix --client-cmd` with

@@ -29,7 +29,7 @@ impl Storage for PostgresStorage {
     fn read(&mut self, fence: Option<u64>) -> Outcome<i64> {
         match (self.fenced, fence) {
             (true, Some(fence)) => {
-                let fence = fence as i64;
+                let fence = fence.to_string();
                 let row = self
                     .session()
                     .run(|c| c.query_opt(pg::FENCED_READ, &[&fence]));
@@ -50,7 +50,7 @@ impl Storage for PostgresStorage {
     fn write(&mut self, value: i64, fence: Option<u64>) -> Outcome<()> {
         let updated = match (self.fenced, fence) {
             (true, Some(fence)) => {
-                let fence = fence as i64;
+                let fence = fence.to_string();
                 self.session()
                     .run(|c| c.execute(pg::FENCED_WRITE, &[&value, &fence]))
             }
