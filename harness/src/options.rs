@@ -185,6 +185,11 @@ pub struct RunOptions {
     /// configs, whose lock is PostgreSQL's].
     #[arg(long, value_parser = parse_storage)]
     pub storage: Option<StorageKind>,
+    /// A setting for the run's PostgreSQL server, NAME=VALUE as
+    /// `postgres -c` takes it (idle_session_timeout=500 ends a session idle
+    /// that long); repeatable.
+    #[arg(long = "postgres-setting", value_name = "NAME=VALUE", value_parser = parse_postgres_setting)]
+    pub postgres_settings: Vec<(String, String)>,
     /// replicated: after acquiring, WAIT for this many replicas, else give the lock back.
     #[arg(long, default_value_t = 0)]
     pub wait_replicas: u32,
@@ -334,6 +339,9 @@ pub struct RunPlan {
     pub persistence: Persistence,
     /// Where the counter lives.
     pub storage: StorageKind,
+    /// `--postgres-setting`s, in the order given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub postgres_settings: Vec<(String, String)>,
     pub wait_replicas: u32,
     pub targets: Targets,
     pub clock_jump_ms: i64,
@@ -408,6 +416,35 @@ fn parse_storage(s: &str) -> Result<StorageKind, String> {
     s.parse()
 }
 
+/// `NAME=VALUE` for the run's PostgreSQL server; lockstorm's own settings
+/// (where it listens, its socket, its durability) are not to be changed.
+fn parse_postgres_setting(s: &str) -> Result<(String, String), String> {
+    const OWN: [&str; 5] = [
+        "listen_addresses",
+        "port",
+        "unix_socket_directories",
+        "fsync",
+        "synchronous_commit",
+    ];
+    let Some((name, value)) = s.split_once('=') else {
+        return Err(format!(
+            "{s}: give NAME=VALUE, e.g. idle_session_timeout=500"
+        ));
+    };
+    let name = name.trim();
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+    {
+        return Err(format!("{name:?} is not a PostgreSQL setting's name: give NAME=VALUE, e.g. idle_session_timeout=500"));
+    }
+    if OWN.contains(&name) {
+        return Err(format!("{name} is lockstorm's to set (where the server listens, and that it keeps what it commits): choose another setting"));
+    }
+    Ok((name.to_string(), value.trim().to_string()))
+}
+
 fn parse_targets(s: &str) -> Result<Targets, String> {
     s.parse()
 }
@@ -458,6 +495,7 @@ impl RunOptions {
             restart_ms: 300,
             persistence: Persistence::None,
             storage: None,
+            postgres_settings: Vec::new(),
             wait_replicas: 0,
             targets: Targets::Majority,
             clock_jump_ms: None,
@@ -555,6 +593,7 @@ impl RunOptions {
             restart: ms(self.restart_ms),
             persistence: self.persistence,
             storage,
+            postgres_settings: self.postgres_settings.clone(),
             wait_replicas: self.wait_replicas,
             targets: self.targets,
             clock_jump_ms: self.clock_jump_ms.unwrap_or(2 * ttl as i64),
@@ -611,6 +650,11 @@ impl RunOptions {
             }
             (needed, given) => needed.or(given).unwrap_or_default(),
         };
+        if storage != StorageKind::Postgres && !self.postgres_settings.is_empty() {
+            return Err(Refusal::Invalid(
+                "--postgres-setting sets the run's PostgreSQL server, and this run has none: add --storage postgres, or choose a pg-* config".into(),
+            ));
+        }
         if storage == StorageKind::Postgres {
             if self.nodes.storage_target.is_some() {
                 return Err(Refusal::Invalid(

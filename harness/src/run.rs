@@ -287,10 +287,13 @@ async fn run_workload(
         .collect();
     // The observer reads MONITOR and turns keyspace events on: on a
     // deployment lockstorm did not start it would see its owner's traffic
-    // and change its config, so it watches only nodes lockstorm owns.
+    // and change its config, so it watches only nodes lockstorm owns. A
+    // lock that is PostgreSQL's has no key to watch.
     let observer = match options.target {
-        None => Some(start_observer(options, topology, history.clone()).await?),
-        Some(_) => None,
+        None if !topology.observed().is_empty() => {
+            Some(start_observer(options, topology, history.clone()).await?)
+        }
+        _ => None,
     };
     let pool = workers::Pool::start(specs, &exe, &dir.path, history.clone())?;
 

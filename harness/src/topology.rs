@@ -120,7 +120,14 @@ async fn start_storage(
             StorageNode::Redis(RedisNode::start(spec, nodes_dir, backend).await?)
         }
         workloads::storage::StorageKind::Postgres => StorageNode::Postgres(
-            backend::postgres::PostgresNode::start(STORAGE, ip, nodes_dir, backend).await?,
+            backend::postgres::PostgresNode::start(
+                STORAGE,
+                ip,
+                &options.postgres_settings,
+                nodes_dir,
+                backend,
+            )
+            .await?,
         ),
     })
 }

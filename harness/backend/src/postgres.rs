@@ -190,6 +190,8 @@ pub struct PostgresNode {
     data: PathBuf,
     backend: Arc<dyn Provisioner>,
     process: Option<Box<dyn NodeProcess>>,
+    /// The user's `-c` settings, after lockstorm's own.
+    settings: Vec<(String, String)>,
     /// `pg_postmaster_start_time()` of our process when it became ready:
     /// a restarted server answers with a new one.
     started: String,
@@ -213,6 +215,7 @@ impl PostgresNode {
     pub async fn start(
         name: &str,
         ip: Ipv4Addr,
+        settings: &[(String, String)],
         nodes_dir: &Path,
         backend: Arc<dyn Provisioner>,
     ) -> Result<Self> {
@@ -262,6 +265,7 @@ impl PostgresNode {
                 data: data.clone(),
                 backend: backend.clone(),
                 process: None,
+                settings: settings.to_vec(),
                 started: String::new(),
                 reaper: None,
             };
@@ -314,7 +318,9 @@ impl PostgresNode {
             ("logging_collector", "off"),
             ("log_line_prefix", "%m [%p] %a: "),
         ];
-        for (k, v) in settings {
+        let own = settings.iter().map(|&(k, v)| (k, v));
+        let users = self.settings.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        for (k, v) in own.chain(users) {
             args.push("-c".into());
             args.push(format!("{k}={v}"));
         }
@@ -338,7 +344,9 @@ impl PostgresNode {
         loop {
             if let Some(process) = self.process.as_mut() {
                 if let Some(status) = process.exited().await {
-                    return Err(self.error(format!("exited at start ({status})")));
+                    return Err(self
+                        .refused_setting()
+                        .unwrap_or_else(|| self.error(format!("exited at start ({status})"))));
                 }
             }
             let a = addr.clone();
@@ -364,6 +372,21 @@ impl PostgresNode {
                 None => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         }
+    }
+
+    /// The server would not start on a setting the user gave
+    /// (`--postgres-setting`): bad input, in PostgreSQL's own words.
+    fn refused_setting(&self) -> Option<Error> {
+        let output = std::fs::read_to_string(self.output_log()).ok()?;
+        let fatal = output.lines().rev().find(|l| l.contains("FATAL"))?;
+        let (name, _) = self
+            .settings
+            .iter()
+            .find(|(name, _)| fatal.contains(name.as_str()))?;
+        let said = fatal.split_once("FATAL:").map_or(fatal, |(_, s)| s).trim();
+        Some(Error::Usage(format!(
+            "--postgres-setting {name}: PostgreSQL would not start with it ({said}): fix or drop it"
+        )))
     }
 
     fn error(&self, message: impl Into<String>) -> Error {

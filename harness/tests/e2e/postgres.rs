@@ -105,6 +105,21 @@ fn an_advisory_lock_breaks_when_its_session_ends_and_a_fence_keeps_the_data() {
     );
     let (_tmp, results, dir, _) = pg_run("pg-advisory", "none", &[]);
     common::assert_valid(&results, &dir);
+    // No fault at all: the server ends every session idle longer than the
+    // work, the holder's lock session among them.
+    let idle = [
+        "--postgres-setting",
+        "idle_session_timeout=300",
+        "--work-ms",
+        "600",
+    ];
+    let (_tmp, results, dir, _) = pg_run("pg-advisory", "none", &idle);
+    assert_eq!(results.valid, Validity::False, "{}", dir.display());
+    assert!(
+        common::count(&results, "lock-overlap") >= 1,
+        "{}",
+        dir.display()
+    );
 }
 
 /// A run whose holder is held by `terminate-session` for a minute, so the
@@ -164,6 +179,33 @@ fn no_server_or_data_folder_outlives_an_interrupted_or_killed_harness() {
             gone.then_some(())
         });
     }
+}
+
+#[test]
+fn a_setting_postgresql_refuses_is_one_line_naming_it() {
+    let tmp = open_tmp();
+    let results = tmp.path().to_str().unwrap();
+    let args = [
+        "run",
+        "--config",
+        "pg-advisory",
+        "--time-limit",
+        "8",
+        "--results",
+        results,
+    ];
+    let out =
+        common::lockstorm(&[&args[..], &["--postgres-setting", "no_such_setting=1"]].concat());
+    let line = common::one_line_254(&out);
+    assert!(
+        line.contains("--postgres-setting no_such_setting"),
+        "{line}"
+    );
+    assert!(
+        line.contains("unrecognized configuration parameter"),
+        "{line}"
+    );
+    common::assert_no_process_left(tmp.path());
 }
 
 #[test]
