@@ -88,7 +88,8 @@ impl Programs {
             .split_whitespace()
             .find(|w| w.starts_with(|c: char| c.is_ascii_digit()))
             .unwrap_or("unknown");
-        let tag = format!("template-{number}");
+        // The template's shape is in its name: a new shape, a new template.
+        let tag = format!("template-{number}-1");
         let euid = nix::unistd::geteuid();
         let root = std::env::temp_dir().join(format!("lockstorm-postgres-{euid}"));
         let template = root.join(tag);
@@ -105,7 +106,9 @@ impl Programs {
             .arg("-D")
             .arg(&aside)
             .args(["-A", "trust", "-U", workloads::pg::USER])
-            .args(["-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions"]);
+            .args(["-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions"])
+            // 1 MB WAL segments, not 16: a copy per run carries one.
+            .arg("--wal-segsize=1");
         if let Some((uid, gid)) = user {
             // initdb creates the folder as the user, so its parent is theirs.
             std::fs::create_dir_all(&aside)
@@ -128,11 +131,70 @@ impl Programs {
                 said.unwrap_or("it said nothing")
             )));
         }
+        if let Err(e) = self.slim(&aside, user) {
+            let _ = std::fs::remove_dir_all(&aside);
+            return Err(e);
+        }
         // Another run may have put its template in place first: keep that one.
         if std::fs::rename(&aside, &template).is_err() {
             let _ = std::fs::remove_dir_all(&aside);
         }
         Ok(template)
+    }
+}
+
+impl Programs {
+    /// Starts a server on the new template `data` (as `user`), leaves it
+    /// one database ([`workloads::pg::slim_cluster`]), and stops it.
+    fn slim(&self, data: &Path, user: Option<(u32, u32)>) -> Result<()> {
+        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|l| Ok(l.local_addr()?.port()))
+            .map_err(doing("finding a free port on 127.0.0.1".into()))?;
+        let mut server = Command::new(self.server());
+        server
+            .arg("-D")
+            .arg(data)
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "unix_socket_directories=",
+            ])
+            .args(["-c", &format!("port={port}")])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        if let Some((uid, gid)) = user {
+            use std::os::unix::process::CommandExt;
+            server.uid(uid).gid(gid);
+        }
+        process::isolate(&mut server);
+        let child = server
+            .spawn()
+            .map_err(doing(format!("starting {}", self.server().display())))?;
+        let addr = format!("127.0.0.1:{port}");
+        let slimmed = workloads::pg::slim_cluster(&addr, READY_TIMEOUT);
+        // SIGINT: a fast shutdown, which checkpoints what was done.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGINT,
+        );
+        let stopped = child.wait_with_output();
+        match (slimmed, stopped) {
+            (Ok(()), Ok(out)) if out.status.success() => Ok(()),
+            (slimmed, stopped) => Err(Error::Usage(format!(
+                "preparing the PostgreSQL template in {} failed: {slimmed:?}, {}",
+                data.display(),
+                stopped.map_or_else(
+                    |e| e.to_string(),
+                    |o| String::from_utf8_lossy(&o.stderr)
+                        .lines()
+                        .last()
+                        .unwrap_or("")
+                        .to_string()
+                )
+            ))),
+        }
     }
 }
 
