@@ -30,7 +30,7 @@ pub fn judge_run(results: &mut Results, record: &RunRecord) {
     };
     if let Some(why) = &record.adapter_broken {
         unknown(format!(
-            "the run ended early: a client adapter broke the protocol: {why}"
+            "the run ended early: an adapter (a client or storage adapter) broke the protocol: {why}"
         ));
     }
     if record.interrupted {

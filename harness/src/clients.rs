@@ -8,10 +8,10 @@ use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
-use store::ClientRecord;
+use store::{ClientRecord, StorageAdapterRecord};
 use workloads::adapter::{self, AdapterSpec, Group, Hello};
 use workloads::install::{self, topology, How, Prepared, Shipped};
-use workloads::storage::StorageKind;
+use workloads::storage::{AdapterStorage, StorageKind};
 use workloads::Config;
 
 /// The client a run tests through an adapter.
@@ -47,11 +47,7 @@ impl Client {
 
     /// `--client-cmd "CMD ARGS"`: split at whitespace, run without a shell.
     pub fn command(cmd: &str) -> std::result::Result<Client, String> {
-        let argv: Vec<String> = cmd.split_whitespace().map(String::from).collect();
-        match argv.is_empty() {
-            true => Err("--client-cmd is empty: give the adapter's program and arguments".into()),
-            false => Ok(Client::Cmd(argv)),
-        }
+        words(cmd, "--client-cmd", "the adapter's").map(Client::Cmd)
     }
 
     /// Why this client cannot run on `config`, if it cannot.
@@ -74,6 +70,52 @@ impl Client {
             }
             Client::Cmd(_) => None,
         }
+    }
+}
+
+/// An adapter's command as an option gives it: split at whitespace (it runs
+/// without a shell), and not empty.
+fn words(cmd: &str, option: &str, whose: &str) -> std::result::Result<Vec<String>, String> {
+    let argv: Vec<String> = cmd.split_whitespace().map(String::from).collect();
+    match argv.is_empty() {
+        true => Err(format!(
+            "{option} is empty: give {whose} program and arguments"
+        )),
+        false => Ok(argv),
+    }
+}
+
+/// `--storage-cmd "CMD ARGS"`: the storage adapter that keeps the counter
+/// (docs/protocol.md, "Storage adapters"), split and run as a client
+/// adapter's command is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StorageCmd(pub Vec<String>);
+
+impl StorageCmd {
+    pub fn parse(cmd: &str) -> std::result::Result<StorageCmd, String> {
+        words(cmd, "--storage-cmd", "the storage adapter's").map(StorageCmd)
+    }
+
+    /// How to start one instance, its stderr appended to `stderr`.
+    pub fn spec(&self, stderr: std::path::PathBuf) -> Result<AdapterSpec> {
+        refuse_a_script_without_interpreter(&self.0, "--storage-cmd")?;
+        Ok(AdapterSpec {
+            argv: self.0.clone(),
+            env: BTreeMap::new(),
+            cwd: std::env::current_dir().ok(),
+            stderr,
+            topology: String::new(),
+            master: None,
+        })
+    }
+}
+
+/// What run.json says of the storage adapter a run tested, from its `init`.
+pub fn storage_record(spec: &AdapterSpec, storage: &str) -> StorageAdapterRecord {
+    StorageAdapterRecord {
+        command: spec.command(),
+        storage: storage.into(),
     }
 }
 
@@ -123,7 +165,7 @@ pub fn prepare(client: &Client) -> Result<Prepared> {
             .expect("checked when parsed")
             .prepare()?,
         Client::Cmd(argv) => {
-            refuse_a_script_without_interpreter(argv)?;
+            refuse_a_script_without_interpreter(argv, "--client-cmd")?;
             Prepared {
                 argv: argv.clone(),
                 env: BTreeMap::new(),
@@ -157,7 +199,7 @@ pub fn set_up_all() -> Result<String> {
 /// shell (`execvp` falls back to `/bin/sh` for a file it cannot execute),
 /// and the user would see the shell's syntax errors about their Python or
 /// JavaScript: refuse it first, in one line that says how to fix it.
-fn refuse_a_script_without_interpreter(argv: &[String]) -> Result<()> {
+fn refuse_a_script_without_interpreter(argv: &[String], option: &str) -> Result<()> {
     let Some(program) = argv.first().filter(|p| p.contains('/')) else {
         return Ok(());
     };
@@ -168,7 +210,7 @@ fn refuse_a_script_without_interpreter(argv: &[String]) -> Result<()> {
     });
     match read {
         Ok(n) if !runs_itself(&start[..n]) => Err(Error::Adapter(format!(
-            "{program} has no #! line, so it would run as a shell script: add one such as `#!/usr/bin/env python3` (or `#!/usr/bin/env node`) as its first line, or name the interpreter: --client-cmd \"python3 {program}\""
+            "{program} has no #! line, so it would run as a shell script: add one such as `#!/usr/bin/env python3` (or `#!/usr/bin/env node`) as its first line, or name the interpreter: {option} \"python3 {program}\""
         ))),
         // Not readable, or a program: starting it says what is wrong.
         _ => Ok(()),
@@ -219,6 +261,67 @@ pub fn preflight(
         tracing::warn!("the adapter check: {}", adapter::strays_left(&strays));
     }
     Ok(hello)
+}
+
+/// The harness's own instance of the storage adapter, started in a group of
+/// its own twice: to `reset` the counter before any worker starts, and
+/// afresh for the final read, each closed when done (one kept for the whole
+/// run would die with the thread that started it: its parent-death signal
+/// follows that thread).
+#[derive(Clone)]
+pub struct HarnessStorage {
+    pub spec: AdapterSpec,
+    pub init: adapter::StorageInit,
+    pub op_timeout: std::time::Duration,
+    /// Why it broke the protocol at the final read, should it.
+    pub broken: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl HarnessStorage {
+    fn start(&self) -> std::result::Result<AdapterStorage, adapter::Failure> {
+        let broken = self.broken.clone();
+        let give_up = std::sync::Arc::new(move |why: String| {
+            tracing::error!("the storage adapter broke the protocol: {why}");
+            *broken.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+        });
+        let warn =
+            std::sync::Arc::new(|warning: String| tracing::warn!("the storage adapter: {warning}"));
+        let init = self.init.clone();
+        AdapterStorage::start(&self.spec, init, self.op_timeout, Group::Own, give_up, warn)
+    }
+
+    /// Has it `reset` the counter: the storage its `init` named, or why not
+    /// (one that cannot start, `init` or `reset` is one clear error, exit 254).
+    pub fn reset(&self) -> Result<String> {
+        let mut storage = self
+            .start()
+            .map_err(|f| Error::Adapter(format!("the storage adapter: {f}")))?;
+        match storage.reset() {
+            workloads::Outcome::Ok(()) => Ok(storage.storage().to_string()),
+            workloads::Outcome::Fail(e) | workloads::Outcome::Info(e) => {
+                Err(Error::Adapter(format!(
+                    "the storage adapter `{}` did not reset the counter: {e}{}",
+                    self.spec.command(),
+                    self.spec.stderr_tail()
+                )))
+            }
+        }
+    }
+
+    /// The final read, unfenced; one that cannot start leaves it unknown
+    /// (and, if it broke the protocol, says so in `broken`).
+    pub fn read(&self) -> workloads::Outcome<i64> {
+        use workloads::storage::Storage;
+        match self.start() {
+            Ok(mut storage) => storage.read(None),
+            Err(f) => {
+                if let adapter::Failure::Broken(why) | adapter::Failure::Unstartable(why) = &f {
+                    *self.broken.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
+                }
+                workloads::Outcome::Info(format!("{}: {f}", checker::history::error::ADAPTER))
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! the [`RunPlan`] they resolve to, every value concrete, which is what runs
 //! and what `run.json` stores so a run can be repeated exactly.
 
-use crate::clients::Client;
+use crate::clients::{Client, StorageCmd};
 use crate::error::Error;
 use crate::help;
 use crate::schedule_text::ScheduleText;
@@ -190,6 +190,14 @@ pub struct RunOptions {
     /// that long); repeatable.
     #[arg(long = "postgres-setting", value_name = "NAME=VALUE", value_parser = parse_postgres_setting)]
     pub postgres_settings: Vec<(String, String)>,
+    /// Keep the shared counter through your own storage adapter, to test
+    /// that your database or service refuses stale fences: the command that
+    /// starts it (split at whitespace, run without a shell; one per worker
+    /// and one for the harness; the protocol is docs/protocol.md, "Storage
+    /// adapters"). --storage still starts lockstorm's node, whose address
+    /// its init is given.
+    #[arg(long, value_name = "CMD", value_parser = StorageCmd::parse)]
+    pub storage_cmd: Option<StorageCmd>,
     /// replicated: after acquiring, WAIT for this many replicas, else give the lock back.
     #[arg(long, default_value_t = 0)]
     pub wait_replicas: u32,
@@ -342,6 +350,9 @@ pub struct RunPlan {
     /// `--postgres-setting`s, in the order given.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub postgres_settings: Vec<(String, String)>,
+    /// `--storage-cmd`: the storage adapter that keeps the counter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_cmd: Option<StorageCmd>,
     pub wait_replicas: u32,
     pub targets: Targets,
     pub clock_jump_ms: i64,
@@ -496,6 +507,7 @@ impl RunOptions {
             persistence: Persistence::None,
             storage: None,
             postgres_settings: Vec::new(),
+            storage_cmd: None,
             wait_replicas: 0,
             targets: Targets::Majority,
             clock_jump_ms: None,
@@ -516,6 +528,7 @@ impl RunOptions {
     /// combination, so `run.json` records exactly what ran.
     pub fn resolve(self) -> Result<RunPlan, Refusal> {
         self.check_ranges()?;
+        self.check_storage_cmd()?;
         self.check_client()?;
         self.check_faults_apply()?;
         if self.at.is_some() && !self.nemesis.any(|p| p.strikes()) {
@@ -594,6 +607,7 @@ impl RunOptions {
             persistence: self.persistence,
             storage,
             postgres_settings: self.postgres_settings.clone(),
+            storage_cmd: self.storage_cmd.clone(),
             wait_replicas: self.wait_replicas,
             targets: self.targets,
             clock_jump_ms: self.clock_jump_ms.unwrap_or(2 * ttl as i64),
@@ -670,6 +684,26 @@ impl RunOptions {
             }
         }
         Ok(storage)
+    }
+
+    /// `--storage-cmd` puts the counter in the adapter's storage: not on
+    /// the user's node too, nor outside the lock's own transaction.
+    fn check_storage_cmd(&self) -> Result<(), Refusal> {
+        if self.storage_cmd.is_none() {
+            return Ok(());
+        }
+        if self.nodes.storage_target.is_some() {
+            return Err(Refusal::Invalid(
+                "--storage-cmd keeps the counter through your storage adapter, and --storage-target on your Redis node: choose one".into(),
+            ));
+        }
+        if self.config.commits_with_release() {
+            return Err(Refusal::Invalid(format!(
+                "--config {} writes the counter inside the lock's own transaction, which a storage adapter is outside of: choose another config, or drop --storage-cmd",
+                self.config
+            )));
+        }
+        Ok(())
     }
 
     /// `--storage-target`, read: one node, only with a `--target`.
@@ -1103,6 +1137,43 @@ mod tests {
         );
         assert_eq!((p.ttl, p.work), (ms(2000), ms(200)));
         assert_eq!(p.name(), "single-pause");
+    }
+
+    #[test]
+    fn a_storage_cmd_is_kept_and_refused_beside_another_home_for_the_counter() {
+        let mut o = RunOptions::new(Config::Fenced, Nemesis::none());
+        o.storage = Some(StorageKind::Postgres);
+        o.storage_cmd = Some(StorageCmd::parse("python3  storage.py --fast").unwrap());
+        let plan = o.clone().resolve().unwrap();
+        let argv = plan.storage_cmd.as_ref().map(|c| c.0.clone());
+        assert_eq!(
+            argv,
+            Some(vec!["python3".into(), "storage.py".into(), "--fast".into()])
+        );
+        assert_eq!(plan.storage, StorageKind::Postgres);
+        let json = serde_json::to_value(&plan).unwrap();
+        assert_eq!(json["storage_cmd"][1], "storage.py");
+        assert!(serde_json::to_value(RunPlan::default())
+            .unwrap()
+            .get("storage_cmd")
+            .is_none());
+        let mut target = o.clone();
+        target.storage = None;
+        target.nodes.target = Some("redis://127.0.0.1:1".into());
+        target.nodes.storage_target = Some("redis://127.0.0.1:2".into());
+        let Err(Refusal::Invalid(why)) = target.resolve() else {
+            panic!("--storage-cmd with --storage-target was accepted");
+        };
+        assert!(why.contains("choose one"), "{why}");
+        let mut row_lock = o;
+        row_lock.config = Config::PgRowLock;
+        let Err(Refusal::Invalid(why)) = row_lock.resolve() else {
+            panic!("--storage-cmd with pg-row-lock was accepted");
+        };
+        assert!(why.contains("transaction"), "{why}");
+        assert!(StorageCmd::parse("  ")
+            .unwrap_err()
+            .contains("--storage-cmd is empty"));
     }
 
     #[test]

@@ -224,6 +224,7 @@ async fn run_workload(
         Some(spec)
     };
     let mut client_record = None;
+    let mut storage_record = None;
     if let Some(spec) = adapter("preflight") {
         let init = spec.init(
             &topology.lock_addrs(),
@@ -264,6 +265,48 @@ async fn run_workload(
             .expect("a prepared client was chosen");
         client_record = Some(crate::clients::record(chosen, &spec, &hello));
     }
+    // The storage adapter's own instance resets the counter before any
+    // worker starts, and is kept for the final read.
+    let storage_spec = |name: &str| match &options.storage_cmd {
+        Some(cmd) => cmd
+            .spec(dir.path.join("storage").join(format!("{name}.stderr")))
+            .map(Some),
+        None => Ok(None),
+    };
+    let mut harness_storage = None;
+    if let Some(spec) = storage_spec("harness")? {
+        let storage = crate::clients::HarnessStorage {
+            spec,
+            init: workloads::adapter::StorageInit {
+                worker: None,
+                key: options.keys.counter(),
+                node: topology.storage_addr.clone(),
+                // Its one read, the final one, carries no fence.
+                fenced: false,
+            },
+            op_timeout: options.op_timeout,
+            broken: Default::default(),
+        };
+        let check = tokio::task::spawn_blocking({
+            let storage = storage.clone();
+            move || storage.reset()
+        });
+        // Left behind on a signal, the check's thread ends with the process,
+        // and its adapter (its own group) with the harness.
+        let named = tokio::select! {
+            biased;
+            named = check => named
+                .map_err(|e| Error::Adapter(format!("the storage adapter check failed: {e}")))??,
+            _ = interrupt.wait() => return interrupted_at_startup(
+                options,
+                backend,
+                dir,
+                "the run was interrupted by a signal while its storage adapter started, before any worker ran",
+            ),
+        };
+        storage_record = Some(crate::clients::storage_record(&storage.spec, &named));
+        harness_storage = Some(storage);
+    }
     let clock = RunClock::starting_now();
     let (history, holders) = HistoryWriter::create(&dir.history(), clock, late_events(options))
         .context(|| "creating history.jsonl".into())?;
@@ -276,15 +319,19 @@ async fn run_workload(
     let exe = std::env::current_exe().context(|| "finding the lockstorm binary".into())?;
     let net = crate::proxied::start(options, topology).await?;
     let specs = (0..options.workers)
-        .map(|index| WorkerSpec {
-            adapter: adapter(&checker::history::worker_name(index)),
-            ..worker_spec(options, index, topology, clock)
+        .map(|index| {
+            let name = checker::history::worker_name(index);
+            Ok(WorkerSpec {
+                adapter: adapter(&name),
+                storage_adapter: storage_spec(&name)?,
+                ..worker_spec(options, index, topology, clock)
+            })
         })
         .map(|spec| match &net {
-            Some(net) => crate::proxied::route(spec, net, topology),
+            Some(net) => spec.map(|spec| crate::proxied::route(spec, net, topology)),
             None => spec,
         })
-        .collect();
+        .collect::<Result<_>>()?;
     // The observer reads MONITOR and turns keyspace events on: on a
     // deployment lockstorm did not start it would see its owner's traffic
     // and change its config, so it watches only nodes lockstorm owns. A
@@ -299,6 +346,7 @@ async fn run_workload(
 
     let mut record = new_record(options, backend);
     record.client = client_record;
+    record.storage_adapter = storage_record;
     record.nodes = topology.records().await;
     record.target_servers = target_servers;
     record.worker_pids = pool.pids.snapshot();
@@ -339,7 +387,7 @@ async fn run_workload(
                 Err(_) => std::future::pending().await,
             }
         } => {
-            tracing::error!("a client adapter broke the protocol: {why}; ending the run");
+            tracing::error!("an adapter broke the protocol: {why}; ending the run");
             record.adapter_broken = Some(why);
         }
     }
@@ -368,8 +416,12 @@ async fn run_workload(
         &topology.storage_addr,
         &options.keys,
         storage_login,
+        harness_storage.clone(),
     )
     .await;
+    if let (None, Some(storage)) = (&record.adapter_broken, &harness_storage) {
+        record.adapter_broken = storage.broken.lock().map(|b| b.clone()).unwrap_or_default();
+    }
     watching.store(true, Ordering::SeqCst);
     if let Some(w) = watcher {
         let _ = w.join();
@@ -472,6 +524,7 @@ fn worker_spec(options: &RunPlan, index: u64, topology: &Topology, clock: RunClo
         run_start_ns: clock.start_ns(),
         first_process: None,
         adapter: None,
+        storage_adapter: None,
     }
 }
 
@@ -520,20 +573,27 @@ fn millis(d: Duration) -> u64 {
     d.as_millis() as u64
 }
 
-/// The harness reads the counter once every worker has stopped.
+/// The harness reads the counter once every worker has stopped: through a
+/// fresh instance of its storage adapter if the run has one, else from the
+/// storage node.
 async fn final_read(
     history: &HistoryWriter,
     kind: StorageKind,
     storage: &str,
     keys: &workloads::Keys,
     login: Option<workloads::conn::Login>,
+    adapter: Option<crate::clients::HarnessStorage>,
 ) {
     let harness = Process::harness();
     history.append(history.now(harness.clone(), OpType::Invoke, f::READ), None);
     let (addr, keys) = (storage.to_string(), keys.clone());
-    let read = tokio::task::spawn_blocking(move || {
-        let timeout = Duration::from_secs(5);
-        workloads::storage::open(kind, &addr, &keys, timeout, login, false, "harness").read(None)
+    let read = tokio::task::spawn_blocking(move || match adapter {
+        Some(adapter) => adapter.read(),
+        None => {
+            let timeout = Duration::from_secs(5);
+            workloads::storage::open(kind, &addr, &keys, timeout, login, false, "harness")
+                .read(None)
+        }
     })
     .await
     .unwrap_or_else(|e| Outcome::Info(e.to_string()));
@@ -596,6 +656,7 @@ fn new_record(options: &RunPlan, backend: &dyn Provisioner) -> RunRecord {
         interrupted: false,
         interrupted_at_ms: None,
         client: None,
+        storage_adapter: None,
         adapter_broken: None,
         proxied_requests: None,
         target_servers: Default::default(),

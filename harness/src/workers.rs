@@ -323,7 +323,7 @@ async fn supervise(
         let last = record_crash(&ctx.history, &spec, w.pid, status, &seen, since);
         if status.code() == Some(ADAPTER_BROKEN) {
             // Its adapter would break again: the run is ending (see `Pool::broken`).
-            tracing::error!("worker {index}: its client adapter broke the protocol; not replaced");
+            tracing::error!("worker {index}: its adapter broke the protocol; not replaced");
             return;
         }
         if seen.last_process.is_none() {

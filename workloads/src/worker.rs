@@ -2,11 +2,11 @@
 //! write counter+1 → release, emitting every step as a history event on
 //! stdout. A separate process per worker so SIGSTOP freezes it like a GC pause.
 
-use crate::adapter::AdapterSpec;
+use crate::adapter::{AdapterSpec, Group, StorageInit};
 use crate::clock::{monotonic_ns, LockClock, RunClock};
 use crate::lock::{self, Grant, LockClient, LockParams, Renewal};
 use crate::recorder::Recorder;
-use crate::storage::{self, Storage, StorageKind};
+use crate::storage::{self, AdapterStorage, Storage, StorageKind};
 use crate::strike::{Hook, Parked, Strikes};
 use crate::{Config, Outcome};
 use checker::history::{self, error, f, Event, OpType, Process};
@@ -74,6 +74,10 @@ pub struct WorkerSpec {
     /// The client adapter that is the lock client, if the run tests one.
     #[serde(default)]
     pub adapter: Option<AdapterSpec>,
+    /// The storage adapter that keeps the counter (`--storage-cmd`), if
+    /// the run tests one; `storage_node` is then only what its `init` names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_adapter: Option<AdapterSpec>,
 }
 
 /// One line of a worker's stdout, the pipe from a worker to the harness:
@@ -88,14 +92,14 @@ pub enum WorkerLine {
     /// The worker parked at an armed strike point: for the nemesis, not the
     /// history.
     Parked(Parked),
-    /// The client adapter broke the protocol (why): the run ends, and the
+    /// The client (or storage) adapter broke the protocol (why): the run ends, and the
     /// worker exits with [`ADAPTER_BROKEN`] right after.
     AdapterBroken { why: String },
     /// Something for the harness's log that ends nothing.
     Warning { warning: String },
 }
 
-/// The exit status of a worker whose client adapter broke the protocol.
+/// The exit status of a worker whose client (or storage) adapter broke the protocol.
 pub const ADAPTER_BROKEN: i32 = 3;
 
 impl WorkerSpec {
@@ -355,24 +359,53 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
         worker: spec.index,
         recorder: Recorder::new(run_clock, move |e| renewals.emit(e)),
         adapter: spec.adapter.clone(),
-        give_up,
-        warn,
+        give_up: give_up.clone(),
+        warn: warn.clone(),
     };
     let lock = lock::client(spec.config, &params);
     // A library that hands out fencing tokens gets the storage that checks
     // them, as the fenced config does: a stale token is refused there, not
     // accepted and then reported as stale-fence-accepted.
-    let storage = lock.storage().unwrap_or_else(|| {
-        storage::open(
-            spec.storage,
-            &spec.storage_node,
-            &spec.keys,
-            op_timeout,
-            spec.storage_login.clone(),
-            spec.config.fenced() || lock.fences(),
-            &spec.name(),
-        )
-    });
+    let fenced = spec.config.fenced() || lock.fences();
+    let storage = lock
+        .storage()
+        .unwrap_or_else(|| match &spec.storage_adapter {
+            Some(adapter) => {
+                let init = StorageInit {
+                    worker: Some(spec.index),
+                    key: spec.keys.counter(),
+                    node: spec.storage_node.clone(),
+                    fenced,
+                };
+                // In the worker's group, as its lock adapter: a pause or crash
+                // of the worker strikes its storage client too.
+                let started = AdapterStorage::start(
+                    adapter,
+                    init,
+                    op_timeout,
+                    Group::Worker,
+                    give_up.clone(),
+                    warn,
+                );
+                match started {
+                    Ok(storage) => Box::new(storage),
+                    Err(f) => {
+                        give_up(f.to_string());
+                        // `give_up` ends the process; this is for one that did not.
+                        panic!("the storage adapter did not start: {f}");
+                    }
+                }
+            }
+            None => storage::open(
+                spec.storage,
+                &spec.storage_node,
+                &spec.keys,
+                op_timeout,
+                spec.storage_login.clone(),
+                fenced,
+                &spec.name(),
+            ),
+        });
     let stalls = emitter();
     let _monitor = crate::stall::watch(spec.name(), run_clock, move |s| stalls.emit(s.event()));
     let mut worker = Worker {

@@ -21,4 +21,6 @@ pub use error::{Error, ReadError, Result};
 pub use layout::{
     read_json, write_json, RunDir, StoredRun, AUDIT, HARNESS_LOG, HISTORY, RESULTS, RUN_JSON,
 };
-pub use record::{BackendRecord, ClientRecord, NodeRecord, Outline, Plan, RunRecord, NO_TTL};
+pub use record::{
+    BackendRecord, ClientRecord, NodeRecord, Outline, Plan, RunRecord, StorageAdapterRecord, NO_TTL,
+};

@@ -85,7 +85,11 @@ pub struct RunRecord<P: Plan> {
     /// The client adapter the run tested, as it introduced itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<ClientRecord>,
-    /// Why a client adapter broke the protocol, ending the run early.
+    /// The storage adapter that kept the counter (`--storage-cmd`), as it
+    /// introduced itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_adapter: Option<StorageAdapterRecord>,
+    /// Why a client (or storage) adapter broke the protocol, ending the run early.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adapter_broken: Option<String>,
     /// Requests the workers sent through the fault proxy (`None`: the run
@@ -158,6 +162,14 @@ pub struct ClientRecord {
     pub features: Vec<String>,
     /// What the worker's check before each write asks.
     pub check: String,
+}
+
+/// What run.json says of the storage adapter a run tested.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StorageAdapterRecord {
+    pub command: String,
+    /// The storage and its version, as the adapter said at `init`.
+    pub storage: String,
 }
 
 /// The adapter feature of a library whose lock has no TTL: it holds while

@@ -460,3 +460,55 @@ pub fn one_line_254(out: &Run) -> String {
     assert_eq!(lines.len(), 1, "one line: {}", out.stderr);
     lines[0].to_string()
 }
+
+/// A temporary folder PostgreSQL's user may walk into when the suite runs
+/// as root (a temporary folder is 0700 otherwise), so a run's PostgreSQL
+/// data folder can sit in its run folder, where the leftover checks look.
+pub fn open_tmp() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    tmp
+}
+
+/// The examples docs/protocol.md marks with `mark` (`<!-- protocol-example:`),
+/// each a ```text block of request (`→ `) and reply (`← `) lines in turn:
+/// the words after the mark, and the pairs.
+pub fn page_examples(mark: &str) -> Vec<(String, Vec<(String, String)>)> {
+    let page = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/protocol.md");
+    let page = std::fs::read_to_string(page).unwrap();
+    page.split(mark)
+        .skip(1)
+        .map(|part| {
+            let (tags, rest) = part.split_once("-->").expect("a marker ends with -->");
+            let block = rest
+                .trim_start()
+                .strip_prefix("```text\n")
+                .expect("a marker is followed by a ```text block");
+            let (block, _) = block.split_once("```").expect("the block ends");
+            let lines: Vec<&str> = block.lines().collect();
+            let pairs = lines
+                .chunks(2)
+                .map(|pair| match pair {
+                    [q, a] => (
+                        q.strip_prefix("→ ").expect("a request line starts with →"),
+                        a.strip_prefix("← ").expect("a reply line starts with ←"),
+                    ),
+                    _ => panic!("an example is request and reply lines in turn: {pair:?}"),
+                })
+                .map(|(q, a)| (q.to_string(), a.to_string()))
+                .collect();
+            (tags.to_string(), pairs)
+        })
+        .collect()
+}
+
+/// A reply line's `ok`, as the history takes it.
+pub fn answer_of(reply: &serde_json::Value) -> workloads::adapter::Answer {
+    use workloads::adapter::Answer;
+    match reply["ok"] {
+        serde_json::Value::Bool(true) => Answer::Yes,
+        serde_json::Value::Bool(false) => Answer::No,
+        _ => Answer::Unknown,
+    }
+}

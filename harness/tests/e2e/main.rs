@@ -32,6 +32,7 @@ mod report;
 mod runs;
 mod shrink;
 mod stalls;
+mod storage_cmd;
 mod strikes;
 mod target;
 mod verdicts;

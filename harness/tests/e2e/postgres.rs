@@ -1,7 +1,7 @@
 //! Where the data lives: the counter in a real PostgreSQL (Debian's
 //! `postgresql`) that the run starts, fenced by conditional statements, and
 //! the locks the database gives. Each test's folder lets the server's user
-//! through (`open_tmp`), so the data folder sits in the run's folder, where
+//! through (`common::open_tmp`), so the data folder sits in the run's folder, where
 //! the leftover checks look.
 
 use crate::common;
@@ -14,15 +14,6 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// A temporary results folder PostgreSQL's user may walk into when the
-/// suite runs as root (a temporary folder is 0700 otherwise).
-fn open_tmp() -> tempfile::TempDir {
-    use std::os::unix::fs::PermissionsExt;
-    let tmp = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    tmp
-}
-
 /// `lockstorm run --config C --nemesis N` for 8 s, seeded, plus `extra`:
 /// its folder (kept while the returned `TempDir` lives) and results.json.
 fn pg_run(
@@ -30,7 +21,7 @@ fn pg_run(
     nemesis: &str,
     extra: &[&str],
 ) -> (tempfile::TempDir, Results, PathBuf, Value) {
-    let tmp = open_tmp();
+    let tmp = common::open_tmp();
     let (_, results, dir) = common::run_short(tmp.path(), config, nemesis, "8", "29", extra);
     let data = dir.join("nodes/storage/data");
     assert!(
@@ -146,7 +137,7 @@ fn start_long(results: &Path) -> std::process::Child {
 fn no_server_or_data_folder_outlives_an_interrupted_or_killed_harness() {
     for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGKILL] {
         let _slot = common::e2e_slot();
-        let tmp = open_tmp();
+        let tmp = common::open_tmp();
         let child = start_long(tmp.path());
         let run = wait_for("a session ended by the nemesis", || {
             let group = tmp.path().join("pg-advisory-terminate-session");
@@ -183,7 +174,7 @@ fn no_server_or_data_folder_outlives_an_interrupted_or_killed_harness() {
 
 #[test]
 fn a_setting_postgresql_refuses_is_one_line_naming_it() {
-    let tmp = open_tmp();
+    let tmp = common::open_tmp();
     let results = tmp.path().to_str().unwrap();
     let args = [
         "run",

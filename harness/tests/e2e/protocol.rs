@@ -7,9 +7,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use workloads::adapter::protocol::{parse_reply, Init, Op, Request};
-use workloads::adapter::Answer;
 
-const PAGE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/protocol.md");
 const MARK: &str = "<!-- protocol-example:";
 
 /// One example block: who is held to it (`python`, `node`, or `broken`: every
@@ -20,33 +18,13 @@ struct Example {
 }
 
 fn examples() -> Vec<Example> {
-    let page = std::fs::read_to_string(PAGE).unwrap();
-    let mut found = Vec::new();
-    for part in page.split(MARK).skip(1) {
-        let (tags, rest) = part.split_once("-->").expect("a marker ends with -->");
-        let block = rest
-            .trim_start()
-            .strip_prefix("```text\n")
-            .expect("a marker is followed by a ```text block");
-        let (block, _) = block.split_once("```").expect("the block ends");
-        let lines: Vec<&str> = block.lines().collect();
-        let pairs = lines
-            .chunks(2)
-            .map(|pair| match pair {
-                [q, a] => (
-                    q.strip_prefix("→ ").expect("a request line starts with →"),
-                    a.strip_prefix("← ").expect("a reply line starts with ←"),
-                ),
-                _ => panic!("an example is request and reply lines in turn: {pair:?}"),
-            })
-            .map(|(q, a)| (q.to_string(), a.to_string()))
-            .collect();
-        found.push(Example {
+    crate::common::page_examples(MARK)
+        .into_iter()
+        .map(|(tags, pairs)| Example {
             tags: tags.split_whitespace().map(String::from).collect(),
             pairs,
-        });
-    }
-    found
+        })
+        .collect()
 }
 
 fn held_to(tag: &str) -> Vec<Example> {
@@ -122,11 +100,7 @@ fn the_protocol_page_examples_are_what_the_worker_writes_and_accepts() {
         assert_eq!(request.line(), format!("{q}\n"), "the worker writes it so");
         let reply = parse_reply(a, &request).unwrap_or_else(|e| panic!("{a}: {e}"));
         let v: Value = serde_json::from_str(a).unwrap();
-        let answer = match v["ok"] {
-            Value::Bool(true) => Answer::Yes,
-            Value::Bool(false) => Answer::No,
-            _ => Answer::Unknown,
-        };
+        let answer = crate::common::answer_of(&v);
         assert_eq!(reply.answer, Some(answer), "{a}");
         let text = |k: &str| v.get(k).and_then(Value::as_str).map(String::from);
         assert_eq!(reply.token, text("token"), "{a}");

@@ -2,17 +2,38 @@
 //! child process that speaks JSON lines (one request on its stdin, one
 //! reply on its stdout, logs on its stderr), in the manner of Maelstrom.
 //! [`protocol`] holds the messages, [`Session`] one running adapter; the
-//! worker drives it as a lock client (`lock::adapter`).
+//! worker drives it as a lock client (`lock::adapter`) or as its storage
+//! (`storage::adapter`).
 
 pub mod protocol;
 mod session;
 
-pub use protocol::{Answer, Init, Op, Reply};
+pub use protocol::{Answer, Fence, Init, Op, Reply, StorageInit};
 pub use session::{strays_left, Ended, Failure, Group, Session, STDERR_CAP};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Called with why an adapter cannot go on (it broke the protocol): in a
+/// worker, it ends the worker and with it the run.
+pub type GiveUp = Arc<dyn Fn(String) + Send + Sync>;
+
+/// Called with what the harness's log should say of an adapter that goes on.
+pub type Warn = Arc<dyn Fn(String) + Send + Sync>;
+
+/// An `ok: null` without an error.
+pub const UNSAID: &str = "unknown: the adapter did not say";
+
+/// How much longer than an op's own budget (an acquire's `timeout_ms`;
+/// none for the other ops) the worker waits for its reply before it
+/// takes the adapter as hung: four request timeouts, at least 5 s, for a
+/// library's own retries and timeouts (docs/protocol.md, "Timeouts").
+pub fn grace(op_timeout: Duration) -> Duration {
+    (op_timeout * 4).max(Duration::from_secs(5))
+}
 
 /// How to start one adapter process.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,7 +49,9 @@ pub struct AdapterSpec {
     pub cwd: Option<PathBuf>,
     /// Its stderr is appended here.
     pub stderr: PathBuf,
-    /// What its `init` says of the topology.
+    /// What its `init` says of the topology (a lock adapter's; empty for
+    /// a storage adapter, whose `init` names none).
+    #[serde(default)]
     pub topology: String,
     /// The name Sentinel knows the primary by (`replicated`).
     #[serde(default)]
@@ -86,6 +109,17 @@ impl AdapterSpec {
     }
 }
 
+/// Ends a running adapter, if any, and tells `warn` of any process it left
+/// outside its process group, which no kill of the group reaches.
+pub fn end(session: &mut Option<Session>, warn: &Warn) {
+    if let Some(session) = session.take() {
+        let ended = session.close();
+        if !ended.strays.is_empty() {
+            warn(strays_left(&ended.strays));
+        }
+    }
+}
+
 /// The last `bytes` of a file, as text.
 fn tail(path: &std::path::Path, bytes: u64) -> String {
     use std::io::{Read, Seek, SeekFrom};
@@ -118,14 +152,14 @@ impl Hello {
 /// runs starting together on 2 cores missed a 5 s budget, and a run blamed
 /// the adapter for the machine's load. A late `init` costs the run some of
 /// its time, which its verdict accounts for; a missed one ends it.
-pub const INIT_BUDGET: std::time::Duration = std::time::Duration::from_secs(20);
+pub const INIT_BUDGET: Duration = Duration::from_secs(20);
 
 /// Starts an adapter in `group` and has it `init`: the hello, or why not.
 /// An `init` answered `ok:false` is a [`Failure::Broken`] carrying its error.
 pub fn start(
     spec: &AdapterSpec,
     init: Init,
-    budget: std::time::Duration,
+    budget: Duration,
     group: Group,
 ) -> Result<(Session, Hello), Failure> {
     start_noting(spec, init, budget, group, |_| {})
@@ -137,25 +171,62 @@ pub fn start(
 pub fn start_noting(
     spec: &AdapterSpec,
     init: Init,
-    budget: std::time::Duration,
+    budget: Duration,
     group: Group,
     started: impl FnOnce(u32),
 ) -> Result<(Session, Hello), Failure> {
+    let (session, reply) = start_with(spec, Op::Init(init), budget, group, started)?;
+    let hello = Hello {
+        client: reply.client.unwrap_or_default(),
+        features: reply.features,
+    };
+    Ok((session, hello))
+}
+
+/// Starts a storage adapter in `group` and has it `init`: the storage it
+/// names (its `storage`), or why not, as [`start`].
+pub fn start_storage(
+    spec: &AdapterSpec,
+    init: StorageInit,
+    budget: Duration,
+    group: Group,
+) -> Result<(Session, String), Failure> {
+    let (session, reply) = start_with(spec, Op::StorageInit(init), budget, group, |_| {})?;
+    Ok((session, reply.storage.unwrap_or_default()))
+}
+
+/// Starts an adapter and sends it `init`: its reply, which `parse_reply`
+/// has held to the op; one that is not `ok:true` is a [`Failure::Broken`].
+fn start_with(
+    spec: &AdapterSpec,
+    init: Op,
+    budget: Duration,
+    group: Group,
+    started: impl FnOnce(u32),
+) -> Result<(Session, Reply), Failure> {
     let mut session = Session::start(spec, group)?;
     started(session.pid());
-    let reply = session.call(Op::Init(init), budget, |_| {})?;
+    let reply = session.call(init, budget, |_| {})?;
     match reply.answer {
-        Some(Answer::Yes) => {
-            let hello = Hello {
-                client: reply.client.unwrap_or_default(),
-                features: reply.features,
-            };
-            Ok((session, hello))
-        }
+        Some(Answer::Yes) => Ok((session, reply)),
         _ => Err(Failure::Broken(format!(
             "the adapter `{}` refused init: {}",
             spec.command(),
             reply.error.as_deref().unwrap_or("no error given")
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The protocol page's numbers: release and check (and a storage
+    /// adapter's ops) get the grace alone, an acquire its timeout_ms and
+    /// the grace.
+    #[test]
+    fn a_reply_may_take_its_budget_plus_four_request_timeouts_at_least_5_s() {
+        assert_eq!(grace(Duration::from_millis(500)), Duration::from_secs(5));
+        assert_eq!(grace(Duration::from_secs(2)), Duration::from_secs(8));
     }
 }

@@ -1,28 +1,82 @@
 //! The adapter protocol's messages, and the one place a reply line is judged:
 //! pure, so every way an adapter can break the protocol is tested without
 //! starting one. The protocol itself is docs/protocol.md, whose examples
-//! these types are held to (`harness/tests/e2e/protocol.rs`).
+//! these types are held to (`harness/tests/e2e/protocol.rs` for the lock
+//! adapters', `harness/tests/e2e/storage_cmd.rs` for the storage adapters').
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 use serde_json::Value;
 
-/// What the worker asks; `id` is added by [`Request`].
+/// What the worker (or the harness) asks; `id` is added by [`Request`].
+/// A lock adapter is asked `init`, `acquire`, `check` and `release`; a
+/// storage adapter `init` ([`Op::StorageInit`]), `reset`, `read` and `write`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "op", rename_all = "kebab-case")]
 pub enum Op {
     Init(Init),
-    Acquire { timeout_ms: u64 },
+    Acquire {
+        timeout_ms: u64,
+    },
     Check,
     Release,
+    /// A storage adapter's `init`.
+    #[serde(rename = "init")]
+    StorageInit(StorageInit),
+    /// The counter to 0, every fence seen forgotten (the harness's, once).
+    Reset,
+    Read {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        fence: Option<Fence>,
+    },
+    Write {
+        value: i64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        fence: Option<Fence>,
+    },
 }
 
 impl Op {
     pub fn name(&self) -> &'static str {
         match self {
-            Op::Init(_) => "init",
+            Op::Init(_) | Op::StorageInit(_) => "init",
             Op::Acquire { .. } => "acquire",
             Op::Check => "check",
             Op::Release => "release",
+            Op::Reset => "reset",
+            Op::Read { .. } => "read",
+            Op::Write { .. } => "write",
+        }
+    }
+}
+
+/// Where a storage adapter keeps the counter, and whose it is.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StorageInit {
+    /// The worker's index; `null` for the harness's own instance.
+    pub worker: Option<u64>,
+    /// The run's counter key.
+    pub key: String,
+    /// lockstorm's own storage node for the run (Redis or PostgreSQL), which
+    /// the adapter may keep its data on or ignore.
+    pub node: String,
+    /// Whether this instance's reads and writes carry fences.
+    pub fenced: bool,
+}
+
+/// A fence as a request carries it, by the rule a reply's fence follows: a
+/// JSON integer up to 2^53, which every JSON reader takes exactly, and a
+/// string of decimal digits past it (a JavaScript Number would round it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fence(pub u64);
+
+/// The largest integer a JavaScript Number (an IEEE double) holds exactly.
+pub const EXACT_IN_JSON: u64 = 1 << 53;
+
+impl Serialize for Fence {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 <= EXACT_IN_JSON {
+            true => s.serialize_u64(self.0),
+            false => s.serialize_str(&self.0.to_string()),
         }
     }
 }
@@ -79,6 +133,10 @@ pub struct Reply {
     /// `init`: the library and its version, and the features it offers.
     pub client: Option<String>,
     pub features: Vec<String>,
+    /// A storage adapter's `init`: the storage and its version.
+    pub storage: Option<String>,
+    /// A storage adapter's `read`: the counter.
+    pub value: Option<i64>,
 }
 
 /// The features an adapter may offer.
@@ -168,6 +226,17 @@ pub fn parse_reply(line: &str, expected: &Request) -> Result<Reply, String> {
                     .ok_or("a reply whose \"features\" is not a list of strings")?,
                 Some(_) => return Err("a reply whose \"features\" is not a list of strings".into()),
             },
+            storage: text("storage")?,
+            value: match field("value") {
+                None => None,
+                Some(v) => Some(v.as_i64().ok_or_else(|| {
+                    format!(
+                        "a reply whose \"value\" is not an integer from {} to {}",
+                        i64::MIN,
+                        i64::MAX
+                    )
+                })?),
+            },
         })
     })();
     let reply = match fields {
@@ -192,6 +261,12 @@ pub fn parse_reply(line: &str, expected: &Request) -> Result<Reply, String> {
             }
             Op::Check if reply.valid.is_none() => {
                 return bad("a check reply without a boolean \"valid\"".into())
+            }
+            Op::StorageInit(_) if reply.storage.is_none() => {
+                return bad("a storage init reply without \"storage\"".into())
+            }
+            Op::Read { .. } if reply.value.is_none() => {
+                return bad("a read reply without an integer \"value\"".into())
             }
             _ => {}
         }
@@ -425,6 +500,182 @@ mod tests {
             let err = parse_reply(line, &acquire).unwrap_err();
             assert!(err.contains(why), "{line}: {err}");
             assert!(err.contains("acquire #4"), "{err}");
+            assert!(err.contains(&format!("{line:?}")), "names the line: {err}");
+        }
+    }
+
+    fn storage_init(worker: Option<u64>) -> Op {
+        Op::StorageInit(StorageInit {
+            worker,
+            key: "lockstorm:counter".into(),
+            node: "127.0.0.1:41234".into(),
+            fenced: true,
+        })
+    }
+
+    #[test]
+    fn storage_requests_are_the_documented_lines() {
+        assert_eq!(
+            request(0, storage_init(Some(3))).line(),
+            "{\"id\":0,\"op\":\"init\",\"worker\":3,\"key\":\"lockstorm:counter\",\
+             \"node\":\"127.0.0.1:41234\",\"fenced\":true}\n"
+        );
+        // The harness's own instance is no worker.
+        assert!(request(0, storage_init(None))
+            .line()
+            .contains("\"worker\":null"));
+        assert_eq!(
+            request(1, Op::Reset).line(),
+            "{\"id\":1,\"op\":\"reset\"}\n"
+        );
+        assert_eq!(
+            request(2, Op::Read { fence: None }).line(),
+            "{\"id\":2,\"op\":\"read\"}\n"
+        );
+        let fence = Some(Fence(17));
+        assert_eq!(
+            request(3, Op::Read { fence }).line(),
+            "{\"id\":3,\"op\":\"read\",\"fence\":17}\n"
+        );
+        assert_eq!(
+            request(4, Op::Write { value: 6, fence }).line(),
+            "{\"id\":4,\"op\":\"write\",\"value\":6,\"fence\":17}\n"
+        );
+        assert_eq!(
+            request(
+                5,
+                Op::Write {
+                    value: -1,
+                    fence: None
+                }
+            )
+            .line(),
+            "{\"id\":5,\"op\":\"write\",\"value\":-1}\n"
+        );
+    }
+
+    #[test]
+    fn a_fence_past_2_53_goes_as_a_string_of_digits_as_a_reply_may_send_it() {
+        let line = |f: u64| {
+            request(
+                1,
+                Op::Read {
+                    fence: Some(Fence(f)),
+                },
+            )
+            .line()
+        };
+        assert!(line(EXACT_IN_JSON).contains("\"fence\":9007199254740992}"));
+        assert!(line(EXACT_IN_JSON + 1).contains("\"fence\":\"9007199254740993\""));
+        assert!(line(u64::MAX).contains("\"fence\":\"18446744073709551615\""));
+    }
+
+    #[test]
+    fn storage_replies_keep_their_fields_and_map_ok_to_the_history() {
+        let init = request(0, storage_init(Some(0)));
+        let r = parse_reply(r#"{"id":0,"ok":true,"storage":"pg-row 1.0"}"#, &init).unwrap();
+        assert_eq!(r.storage.as_deref(), Some("pg-row 1.0"));
+        let read = request(
+            1,
+            Op::Read {
+                fence: Some(Fence(3)),
+            },
+        );
+        let r = parse_reply(r#"{"id":1,"ok":true,"value":5}"#, &read).unwrap();
+        assert_eq!((r.answer, r.value), (Some(Answer::Yes), Some(5)));
+        let r = parse_reply(r#"{"id":1,"ok":true,"value":-9223372036854775808}"#, &read);
+        assert_eq!(r.map(|r| r.value), Ok(Some(i64::MIN)));
+        let r = parse_reply(r#"{"id":1,"ok":false,"error":"stale-fence"}"#, &read).unwrap();
+        assert_eq!(
+            (r.answer, r.error.as_deref()),
+            (Some(Answer::No), Some("stale-fence"))
+        );
+        let r = parse_reply(r#"{"id":1,"ok":null,"error":"timeout: 2 s"}"#, &read).unwrap();
+        assert_eq!((r.answer, r.value), (Some(Answer::Unknown), None));
+        let write = request(
+            2,
+            Op::Write {
+                value: 6,
+                fence: None,
+            },
+        );
+        let r = parse_reply(r#"{"id":2,"ok":true}"#, &write).unwrap();
+        assert_eq!(r.answer, Some(Answer::Yes));
+        let r = parse_reply(r#"{"id":2,"ok":false,"error":"stale-fence"}"#, &write).unwrap();
+        assert_eq!(r.answer, Some(Answer::No));
+        let reset = request(3, Op::Reset);
+        assert!(parse_reply(r#"{"id":3,"ok":true}"#, &reset).is_ok());
+    }
+
+    #[test]
+    fn a_broken_storage_reply_is_named_with_its_line() {
+        let init = request(0, storage_init(None));
+        let read = request(4, Op::Read { fence: None });
+        let write = request(
+            5,
+            Op::Write {
+                value: 1,
+                fence: None,
+            },
+        );
+        let cases = [
+            (
+                &init,
+                r#"{"id":0,"ok":true}"#,
+                "storage init reply without \"storage\"",
+            ),
+            (
+                &init,
+                r#"{"id":0,"ok":true,"client":"x","features":[]}"#,
+                "without \"storage\"",
+            ),
+            (
+                &init,
+                r#"{"id":0,"ok":true,"storage":5}"#,
+                "\"storage\" is not a string",
+            ),
+            (
+                &read,
+                r#"{"id":4,"ok":true}"#,
+                "read reply without an integer \"value\"",
+            ),
+            (
+                &read,
+                r#"{"id":4,"ok":true,"value":null}"#,
+                "without an integer \"value\"",
+            ),
+            (
+                &read,
+                r#"{"id":4,"ok":true,"value":"5"}"#,
+                "\"value\" is not an integer",
+            ),
+            (
+                &read,
+                r#"{"id":4,"ok":true,"value":5.5}"#,
+                "\"value\" is not an integer",
+            ),
+            (
+                &read,
+                r#"{"id":4,"ok":true,"value":9223372036854775808}"#,
+                "\"value\" is not an integer",
+            ),
+            (&read, r#"{"id":3,"ok":true,"value":5}"#, "id 3, not 4"),
+            (&write, r#"{"id":5,"ok":"yes"}"#, "not true, false or null"),
+            (
+                &write,
+                r#"{"id":5,"ok":false,"error":{"kind":"stale-fence"}}"#,
+                "\"error\" is not a string",
+            ),
+            (
+                &write,
+                r#"{"id":5,"ok":true,"value":[1]}"#,
+                "\"value\" is not an integer",
+            ),
+        ];
+        for (request, line, why) in cases {
+            let err = parse_reply(line, request).unwrap_err();
+            assert!(err.contains(why), "{line}: {err}");
+            assert!(err.contains(&brief(request)), "{err}");
             assert!(err.contains(&format!("{line:?}")), "names the line: {err}");
         }
     }

@@ -6,24 +6,18 @@
 
 use super::adapter_watch;
 use super::{Grant, LockClient, LockParams};
-use crate::adapter::{self, AdapterSpec, Answer, Failure, Group, Hello, Init, Op, Reply, Session};
+use crate::adapter::{
+    self, grace, AdapterSpec, Answer, Failure, GiveUp, Group, Hello, Init, Op, Reply, Session,
+    Warn, UNSAID,
+};
 use crate::conn::Conn;
 use crate::strike::Hook;
 use crate::Outcome;
 use checker::history::error;
 use checker::Point;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::time::Duration;
-
-/// An `ok: null` without an error.
-const UNSAID: &str = "unknown: the adapter did not say";
-
-/// Called with why the adapter cannot go on; ends the worker.
-pub type GiveUp = Arc<dyn Fn(String) + Send + Sync>;
-
-/// Called with what the harness's log should say of an adapter that goes on.
-pub type Warn = Arc<dyn Fn(String) + Send + Sync>;
 
 pub struct Adapter {
     spec: AdapterSpec,
@@ -96,12 +90,7 @@ impl Adapter {
     /// process it left outside the worker's group: the group dies with the
     /// worker, those do not.
     fn end_session(&mut self) {
-        if let Some(session) = self.session.take() {
-            let ended = session.close();
-            if !ended.strays.is_empty() {
-                (self.warn)(adapter::strays_left(&ended.strays));
-            }
-        }
+        adapter::end(&mut self.session, &self.warn);
     }
 
     fn broken(&self, why: String) -> ! {
@@ -192,14 +181,6 @@ impl Drop for Adapter {
     }
 }
 
-/// How much longer than an op's own budget (an acquire's `timeout_ms`;
-/// none for `release` and `check`) the worker waits for its reply before it
-/// takes the adapter as hung: four request timeouts, at least 5 s, for a
-/// library's own retries and timeouts (docs/protocol.md, "Timeouts").
-pub fn grace(op_timeout: Duration) -> Duration {
-    (op_timeout * 4).max(Duration::from_secs(5))
-}
-
 /// The strike's `how` when the watch froze the adapter, `decided` if its
 /// reply had begun by then.
 fn frozen_at((node, key, value): adapter_watch::Seen, decided: bool) -> String {
@@ -280,18 +261,5 @@ impl LockClient for Adapter {
             }
             _ => Outcome::Info(reply.error.unwrap_or_else(|| UNSAID.into())),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The protocol page's numbers: release and check get the grace alone,
-    /// an acquire its timeout_ms and the grace.
-    #[test]
-    fn a_reply_may_take_its_budget_plus_four_request_timeouts_at_least_5_s() {
-        assert_eq!(grace(Duration::from_millis(500)), Duration::from_secs(5));
-        assert_eq!(grace(Duration::from_secs(2)), Duration::from_secs(8));
     }
 }

@@ -19,7 +19,7 @@ mod unsafe_key_per_worker;
 mod unsafe_setnx;
 mod watchdog;
 
-pub use adapter::{GiveUp, Warn};
+pub use crate::adapter::{GiveUp, Warn};
 
 use crate::adapter::AdapterSpec;
 use crate::clock::LockClock;

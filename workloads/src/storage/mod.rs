@@ -2,11 +2,15 @@
 //! own node, which no lock fault touches: a Redis key (`--storage redis`)
 //! or a PostgreSQL row (`--storage postgres`). Fenced storage refuses a
 //! token lower than the highest it has seen, on reads and writes; either
-//! way the history is the same, so every checker reads both alike.
+//! way the history is the same, so every checker reads both alike. A
+//! storage adapter (`--storage-cmd`) puts a team's own storage in their
+//! place, with the same history.
 
+mod adapter;
 mod postgres_row;
 mod redis_key;
 
+pub use adapter::AdapterStorage;
 pub use postgres_row::PostgresStorage;
 pub use redis_key::{RedisStorage, MODE_ARG, READ_MODE, WRITE_MODE};
 
