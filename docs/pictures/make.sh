@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Redraws the six timelines of docs/timelines.md: runs each demo, copies its
-# timeline.svg here and looks at it in Chromium (the PNG the page shows).
+# timeline.svg here and looks at it in Chromium (the PNG the page shows);
+# and the PostgreSQL matrix's comparison picture of docs/findings.md.
 # Usage: docs/pictures/make.sh   (LOCKSTORM=path/to/lockstorm to skip cargo)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -35,3 +36,10 @@ shoot demo-5-slow-work --config single --nemesis none --time-limit 15 --seed 3 \
     --work-ms 2500 --no-validity-check
 shoot redlock-clock --config redlock --nemesis clock --time-limit 20 --seed 1
 shoot replicated-failover --config replicated --nemesis failover --time-limit 30 --seed 1
+
+# The matrix draws its own comparison.png.
+"${bin[@]}" matrix --configs pg-row-lock,pg-advisory,pg-advisory-fenced \
+    --nemeses none,pause,crash,kill,pause-node,terminate-session --runs 2 \
+    --time-limit 15 --seed 1 --jobs 3 --results "$out/postgres-matrix" >"$out/postgres-matrix.txt"
+cp "$out"/postgres-matrix/matrix-*/comparison.png "$here/postgres-matrix.png"
+echo "postgres-matrix: $(tail -1 "$out/postgres-matrix.txt")"
