@@ -59,8 +59,8 @@ enum Command {
     Audit(crate::audit::AuditArgs),
     /// The shipped client adapters' environments.
     Clients(ClientsArgs),
-    /// Build the Docker backend's local image from this machine's
-    /// redis-server (`image import`), for daemons that cannot pull.
+    /// Build the Docker backend's local images from this machine's
+    /// redis-server and PostgreSQL (`image import`), for daemons that cannot pull.
     Image(ImageArgs),
     /// Removes a run's containers once its harness is gone (started by the
     /// harness for each Docker run; see `backend::docker::reap`).
@@ -159,9 +159,11 @@ struct ImageArgs {
 #[derive(Subcommand, Debug)]
 enum ImageCommand {
     /// Import `lockstorm/redis:local` (redis-server, redis-sentinel and the
-    /// libraries they link) into the Docker daemon, without a registry.
+    /// libraries they link) into the Docker daemon, without a registry; and
+    /// `lockstorm/postgres:local` (postgres, its libraries and what it
+    /// reads) when PostgreSQL is installed.
     Import {
-        /// The image's name.
+        /// The Redis image's name (PostgreSQL's is always lockstorm/postgres:local).
         #[arg(long, default_value = "lockstorm/redis:local")]
         tag: String,
     },
@@ -476,24 +478,43 @@ fn clients_command(args: ClientsArgs) -> Result<Validity> {
 
 #[cfg(feature = "docker")]
 fn image_command(args: ImageArgs) -> Result<Validity> {
+    use backend::docker::image;
     let ImageCommand::Import { tag } = args.command;
     let server = backend::local::find_redis_server()?;
-    let imported = runtime()?.block_on(async {
+    let postgres = backend::postgres::Programs::find();
+    runtime()?.block_on(async {
         let api = backend::docker::connect_daemon().await?;
-        backend::docker::image::import(&api, &server, &tag)
-            .await
-            .map_err(Error::Usage)
+        let from = server.clone();
+        let redis = image::import(&api, move || image::redis(&from), &tag).await;
+        say(&imported_line(&redis.map_err(Error::Usage)?, &server))?;
+        match postgres {
+            Ok(programs) => {
+                let from = programs.server();
+                let plan = move || image::postgres(&programs);
+                let pg = image::import(&api, plan, image::POSTGRES_IMAGE).await;
+                say(&imported_line(&pg.map_err(Error::Usage)?, &from))
+            }
+            // Redis-only machines are fine: say what --storage postgres lacks.
+            Err(why) => say(&format!(
+                "skipped {}, which --backend docker runs PostgreSQL from: {why}\n",
+                image::POSTGRES_IMAGE
+            )),
+        }
     })?;
-    say(&format!(
+    Ok(Validity::True)
+}
+
+#[cfg(feature = "docker")]
+fn imported_line(imported: &backend::docker::image::Imported, from: &std::path::Path) -> String {
+    format!(
         "imported {} ({}, {} files, {:.1} MB) from {} in {:.1} s\n",
         imported.image,
-        imported.redis_version,
+        imported.version,
         imported.files,
         imported.bytes as f64 / 1e6,
-        server.display(),
+        from.display(),
         imported.took.as_secs_f64()
-    ))?;
-    Ok(Validity::True)
+    )
 }
 
 #[cfg(not(feature = "docker"))]

@@ -171,6 +171,7 @@ impl RedisNode {
             },
             dir: self.dir.clone(),
             reads: self.spec.clock.iter().map(|c| c.shim.clone()).collect(),
+            writes: Vec::new(),
             output: self.output_log(),
             user: None,
         };

@@ -19,6 +19,9 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const BIN_ENV: &str = "LOCKSTORM_POSTGRES_BIN";
 /// The unprivileged user the server runs as when lockstorm runs as root.
 const SERVER_USER: &str = "postgres";
+/// The time zone the template names (initdb's `TZ`): the one zone file a
+/// Docker node's image holds (see `docker::image`), in every tz database.
+pub const POSTGRES_TIMEZONE: &str = "UTC";
 
 /// PostgreSQL's programs on this machine.
 #[derive(Clone, Debug)]
@@ -89,7 +92,7 @@ impl Programs {
             .find(|w| w.starts_with(|c: char| c.is_ascii_digit()))
             .unwrap_or("unknown");
         // The template's shape is in its name: a new shape, a new template.
-        let tag = format!("template-{number}-1");
+        let tag = format!("template-{number}-2");
         let euid = nix::unistd::geteuid();
         let root = std::env::temp_dir().join(format!("lockstorm-postgres-{euid}"));
         let template = root.join(tag);
@@ -108,7 +111,10 @@ impl Programs {
             .args(["-A", "trust", "-U", workloads::pg::USER])
             .args(["-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions"])
             // 1 MB WAL segments, not 16: a copy per run carries one.
-            .arg("--wal-segsize=1");
+            .arg("--wal-segsize=1")
+            // The zone in its postgresql.conf (checked at every start): the
+            // one a Docker node's image holds, not this machine's.
+            .env("TZ", POSTGRES_TIMEZONE);
         if let Some((uid, gid)) = user {
             // initdb creates the folder as the user, so its parent is theirs.
             std::fs::create_dir_all(&aside)
@@ -393,6 +399,10 @@ impl PostgresNode {
             env: Vec::new(),
             dir: self.dir.clone(),
             reads: Vec::new(),
+            writes: match self.data.starts_with(&self.dir) {
+                true => Vec::new(),
+                false => vec![self.data.clone()],
+            },
             output: self.output_log(),
             user,
         }
@@ -444,7 +454,8 @@ impl PostgresNode {
         let (name, _) = self
             .settings
             .iter()
-            .find(|(name, _)| fatal.contains(name.as_str()))?;
+            // Its names are case-insensitive: `timezone` is "TimeZone" there.
+            .find(|(name, _)| fatal.to_lowercase().contains(&name.to_lowercase()))?;
         let said = fatal.split_once("FATAL:").map_or(fatal, |(_, s)| s).trim();
         Some(Error::Usage(format!(
             "--postgres-setting {name}: PostgreSQL would not start with it ({said}): fix or drop it"

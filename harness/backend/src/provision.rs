@@ -27,10 +27,14 @@ pub struct Launch {
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
     /// The node's own folder (absolute): working directory, logs, data and
-    /// its time shim's control file. Every path in `args` is inside it.
+    /// its time shim's control file. Every path in `args` is inside it, in
+    /// `reads` or in `writes`.
     pub dir: PathBuf,
     /// Host files the node reads outside its folder (the time shim).
     pub reads: Vec<PathBuf>,
+    /// Host folders the node writes outside its folder (PostgreSQL's data
+    /// folder, when the server's user cannot reach the run's folder).
+    pub writes: Vec<PathBuf>,
     /// Where the process's stdout and stderr go (inside `dir`).
     pub output: PathBuf,
     /// The user (uid, gid) the process runs as, when not the harness's own:

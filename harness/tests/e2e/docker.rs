@@ -1,6 +1,7 @@
 //! The Docker backend against a real daemon: the nodes are containers
-//! (host networking, the host's PID namespace) of the image `lockstorm image
-//! import` built, and every finding of the local backend holds the same way.
+//! (host networking, the host's PID namespace) of the images `lockstorm image
+//! import` built (Redis's, and PostgreSQL's for the storage in PostgreSQL),
+//! and every finding of the local backend holds the same way.
 //! No container outlives its run, however the run ends.
 //!
 //! These tests need a Docker daemon, so they are ignored by a plain
@@ -178,6 +179,72 @@ fn clock_jumps_on_a_majority_of_containers_break_redlock() {
     // The shim, bind-mounted into each container, moved its clock: read back.
     common::assert_verified(&dir, "start-clock");
     common::assert_verified(&dir, "stop-clock");
+}
+
+/// The storage node's PostgreSQL in its container: run.json's PID is the
+/// server's as the host sees it (the container's log, which PostgreSQL
+/// prefixes with its PID, says it started it), and its data folder, written
+/// by the server's user through the bind mount, is gone with the run.
+fn assert_postgres_ran_in_its_container(dir: &Path) -> u32 {
+    let record = run_json(dir);
+    assert!(
+        record["postgres"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("postgres (PostgreSQL)")),
+        "{record}"
+    );
+    let storage = record["nodes"]
+        .as_array()
+        .and_then(|nodes| nodes.iter().find(|n| n["name"] == "storage"))
+        .unwrap_or_else(|| panic!("no storage node: {record}"));
+    let pid = storage["pid"].as_u64().expect("the storage node's pid") as u32;
+    let log = std::fs::read_to_string(dir.join("nodes/storage/output.log")).unwrap();
+    assert!(
+        log.contains(&format!("[{pid}] : LOG:  starting PostgreSQL")),
+        "the container's postgres was not PID {pid}:\n{log}"
+    );
+    let data = dir.join("nodes/storage/data");
+    assert!(!data.exists(), "{} outlived the run", data.display());
+    pid
+}
+
+#[test]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
+fn fenced_writes_to_postgres_in_a_container_refuse_the_stale_holder() {
+    // The server's user (postgres, when the tests run as root) must reach
+    // the run's folder, for the data folder to be in it.
+    let tmp = common::open_tmp();
+    let extra = [PAUSE, &["--storage", "postgres"]].concat();
+    let (out, results, dir) = docker_run(tmp.path(), "fenced", "pause", "8", "7", &extra);
+    common::assert_valid(&results, &dir);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    let counter = results.counter().expect("a counter report");
+    assert!(
+        counter.stale_fence_rejected.writes >= 1,
+        "no stale write was refused: {}",
+        out.stdout
+    );
+    assert_postgres_ran_in_its_container(&dir);
+}
+
+#[test]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
+fn a_row_lock_survives_its_postgres_container_killed_and_restarted() {
+    let tmp = common::open_tmp();
+    let (out, results, dir) = docker_run(tmp.path(), "pg-row-lock", "kill", "12", "29", &[]);
+    common::assert_valid(&results, &dir);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    // The same container came back as a new server with a new start time.
+    common::assert_verified(&dir, "start-kill");
+    common::assert_verified(&dir, "stop-kill");
+    assert_postgres_ran_in_its_container(&dir);
+    let log = std::fs::read_to_string(dir.join("nodes/storage/output.log")).unwrap();
+    assert!(
+        log.matches("database system is ready to accept connections")
+            .count()
+            >= 2,
+        "the storage never restarted:\n{log}"
+    );
 }
 
 /// A long docker run with long pauses, and its folder once a pause is on.

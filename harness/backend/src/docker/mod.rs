@@ -1,5 +1,7 @@
 //! The Docker backend: each node is a container started through
-//! testcontainers from one image, with **host networking** (it binds its own
+//! testcontainers from one image (a PostgreSQL node from
+//! [`image::POSTGRES_IMAGE`], as the user the local backend would run it
+//! as), with **host networking** (it binds its own
 //! loopback address and port, as a local node does, so partitions, worker
 //! source addresses and client adapters work unchanged) and the **host's PID
 //! namespace** (its `redis-server` has a host PID: pause is SIGSTOP of that
@@ -122,8 +124,16 @@ impl Docker {
         })
     }
 
-    fn request(&self, l: &Launch) -> testcontainers::ContainerRequest<GenericImage> {
-        let (repo, tag) = split_image(&self.image);
+    /// The container for `l`: Redis's from the run's image, PostgreSQL's
+    /// from [`image::POSTGRES_IMAGE`] with the server's path (`program`) as
+    /// its entrypoint and `l.user` as its user.
+    fn request(
+        &self,
+        l: &Launch,
+        image: &str,
+        program: &str,
+    ) -> testcontainers::ContainerRequest<GenericImage> {
+        let (repo, tag) = split_image(image);
         let mut args = l.args.clone();
         if l.program == Program::Sentinel {
             // `redis-sentinel <conf>` is `redis-server <conf> --sentinel`.
@@ -131,21 +141,23 @@ impl Docker {
         }
         let dir = l.dir.to_string_lossy().into_owned();
         let n = self.launched.fetch_add(1, Ordering::Relaxed);
-        let user = format!(
-            "{}:{}",
-            nix::unistd::geteuid().as_raw(),
-            nix::unistd::getegid().as_raw()
-        );
+        // Files in the results folder belong to whoever runs lockstorm (or
+        // to the server's user, as on the local backend).
+        let (uid, gid) = l.user.unwrap_or_else(|| {
+            (
+                nix::unistd::geteuid().as_raw(),
+                nix::unistd::getegid().as_raw(),
+            )
+        });
         let mut request = GenericImage::new(repo, tag)
-            .with_entrypoint("redis-server")
+            .with_entrypoint(program)
             // Readiness is the node's own check: PING, then its process id.
             .with_wait_for(WaitFor::Nothing)
             .with_cmd(args)
             .with_network("host")
             .with_working_dir(dir.clone())
             .with_mount(Mount::bind_mount(dir.clone(), dir))
-            // Files in the results folder belong to whoever runs lockstorm.
-            .with_user(user)
+            .with_user(format!("{uid}:{gid}"))
             .with_container_name(format!("lockstorm-{}-{}-{n}", self.labels.run, l.name))
             .with_startup_timeout(Duration::from_secs(60))
             .with_host_config_modifier(|host| {
@@ -163,28 +175,49 @@ impl Docker {
                 Mount::bind_mount(file.clone(), file).with_access_mode(AccessMode::ReadOnly),
             );
         }
+        for folder in &l.writes {
+            let folder = folder.to_string_lossy().into_owned();
+            request = request.with_mount(Mount::bind_mount(folder.clone(), folder));
+        }
         for (key, value) in &l.env {
             request = request.with_env_var(key, value);
         }
         request
+    }
+
+    /// The image and entrypoint of `program`'s containers. PostgreSQL's
+    /// image must have been imported: nothing to pull it from.
+    async fn image_of(&self, program: Program) -> Result<(String, String)> {
+        if program != Program::Postgres {
+            return Ok((self.image.clone(), "redis-server".into()));
+        }
+        let image = image::POSTGRES_IMAGE;
+        let what = format!("an inspect of image {image}");
+        let found = self
+            .api
+            .answer(&what, self.api.docker.inspect_image(image))
+            .await?;
+        if found.is_err() {
+            return Err(Error::Usage(format!(
+                "image {image} is not on the Docker daemon: run `lockstorm image import` (it builds it from this machine's PostgreSQL; apt-get install -y postgresql), or add --backend local"
+            )));
+        }
+        let server = crate::postgres::Programs::find()?.server();
+        Ok((image.into(), server.to_string_lossy().into_owned()))
     }
 }
 
 impl Provisioner for Docker {
     fn launch(&self, launch: Launch) -> BoxFuture<'_, Result<Box<dyn NodeProcess>>> {
         Box::pin(async move {
-            if launch.program == Program::Postgres {
-                return Err(Error::Usage(
-                    "--storage postgres runs PostgreSQL on the local backend only for now: add --backend local (apt-get install -y postgresql)".into(),
-                ));
-            }
+            let (image, program) = self.image_of(launch.program).await?;
             let container = self
-                .request(&launch)
+                .request(&launch, &image, &program)
                 .start()
                 .await
                 .map_err(|e| Error::Node {
                     name: launch.name.clone(),
-                    message: format!("its container did not start from {}: {e}", self.image),
+                    message: format!("its container did not start from {image}: {e}"),
                     log: launch.output.clone(),
                 })?;
             let mut node = Container {
@@ -229,7 +262,7 @@ impl Provisioner for Docker {
 struct Container {
     api: Api,
     container: Option<ContainerAsync<GenericImage>>,
-    /// Its `redis-server`'s host PID; 0 while stopped.
+    /// Its server's (`redis-server`, `postgres`) host PID; 0 while stopped.
     pid: u32,
     output: PathBuf,
 }
