@@ -51,6 +51,11 @@ pub async fn run(options: RunOptions) -> Result<RunOutcome> {
     Ok(outcome)
 }
 
+/// How long the workers have to set up their clients before the clock
+/// starts without the late ones: an adapter's own `init` budget, and a few
+/// seconds for its worker to start.
+const READY_WITHIN: Duration = Duration::from_secs(workloads::adapter::INIT_BUDGET.as_secs() + 5);
+
 /// Runs a plan already resolved, in the address block its caller holds
 /// (the matrix resolves each of its runs once).
 pub async fn run_plan(options: RunPlan) -> Result<RunOutcome> {
@@ -368,17 +373,37 @@ async fn run_workload(
         stop: stop_rx,
         net: net.clone(),
     };
-    let nemesis = tokio::spawn(nemesis::play(
-        steps,
-        env,
-        options.fault_params(),
-        tokio::time::Instant::now(),
-    ));
+    // The schedule and the time limit start once every worker is ready, as
+    // Jepsen opens its clients before its generator runs: five adapters
+    // importing their libraries on a busy machine took seconds, and a fault
+    // due before any worker cycled found no one to strike.
+    let (go, started) = tokio::sync::oneshot::channel();
+    let params = options.fault_params();
+    let nemesis = tokio::spawn(async move {
+        if let Ok(start) = started.await {
+            nemesis::play(steps, env, params, start).await;
+        }
+    });
 
     let title = options.name();
     let mut broken = pool.broken();
+    let ready_at = std::cell::Cell::new(None);
+    let run = async {
+        let (took, late) = pool.ready(READY_WITHIN).await;
+        match late {
+            0 => tracing::info!("workers ready in {:.2} s", took.as_secs_f64()),
+            n => tracing::warn!(
+                "{n} of {} workers not ready after {:.0} s: starting the clock without them",
+                options.workers,
+                took.as_secs_f64()
+            ),
+        }
+        ready_at.set(Some(clock.now() / 1_000_000));
+        let _ = go.send(tokio::time::Instant::now());
+        crate::progress::wait(&title, options.time_limit, || history.snapshot()).await
+    };
     tokio::select! {
-        _ = crate::progress::wait(&title, options.time_limit, || history.snapshot()) => {}
+        _ = run => {}
         _ = interrupt.wait() => record.interrupted_at_ms = Some(clock.now() / 1_000_000),
         why = async {
             match broken.wait_for(Option::is_some).await {
@@ -391,6 +416,7 @@ async fn run_workload(
             record.adapter_broken = Some(why);
         }
     }
+    record.workers_ready_ms = ready_at.get();
 
     if !interrupt.happened() {
         tracing::info!("time limit reached: healing faults and stopping workers");
@@ -655,6 +681,7 @@ fn new_record(options: &RunPlan, backend: &dyn Provisioner) -> RunRecord {
         schedule: Some(Vec::new()),
         interrupted: false,
         interrupted_at_ms: None,
+        workers_ready_ms: None,
         client: None,
         storage_adapter: None,
         adapter_broken: None,

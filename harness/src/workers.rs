@@ -93,6 +93,7 @@ fn spawn(spec: &WorkerSpec, ctx: &Shared) -> Result<Worker> {
     let history = ctx.history.clone();
     let parked = ctx.parked.clone();
     let broken = ctx.broken.clone();
+    let ready = ctx.ready.clone();
     let first_process = spec.first_process();
     let reader = tokio::spawn(async move {
         let mut seen = Seen::default();
@@ -123,6 +124,13 @@ fn spawn(spec: &WorkerSpec, ctx: &Shared) -> Result<Worker> {
                 }
                 Ok(WorkerLine::Warning { warning }) => {
                     tracing::warn!("worker {index}: {warning}")
+                }
+                Ok(WorkerLine::Ready) => {
+                    ready.send_if_modified(|ready| {
+                        ready
+                            .get_mut(index)
+                            .is_some_and(|r| !std::mem::replace(r, true))
+                    });
                 }
                 Err(e) => {
                     tracing::warn!(
@@ -173,6 +181,8 @@ struct Shared {
     parked: watch::Sender<AtPoint>,
     /// Why a worker's client adapter broke the protocol, once one has.
     broken: Arc<watch::Sender<Option<String>>>,
+    /// Worker index → whether it (or a replacement) has said it is ready.
+    ready: Arc<watch::Sender<Vec<bool>>>,
     doomed: Doomed,
 }
 
@@ -222,6 +232,7 @@ pub struct Pool {
     pub controls: Controls,
     parked: watch::Receiver<AtPoint>,
     broken: Arc<watch::Sender<Option<String>>>,
+    ready: Arc<watch::Sender<Vec<bool>>>,
     stop: watch::Sender<Option<Duration>>,
     supervisors: Vec<JoinHandle<()>>,
 }
@@ -236,6 +247,7 @@ impl Pool {
     ) -> Result<Pool> {
         let (parked_tx, parked) = watch::channel(AtPoint::default());
         let broken = Arc::new(watch::Sender::new(None));
+        let ready = Arc::new(watch::Sender::new(vec![false; specs.len()]));
         let mut ctx = Shared {
             exe: exe.to_path_buf(),
             run_dir: run_dir.to_path_buf(),
@@ -244,6 +256,7 @@ impl Pool {
             controls: Live::new(Vec::new()),
             parked: parked_tx,
             broken: broken.clone(),
+            ready: ready.clone(),
             doomed: Doomed::default(),
         };
         let first: Vec<Worker> = specs
@@ -264,6 +277,7 @@ impl Pool {
             controls: Controls(ctx.controls.clone(), ctx.doomed.clone()),
             parked,
             broken,
+            ready,
             stop,
             supervisors,
         })
@@ -277,6 +291,18 @@ impl Pool {
     /// Why a client adapter broke the protocol, once one has: the run ends.
     pub fn broken(&self) -> watch::Receiver<Option<String>> {
         self.broken.subscribe()
+    }
+
+    /// Returns once every worker has set up its clients and started
+    /// cycling (an adapter's interpreter may take seconds to import its
+    /// library on a busy machine), or after `within`: how long that took,
+    /// and how many were still not ready.
+    pub async fn ready(&self, within: Duration) -> (Duration, usize) {
+        let started = std::time::Instant::now();
+        let mut ready = self.ready.subscribe();
+        let _ = tokio::time::timeout(within, ready.wait_for(|r| r.iter().all(|&r| r))).await;
+        let late = ready.borrow().iter().filter(|&&r| !r).count();
+        (started.elapsed(), late)
     }
 
     /// Asks every worker to finish its cycle and exit; one that has not exited

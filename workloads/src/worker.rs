@@ -97,6 +97,10 @@ pub enum WorkerLine {
     AdapterBroken { why: String },
     /// Something for the harness's log that ends nothing.
     Warning { warning: String },
+    /// The worker's clients are set up (its adapter answered `init`) and
+    /// its first cycle starts: the harness starts the run's clock and its
+    /// faults once every worker has said so.
+    Ready,
 }
 
 /// The exit status of a worker whose client (or storage) adapter broke the protocol.
@@ -408,6 +412,7 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
         });
     let stalls = emitter();
     let _monitor = crate::stall::watch(spec.name(), run_clock, move |s| stalls.emit(s.event()));
+    emitter().line(&WorkerLine::Ready);
     let mut worker = Worker {
         lock,
         storage,

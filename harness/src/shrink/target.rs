@@ -31,10 +31,13 @@ pub fn shrinkable(record: &RunRecord, results: &Results) -> Shrinkable {
         Validity::False => {}
     }
     // An invalid run without a dated anomaly is taken as broken at its end.
+    // History times count from the run's start, the schedule's from when
+    // every worker was ready.
+    let ready_ms = record.workers_ready_ms.unwrap_or(0);
     let first_anomaly_ms = results
         .first_anomaly_time()
         .map_or(record.options.time_limit.as_millis() as u64, |ns| {
-            ns / 1_000_000
+            (ns / 1_000_000).saturating_sub(ready_ms)
         });
     let steps: Vec<Step> = (record.schedule.iter().flatten())
         .filter(|s| s.at_ms <= first_anomaly_ms)

@@ -82,6 +82,10 @@ pub struct RunRecord<P: Plan> {
     /// How far into the run it was interrupted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted_at_ms: Option<u64>,
+    /// When (history time) every worker was ready: the schedule's `at_ms`
+    /// and the time limit count from here. None in a run stopped before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers_ready_ms: Option<u64>,
     /// The client adapter the run tested, as it introduced itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<ClientRecord>,

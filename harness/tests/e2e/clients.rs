@@ -261,6 +261,47 @@ fn the_protocol_example_adapter_passes_client_test_and_is_valid_without_faults()
     assert_eq!(group, "single.example-1.0-none", "{}", dir.display());
 }
 
+/// An adapter that takes 4 s to answer `init` (an interpreter importing its
+/// library on a busy machine): the schedule's only pause, due within 2 s,
+/// and the time limit wait for every worker, so the pause still finds a holder
+/// and the run is caught, where a clock started with the workers found no
+/// one to strike and tested nothing.
+#[test]
+fn an_adapter_slow_to_start_is_struck_once_every_worker_is_ready() {
+    let root = root();
+    let slow = root.path().join("slow_adapter.py");
+    let example = std::fs::read_to_string(protocol_example(root.path())).unwrap();
+    std::fs::write(&slow, format!("import time\ntime.sleep(4)\n{example}")).unwrap();
+    let cmd = format!("python3 {}", slow.display());
+    let args = ["--client-cmd", &cmd, "--nemesis", "pause", "--seed", "1"];
+    let timing = ["--time-limit", "7", "--nemesis-interval-ms", "2000"];
+    let (r, dir) = run_client(root.path(), &[&args[..], &timing].concat());
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let ready_ms = record["workers_ready_ms"]
+        .as_u64()
+        .expect("run.json has workers_ready_ms");
+    assert!(
+        ready_ms >= 4_000,
+        "ready at {ready_ms} ms, before the adapters' 4 s: {}",
+        dir.display()
+    );
+    let first_fault = r.stats.first_fault_time.expect("a fault started") / 1_000_000;
+    assert!(
+        first_fault >= ready_ms,
+        "the first fault at {first_fault} ms came before the workers were ready at {ready_ms} ms: {}",
+        dir.display()
+    );
+    assert_eq!(
+        r.valid,
+        Validity::False,
+        "{:#?}\n{}",
+        r.notes,
+        dir.display()
+    );
+    assert!(count(&r, "lock-overlap") > 0, "{}", dir.display());
+}
+
 /// Written from the protocol page's table alone: SET NX PX, and a plain
 /// `DEL` for release, which deletes whoever's key is there.
 const PLAIN_DEL: &str = r#"

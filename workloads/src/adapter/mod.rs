@@ -150,8 +150,9 @@ impl Hello {
 /// importing its library takes a fraction of a second alone, but seconds
 /// beside others on a busy machine: five Python adapters of each of several
 /// runs starting together on 2 cores missed a 5 s budget, and a run blamed
-/// the adapter for the machine's load. A late `init` costs the run some of
-/// its time, which its verdict accounts for; a missed one ends it.
+/// the adapter for the machine's load. A late `init` delays the run's clock
+/// and its faults, which start once every worker is ready; a missed one
+/// ends the run.
 pub const INIT_BUDGET: Duration = Duration::from_secs(20);
 
 /// Starts an adapter in `group` and has it `init`: the hello, or why not.
