@@ -141,7 +141,7 @@ pub async fn preflight(target: &Target, nodes: DataNodes, keys: &Keys) -> Result
     let replicated = matches!(target.kind, crate::target::Kind::Sentinel { .. });
     tokio::task::spawn_blocking(move || {
         for (i, (node, at)) in nodes.iter().enumerate() {
-            let mut con = connect(&target, at).map_err(|e| {
+            let mut con = connect(&target, at, TIMEOUT).map_err(|e| {
                 Error::Usage(format!("--target: {node} ({at}) does not answer: {e}"))
             })?;
             let role = role(&mut con)
@@ -177,16 +177,8 @@ pub async fn clean(target: &Target, nodes: DataNodes, keys: &Keys) -> usize {
     let removed = tokio::task::spawn_blocking(move || {
         let mut removed = 0;
         for (node, at) in &nodes {
-            let gone = connect(&target, at).and_then(|mut con| {
-                if crate::audit::rules::writable(&role(&mut con)?).is_err() {
-                    return Ok(0);
-                }
-                let found = scan(&mut con, &keys)?;
-                if found.is_empty() {
-                    return Ok(0);
-                }
-                redis::cmd("UNLINK").arg(&found).query::<usize>(&mut con)
-            });
+            let gone = connect(&target, at, TIMEOUT)
+                .and_then(|mut con| unlink_prefix(&mut con, &keys).map_err(|e| e.to_string()));
             match gone {
                 Ok(n) => removed += n,
                 Err(e) => tracing::warn!(
@@ -210,13 +202,41 @@ fn role(con: &mut redis::Connection) -> redis::RedisResult<crate::audit::facts::
     )
 }
 
-fn connect(target: &Target, at: &Endpoint) -> redis::RedisResult<redis::Connection> {
+/// A blocking connection to one of a deployment's nodes as the run reaches
+/// it (a TLS target through its bridge), logged in with the password from
+/// the environment ([`Target::password`]); `timeout` bounds the connect and
+/// each answer. An error never carries the password: the URL holding it
+/// stays here. The one way lockstorm's harness talks to a user's node.
+pub fn connect(
+    target: &Target,
+    at: &Endpoint,
+    timeout: Duration,
+) -> std::result::Result<redis::Connection, String> {
     let password = Target::password();
-    let client = redis::Client::open(target.url_for(at, password.as_deref()))?;
-    let con = client.get_connection_with_timeout(TIMEOUT)?;
-    con.set_read_timeout(Some(TIMEOUT))?;
-    con.set_write_timeout(Some(TIMEOUT))?;
+    let hide = |e: redis::RedisError| {
+        let text = e.to_string();
+        match password.as_deref() {
+            Some(p) if !p.is_empty() => text.replace(p, "***"),
+            _ => text,
+        }
+    };
+    let client = redis::Client::open(target.url_for(at, password.as_deref())).map_err(hide)?;
+    let con = client.get_connection_with_timeout(timeout).map_err(hide)?;
+    con.set_read_timeout(Some(timeout)).map_err(hide)?;
+    con.set_write_timeout(Some(timeout)).map_err(hide)?;
     Ok(con)
+}
+
+/// Removes the run's keys from one node if it is a primary: how many went.
+fn unlink_prefix(con: &mut redis::Connection, keys: &Keys) -> redis::RedisResult<usize> {
+    if crate::audit::rules::writable(&role(con)?).is_err() {
+        return Ok(0);
+    }
+    let found = scan(con, keys)?;
+    if found.is_empty() {
+        return Ok(0);
+    }
+    redis::cmd("UNLINK").arg(&found).query::<usize>(con)
 }
 
 /// Every key of the run's prefix (a library's own prefix in front too).

@@ -191,8 +191,10 @@ impl Commands {
     }
 
     /// The node's `ROLE`: `master` or `slave`.
-    pub fn role(&self, addr: &str) -> redis::RedisResult<String> {
-        let reply: redis::Value = redis::cmd("ROLE").query(&mut self.connect(addr)?)?;
+    pub fn role(&self, addr: &str) -> Result<String, String> {
+        let reply: redis::Value = redis::cmd("ROLE")
+            .query(&mut self.connect(addr)?)
+            .map_err(|e| e.to_string())?;
         Ok(match crate::audit::gather::parse_role(&reply) {
             Some(crate::audit::facts::Role::Master { .. }) => "master".into(),
             Some(crate::audit::facts::Role::Replica { .. }) => "slave".into(),
@@ -202,10 +204,11 @@ impl Commands {
         })
     }
 
-    fn run_id(&self, addr: &str) -> redis::RedisResult<String> {
+    fn run_id(&self, addr: &str) -> Result<String, String> {
         let info: String = redis::cmd("INFO")
             .arg("server")
-            .query(&mut self.connect(addr)?)?;
+            .query(&mut self.connect(addr)?)
+            .map_err(|e| e.to_string())?;
         Ok(info
             .lines()
             .find_map(|l| l.strip_prefix("run_id:"))
@@ -216,20 +219,13 @@ impl Commands {
 
     /// A connection to a node at `addr`, as the run reaches it (a TLS
     /// target's bridge), logged in.
-    fn connect(&self, addr: &str) -> redis::RedisResult<redis::Connection> {
-        // Reached where the run reaches it (a TLS target's bridge).
-        let via: std::net::SocketAddr = addr.parse().map_err(|_| {
-            redis::RedisError::from(std::io::Error::other(format!("bad address {addr}")))
-        })?;
+    fn connect(&self, addr: &str) -> Result<redis::Connection, String> {
+        let via: std::net::SocketAddr = addr.parse().map_err(|_| format!("bad address {addr}"))?;
         let at = crate::target::Endpoint {
             via: Some(via),
             ..crate::target::Endpoint::new(via.ip().to_string(), via.port())
         };
-        let password = Target::password();
-        let client = redis::Client::open(self.target.url_for(&at, password.as_deref()))?;
-        let con = client.get_connection_with_timeout(Duration::from_secs(2))?;
-        con.set_read_timeout(Some(Duration::from_secs(2)))?;
-        Ok(con)
+        crate::deployment::connect(&self.target, &at, Duration::from_secs(2))
     }
 }
 

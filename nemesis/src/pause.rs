@@ -124,7 +124,8 @@ async fn suspend_for(
     node: Option<&str>,
 ) {
     let began = env.journal.now_ns();
-    let paused = match Suspended::new(pid) {
+    // Its children too: a PostgreSQL server's backends serve on their own.
+    let paused = match Suspended::tree(pid) {
         Ok(p) => p,
         Err(e) => {
             let reason = json!({"pid": pid, "reason": e.to_string()});

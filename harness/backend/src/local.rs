@@ -65,6 +65,9 @@ impl Provisioner for Local {
     }
 }
 
+/// How long a killed node's children outside its group may take to die.
+const STRAYS_GONE_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 struct LocalProcess {
     launch: Launch,
     program: PathBuf,
@@ -114,8 +117,17 @@ impl LocalProcess {
         let Some(mut child) = self.child.take() else {
             return;
         };
+        // Its children that left the group (PostgreSQL's backends) first:
+        // the node is down only once every process of it is.
+        let strays = process::kill_children(child.id());
         let _ = process::kill_group(child.id());
         let _ = child.wait();
+        if !process::wait_gone(&strays, STRAYS_GONE_WITHIN) {
+            tracing::warn!(
+                "node {}: a child of its killed process still runs after {STRAYS_GONE_WITHIN:?}",
+                self.launch.name
+            );
+        }
     }
 }
 

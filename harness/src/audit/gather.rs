@@ -11,7 +11,6 @@ use std::net::{IpAddr, ToSocketAddrs};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Short: a node that takes longer to answer is as good as down for a lock.
-const CONNECT_WITHIN: Duration = Duration::from_secs(2);
 const ANSWER_WITHIN: Duration = Duration::from_secs(2);
 
 /// The settings the rules read, asked one at a time (older servers take
@@ -31,15 +30,13 @@ const TIME_SAMPLES: usize = 5;
 /// Everything the rules need from the target's nodes (and, for
 /// `sentinel://`, from the primary and replicas its Sentinels name).
 pub fn gather(target: &Target, ttl_ms: u64, pings: u32) -> Facts {
-    let password = Target::password();
-    let password = password.as_deref();
     let (sentinels, data): (Vec<Sentinel>, Vec<Endpoint>) = match &target.kind {
         Kind::Sentinel { master } => {
             let sentinels: Vec<Asked> = std::thread::scope(|s| {
                 let asked: Vec<_> = target
                     .endpoints
                     .iter()
-                    .map(|ep| s.spawn(move || sentinel(target, ep, password, master)))
+                    .map(|ep| s.spawn(move || sentinel(target, ep, master)))
                     .collect();
                 asked.into_iter().map(join).collect()
             });
@@ -59,7 +56,7 @@ pub fn gather(target: &Target, ttl_ms: u64, pings: u32) -> Facts {
     let nodes = std::thread::scope(|s| {
         let asked: Vec<_> = data
             .iter()
-            .map(|ep| s.spawn(move || node(target, ep, password, pings)))
+            .map(|ep| s.spawn(move || node(target, ep, pings)))
             .collect();
         asked.into_iter().map(join).collect()
     });
@@ -77,27 +74,9 @@ fn join<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
-/// A connection to one endpoint, with the password from the environment.
-/// An error never carries the password: the URL holding it stays here.
-fn connect(
-    target: &Target,
-    at: &Endpoint,
-    password: Option<&str>,
-) -> Result<redis::Connection, String> {
-    let hide = |e: redis::RedisError| {
-        let text = e.to_string();
-        match password {
-            Some(p) if !p.is_empty() => text.replace(p, "***"),
-            _ => text,
-        }
-    };
-    let client = redis::Client::open(target.url_for(at, password)).map_err(hide)?;
-    let con = client
-        .get_connection_with_timeout(CONNECT_WITHIN)
-        .map_err(hide)?;
-    con.set_read_timeout(Some(ANSWER_WITHIN)).map_err(hide)?;
-    con.set_write_timeout(Some(ANSWER_WITHIN)).map_err(hide)?;
-    Ok(con)
+/// A connection to one endpoint (no password in its errors).
+fn connect(target: &Target, at: &Endpoint) -> Result<redis::Connection, String> {
+    crate::deployment::connect(target, at, ANSWER_WITHIN)
 }
 
 fn resolve(at: &Endpoint) -> Option<IpAddr> {
@@ -108,9 +87,9 @@ fn resolve(at: &Endpoint) -> Option<IpAddr> {
         .map(|a| a.ip())
 }
 
-fn node(target: &Target, at: &Endpoint, password: Option<&str>, pings: u32) -> Node {
+fn node(target: &Target, at: &Endpoint, pings: u32) -> Node {
     let addr = at.to_string();
-    let mut con = match connect(target, at, password) {
+    let mut con = match connect(target, at) {
         Ok(con) => con,
         Err(why) => return Node::unreachable(&addr, why),
     };
@@ -203,7 +182,7 @@ struct Asked {
     named: Vec<Endpoint>,
 }
 
-fn sentinel(target: &Target, at: &Endpoint, password: Option<&str>, master: &str) -> Asked {
+fn sentinel(target: &Target, at: &Endpoint, master: &str) -> Asked {
     let addr = at.to_string();
     let unreachable = |why: String| Asked {
         facts: Sentinel {
@@ -213,7 +192,7 @@ fn sentinel(target: &Target, at: &Endpoint, password: Option<&str>, master: &str
         },
         named: Vec::new(),
     };
-    let mut con = match connect(target, at, password) {
+    let mut con = match connect(target, at) {
         Ok(con) => con,
         Err(why) => return unreachable(why),
     };

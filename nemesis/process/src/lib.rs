@@ -43,6 +43,37 @@ pub fn terminate(pid: u32) -> io::Result<()> {
     signal(pid, Signal::SIGTERM)
 }
 
+/// SIGKILL to every child of `pid`, each by PID, `pid` frozen first so it
+/// forks no more: a server whose children leave its process group
+/// (PostgreSQL's backends each call `setsid`) is not killed whole by a
+/// SIGKILL to its group. The caller kills `pid` itself next (SIGKILL ends
+/// it frozen). Returns the children struck, for [`wait_gone`].
+pub fn kill_children(pid: u32) -> Vec<u32> {
+    if suspend(pid).is_err() {
+        return Vec::new();
+    }
+    let kids = children(pid);
+    for &kid in &kids {
+        let _ = kill_now(kid);
+    }
+    kids
+}
+
+/// Waits up to `within` until none of `pids` runs any more (gone, or a
+/// zombie its new parent has yet to reap); false if one still does.
+pub fn wait_gone(pids: &[u32], within: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if pids.iter().all(|&p| matches!(state(p), None | Some('Z'))) {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// The process state letter from /proc (`T` = stopped), if it still exists.
 pub fn state(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -236,12 +267,29 @@ fn children(pid: u32) -> Vec<u32> {
 pub struct Suspended {
     pid: u32,
     group: bool,
+    /// Its children, frozen with it ([`Suspended::tree`]).
+    children: Vec<u32>,
 }
 
 impl Suspended {
     pub fn new(pid: u32) -> io::Result<Self> {
         suspend(pid)?;
-        Ok(Suspended { pid, group: false })
+        Ok(Suspended {
+            pid,
+            group: false,
+            children: Vec::new(),
+        })
+    }
+    /// Freezes `pid` and then each of its children by PID: a node whose
+    /// children serve on their own (PostgreSQL's backends, each in a
+    /// session of its own) is frozen whole, as a paused machine would be.
+    pub fn tree(pid: u32) -> io::Result<Self> {
+        let mut frozen = Suspended::new(pid)?;
+        frozen.children = children(pid);
+        for &kid in &frozen.children {
+            let _ = suspend(kid);
+        }
+        Ok(frozen)
     }
     /// Freezes the whole group `leader` leads.
     pub fn group(leader: u32) -> io::Result<Self> {
@@ -249,6 +297,7 @@ impl Suspended {
         Ok(Suspended {
             pid: leader,
             group: true,
+            children: Vec::new(),
         })
     }
     pub fn pid(&self) -> u32 {
@@ -258,6 +307,9 @@ impl Suspended {
 
 impl Drop for Suspended {
     fn drop(&mut self) {
+        for &kid in &self.children {
+            let _ = resume(kid);
+        }
         let _ = match self.group {
             true => signal_group(self.pid, Signal::SIGCONT),
             false => resume(self.pid),
@@ -304,6 +356,37 @@ mod tests {
         }
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_tree_is_frozen_and_killed_with_its_children_outside_its_group() {
+        // A parent whose child leaves its group, as a PostgreSQL backend does.
+        let mut parent = Command::new("sh")
+            .args(["-c", "setsid sleep 30 & wait"])
+            .spawn()
+            .unwrap();
+        let pid = parent.id();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let kid = loop {
+            if let Some(&kid) = children(pid).first() {
+                break kid;
+            }
+            assert!(Instant::now() < deadline, "the child never started");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        {
+            let _frozen = Suspended::tree(pid).unwrap();
+            assert!(wait_for_state(pid, 'T') && wait_for_state(kid, 'T'));
+        }
+        assert!(wait_for_state(kid, 'S'), "resumed with its parent");
+        let struck = kill_children(pid);
+        assert_eq!(struck, vec![kid]);
+        kill_now(pid).unwrap();
+        parent.wait().unwrap();
+        assert!(
+            wait_gone(&[kid], Duration::from_secs(5)),
+            "the child outside the group died"
+        );
     }
 
     #[test]

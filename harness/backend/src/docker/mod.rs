@@ -322,6 +322,12 @@ impl Container {
     /// the daemon to see it exit.
     async fn kill_now(&mut self) {
         let Some(id) = self.id() else { return };
+        // The host's PID namespace: children that left the server's group
+        // (PostgreSQL's backends) would outlive its kill.
+        let strays = match self.pid {
+            0 => Vec::new(),
+            pid => process::kill_children(pid),
+        };
         let kill = KillContainerOptionsBuilder::new().signal("SIGKILL").build();
         let docker = &self.api.docker;
         let killed = self
@@ -346,6 +352,12 @@ impl Container {
             tracing::warn!("{silent}");
         }
         self.pid = 0;
+        let gone = tokio::task::spawn_blocking(move || {
+            process::wait_gone(&strays, std::time::Duration::from_secs(5))
+        });
+        if !matches!(gone.await, Ok(true)) {
+            tracing::warn!("container {id}: a child of its killed server still runs");
+        }
         self.keep_output().await;
     }
 }
