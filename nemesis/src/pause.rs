@@ -133,7 +133,7 @@ async fn suspend_for(
             return;
         }
     };
-    let seen = crate::verify::stopped(pid).await;
+    let seen = crate::verify::tree_stopped(pid, paused.children()).await;
     let start = crate::verify::attach(target.clone(), seen);
     env.journal
         .record_at(began, &fault.start_event(), start, node);

@@ -35,6 +35,35 @@ pub(crate) fn attach(mut value: Value, outcome: Result<Value, String>) -> Value 
     value
 }
 
+/// Waits until `pid` and each of `children` frozen with it show state `T`:
+/// a node whose children serve on their own is paused only once they are.
+/// A child gone meanwhile (a backend whose session ended) serves nothing.
+pub(crate) async fn tree_stopped(pid: u32, children: &[u32]) -> Result<Value, String> {
+    let mut evidence = stopped(pid).await?;
+    if children.is_empty() {
+        return Ok(evidence);
+    }
+    let deadline = tokio::time::Instant::now() + STOP_SEEN_WITHIN;
+    loop {
+        let running: Vec<(u32, char)> = children
+            .iter()
+            .filter_map(|&kid| process::state(kid).map(|s| (kid, s)))
+            .filter(|&(_, s)| s != 'T' && s != 'Z')
+            .collect();
+        if running.is_empty() {
+            evidence["children"] = json!(children);
+            return Ok(evidence);
+        }
+        if tokio::time::Instant::now() > deadline {
+            let (kid, state) = running[0];
+            return Err(format!(
+                "pid {pid} stopped, but its child {kid} was in state {state} {STOP_SEEN_WITHIN:?} after SIGSTOP, not T"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Waits until `pid` shows state `T` (stopped).
 pub(crate) async fn stopped(pid: u32) -> Result<Value, String> {
     let deadline = tokio::time::Instant::now() + STOP_SEEN_WITHIN;

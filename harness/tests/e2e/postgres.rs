@@ -74,6 +74,17 @@ fn a_row_lock_keeps_the_data_safe_under_pauses_crashes_and_a_paused_server() {
         let (_tmp, results, dir, json) = pg_run("pg-row-lock", nemesis, extra);
         common::assert_valid(&results, &dir);
         common::assert_verified(&dir, evidence);
+        if nemesis == "pause-node" {
+            // Every backend frozen with the postmaster: each sits in a
+            // session of its own, and a SIGSTOP of the postmaster alone
+            // left them serving.
+            for e in common::events(&dir, evidence) {
+                let children = e["value"]["verified"]["children"]
+                    .as_array()
+                    .map_or(0, Vec::len);
+                assert!(children > 0, "no backend frozen with the server: {e}");
+            }
+        }
         assert!(
             json["checkers"]["counter"]["acknowledged"].as_u64() > Some(0),
             "{nemesis}: nothing was written: {json}"

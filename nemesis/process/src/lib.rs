@@ -303,6 +303,10 @@ impl Suspended {
     pub fn pid(&self) -> u32 {
         self.pid
     }
+    /// The children frozen with it by PID ([`Suspended::tree`]).
+    pub fn children(&self) -> &[u32] {
+        &self.children
+    }
 }
 
 impl Drop for Suspended {
