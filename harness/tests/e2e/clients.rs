@@ -49,12 +49,22 @@ fn passes_client_test_and_is_valid_without_faults(client: &str, config: &str) {
     assert_eq!(code, 0, "client-test {client} failed:\n{report}");
     assert!(report.contains(" 0 failed"), "{report}");
 
-    let args = ["--config", config, "--client", client, "--seed", "1"];
-    let (r, dir) = run_client(root.path(), &[&args[..], &["--time-limit", "10"]].concat());
+    // Three workers contend as five do, for less of a busy machine's time.
+    let args = [
+        "--config",
+        config,
+        "--client",
+        client,
+        "--seed",
+        "1",
+        "--workers",
+        "3",
+    ];
+    let (r, dir) = run_client(root.path(), &[&args[..], &["--time-limit", "8"]].concat());
     assert_valid(&r, &dir);
     assert!(
         r.stats.acquired >= 20,
-        "only {} locks granted in 10 s: too few cycles to mean anything ({})",
+        "only {} locks granted in 8 s: too few cycles to mean anything ({})",
         r.stats.acquired,
         dir.display()
     );
@@ -78,16 +88,22 @@ fn caught_under_pause(client: &str, config: &str) {
 /// `caught_under_pause` in `root`, with the run's own `extra` arguments.
 fn caught_under_pause_in(root: &Path, client: &str, config: &str, extra: &[&str]) {
     let args = ["--config", config, "--client", client, "--seed", "1"];
-    // 10 s fits two pauses, each past the TTL: one is enough to catch it.
+    // 8 s fits one pause past the TTL, which is enough to catch it: the
+    // faults wait until every adapter is ready. Three workers contend as
+    // five do, for less of a busy machine's time.
     let pause = [
         "--nemesis",
         "pause",
         "--time-limit",
-        "10",
+        "8",
         "--nemesis-interval-ms",
         "2000",
     ];
-    let (r, dir) = run_client(root, &[&args[..], &pause, extra].concat());
+    let workers: &[&str] = match extra.contains(&"--workers") {
+        true => &[],
+        false => &["--workers", "3"],
+    };
+    let (r, dir) = run_client(root, &[&args[..], &pause, workers, extra].concat());
     assert_eq!(
         r.valid,
         Validity::False,
