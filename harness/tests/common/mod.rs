@@ -31,7 +31,7 @@ pub fn lockstorm_at(cwd: Option<&Path>, args: &[&str], env: &[(&str, &str)]) -> 
         args.first(),
         Some(&"run" | &"matrix" | &"client-test" | &"shrink")
     ) && !args.iter().any(|a| *a == "--help" || *a == "-h");
-    let _slot = starts_nodes.then(|| e2e_slot_for(long_run(args)));
+    let _slot = starts_nodes.then(|| e2e_slot_for(long_run(args) || LONG_TEST.get()));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockstorm"));
     if let Some(cwd) = cwd {
         cmd.current_dir(cwd);
@@ -362,6 +362,18 @@ fn e2e_slot_for(long: bool) -> Slot {
     let dir = std::env::temp_dir().join("lockstorm-test-slots");
     let every = std::time::Duration::from_millis(if long { 2 } else { 20 });
     Slots::open(&dir, e2e_slots()).take_trying_every(every)
+}
+
+std::thread_local! {
+    static LONG_TEST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the calling test as long: several runs one after another (a run,
+/// then its shrink, then the shrunk command), whose first run is short by
+/// itself. Its runs then wait for a slot as long runs do, so the test starts
+/// early instead of ending the suite alone.
+pub fn long_test() {
+    LONG_TEST.set(true);
 }
 
 /// Whether a command is one of the suite's long runs: a time limit of 20 s

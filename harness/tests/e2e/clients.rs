@@ -722,6 +722,8 @@ fn a_client_cmd_sets_its_variables_with_env_not_as_a_shell_would() {
 /// leave the run `stale-fence-accepted`.
 #[test]
 fn an_adapter_that_declares_fence_gets_storage_that_refuses_stale_ones() {
+    // Runs one after another: started early, it does not end the suite.
+    common::long_test();
     let root = root();
     let example = std::fs::read_to_string(protocol_example(root.path())).unwrap();
     let fenced = example

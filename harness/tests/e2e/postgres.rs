@@ -61,6 +61,8 @@ fn fenced_writes_and_reads_in_postgres_refuse_the_stale_holder() {
 
 #[test]
 fn a_row_lock_keeps_the_data_safe_under_pauses_crashes_and_a_paused_server() {
+    // Runs one after another: started early, it does not end the suite.
+    common::long_test();
     // Each fault, and the event that carries its evidence.
     for (nemesis, extra, evidence) in [
         ("pause", &[][..], "start-pause"),
@@ -94,6 +96,8 @@ fn a_row_lock_keeps_the_data_safe_under_pauses_crashes_and_a_paused_server() {
 
 #[test]
 fn an_advisory_lock_breaks_when_its_session_ends_and_a_fence_keeps_the_data() {
+    // Runs one after another: started early, it does not end the suite.
+    common::long_test();
     let (_tmp, results, dir, _) = pg_run("pg-advisory", "terminate-session", &[]);
     assert_eq!(results.valid, Validity::False, "{}", dir.display());
     common::assert_verified(&dir, "start-terminate-session");

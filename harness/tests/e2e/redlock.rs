@@ -217,6 +217,8 @@ fn the_rslock_crate_is_broken_by_a_majority_clock_jump_like_any_redlock() {
 /// stale write through. Same run without the skew: the check refuses it.
 #[test]
 fn a_lagging_lease_clock_defeats_the_holders_own_check() {
+    // Runs one after another: started early, it does not end the suite.
+    common::long_test();
     // The skew must outlast the holder's check, 1.5 s after it acquired.
     let honest = [
         "--clock-jump-ms",

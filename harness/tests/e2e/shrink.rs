@@ -29,6 +29,8 @@ fn value<'a>(args: &'a [String], flag: &str) -> &'a str {
 
 #[test]
 fn an_unsafe_del_pause_run_shrinks_to_one_fault_whose_command_breaks_the_lock() {
+    // A run, its shrink, the shrunk command and an interrupted shrink.
+    crate::common::long_test();
     let tmp = tempfile::tempdir().unwrap();
     // Seed 1: two pauses in 12 s; the first anomaly comes with the first.
     let (out, _, dir) = run_short(tmp.path(), "unsafe-del", "pause", "12", "1", &[]);

@@ -93,6 +93,8 @@ fn fenced_storage_refuses_the_write_of_a_holder_paused_after_its_check() {
 
 #[test]
 fn redlock_refuses_a_grant_whose_round_a_pause_aged() {
+    // Runs one after another: started early, it does not end the suite.
+    common::long_test();
     // Under contention: frozen mid-round, the holder-to-be loses nothing
     // that matters. Valid.
     let tmp = tempfile::tempdir().unwrap();
