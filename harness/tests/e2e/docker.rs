@@ -143,11 +143,16 @@ fn fenced_under_pause_keeps_the_data_safe_in_containers_too() {
 /// network as it does between workers and local processes.
 #[test]
 #[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
-fn a_write_delayed_in_the_proxy_loses_updates_in_containers_too() {
+fn a_write_delayed_in_the_proxy_lands_behind_the_next_holder_in_containers_too() {
     let tmp = tempfile::tempdir().unwrap();
     let (out, results, dir) = docker_run(tmp.path(), "single", "delay", "12", "3", &[]);
     assert_eq!(out.code, 1, "{}", out.stdout);
-    assert!(count(&results, "lost-update") > 0, "{}", out.stdout);
+    // The held write lands after another worker was granted the lock. It
+    // loses an update only if it lands between a holder's write and the
+    // next read: inside a holder's read and write (most of a cycle), that
+    // holder's write covers it (CI saw it so, final = acknowledged).
+    assert!(count(&results, "unsafe-action") > 0, "{}", out.stdout);
+    common::assert_all_caused(&results, "unsafe-action");
     common::assert_verified(&dir, "start-delay");
 }
 
