@@ -9,6 +9,7 @@ mod pg_advisory;
 mod pg_row_lock;
 pub mod redlock;
 mod redlock_rslock;
+mod renewal;
 mod replicated;
 mod single;
 #[cfg(test)]

@@ -1,28 +1,19 @@
 //! `watchdog`: `single` whose holder keeps its lease alive, as Redisson's
-//! lock watchdog does. While the lock is held, a renewal thread extends the
-//! key's expiry every TTL/3 with a compare-and-`PEXPIRE` (only while the key
-//! still holds this holder's token) and marks the lock lost the first time a
-//! renewal does not succeed; the worker's lease check then says not held.
-//!
-//! The thread runs inside the worker process, so a SIGSTOP of the worker
-//! freezes it with its holder: a pause longer than the TTL still lets the key
-//! expire under a holder that believes it holds the lock.
-//!
-//! Each renewal is an `extend` op in the history under a process of its own,
-//! `watchdog-<worker>`: the worker's process has its loop's op in flight
-//! (a read or a write) while the renewal runs, and a process has one op in
-//! flight at a time.
+//! lock watchdog does. While the lock is held, a renewal thread
+//! ([`super::renewal`]) extends the key's expiry every TTL/3 with a
+//! compare-and-`PEXPIRE` (only while the key still holds this holder's
+//! token) and marks the lock lost the first time a renewal does not
+//! succeed; the worker's lease check then says not held. Its renewals are
+//! `extend` ops of process `watchdog-<worker>`.
 
+use super::renewal::{Renew, Renewals, Renewing};
 use super::single::Single;
 use super::{first_node, released, Grant, LockClient, LockParams, Renewal, COMPARE_AND_DELETE};
-use crate::clock::LockClock;
 use crate::conn::Conn;
-use crate::recorder::Recorder;
 use crate::Outcome;
-use checker::history::{f, OpType, Process};
+use checker::history::Process;
 use redis::Script;
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Extends the key's expiry only if it still holds our token, so a holder
@@ -40,14 +31,11 @@ pub struct Watchdog {
     conn: Conn,
     ttl: Duration,
     release: Script,
-    clock: Arc<LockClock>,
-    recorder: Recorder,
-    who: Process,
+    renewals: Renewals,
     /// The renewal connection while no lock is held; the renewal thread
     /// owns it while one is, and hands it back when it stops.
     spare: Option<Conn>,
-    renewing: Option<Renewing>,
-    lease: Arc<Mutex<Renewal>>,
+    renewing: Option<Renewing<Pexpire>>,
 }
 
 impl Watchdog {
@@ -58,19 +46,21 @@ impl Watchdog {
             conn: params.connect(node, params.op_timeout),
             ttl: params.ttl,
             release: Script::new(COMPARE_AND_DELETE),
-            clock: params.clock.clone(),
-            recorder: params.recorder.clone(),
-            who: Process::Named(format!("watchdog-{}", params.worker)),
+            renewals: Renewals {
+                lease: Arc::new(Mutex::new(Renewal::Unrenewed)),
+                clock: params.clock.clone(),
+                recorder: params.recorder.clone(),
+                who: Process::Named(format!("watchdog-{}", params.worker)),
+                ttl: params.ttl,
+            },
             spare: Some(params.connect(node, params.op_timeout)),
             renewing: None,
-            lease: Arc::new(Mutex::new(Renewal::Unrenewed)),
         }
     }
 
     fn start_renewing(&mut self, token: &str, sent: Instant) {
         self.stop_renewing();
-        *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = Renewal::Unrenewed;
-        let renewer = Renewer {
+        let renewer = Pexpire {
             conn: self
                 .spare
                 .take()
@@ -79,28 +69,16 @@ impl Watchdog {
             key: self.key.clone(),
             token: token.to_string(),
             ttl: self.ttl,
-            clock: self.clock.clone(),
-            lease: self.lease.clone(),
-            recorder: self.recorder.clone(),
-            who: self.who.clone(),
         };
-        let stop = Arc::new(Stop::default());
-        let stopped = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("watchdog".into())
-            .spawn(move || renewer.run(sent, &stopped))
-            .expect("spawning the renewal thread");
-        self.renewing = Some(Renewing { stop, thread });
+        self.renewing = Some(self.renewals.start(renewer, token, sent));
     }
 
     /// Stops the renewal thread, waiting out a renewal in flight, and takes
     /// its connection back.
     fn stop_renewing(&mut self) {
-        let Some(Renewing { stop, thread }) = self.renewing.take() else {
-            return;
-        };
-        stop.stop();
-        self.spare = Some(thread.join().expect("the renewal thread does not panic"));
+        if let Some(renewing) = self.renewing.take() {
+            self.spare = Some(renewing.stop().conn);
+        }
     }
 }
 
@@ -129,7 +107,7 @@ impl LockClient for Watchdog {
     }
 
     fn renewal(&self) -> Renewal {
-        *self.lease.lock().unwrap_or_else(|e| e.into_inner())
+        self.renewals.lease()
     }
 }
 
@@ -139,100 +117,24 @@ impl Drop for Watchdog {
     }
 }
 
-/// A renewal thread at work, and how to stop it.
-struct Renewing {
-    stop: Arc<Stop>,
-    thread: JoinHandle<Conn>,
-}
-
-/// What the renewal thread of one hold owns.
-struct Renewer {
+/// One hold's renewal: the compare-and-`PEXPIRE` on the thread's own
+/// connection.
+struct Pexpire {
     conn: Conn,
     script: Script,
     key: String,
     token: String,
     ttl: Duration,
-    clock: Arc<LockClock>,
-    lease: Arc<Mutex<Renewal>>,
-    recorder: Recorder,
-    who: Process,
 }
 
-impl Renewer {
-    /// Renews every TTL/3, counted from when the previous lease's request
-    /// was sent, until stopped or a renewal does not succeed; returns the
-    /// connection for the next hold.
-    fn run(mut self, acquired: Instant, stop: &Stop) -> Conn {
-        let interval = self.ttl / 3;
-        let mut due = acquired + interval;
-        while !stop.wait_until(due) {
-            let sent = Instant::now();
-            let sent_ns = self.clock.now_ns();
-            let renewed = self.extend();
-            let mut lease = self.lease.lock().unwrap_or_else(|e| e.into_inner());
-            if renewed {
-                *lease = Renewal::Renewed(sent_ns);
-                due = sent + interval;
-            } else {
-                *lease = Renewal::Lost;
-                break;
-            }
-        }
-        self.conn
-    }
-
-    /// One renewal, recorded as an `extend` op: the compare-and-`PEXPIRE`
-    /// and nothing else, so a fault can be aimed between renewals. `true`
-    /// if the key was still ours and now lives another TTL.
-    fn extend(&mut self) -> bool {
-        let token = self.token.as_str();
-        let invoke = self
-            .recorder
-            .event(self.who.clone(), OpType::Invoke, f::EXTEND);
-        self.recorder.record(invoke.with_token(token));
+impl Renew for Pexpire {
+    fn renew(&mut self) -> Outcome<()> {
         let (script, ttl_ms) = (&self.script, self.ttl.as_millis() as u64);
         // PEXPIRE answers 1 as DEL does: a key found (ours) and changed.
-        let outcome = released(
+        released(
             self.conn
-                .run(|c| script.key(&self.key).arg(token).arg(ttl_ms).invoke(c)),
-        );
-        let (kind, error) = match &outcome {
-            Outcome::Ok(()) => (OpType::Ok, None),
-            Outcome::Fail(e) => (OpType::Fail, Some(e.clone())),
-            Outcome::Info(e) => (OpType::Info, Some(e.clone())),
-        };
-        let mut done = self.recorder.event(self.who.clone(), kind, f::EXTEND);
-        done = done.with_token(token);
-        if let Some(error) = error {
-            done = done.with_error(error);
-        }
-        self.recorder.record(done);
-        outcome == Outcome::Ok(())
-    }
-}
-
-/// A stop signal the renewal thread can wait on with a deadline.
-#[derive(Default)]
-struct Stop {
-    stopped: Mutex<bool>,
-    wake: Condvar,
-}
-
-impl Stop {
-    fn stop(&self) {
-        *self.stopped.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        self.wake.notify_all();
-    }
-
-    /// Waits until `due` or a stop, whichever comes first; `true` if stopped.
-    fn wait_until(&self, due: Instant) -> bool {
-        let stopped = self.stopped.lock().unwrap_or_else(|e| e.into_inner());
-        let timeout = due.saturating_duration_since(Instant::now());
-        let (stopped, _) = self
-            .wake
-            .wait_timeout_while(stopped, timeout, |s| !*s)
-            .unwrap_or_else(|e| e.into_inner());
-        *stopped
+                .run(|c| script.key(&self.key).arg(&self.token).arg(ttl_ms).invoke(c)),
+        )
     }
 }
 
@@ -240,29 +142,9 @@ impl Stop {
 mod tests {
     use super::*;
     use crate::lock::test_nodes::Nodes;
-    use checker::history::{error::NOT_HELD, Event};
+    use crate::recorder::Recorder;
+    use checker::history::{error::NOT_HELD, f, Event, OpType};
     use redis::Commands;
-
-    #[test]
-    fn a_stop_wakes_the_waiter_before_its_deadline() {
-        let stop = Arc::new(Stop::default());
-        let t0 = Instant::now();
-        assert!(
-            !stop.wait_until(t0 + Duration::from_millis(20)),
-            "not stopped"
-        );
-        assert!(t0.elapsed() >= Duration::from_millis(20));
-        let stopper = stop.clone();
-        let waiter = std::thread::spawn(move || {
-            stopper.wait_until(Instant::now() + Duration::from_secs(60))
-        });
-        stop.stop();
-        assert!(waiter.join().unwrap(), "woken by the stop");
-        assert!(
-            stop.wait_until(Instant::now() + Duration::from_secs(60)),
-            "stays stopped"
-        );
-    }
 
     fn recorded(nodes: &Nodes, ttl: Duration) -> (Watchdog, Arc<Mutex<Vec<Event>>>) {
         let events = Arc::new(Mutex::new(Vec::new()));
