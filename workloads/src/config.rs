@@ -35,6 +35,12 @@ pub enum Config {
     /// `pg-advisory` plus a fence (`nextval`, taken with the lock) that the
     /// storage checks.
     PgAdvisoryFenced,
+    /// etcd's lock recipe on three etcd members: a lease kept alive while
+    /// held, the key put under it only if absent (`create_revision == 0`).
+    Etcd,
+    /// `etcd` plus its fence, the key's `create_revision`, checked by the
+    /// storage.
+    EtcdFenced,
     /// Negative control: release with a plain `DEL`.
     UnsafeDel,
     /// Negative control: release as `GET`, compare in the client, `DEL`.
@@ -59,7 +65,10 @@ impl Config {
 
     /// Fenced configs promise data safety; the rest promise mutual exclusion.
     pub fn fenced(self) -> bool {
-        matches!(self, Config::Fenced | Config::PgAdvisoryFenced)
+        matches!(
+            self,
+            Config::Fenced | Config::PgAdvisoryFenced | Config::EtcdFenced
+        )
     }
 
     /// What the config claims, and so which anomalies fail its runs. A
@@ -86,7 +95,9 @@ impl Config {
             | Config::Watchdog
             | Config::PgRowLock
             | Config::PgAdvisory
-            | Config::PgAdvisoryFenced => false,
+            | Config::PgAdvisoryFenced
+            | Config::Etcd
+            | Config::EtcdFenced => false,
             Config::UnsafeDel
             | Config::UnsafeGetDel
             | Config::UnsafeSetnx
@@ -101,11 +112,18 @@ impl Config {
     }
 
     /// A hold's key lives at most one TTL after it was granted. Not so for
-    /// `watchdog`, which extends it while held, nor without a lock node,
-    /// nor for PostgreSQL's locks, which last as long as their session or
-    /// transaction.
+    /// `watchdog` and etcd's lock, which keep it alive while held, nor
+    /// without a lock node, nor for PostgreSQL's locks, which last as long
+    /// as their session or transaction.
     pub fn lease_is_ttl(self) -> bool {
-        self.has_lock_node() && self != Config::Watchdog && !self.locks_in_storage()
+        self.has_lock_node()
+            && !matches!(self, Config::Watchdog | Config::Etcd | Config::EtcdFenced)
+            && !self.locks_in_storage()
+    }
+
+    /// The lock lives on etcd members, not Redis nodes.
+    pub fn locks_in_etcd(self) -> bool {
+        matches!(self, Config::Etcd | Config::EtcdFenced)
     }
 
     /// The lock is the storage's own (PostgreSQL's), not a Redis node's.
@@ -133,6 +151,7 @@ impl Config {
         match self {
             Config::NoLock | Config::PgRowLock | Config::PgAdvisory | Config::PgAdvisoryFenced => 0,
             Config::Redlock | Config::RedlockRslock => 5,
+            Config::Etcd | Config::EtcdFenced => 3,
             _ => 1,
         }
     }
@@ -164,7 +183,8 @@ mod tests {
         assert!(
             err.contains(
                 "single, replicated, redlock, redlock-rslock, fenced, watchdog, pg-row-lock, \
-                 pg-advisory, pg-advisory-fenced, unsafe-del, unsafe-get-del, unsafe-setnx, \
+                 pg-advisory, pg-advisory-fenced, etcd, etcd-fenced, unsafe-del, unsafe-get-del, \
+                 unsafe-setnx, \
                  unsafe-key-per-worker, no-lock"
             ),
             "{err}"

@@ -7,6 +7,7 @@ pub mod adapter;
 pub mod clock;
 pub mod config;
 pub mod conn;
+pub mod etcd;
 pub mod install;
 pub mod keys;
 pub mod lock;

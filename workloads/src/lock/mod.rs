@@ -3,6 +3,7 @@
 
 mod adapter;
 mod adapter_watch;
+mod etcd;
 mod fenced;
 mod no_lock;
 mod pg_advisory;
@@ -178,6 +179,8 @@ pub fn client(config: Config, params: &LockParams) -> Box<dyn LockClient> {
         Config::PgRowLock => Box::new(pg_row_lock::PgRowLock::new(params)),
         Config::PgAdvisory => Box::new(pg_advisory::PgAdvisory::new(params, false)),
         Config::PgAdvisoryFenced => Box::new(pg_advisory::PgAdvisory::new(params, true)),
+        Config::Etcd => Box::new(etcd::Etcd::new(params, false)),
+        Config::EtcdFenced => Box::new(etcd::Etcd::new(params, true)),
         Config::NoLock => Box::new(no_lock::NoLock),
     }
 }
