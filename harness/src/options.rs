@@ -529,6 +529,7 @@ impl RunOptions {
     pub fn resolve(self) -> Result<RunPlan, Refusal> {
         self.check_ranges()?;
         self.check_storage_cmd()?;
+        self.check_etcd()?;
         self.check_client()?;
         self.check_faults_apply()?;
         if self.at.is_some() && !self.nemesis.any(|p| p.strikes()) {
@@ -684,6 +685,32 @@ impl RunOptions {
             }
         }
         Ok(storage)
+    }
+
+    /// etcd's lock runs on lockstorm's own members, struck by the faults
+    /// that act on a process: the fault proxy speaks Redis's protocol, the
+    /// time shim does not reach Go's clock, and a partition cuts client
+    /// ports, not the members' peer links.
+    fn check_etcd(&self) -> Result<(), Refusal> {
+        if !self.config.locks_in_etcd() {
+            return Ok(());
+        }
+        if self.nodes.target.is_some() {
+            return Err(Refusal::Invalid(format!(
+                "--target names your Redis deployment, and --config {} starts its own etcd cluster: drop one",
+                self.config
+            )));
+        }
+        let unbuilt = self
+            .nemesis
+            .any(|p| p.needs_proxy() || p.needs_time_shim() || p.needs_firewall());
+        if unbuilt || self.latency_ms.is_some() {
+            return Err(Refusal::Inapplicable(format!(
+                "--nemesis {} does not reach etcd's members yet (the fault proxy speaks Redis's protocol, the time shim does not move Go's clock): with --config {} choose pause, crash, kill or pause-node",
+                self.nemesis, self.config
+            )));
+        }
+        Ok(())
     }
 
     /// `--storage-cmd` puts the counter in the adapter's storage: not on

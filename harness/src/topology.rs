@@ -6,7 +6,7 @@
 use crate::error::Context;
 use crate::error::{Error, Result};
 use crate::options::RunPlan;
-use crate::storage_node::StorageNode;
+use crate::server::Server;
 use backend::node::{connect, NodeClock, NodeSpec, RedisNode, Role};
 use backend::Provisioner;
 use nemesis::clock::TimeControl;
@@ -34,8 +34,9 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const DEATH_POLL: Duration = Duration::from_millis(250);
 
 pub struct Topology {
-    /// Lock nodes first (n1 is the first primary), then Sentinels.
-    nodes: Mutex<Vec<RedisNode>>,
+    /// Lock nodes first (n1 is the first primary, or the first etcd
+    /// member), then Sentinels.
+    nodes: Mutex<Vec<Server>>,
     /// Name → address, fixed for the run (a restart keeps both).
     addrs: Vec<(String, Ipv4Addr, u16)>,
     sentinels: Vec<String>,
@@ -43,8 +44,10 @@ pub struct Topology {
     master: String,
     /// The lock is PostgreSQL's, on the storage node: node faults hit it.
     locks_in_storage: bool,
+    /// The lock lives on etcd members: no Redis key to observe.
+    locks_in_etcd: bool,
     /// lockstorm's own storage node (`None` with `--storage-target`).
-    storage: Mutex<Option<StorageNode>>,
+    storage: Mutex<Option<Server>>,
     /// The storage node's address (it never moves: no fault touches it).
     pub storage_addr: String,
     firewall: Option<Firewall>,
@@ -106,7 +109,7 @@ async fn start_storage(
     addresses: Addresses,
     nodes_dir: &Path,
     backend: Arc<dyn Provisioner>,
-) -> Result<StorageNode> {
+) -> Result<Server> {
     let ip = addresses.storage();
     Ok(match options.storage {
         workloads::storage::StorageKind::Redis => {
@@ -117,9 +120,9 @@ async fn start_storage(
                 persistence: options.persistence,
                 clock: None,
             };
-            StorageNode::Redis(RedisNode::start(spec, nodes_dir, backend).await?)
+            Server::Redis(RedisNode::start(spec, nodes_dir, backend).await?)
         }
-        workloads::storage::StorageKind::Postgres => StorageNode::Postgres(
+        workloads::storage::StorageKind::Postgres => Server::Postgres(
             backend::postgres::PostgresNode::start(
                 STORAGE,
                 ip,
@@ -202,7 +205,11 @@ impl Topology {
         };
         let start = |spec: NodeSpec| RedisNode::start(spec, nodes_dir, backend.clone());
         let mut nodes = Vec::new();
-        for n in 1..=options.config.lock_nodes() as u8 {
+        let redis_locks = match options.config.locks_in_etcd() {
+            true => 0,
+            false => options.config.lock_nodes() as u8,
+        };
+        for n in 1..=redis_locks {
             let name = format!("n{n}");
             let clock = clock_for(&name)?;
             nodes.push(start(spec(&name, Role::Lock, addresses.data(n), clock)).await?);
@@ -237,15 +244,31 @@ impl Topology {
             await_sentinel(node).await?;
             sentinels.push(node.addr());
         }
+        let mut nodes: Vec<Server> = nodes.into_iter().map(Server::Redis).collect();
+        if options.config.locks_in_etcd() {
+            let members: Vec<(String, Ipv4Addr)> = (1..=options.config.lock_nodes() as u8)
+                .map(|n| (format!("n{n}"), addresses.data(n)))
+                .collect();
+            // The run's own cluster: no member of another run's may join it.
+            let token = format!("lockstorm-{}-{}", std::process::id(), addresses.block);
+            let members =
+                backend::etcd::start_cluster(&members, nodes_dir, backend.clone(), &token).await?;
+            nodes.extend(members.into_iter().map(Server::Etcd));
+        }
         Ok(Topology {
             addrs: nodes
                 .iter()
-                .map(|n| (n.name().to_string(), n.spec.ip, n.port))
+                .map(|n| {
+                    let at: std::net::SocketAddrV4 =
+                        n.addr().parse().expect("a node listens on ip:port");
+                    (n.name().to_string(), *at.ip(), at.port())
+                })
                 .collect(),
             nodes: Mutex::new(nodes),
             sentinels,
             master: options.master(),
             locks_in_storage: options.config.locks_in_storage(),
+            locks_in_etcd: options.config.locks_in_etcd(),
             storage_addr: storage.addr(),
             storage: Mutex::new(Some(storage)),
             firewall,
@@ -316,6 +339,7 @@ impl Topology {
             sentinels,
             master: options.master(),
             locks_in_storage: options.config.locks_in_storage(),
+            locks_in_etcd: false,
             storage_addr,
             storage: Mutex::new(storage),
             firewall: None,
@@ -400,6 +424,9 @@ impl Topology {
     /// Every data node, named, with its address: what the observer watches
     /// (on `replicated`, the primary and its replicas, whichever is primary).
     pub fn observed(&self) -> Vec<crate::observer::Node> {
+        if self.locks_in_etcd {
+            return Vec::new();
+        }
         self.data_nodes()
             .map(|(name, ip, port)| crate::observer::Node {
                 name: name.clone(),
@@ -432,15 +459,9 @@ impl Topology {
 
     pub async fn records(&self) -> Vec<NodeRecord> {
         let nodes = self.nodes.lock().await;
-        let record = |n: &RedisNode| NodeRecord {
+        let record = |n: &Server| NodeRecord {
             name: n.name().to_string(),
-            role: match n.spec.role {
-                Role::Lock => "lock",
-                Role::Replica { .. } => "replica",
-                Role::Sentinel { .. } => "sentinel",
-                Role::Storage => "storage",
-            }
-            .into(),
+            role: n.role().into(),
             addr: n.addr(),
             pid: n.pid(),
         };
@@ -724,7 +745,7 @@ impl Cluster for Topology {
             if targets == Targets::Storage || self.locks_in_storage {
                 let storage = self.storage.lock().await;
                 let running = storage.as_ref().filter(|n| n.pid() != 0);
-                return running.map(StorageNode::node_ref).into_iter().collect();
+                return running.map(Server::node_ref).into_iter().collect();
             }
             if !self.sentinels.is_empty() {
                 return self.primary().await.into_iter().collect();
@@ -834,7 +855,7 @@ impl Cluster for Topology {
         Box::pin(async move {
             let postgres = matches!(
                 self.storage.lock().await.as_ref(),
-                Some(StorageNode::Postgres(_))
+                Some(Server::Postgres(_))
             );
             if !postgres {
                 return Err("the run's storage is not PostgreSQL".into());

@@ -13,10 +13,12 @@
 #[cfg(feature = "docker")]
 pub mod docker;
 mod error;
+pub mod etcd;
 pub mod local;
 pub mod node;
 pub mod postgres;
 pub mod provision;
+mod reaper;
 
 pub use error::{Error, Result};
 pub use provision::{Launch, NodeProcess, Program, Provisioner};

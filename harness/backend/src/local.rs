@@ -38,6 +38,7 @@ impl Provisioner for Local {
                     Error::Usage("this run did not look for redis-sentinel".into())
                 })?,
                 Program::Postgres => crate::postgres::Programs::find()?.server(),
+                Program::Etcd => crate::etcd::find()?,
             };
             let mut node = LocalProcess {
                 launch,

@@ -545,7 +545,7 @@ impl PostgresNode {
     pub async fn remove(&mut self) {
         self.stop().await;
         let _ = std::fs::remove_dir_all(&self.data);
-        dismiss(self.reaper.take());
+        crate::reaper::dismiss(self.reaper.take());
     }
 }
 
@@ -554,43 +554,13 @@ impl Drop for PostgresNode {
         // The process ends as it drops (its own Drop); the data goes too.
         self.process = None;
         let _ = std::fs::remove_dir_all(&self.data);
-        dismiss(self.reaper.take());
+        crate::reaper::dismiss(self.reaper.take());
     }
 }
 
-/// What the reaper runs: wait for stdin to close (the harness ended, one
-/// way or another: the kernel closes the pipe even after a SIGKILL), give
-/// the server (which dies with the harness) up to 10 s to be gone, then
-/// remove the data folder.
-const REAPER: &str = r#"cat >/dev/null
-pid=$(head -n 1 "$1/postmaster.pid" 2>/dev/null)
-i=0
-while [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
-rm -rf "$1""#;
-
-/// Starts the data folder's reaper: its own process group (a Ctrl-C at the
-/// terminal does not reach it) and no parent-death signal, so it outlives
-/// the harness to do its job.
+/// Removes the data folder once the harness is gone, however it ended.
 fn start_reaper(data: &Path) -> Result<std::process::Child> {
-    use std::os::unix::process::CommandExt;
-    Command::new("sh")
-        .args(["-c", REAPER, "lockstorm-postgres-reaper"])
-        .arg(data)
-        .current_dir("/")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .process_group(0)
-        .spawn()
-        .map_err(doing("starting the PostgreSQL data folder's reaper".into()))
-}
-
-/// The folder is gone: the reaper finds nothing to do and exits at once.
-fn dismiss(reaper: Option<std::process::Child>) {
-    if let Some(mut reaper) = reaper {
-        drop(reaper.stdin.take());
-        let _ = reaper.wait();
-    }
+    crate::reaper::start("postgres", data, &data.join("postmaster.pid"))
 }
 
 #[cfg(test)]

@@ -16,6 +16,8 @@ pub enum Program {
     Sentinel,
     /// A PostgreSQL server (`postgres`), the storage of `--storage postgres`.
     Postgres,
+    /// An etcd member, the lock of the `etcd` configs.
+    Etcd,
 }
 
 /// Everything needed to start one node's process, and to start it again.

@@ -61,6 +61,9 @@ pub struct RunRecord<P: Plan> {
     /// The PostgreSQL server's version, when the storage was PostgreSQL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub postgres: Option<String>,
+    /// etcd's version (`etcd --version`), when the lock was etcd's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd: Option<String>,
     /// Where the nodes ran (older runs: not recorded, always local).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<BackendRecord>,

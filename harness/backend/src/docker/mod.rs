@@ -188,6 +188,11 @@ impl Docker {
     /// The image and entrypoint of `program`'s containers. PostgreSQL's
     /// image must have been imported: nothing to pull it from.
     async fn image_of(&self, program: Program) -> Result<(String, String)> {
+        if program == Program::Etcd {
+            return Err(Error::Usage(
+                "etcd members run on the local backend only (no etcd image yet): add --backend local".into(),
+            ));
+        }
         if program != Program::Postgres {
             return Ok((self.image.clone(), "redis-server".into()));
         }

@@ -1,0 +1,43 @@
+//! A data folder's reaper: a small `sh` that outlives the harness to remove
+//! a server's data folder (PostgreSQL's, an etcd member's) however the
+//! harness ended, even by SIGKILL. It waits for its stdin to close (the
+//! kernel closes the pipe when the harness dies), gives the server (which
+//! dies with the harness) up to 10 s to be gone, then removes the folder.
+//! A server removed in order dismisses its reaper, which then finds nothing.
+
+use crate::error::{doing, Result};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// `$1` the data folder, `$2` the file whose first line is the server's pid.
+const REAPER: &str = r#"cat >/dev/null
+pid=$(head -n 1 "$2" 2>/dev/null)
+i=0
+while [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+rm -rf "$1""#;
+
+/// Starts the reaper of `data` for a `server` whose pid `pid_file` holds:
+/// its own process group (a Ctrl-C at the terminal does not reach it) and
+/// no parent-death signal, so it outlives the harness to do its job.
+pub fn start(server: &str, data: &Path, pid_file: &Path) -> Result<Child> {
+    use std::os::unix::process::CommandExt;
+    Command::new("sh")
+        .args(["-c", REAPER, &format!("lockstorm-{server}-reaper")])
+        .arg(data)
+        .arg(pid_file)
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(doing(format!("starting the {server} data folder's reaper")))
+}
+
+/// The folder is gone: the reaper finds nothing to do and exits at once.
+pub fn dismiss(reaper: Option<Child>) {
+    if let Some(mut reaper) = reaper {
+        drop(reaper.stdin.take());
+        let _ = reaper.wait();
+    }
+}
