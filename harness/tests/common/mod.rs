@@ -524,3 +524,60 @@ pub fn answer_of(reply: &serde_json::Value) -> workloads::adapter::Answer {
         _ => Answer::Unknown,
     }
 }
+
+/// Starts `run` (a long run whose fault holds, writing into `results`) once
+/// per signal, waits until `marker` is in the history of its run (in
+/// `results/<group>/<run>`), checks that every folder `data` names for that
+/// run exists, signals the harness (SIGINT and SIGTERM must end it with exit
+/// 2), and waits until no process of it and none of those folders is left:
+/// a server's data goes with the harness however it ends.
+pub fn nothing_outlives_a_signalled_harness(
+    run: &[&str],
+    group: &str,
+    marker: &str,
+    data: impl Fn(&Path) -> Vec<PathBuf>,
+) {
+    use nix::sys::signal::{kill, Signal};
+    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGKILL] {
+        let _slot = e2e_slot();
+        let tmp = open_tmp();
+        let child = Command::new(env!("CARGO_BIN_EXE_lockstorm"))
+            .args(run)
+            .arg("--results")
+            .arg(tmp.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let dir = wait_for(marker, || {
+            let dir = std::fs::read_dir(tmp.path().join(group))
+                .ok()?
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| p.is_dir())?;
+            let history = std::fs::read_to_string(dir.join("history.jsonl")).ok()?;
+            history.contains(marker).then_some(dir)
+        });
+        let data = data(&dir);
+        assert!(
+            data.iter().all(|d| d.exists()),
+            "{signal}: no data folder in {}",
+            dir.display()
+        );
+        kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
+        let out = child.wait_with_output().unwrap();
+        if signal != Signal::SIGKILL {
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{signal}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        wait_for("every server and its data folder to be gone", || {
+            let gone =
+                leftover_processes(tmp.path()).is_empty() && data.iter().all(|d| !d.exists());
+            gone.then_some(())
+        });
+    }
+}

@@ -13,6 +13,7 @@ mod configs;
 mod crash;
 mod docker;
 mod errors;
+mod etcd;
 mod explain;
 mod faults;
 mod kill;

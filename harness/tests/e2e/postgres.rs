@@ -7,12 +7,8 @@
 use crate::common;
 
 use checker::{Results, Validity};
-use common::wait_for;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
 
 /// `lockstorm run --config C --nemesis N` for 7 s (one fault), seeded, plus `extra`:
 /// its folder (kept while the returned `TempDir` lives) and results.json.
@@ -126,63 +122,29 @@ fn an_advisory_lock_breaks_when_its_session_ends_and_a_fence_keeps_the_data() {
     );
 }
 
-/// A run whose holder is held by `terminate-session` for a minute, so the
-/// test can signal the harness mid-fault.
-fn start_long(results: &Path) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_lockstorm"))
-        .args([
-            "run",
-            "--config",
-            "pg-advisory",
-            "--nemesis",
-            "terminate-session",
-        ])
-        .args(["--pause-ms", "60000", "--time-limit", "120", "--seed", "3"])
-        .args(["--nemesis-interval-ms", "200", "--results"])
-        .arg(results)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
 #[test]
 fn no_server_or_data_folder_outlives_an_interrupted_or_killed_harness() {
-    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGKILL] {
-        let _slot = common::e2e_slot();
-        let tmp = common::open_tmp();
-        let child = start_long(tmp.path());
-        let run = wait_for("a session ended by the nemesis", || {
-            let group = tmp.path().join("pg-advisory-terminate-session");
-            let run = std::fs::read_dir(group)
-                .ok()?
-                .flatten()
-                .map(|e| e.path())
-                .find(|p| p.is_dir())?;
-            let history = std::fs::read_to_string(run.join("history.jsonl")).ok()?;
-            history.contains("start-terminate-session").then_some(run)
-        });
-        let data = run.join("nodes/storage/data");
-        assert!(
-            data.join("PG_VERSION").is_file(),
-            "{signal}: no data folder at {}",
-            data.display()
-        );
-        kill(Pid::from_raw(child.id() as i32), signal).unwrap();
-        let out = child.wait_with_output().unwrap();
-        if signal != Signal::SIGKILL {
-            assert_eq!(
-                out.status.code(),
-                Some(2),
-                "{signal}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        wait_for("the server and its data folder to be gone", || {
-            let gone = common::leftover_processes(tmp.path()).is_empty() && !data.exists();
-            gone.then_some(())
-        });
-    }
+    // A holder held by `terminate-session` for a minute: the harness is
+    // signalled mid-fault.
+    let run = [
+        "run",
+        "--config",
+        "pg-advisory",
+        "--nemesis",
+        "terminate-session",
+        "--pause-ms",
+        "60000",
+        "--time-limit",
+        "120",
+        "--seed",
+        "3",
+        "--nemesis-interval-ms",
+        "200",
+    ];
+    let group = "pg-advisory-terminate-session";
+    common::nothing_outlives_a_signalled_harness(&run, group, "start-terminate-session", |dir| {
+        vec![dir.join("nodes/storage/data/PG_VERSION")]
+    });
 }
 
 #[test]

@@ -1,0 +1,164 @@
+//! etcd's lock end to end, on three real `etcd` members: its recipe breaks
+//! under a pause as any lease does, its revision fence keeps the data, a
+//! crashed holder's lease runs out, and no member or data folder outlives
+//! the harness.
+
+use crate::common;
+
+use checker::Validity;
+use common::events;
+use serde_json::Value;
+use std::path::PathBuf;
+
+/// A run of `config` under `nemesis` (seed 5) for `seconds`, in a folder
+/// of its own.
+fn etcd_run(
+    config: &str,
+    nemesis: &str,
+    seconds: &str,
+    extra: &[&str],
+) -> (tempfile::TempDir, checker::Results, PathBuf, Value) {
+    let tmp = common::open_tmp();
+    let (_, results, dir) = common::run_short(tmp.path(), config, nemesis, seconds, "5", extra);
+    for n in 1..=3 {
+        let data = dir.join(format!("nodes/n{n}/data"));
+        assert!(!data.exists(), "{} outlived the run", data.display());
+    }
+    let text = std::fs::read_to_string(dir.join("results.json")).unwrap();
+    (tmp, results, dir, serde_json::from_str(&text).unwrap())
+}
+
+#[test]
+fn etcds_lock_breaks_under_a_pause_and_its_revision_fence_keeps_the_data() {
+    common::long_test();
+    let (_tmp, results, dir, _) = etcd_run("etcd", "pause", "8", &[]);
+    assert_eq!(results.valid, Validity::False, "{}", dir.display());
+    assert!(
+        common::count(&results, "lock-overlap") >= 1,
+        "{}",
+        dir.display()
+    );
+    common::assert_all_caused(&results, "lock-overlap");
+    let record: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    assert!(
+        record["etcd"].as_str().is_some_and(|v| v.contains("3.")),
+        "run.json names etcd's version: {}",
+        record["etcd"]
+    );
+    let (_tmp, results, dir, json) = etcd_run("etcd-fenced", "pause", "8", &[]);
+    common::assert_valid(&results, &dir);
+    let refused = json["checkers"]["counter"]["stale_fence_rejected"]["writes"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(refused >= 1, "no stale write refused: {}", dir.display());
+}
+
+#[test]
+fn a_crashed_holders_lease_runs_out_and_keep_alives_renew_it_while_held() {
+    // Work past a third of the TTL: each hold's lease is kept alive.
+    let (_tmp, results, dir, _) = etcd_run("etcd", "crash", "8", &["--work-ms", "1500"]);
+    common::assert_valid(&results, &dir);
+    common::assert_verified(&dir, "stop-crash");
+    // The keep-alive thread renewed each lease while it was held.
+    let renewed = events(&dir, "extend")
+        .into_iter()
+        .filter(|e| {
+            e["type"] == "ok"
+                && e["process"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with("keepalive-"))
+        })
+        .count();
+    assert!(
+        renewed >= 1,
+        "no keep-alive renewed a lease: {}",
+        dir.display()
+    );
+}
+
+#[test]
+fn the_revision_fence_survives_a_killed_majority_of_members() {
+    // Two of the three members (a majority) killed and restarted on their data.
+    let majority = ["--targets", "majority"];
+    let (_tmp, results, dir, json) = etcd_run("etcd-fenced", "kill", "10", &majority);
+    common::assert_valid(&results, &dir);
+    common::assert_verified(&dir, "start-kill");
+    common::assert_verified(&dir, "stop-kill");
+    for kill in events(&dir, "start-kill") {
+        let killed = kill["value"]["killed"].as_array().map_or(0, Vec::len);
+        assert_eq!(killed, 2, "not a majority of three: {kill}");
+    }
+    assert!(
+        json["checkers"]["counter"]["acknowledged"].as_u64() > Some(0),
+        "nothing was written: {}",
+        dir.display()
+    );
+}
+
+#[test]
+fn no_member_or_data_folder_outlives_an_interrupted_or_killed_harness() {
+    // A holder paused for a minute: the harness is signalled mid-fault.
+    let run = [
+        "run",
+        "--config",
+        "etcd",
+        "--nemesis",
+        "pause",
+        "--pause-ms",
+        "60000",
+        "--time-limit",
+        "120",
+        "--seed",
+        "3",
+        "--nemesis-interval-ms",
+        "200",
+    ];
+    common::nothing_outlives_a_signalled_harness(&run, "etcd-pause", "start-pause", |dir| {
+        (1..=3)
+            .map(|n| dir.join(format!("nodes/n{n}/data/member")))
+            .collect()
+    });
+}
+
+#[test]
+fn a_missing_etcd_is_one_line_saying_how_to_install_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = common::lockstorm_with(
+        &[
+            "run",
+            "--config",
+            "etcd",
+            "--time-limit",
+            "2",
+            "--results",
+            tmp.path().to_str().unwrap(),
+        ],
+        &[("LOCKSTORM_ETCD_BIN", "/nonexistent/etcd/bin")],
+    );
+    let line = common::one_line_254(&out);
+    assert!(line.contains("apt-get install -y etcd-server"), "{line}");
+    assert!(line.contains("LOCKSTORM_ETCD_BIN"), "{line}");
+}
+
+#[test]
+fn a_fault_that_does_not_reach_etcd_yet_is_refused_in_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let results = tmp.path().to_str().unwrap();
+    for nemesis in ["delay", "clock", "partition"] {
+        let out = common::lockstorm(&[
+            "run",
+            "--config",
+            "etcd",
+            "--nemesis",
+            nemesis,
+            "--results",
+            results,
+        ]);
+        let line = common::one_line_254(&out);
+        assert!(
+            line.contains("choose pause, crash, kill or pause-node"),
+            "{line}"
+        );
+    }
+}
