@@ -289,9 +289,13 @@ async fn a_cut_drops_both_ways_then_resets_and_heals() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_listens_after_shutdown() {
     let redis = redis();
-    let fabric = Fabric::start(spec(2, vec![node("n1", &redis, Role::Lock)]))
-        .await
-        .unwrap();
+    // Listeners on an address no other test binds: on 127.0.0.1 another
+    // test's proxy or server took a port this one had just freed, and the
+    // check below found it listening.
+    let mut spec = spec(2, vec![node("n1", &redis, Role::Lock)]);
+    spec.workers = vec![Ipv4Addr::new(127, 0, 99, 1), Ipv4Addr::new(127, 0, 99, 2)];
+    spec.onward_from_workers = false;
+    let fabric = Fabric::start(spec).await.unwrap();
     let addrs = [fabric.addr(0, "n1").unwrap(), fabric.addr(1, "n1").unwrap()];
     let open = tokio::task::spawn_blocking(move || conn(addrs[0]))
         .await
