@@ -66,7 +66,7 @@ pub use history::{Event, History, OpType, Process};
 pub use observed::{KEY_LOST, LEASE_EXPIRED};
 pub use registry::{anomalies, AnomalyKind, Breaks};
 pub use settings::{Promise, Settings, UnknownPromise};
-pub use stats::{AcquiringStrikes, Stats};
+pub use stats::{median, AcquiringStrikes, Stats};
 pub use strike::Point;
 pub use verdict::Results;
 

@@ -20,6 +20,11 @@ pub struct Stats {
     /// Successful acquisitions.
     pub acquired: u64,
     pub cycles_per_s: f64,
+    /// The median time from a granted acquire's invoke to its `ok`, in ms:
+    /// what taking the lock costs, any wait for a busy lock included (with
+    /// one worker, one round of the lock's protocol).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acquire_median_ms: Option<f64>,
     pub duration_s: f64,
     /// Time of the first `start-*` nemesis event.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -101,10 +106,12 @@ pub struct StatsCheck {
     /// decision, whose acquire has not completed yet, with the lock value
     /// whose appearance froze them.
     frozen_undecided: Vec<(u64, Option<String>)>,
+    /// How long each granted acquire took, in ns.
+    granted_ns: Vec<u64>,
 }
 
 impl OnEvent for StatsCheck {
-    fn on_event(&mut self, e: &Event, _invoke: Option<&Invoked>) {
+    fn on_event(&mut self, e: &Event, invoke: Option<&Invoked>) {
         let s = &mut self.stats;
         self.span = Some(self.span.map_or((e.time, e.time), |(lo, hi)| {
             (lo.min(e.time), hi.max(e.time))
@@ -157,6 +164,9 @@ impl OnEvent for StatsCheck {
                 s.ok += 1;
                 if e.f == f::ACQUIRE {
                     s.acquired += 1;
+                    if let Some(i) = invoke {
+                        self.granted_ns.push(e.time.saturating_sub(i.time));
+                    }
                 }
             }
             OpType::Fail => s.fail += 1,
@@ -181,7 +191,20 @@ impl StatsCheck {
             s.ops_per_s = s.ops as f64 / s.duration_s;
             s.cycles_per_s = s.acquired as f64 / s.duration_s;
         }
+        s.acquire_median_ms = median(self.granted_ns.iter().map(|&ns| ns as f64 / 1e6).collect());
         s
+    }
+}
+
+/// The median of `values` (the mean of the middle two when their number is
+/// even); `None` when there are none.
+pub fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(values[n / 2]),
+        _ => Some((values[n / 2 - 1] + values[n / 2]) / 2.0),
     }
 }
 
@@ -257,9 +280,30 @@ mod tests {
         assert_eq!(s.duration_s, 2.0);
         assert_eq!(s.ops_per_s, 1.5);
         assert_eq!(s.cycles_per_s, 0.5);
+
         assert_eq!(s.errors["timeout"], 1);
         assert_eq!(s.errors["not-held"], 1);
         assert_eq!(s.errors.len(), 2);
+    }
+
+    #[test]
+    fn a_granted_acquire_costs_the_time_from_its_invoke_to_its_ok() {
+        let mut h = Hist::new();
+        for (start, took_ms) in [(0, 4), (100, 2), (200, 9)] {
+            h.invoke(1, "acquire").token("a").time(start * 1_000_000);
+            h.ok(1, "acquire")
+                .token("a")
+                .time((start + took_ms) * 1_000_000);
+        }
+        h.invoke(2, "acquire").token("b").time(0);
+        h.fail(2, "acquire").error("lock-busy").time(500_000_000);
+        assert_eq!(stats(&h.build()).acquire_median_ms, Some(4.0));
+    }
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(median(vec![3.0, 1.0, 10.0, 2.0]), Some(2.5));
+        assert_eq!(median(vec![]), None);
     }
 
     #[test]

@@ -111,7 +111,7 @@ fn table(o: &mut String, rows: &[Row], runs: &[Run]) {
     for n in &names {
         let _ = write!(o, "<th class=\"anom\">{}</th>", esc(n));
     }
-    o.push_str("<th>ops/s</th><th>Run folders</th></tr></thead>\n<tbody>\n");
+    o.push_str("<th>ops/s</th><th>lock cycles/s</th><th>acquire ms (median)</th><th>Run folders</th></tr></thead>\n<tbody>\n");
     for r in rows {
         let matches = match r.matches {
             Some(true) => "<td class=\"match yes\">✓</td>",
@@ -149,8 +149,10 @@ fn table(o: &mut String, rows: &[Row], runs: &[Run]) {
             .collect();
         let _ = writeln!(
             o,
-            "<td class=\"num\">{}</td><td class=\"dirs\">{}{errors}</td></tr>",
+            "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"dirs\">{}{errors}</td></tr>",
             rate(Some(r.ops_per_s)),
+            rate(Some(r.cycles_per_s)),
+            r.acquire_median_ms().map_or("–".into(), |ms| format!("{ms:.2}")),
             dirs.join(" ")
         );
     }

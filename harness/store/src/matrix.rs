@@ -75,6 +75,13 @@ pub struct Row {
     pub anomalies: BTreeMap<String, u64>,
     /// Client ops per second, averaged over the runs.
     pub ops_per_s: f64,
+    /// Granted acquires per second, averaged over the runs that ended.
+    #[serde(default)]
+    pub cycles_per_s: f64,
+    /// Each run's median time to a granted acquire, in ms (runs that
+    /// granted none have none): the cost of the lock, beside its verdict.
+    #[serde(default)]
+    pub acquire_ms: Vec<f64>,
     /// Run folders, relative to the results folder.
     pub run_dirs: Vec<String>,
     /// A client adapter's library and version, as it said at `init`.
@@ -159,6 +166,9 @@ impl Row {
             *self.anomalies.entry(name.clone()).or_default() += a.count;
         }
         self.ops_per_s = (ops + results.stats.ops_per_s) / f64::from(self.runs);
+        let ended = f64::from(self.runs - u32::try_from(self.errors.len()).unwrap_or(0));
+        self.cycles_per_s += (results.stats.cycles_per_s - self.cycles_per_s) / ended;
+        self.acquire_ms.extend(results.stats.acquire_median_ms);
         self.run_dirs.push(dir);
         self.faults += results.stats.faults;
         self.duration_s += results.stats.duration_s;
@@ -207,14 +217,12 @@ impl Row {
 
     /// The median time from a run's first fault to its first anomaly.
     pub fn median_detection_s(&self) -> Option<f64> {
-        let mut times = self.detection_s.clone();
-        times.sort_by(f64::total_cmp);
-        let n = times.len();
-        match n {
-            0 => None,
-            _ if n % 2 == 1 => Some(times[n / 2]),
-            _ => Some((times[n / 2 - 1] + times[n / 2]) / 2.0),
-        }
+        checker::median(self.detection_s.clone())
+    }
+
+    /// The median of the runs' median times to a granted acquire, in ms.
+    pub fn acquire_median_ms(&self) -> Option<f64> {
+        checker::median(self.acquire_ms.clone())
     }
 
     /// Anomalies that break the promise per minute of running.
@@ -376,7 +384,7 @@ impl Summary {
         );
         let mut header = vec!["config", "nemesis", "runs", "verdicts", "expected", "match"];
         header.extend(names.iter().map(|n| n.as_str()));
-        header.push("ops/s");
+        header.extend(["ops/s", "lock cycles/s", "acquire ms (median)"]);
         let _ = writeln!(md, "| {} |", header.join(" | "));
         let _ = writeln!(md, "|{}", "---|".repeat(header.len()));
         for r in &self.rows {
@@ -398,6 +406,11 @@ impl Summary {
                     .map(|n| r.anomalies.get(*n).copied().unwrap_or(0).to_string()),
             );
             cells.push(format!("{:.1}", r.ops_per_s));
+            cells.push(format!("{:.1}", r.cycles_per_s));
+            cells.push(
+                r.acquire_median_ms()
+                    .map_or("–".into(), |ms| format!("{ms:.2}")),
+            );
             let _ = writeln!(md, "| {} |", cells.join(" | "));
         }
         md += &self.detection();
@@ -468,6 +481,25 @@ mod tests {
         valid.add(&results(Validity::True, 0, 1.0), "d".into());
         assert_eq!(valid.rate(), "valid 1/1");
         assert_eq!(row.ops_per_s, 10.0);
+    }
+
+    #[test]
+    fn a_rows_cost_is_its_runs_lock_cycles_and_their_median_acquire() {
+        let mut row = Row::new("etcd", "none");
+        for (cycles, acquire) in [(70.0, Some(9.0)), (80.0, Some(5.0)), (90.0, Some(7.0))] {
+            let mut r = results(Validity::True, 0, 1.0);
+            r.stats.cycles_per_s = cycles;
+            r.stats.acquire_median_ms = acquire;
+            row.add(&r, "a".into());
+        }
+        // A run that could not run is no run's cost.
+        row.add_error("etcd would not start".into());
+        let mut none = results(Validity::True, 0, 1.0);
+        none.stats.cycles_per_s = 80.0;
+        row.add(&none, "b".into());
+        assert_eq!(row.cycles_per_s, 80.0);
+        assert_eq!(row.acquire_median_ms(), Some(7.0));
+        assert_eq!(Row::new("x", "none").acquire_median_ms(), None);
     }
 
     #[test]

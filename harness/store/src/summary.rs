@@ -64,6 +64,9 @@ pub fn render(title: &str, results: &Results, path: &str) -> String {
         "  ops: {} ({} ok, {} fail, {} info) in {:.1} s, {:.1} ops/s, {:.1} lock cycles/s",
         s.ops, s.ok, s.fail, s.info, s.duration_s, s.ops_per_s, s.cycles_per_s
     );
+    if let Some(ms) = s.acquire_median_ms {
+        let _ = writeln!(out, "  a granted acquire took {ms:.2} ms (median)");
+    }
     if let Some(line) = availability_line(&s.availability) {
         let _ = writeln!(out, "  {line}");
     }
