@@ -147,7 +147,7 @@ const ACQUIRE_TIMEOUT: u64 = 2 * TTL;
 
 /// `shape.processes` workers contending for one lock at once, shaped like
 /// lockstorm's worker loop with its default timing (TTL 2 s, work 200 ms,
-/// acquire timeout 4 s): each acquire op retries a busy lock every 5–25 ms
+/// acquire timeout 4 s): each acquire op retries a busy lock every 10–50 ms
 /// within the op until granted or timed out, so an acquire spans many other
 /// holds; a granted worker reads, works, writes and releases. Every attempt
 /// and release takes effect at one instant inside its op, in a simulation of
@@ -222,7 +222,7 @@ pub fn contended_history(seed: u64, shape: Contended) -> History {
                         (Next::Acquired(Ended::Granted(sent)), trip / 2)
                     }
                     (false, false) if timed_out => (Next::Acquired(Ended::Refused), trip / 2),
-                    (false, false) => (Next::Attempt, between(5 * MS, 25 * MS)),
+                    (false, false) => (Next::Attempt, between(10 * MS, 50 * MS)),
                 }
             }
             Next::Acquired(attempt) => {

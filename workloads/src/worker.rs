@@ -274,7 +274,7 @@ const ANSWERS: [&str; 5] = [
 
 /// The wait between tries of an acquire the lock refused as busy, within
 /// the op (ms, at random).
-const BUSY_RETRY_MS: std::ops::RangeInclusive<u64> = 5..=25;
+const BUSY_RETRY_MS: std::ops::RangeInclusive<u64> = 10..=50;
 /// The wait after an acquire that stayed busy to its timeout, before the
 /// next cycle (ms, at random).
 const AFTER_BUSY_MS: std::ops::RangeInclusive<u64> = 10..=300;

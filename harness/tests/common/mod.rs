@@ -31,6 +31,22 @@ pub fn lockstorm_at(cwd: Option<&Path>, args: &[&str], env: &[(&str, &str)]) -> 
         args.first(),
         Some(&"run" | &"matrix" | &"client-test" | &"shrink")
     ) && !args.iter().any(|a| *a == "--help" || *a == "-h");
+    lockstorm_slotted(cwd, args, env, starts_nodes)
+}
+
+/// [`lockstorm_at`] for a command the test expects refused before it starts
+/// any node (a setup that cannot reach a registry retries for seconds): it
+/// waits for no slot, and holds none meanwhile.
+pub fn lockstorm_refused_at(cwd: Option<&Path>, args: &[&str], env: &[(&str, &str)]) -> Run {
+    lockstorm_slotted(cwd, args, env, false)
+}
+
+fn lockstorm_slotted(
+    cwd: Option<&Path>,
+    args: &[&str],
+    env: &[(&str, &str)],
+    starts_nodes: bool,
+) -> Run {
     let _slot = starts_nodes.then(|| e2e_slot_for(long_run(args) || LONG_TEST.get()));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockstorm"));
     if let Some(cwd) = cwd {
@@ -230,11 +246,13 @@ pub fn run_short(
 /// How many end-to-end runs may go at once, across test threads and test
 /// binaries: nine per two cores, or `LOCKSTORM_TEST_RUNS`. A run mostly
 /// waits on timers (its leases, its work, its faults), so a few share a core
-/// the way a matrix's cells do (eight at once kept 2 cores about two-thirds
-/// busy; nine took the suite from 222 s to 194 s here, where ten starved the
-/// adapters' interpreters and their pauses came too late); each takes an
-/// address block of its own (the harness claims the lowest free one), so
-/// they never meet on the network.
+/// the way a matrix's cells do; each takes an address block of its own (the
+/// harness claims the lowest free one), so they never meet on the network.
+/// Nine took the suite from 222 s to 194 s where eight had; ten starved the
+/// adapters' interpreters and their pauses came too late. Ten again, once
+/// workers retried a busy lock half as often (which halved a run's CPU
+/// time), ran the suite here in 196 s, but in a fresh clone on CI a
+/// Sentinel took over 10 s to answer and two failovers came too late.
 ///
 /// On a machine already more than half busy before this process starts a
 /// run (another build, another suite), four per two cores: under two CPU-bound
@@ -376,14 +394,16 @@ pub fn long_test() {
     LONG_TEST.set(true);
 }
 
-/// Whether a command is one of the suite's long runs: a time limit of 20 s
-/// or more, or a `shrink` (several runs in turn).
+/// Whether a command is one of the suite's long runs: a time limit of 15 s
+/// or more, or a `shrink` (several runs in turn). The longest first, the
+/// short ones filling in: at 20 s, a 15 s `replicated` run that started
+/// last ended the suite 7 s after every other run.
 fn long_run(args: &[&str]) -> bool {
     let limit = args
         .windows(2)
         .find(|w| w[0] == "--time-limit")
         .and_then(|w| w[1].parse::<u64>().ok());
-    args.first() == Some(&"shrink") || limit.is_some_and(|s| s >= 20)
+    args.first() == Some(&"shrink") || limit.is_some_and(|s| s >= 15)
 }
 
 /// Asserts the run was VALID; if not, says why in terms a reader of a busy

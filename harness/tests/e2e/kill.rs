@@ -72,7 +72,7 @@ fn a_restart_taken_over_by_a_foreign_server_leaves_even_an_invalid_run_unknown()
     let tmp = tempfile::tempdir().unwrap();
     let results = tmp.path().join("results");
     let _slot = common::e2e_slot();
-    let run = Command::new(env!("CARGO_BIN_EXE_lockstorm"))
+    let mut run = Command::new(env!("CARGO_BIN_EXE_lockstorm"))
         .args(["run", "--results", results.to_str().unwrap()])
         .args(["--config", "single", "--nemesis", "kill"])
         .args(["--persistence", "aof-always", "--restart-ms", "1000"])
@@ -93,7 +93,19 @@ fn a_restart_taken_over_by_a_foreign_server_leaves_even_an_invalid_run_unknown()
     let (ip, port) = addr.rsplit_once(':').unwrap();
     common::wait_for("the first kill", || {
         let history = std::fs::read_to_string(dir.join("history.jsonl")).ok()?;
-        history.contains("\"start-kill\"").then_some(())
+        if history.contains("\"start-kill\"") {
+            return Some(());
+        }
+        // A run that ended without a kill says why (once seen waiting 30 s
+        // for one on a busy machine).
+        if run.try_wait().ok()?.is_some() {
+            let log = std::fs::read_to_string(dir.join("harness.log")).unwrap_or_default();
+            panic!(
+                "the run ended before any kill, in {}:\n{log}",
+                dir.display()
+            );
+        }
+        None
     });
     let squatter_dir = tmp.path().join("squatter");
     std::fs::create_dir_all(&squatter_dir).unwrap();

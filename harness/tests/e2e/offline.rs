@@ -5,7 +5,7 @@
 //! `LOCKSTORM_NODE_MODULES`) run the adapters with nothing installed, or
 //! are refused in one line when they lack a pin. All on loopback.
 
-use crate::common::{assert_no_process_left, lockstorm_at, Run};
+use crate::common::{assert_no_process_left, lockstorm_at, lockstorm_refused_at, Run};
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -26,6 +26,19 @@ fn offline(
     registry: &str,
     env: &[(&str, &str)],
 ) -> (Run, Duration) {
+    offline_as(root, args, index, registry, env, false)
+}
+
+/// [`offline`]; `refused`: the command is expected refused before it
+/// starts anything, so it holds no run slot meanwhile.
+fn offline_as(
+    root: &Path,
+    args: &[&str],
+    index: &str,
+    registry: &str,
+    env: &[(&str, &str)],
+    refused: bool,
+) -> (Run, Duration) {
     let cache = root.join("cache");
     let links = root.join("no-wheels");
     std::fs::create_dir_all(&links).unwrap();
@@ -40,7 +53,10 @@ fn offline(
     ];
     all.extend_from_slice(env);
     let started = Instant::now();
-    let run = lockstorm_at(Some(root), args, &all);
+    let run = match refused {
+        true => lockstorm_refused_at(Some(root), args, &all),
+        false => lockstorm_at(Some(root), args, &all),
+    };
     let took = started.elapsed();
     assert_no_process_left(root);
     (run, took)
@@ -136,7 +152,7 @@ fn an_unreachable_registry_is_said_in_one_line_with_the_way_out() {
 
     // A run that needs them says the same, before it starts anything.
     let args = ["client-test", "--client", "redis-py", "--results", "r"];
-    let (run, _) = offline(root.path(), &args, CLOSED_INDEX, CLOSED_REGISTRY, &[]);
+    let (run, _) = offline_as(root.path(), &args, CLOSED_INDEX, CLOSED_REGISTRY, &[], true);
     assert_eq!(run.code, 254, "{}", run.stderr);
     let line = the_line(&run);
     assert!(line.contains("cannot be reached"), "{line}");

@@ -10,8 +10,9 @@ use common::{assert_valid, assert_verified, count, events, run_short};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-/// Runs `config` under `pause` (with `extra`) for seeds 1, 2, 3 until
-/// `caught` holds: a race may need more than one seed. Returns the last run.
+/// Runs `config` under `pause` (with `extra`) for 10 s, with seeds 1, 2, 3
+/// until `caught` holds: a race may need more than one seed (or a longer
+/// run). Returns the last run.
 fn pause_until(
     config: &str,
     extra: &[&str],
@@ -20,7 +21,7 @@ fn pause_until(
     let mut last = None;
     for seed in ["1", "2", "3"] {
         let tmp = tempfile::tempdir().unwrap();
-        let (_, results, dir) = run_short(tmp.path(), config, "pause", "15", seed, extra);
+        let (_, results, dir) = run_short(tmp.path(), config, "pause", "10", seed, extra);
         let done = caught(&results);
         last = Some((results, dir, tmp));
         if done {
