@@ -54,7 +54,7 @@ impl Client {
     pub fn refusal(&self, config: Config) -> Option<String> {
         let Some(topology) = topology(config) else {
             return Some(format!(
-                "--config {config} is a built-in lock; a client adapter brings its own: use --config single, replicated or redlock"
+                "--config {config} is a built-in lock; a client adapter brings its own: use --config single, replicated or redlock (etcd for an etcd client)"
             ));
         };
         match self {

@@ -49,6 +49,10 @@ impl std::fmt::Display for SetupFailed {
 
 impl std::error::Error for SetupFailed {}
 
+/// The topology of three etcd members, for an adapter of an etcd lock
+/// client: its `nodes` are the members' client addresses.
+pub const ETCD: &str = "etcd";
+
 /// The topology an adapter's `init` names for a config, if the config is a
 /// topology and not a lock of lockstorm's own.
 pub fn topology(config: Config) -> Option<&'static str> {
@@ -56,6 +60,7 @@ pub fn topology(config: Config) -> Option<&'static str> {
         Config::Single => Some("single"),
         Config::Replicated => Some("replicated"),
         Config::Redlock => Some("redlock"),
+        Config::Etcd => Some(ETCD),
         _ => None,
     }
 }

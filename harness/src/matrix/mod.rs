@@ -105,12 +105,13 @@ pub struct MatrixOutcome {
 }
 
 pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
-    // A client adapter brings its own lock: `all` means every topology.
+    // A client adapter brings its own lock: `all` means every Redis
+    // topology (a Redis library cannot speak to etcd: `etcd` is named).
     let all: Vec<String> = Config::ALL
         .into_iter()
         .filter(|&c| {
             let adapter = args.clients.is_some() || args.client_cmd.is_some();
-            !adapter || workloads::install::topology(c).is_some()
+            !adapter || (workloads::install::topology(c).is_some() && !c.locks_in_etcd())
         })
         .map(|c| c.to_string())
         .collect();

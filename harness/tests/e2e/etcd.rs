@@ -8,7 +8,7 @@ use crate::common;
 use checker::Validity;
 use common::events;
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A run of `config` under `nemesis` (seed 5) for `seconds`, in a folder
 /// of its own.
@@ -94,6 +94,85 @@ fn the_revision_fence_survives_a_killed_majority_of_members() {
         "nothing was written: {}",
         dir.display()
     );
+}
+
+/// The protocol page's etcd lock client, as a user would copy it; with
+/// `fence`, declaring the fence its grants carry.
+fn etcd_example(dir: &Path, fence: bool) -> PathBuf {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/protocol.md"))
+        .unwrap();
+    let (_, after) = page
+        .split_once("<!-- example-etcd-adapter -->\n```python\n")
+        .expect("docs/protocol.md has the marked etcd example");
+    let (code, _) = after.split_once("```").expect("the example block ends");
+    let declared = r#"features=["token"]"#;
+    assert!(code.contains(declared), "the example declares {declared}");
+    let code = match fence {
+        true => code.replace(declared, r#"features=["token", "fence"]"#),
+        false => code.to_string(),
+    };
+    let path = dir.join(if fence {
+        "etcd_fenced.py"
+    } else {
+        "etcd_lock.py"
+    });
+    std::fs::write(&path, code).unwrap();
+    path
+}
+
+#[test]
+fn a_users_etcd_lock_client_is_caught_under_a_pause_and_its_fence_keeps_the_data() {
+    common::long_test();
+    for fence in [false, true] {
+        let tmp = common::open_tmp();
+        let cmd = format!("python3 {}", etcd_example(tmp.path(), fence).display());
+        let client = ["--client-cmd", cmd.as_str(), "--workers", "3"];
+        let (_, results, dir) = common::run_short(tmp.path(), "etcd", "pause", "8", "5", &client);
+        common::assert_no_process_left(tmp.path());
+        let record: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+        // Its `init` reached the members: it took the lock, and said who it is.
+        assert_eq!(
+            record["client"]["library"],
+            "etcd-sketch 1.0",
+            "{}",
+            dir.display()
+        );
+        assert!(results.stats.acquired >= 5, "{}", dir.display());
+        for n in 1..=3 {
+            let data = dir.join(format!("nodes/n{n}/data"));
+            assert!(!data.exists(), "{} outlived the run", data.display());
+        }
+        // Either way the lock broke: an adapter's promise is its lock's.
+        assert_eq!(results.valid, Validity::False, "{}", dir.display());
+        assert!(
+            common::count(&results, "lock-overlap") >= 1,
+            "{}",
+            dir.display()
+        );
+        common::assert_all_caused(&results, "lock-overlap");
+        let refused = results
+            .stats
+            .errors
+            .get("stale-fence")
+            .copied()
+            .unwrap_or(0);
+        match fence {
+            false => assert_eq!(refused, 0, "no fence, nothing refused: {}", dir.display()),
+            // With its revision checked, the paused holder's write is refused.
+            true => {
+                assert!(refused >= 1, "no stale write refused: {}", dir.display());
+                for anomaly in ["lost-update", "stale-fence-accepted"] {
+                    assert_eq!(
+                        common::count(&results, anomaly),
+                        0,
+                        "{anomaly}: {}",
+                        dir.display()
+                    );
+                }
+            }
+        }
+    }
 }
 
 #[test]

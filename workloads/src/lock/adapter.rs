@@ -45,11 +45,16 @@ impl Adapter {
             params.worker,
             params.keys.lock(),
         );
-        let watch = params
-            .nodes
-            .iter()
-            .map(|n| (n.clone(), params.connect(n, params.op_timeout)))
-            .collect();
+        // etcd's members speak no Redis: nothing to watch, and a strike at
+        // `acquiring` lands when the grant arrives, after the decision.
+        let watch = match spec.topology == crate::install::ETCD {
+            true => Vec::new(),
+            false => params
+                .nodes
+                .iter()
+                .map(|n| (n.clone(), params.connect(n, params.op_timeout)))
+                .collect(),
+        };
         let mut client = Adapter {
             spec: spec.clone(),
             init,
