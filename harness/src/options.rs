@@ -676,7 +676,8 @@ impl RunOptions {
                     "--storage-target keeps the counter on your Redis node, and --storage postgres in lockstorm's PostgreSQL: choose one".into(),
                 ));
             }
-            let proxied = self.nemesis.any(|p| p.needs_proxy()) || self.latency_ms.is_some();
+            let proxied =
+                self.nemesis.any(|p| in_proxy(self.config, p)) || self.latency_ms.is_some();
             if proxied {
                 return Err(Refusal::Inapplicable(format!(
                     "--nemesis {} acts in the fault proxy, which speaks Redis's protocol and not PostgreSQL's: with --storage postgres choose pause, crash, kill, pause-node or terminate-session",
@@ -688,9 +689,9 @@ impl RunOptions {
     }
 
     /// etcd's lock runs on lockstorm's own members, struck by the faults
-    /// that act on a process: the fault proxy speaks Redis's protocol, the
-    /// time shim does not reach Go's clock, and a partition cuts client
-    /// ports, not the members' peer links.
+    /// that act on a process, and by a partition between members (made with
+    /// iptables): the fault proxy speaks Redis's protocol, and the time shim
+    /// does not reach Go's clock.
     fn check_etcd(&self) -> Result<(), Refusal> {
         if !self.config.locks_in_etcd() {
             return Ok(());
@@ -703,10 +704,10 @@ impl RunOptions {
         }
         let unbuilt = self
             .nemesis
-            .any(|p| p.needs_proxy() || p.needs_time_shim() || p.needs_firewall());
+            .any(|p| in_proxy(self.config, p) || p.needs_time_shim() || p.needs_firewall());
         if unbuilt || self.latency_ms.is_some() {
             return Err(Refusal::Inapplicable(format!(
-                "--nemesis {} does not reach etcd's members yet (the fault proxy speaks Redis's protocol, the time shim does not move Go's clock): with --config {} choose pause, crash, kill or pause-node",
+                "--nemesis {} does not reach etcd's members yet (the fault proxy speaks Redis's protocol, the time shim does not move Go's clock): with --config {} choose pause, crash, kill, pause-node or partition",
                 self.nemesis, self.config
             )));
         }
@@ -1042,7 +1043,14 @@ impl RunPlan {
     /// when a fault acts there or `--latency-ms` is given, so other runs pay
     /// no hop and stay comparable with runs made before the proxy.
     pub fn proxied(&self) -> bool {
-        self.needs(|p| p.needs_proxy()) || self.latency_ms.is_some()
+        self.needs(|p| in_proxy(self.config, p)) || self.latency_ms.is_some()
+    }
+
+    /// Whether the run cuts links with iptables: a failover's, or a
+    /// partition between etcd's members.
+    pub fn cuts_with_iptables(&self) -> bool {
+        let etcd = self.config.locks_in_etcd();
+        self.needs(|p| p.needs_firewall() || (etcd && p.cuts_members()))
     }
 
     /// The nemesis and where it strikes: `pause@read`, or `pause` at the default point.
@@ -1143,6 +1151,12 @@ fn rand_seed() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     (nanos as u64 ^ u64::from(std::process::id())) % 1_000_000
+}
+
+/// Whether fault `p` acts in the fault proxy on `config`: a partition of
+/// etcd's members is made with iptables instead.
+fn in_proxy(config: Config, p: &dyn Package) -> bool {
+    p.needs_proxy() && !(config.locks_in_etcd() && p.cuts_members())
 }
 
 #[cfg(test)]

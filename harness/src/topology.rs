@@ -46,6 +46,9 @@ pub struct Topology {
     locks_in_storage: bool,
     /// The lock lives on etcd members: no Redis key to observe.
     locks_in_etcd: bool,
+    /// Those members as a cut between them names them (fixed for the run:
+    /// a restart keeps addresses and ports).
+    members: Vec<(String, nemesis::net::Member)>,
     /// lockstorm's own storage node (`None` with `--storage-target`).
     storage: Mutex<Option<Server>>,
     /// The storage node's address (it never moves: no fault touches it).
@@ -139,7 +142,7 @@ async fn start_storage(
 /// Checked before the run's folder is made, and again when the run starts.
 pub fn needs_firewall(options: &RunPlan) -> Result<bool> {
     // A deployment's failover is the user's command: lockstorm cuts nothing.
-    if options.target.is_some() || !options.needs(|p| p.needs_firewall()) {
+    if options.target.is_some() || !options.cuts_with_iptables() {
         return Ok(false);
     }
     let faults = options.nemesis.to_string();
@@ -245,6 +248,7 @@ impl Topology {
             sentinels.push(node.addr());
         }
         let mut nodes: Vec<Server> = nodes.into_iter().map(Server::Redis).collect();
+        let mut peers = Vec::new();
         if options.config.locks_in_etcd() {
             let members: Vec<(String, Ipv4Addr)> = (1..=options.config.lock_nodes() as u8)
                 .map(|n| (format!("n{n}"), addresses.data(n)))
@@ -253,6 +257,10 @@ impl Topology {
             let token = format!("lockstorm-{}-{}", std::process::id(), addresses.block);
             let members =
                 backend::etcd::start_cluster(&members, nodes_dir, backend.clone(), &token).await?;
+            peers = members
+                .iter()
+                .map(|m| (m.name().to_string(), m.peer()))
+                .collect();
             nodes.extend(members.into_iter().map(Server::Etcd));
         }
         Ok(Topology {
@@ -269,6 +277,7 @@ impl Topology {
             master: options.master(),
             locks_in_storage: options.config.locks_in_storage(),
             locks_in_etcd: options.config.locks_in_etcd(),
+            members: peers,
             storage_addr: storage.addr(),
             storage: Mutex::new(Some(storage)),
             firewall,
@@ -340,6 +349,7 @@ impl Topology {
             master: options.master(),
             locks_in_storage: options.config.locks_in_storage(),
             locks_in_etcd: false,
+            members: Vec::new(),
             storage_addr,
             storage: Mutex::new(storage),
             firewall: None,
@@ -710,6 +720,20 @@ impl Cluster for Topology {
             .firewall
             .as_ref()
             .ok_or_else(|| std::io::Error::other("this run has no firewall"))?;
+        if self.locks_in_etcd {
+            let member = |n: &str| {
+                self.members
+                    .iter()
+                    .find(|(name, _)| name == n)
+                    .map(|(_, m)| *m)
+                    .ok_or_else(|| std::io::Error::other(format!("no member {n}")))
+            };
+            let others = others
+                .iter()
+                .map(|o| member(o))
+                .collect::<std::io::Result<Vec<_>>>()?;
+            return fw.cut_members(member(a)?, &others);
+        }
         let find = |n: &str| self.socket_of(n);
         let (aip, aport) = find(a)?;
         let mut links = Vec::new();
@@ -738,6 +762,22 @@ impl Cluster for Topology {
 
     fn lock_nodes(&self) -> Vec<String> {
         self.data_nodes().map(|(n, _, _)| n.clone()).collect()
+    }
+
+    fn consensus(&self) -> bool {
+        self.locks_in_etcd
+    }
+
+    fn has_leader(&self, node: &str) -> BoxFuture<'_, Result<bool, String>> {
+        let addr = self
+            .socket_of(node)
+            .map(|(ip, port)| format!("{ip}:{port}"));
+        Box::pin(async move {
+            match addr {
+                Ok(addr) => backend::etcd::has_leader(addr).await,
+                Err(e) => Err(e.to_string()),
+            }
+        })
     }
 
     fn targets(&self, targets: Targets) -> BoxFuture<'_, Vec<NodeRef>> {

@@ -26,10 +26,12 @@ fn present(chain: &str) -> bool {
 }
 
 /// A chain hooked into INPUT with its lock file, as a run makes it (the
-/// lock taken first when `held`, so no run at once sees it free); removed
-/// when dropped, so a failing test leaves nothing.
+/// lock taken first when `held`, so no run at once sees it free), and the
+/// chain hooked into OUTPUT that a cut between etcd's members adds
+/// (`<name>m`); removed when dropped, so a failing test leaves nothing.
 struct Chain {
     name: String,
+    marks: String,
     _lock: Option<Flock<File>>,
 }
 
@@ -45,7 +47,14 @@ impl Chain {
         });
         assert!(iptables(&["-N", &name]), "cannot create chain {name}");
         assert!(iptables(&["-I", "INPUT", "-j", &name]));
-        Chain { name, _lock: lock }
+        let marks = format!("{name}m");
+        assert!(iptables(&["-N", &marks]), "cannot create chain {marks}");
+        assert!(iptables(&["-I", "OUTPUT", "-j", &marks]));
+        Chain {
+            name,
+            marks,
+            _lock: lock,
+        }
     }
 }
 
@@ -54,6 +63,9 @@ impl Drop for Chain {
         while iptables(&["-D", "INPUT", "-j", &self.name]) {}
         iptables(&["-F", &self.name]);
         iptables(&["-X", &self.name]);
+        while iptables(&["-D", "OUTPUT", "-j", &self.marks]) {}
+        iptables(&["-F", &self.marks]);
+        iptables(&["-X", &self.marks]);
         let _ = std::fs::remove_file(nemesis::net::lock_path(&self.name));
     }
 }
@@ -64,16 +76,20 @@ fn a_run_removes_a_chain_whose_lock_is_free_and_keeps_one_whose_lock_is_held() {
     let stale = Chain::new("57a1e000", false);
     let tmp = tempfile::tempdir().unwrap();
     let (run, _, _) = common::run_short(tmp.path(), "single", "none", "1", "5", &[]);
-    assert!(
-        present(&live.name),
-        "the chain of a live run (its lock held) was removed: {}",
-        run.stderr
-    );
-    assert!(
-        !present(&stale.name),
-        "the chain of a gone run (its lock free) was left: {}",
-        run.stderr
-    );
+    for chain in [&live.name, &live.marks] {
+        assert!(
+            present(chain),
+            "{chain} of a live run (its lock held) was removed: {}",
+            run.stderr
+        );
+    }
+    for chain in [&stale.name, &stale.marks] {
+        assert!(
+            !present(chain),
+            "{chain} of a gone run (its lock free) was left: {}",
+            run.stderr
+        );
+    }
     assert!(
         !nemesis::net::lock_path(&stale.name).exists(),
         "the stale chain's lock file was left"

@@ -44,6 +44,15 @@ pub trait Cluster: Send + Sync {
     fn restart(&self, name: &str) -> BoxFuture<'_, Result<NodeRef, String>>;
     /// Drops every packet between node `a` and each of `others`.
     fn partition(&self, a: &str, others: &[String]) -> std::io::Result<()>;
+    /// The lock's nodes are members of one consensus cluster (etcd's), which
+    /// talk to each other: a partition cuts members from members.
+    fn consensus(&self) -> bool {
+        false
+    }
+    /// Whether consensus member `node` knows a leader now.
+    fn has_leader(&self, _node: &str) -> BoxFuture<'_, Result<bool, String>> {
+        Box::pin(async { Err("not a consensus cluster".to_string()) })
+    }
     /// Removes every rule this run added.
     fn heal(&self) -> std::io::Result<()>;
     /// Waits until Sentinel names a primary other than `old`.

@@ -4,6 +4,15 @@
 //! Rules live in a chain of the run's own, hooked into INPUT: packets are
 //! sent and silently lost, as on a real partition.
 //!
+//! etcd's members dial each other from 127.0.0.1, whoever dials, so their
+//! links cannot be told apart by address: each member runs with a group id
+//! of its own ([`member_gid`]). A second chain of the run's, hooked into
+//! OUTPUT (only there can a rule name the process that sent a packet), marks
+//! every connection either side of a cut opens to the other (`CONNMARK`),
+//! and the INPUT chain drops both directions of each marked connection: a
+//! drop on the way out would fail the sender's call at once (`EPERM`),
+//! which no real partition does.
+//!
 //! Each chain has a random name and a lock file of the same name, which its
 //! run holds with `flock` for as long as the chain exists. The kernel drops
 //! the lock when the run dies however it dies, so a chain whose lock can be
@@ -34,7 +43,12 @@ pub fn lock_path(chain: &str) -> PathBuf {
     PathBuf::from(LOCK_DIR).join(chain)
 }
 
-/// A fresh chain name: 64 random bits, 26 characters (iptables allows 28).
+/// What a run's OUTPUT chain adds to its INPUT chain's name (not a hex
+/// digit, so no INPUT chain's name ends in it).
+const MARKS: &str = "m";
+
+/// A fresh chain name: 64 random bits, 26 characters (iptables allows 28,
+/// so its OUTPUT chain's name fits too).
 fn new_chain_name() -> String {
     format!("{PREFIX}{:016x}", rand::random::<u64>())
 }
@@ -62,6 +76,69 @@ pub fn drop_rules(chain: &str, link: Link) -> [Vec<String>; 2] {
         .to_vec()
     };
     [rule(&c, &s, "--dport"), rule(&s, &c, "--sport")]
+}
+
+/// An etcd member as a cut between members names it: its address, its
+/// peer port and the group id it runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Member {
+    pub ip: Ipv4Addr,
+    pub peer_port: u16,
+    pub gid: u32,
+}
+
+/// The group id a member at `ip` runs with: its loopback address as a
+/// number, so no two members of concurrent runs share one (pure).
+pub fn member_gid(ip: Ipv4Addr) -> u32 {
+    u32::from(ip)
+}
+
+/// The iptables arguments that cut member `a` from each of `others`, both
+/// ways (pure): in `marks` (hooked into OUTPUT), a connection either side
+/// opens to the other's peer port is marked with `a`'s group id as a packet
+/// of it leaves (its opener is known by its group); in `drops` (INPUT),
+/// every packet of a marked connection is dropped as it arrives, the
+/// replies included.
+pub fn member_cut_rules(
+    marks: &str,
+    drops: &str,
+    a: Member,
+    others: &[Member],
+) -> Vec<Vec<String>> {
+    let chain = marks;
+    let mark = a.gid.to_string();
+    let opened = |by: Member, to: Member| {
+        [
+            "-A",
+            chain,
+            "-p",
+            "tcp",
+            "-m",
+            "owner",
+            "--gid-owner",
+            &by.gid.to_string(),
+            "-d",
+            &to.ip.to_string(),
+            "--dport",
+            &to.peer_port.to_string(),
+            "-j",
+            "CONNMARK",
+            "--set-mark",
+            &mark,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let mut rules: Vec<Vec<String>> = others
+        .iter()
+        .flat_map(|&o| [opened(a, o), opened(o, a)])
+        .collect();
+    rules.push(
+        ["-A", drops, "-m", "connmark", "--mark", &mark, "-j", "DROP"]
+            .map(String::from)
+            .to_vec(),
+    );
+    rules
 }
 
 /// The run's chain. Dropping it removes every rule it added.
@@ -110,7 +187,25 @@ impl Firewall {
         Ok(())
     }
 
+    /// Cuts member `a` from each of `others` ([`member_cut_rules`]), making
+    /// the run's OUTPUT chain the first time.
+    pub fn cut_members(&self, a: Member, others: &[Member]) -> io::Result<()> {
+        let marks = format!("{}{MARKS}", self.chain);
+        if !chain_exists(&marks) {
+            iptables(&["-N", &marks])?;
+            iptables(&["-I", "OUTPUT", "-j", &marks])?;
+        }
+        for rule in member_cut_rules(&marks, &self.chain, a, others) {
+            iptables(&rule.iter().map(String::as_str).collect::<Vec<_>>())?;
+        }
+        Ok(())
+    }
+
     pub fn heal(&self) -> io::Result<()> {
+        let marks = format!("{}{MARKS}", self.chain);
+        if chain_exists(&marks) {
+            iptables(&["-F", &marks])?;
+        }
         iptables(&["-F", &self.chain])
     }
 }
@@ -142,15 +237,24 @@ pub fn available() -> Result<(), String> {
     }
 }
 
-/// Names of lockstorm chains present now (of any version).
+/// Names of lockstorm chains present now (of any version); a run's OUTPUT
+/// chain goes by its INPUT chain's name, which holds the lock of both.
 pub fn chains() -> io::Result<Vec<String>> {
     let out = Command::new("iptables").arg("-S").output()?;
-    Ok(String::from_utf8_lossy(&out.stdout)
+    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.strip_prefix("-N "))
         .filter(|c| c.starts_with(PREFIX) || c.starts_with(PID_NAMED))
+        .map(|c| {
+            c.strip_suffix(MARKS)
+                .filter(|_| c.starts_with(PREFIX))
+                .unwrap_or(c)
+        })
         .map(String::from)
-        .collect())
+        .collect();
+    names.sort();
+    names.dedup();
+    Ok(names)
 }
 
 /// Removes the chains of runs that are gone (a crash leaves them): those
@@ -162,7 +266,10 @@ pub fn clean_stale() -> io::Result<()> {
             // Its run ended after the listing: it removes its chain, then its
             // lock file, then lets go of the lock. Not stale, nothing to say.
             Ok(Some(_lock)) if !lock_path(&chain).exists() => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound && !chain_exists(&chain) => {}
+            Err(e)
+                if e.kind() == io::ErrorKind::NotFound
+                    && !chain_exists(&chain)
+                    && !chain_exists(&format!("{chain}{MARKS}")) => {}
             Ok(Some(_lock)) => {
                 tracing::warn!("removing iptables chain {chain} left by a run that did not finish");
                 if remove_chain(&chain) {
@@ -172,7 +279,8 @@ pub fn clean_stale() -> io::Result<()> {
             Ok(None) => {}
             Err(e) => tracing::warn!(
                 "leaving iptables chain {chain}: its owner cannot be shown gone ({}: {e}); \
-                 if no run uses it, remove it with `iptables -D INPUT -j {chain}; iptables -F {chain}; iptables -X {chain}`",
+                 if no run uses it, remove it with `iptables -D INPUT -j {chain}; iptables -F {chain}; iptables -X {chain}` \
+                 (and the same for {chain}{MARKS} and OUTPUT, if it is there)",
                 lock_path(&chain).display()
             ),
         }
@@ -198,6 +306,12 @@ fn chain_exists(chain: &str) -> bool {
 fn remove_chain(chain: &str) -> bool {
     // The hook may have been inserted more than once; remove until gone.
     while iptables(&["-D", "INPUT", "-j", chain]).is_ok() {}
+    let marks = format!("{chain}{MARKS}");
+    if chain_exists(&marks) {
+        while iptables(&["-D", "OUTPUT", "-j", &marks]).is_ok() {}
+        let _ = iptables(&["-F", &marks]);
+        let _ = iptables(&["-X", &marks]);
+    }
     let _ = iptables(&["-F", chain]);
     iptables(&["-X", chain]).is_ok() || !chain_exists(chain)
 }
@@ -237,6 +351,35 @@ mod tests {
         assert_eq!(
             back.join(" "),
             "-A lockstorm-1 -p tcp -s 127.0.0.11 -d 127.0.0.12 --sport 6400 -j DROP"
+        );
+    }
+
+    #[test]
+    fn a_member_is_cut_by_the_connections_either_side_opens_to_the_other() {
+        let member = |last: u8, port: u16| {
+            let ip = Ipv4Addr::new(127, 0, 3, last);
+            Member {
+                ip,
+                peer_port: port,
+                gid: member_gid(ip),
+            }
+        };
+        let (a, b, c) = (member(11, 5001), member(12, 5002), member(13, 5003));
+        assert_eq!(a.gid, 2130707211, "127.0.3.11 as a number");
+        let rules: Vec<String> = member_cut_rules("lockstorm-1m", "lockstorm-1", a, &[b, c])
+            .iter()
+            .map(|r| r.join(" "))
+            .collect();
+        let mark = "-j CONNMARK --set-mark 2130707211";
+        assert_eq!(
+            rules,
+            [
+                format!("-A lockstorm-1m -p tcp -m owner --gid-owner 2130707211 -d 127.0.3.12 --dport 5002 {mark}"),
+                format!("-A lockstorm-1m -p tcp -m owner --gid-owner 2130707212 -d 127.0.3.11 --dport 5001 {mark}"),
+                format!("-A lockstorm-1m -p tcp -m owner --gid-owner 2130707211 -d 127.0.3.13 --dport 5003 {mark}"),
+                format!("-A lockstorm-1m -p tcp -m owner --gid-owner 2130707213 -d 127.0.3.11 --dport 5001 {mark}"),
+                "-A lockstorm-1 -m connmark --mark 2130707211 -j DROP".to_string(),
+            ]
         );
     }
 

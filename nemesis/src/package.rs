@@ -76,6 +76,13 @@ pub trait Package: Sync {
         false
     }
 
+    /// On a consensus cluster (etcd's members) the fault cuts members from
+    /// each other with iptables instead: it then needs the firewall, not
+    /// the proxy.
+    fn cuts_members(&self) -> bool {
+        false
+    }
+
     /// The fault can hit the storage node instead of the lock's
     /// (`--targets storage`).
     fn can_target_storage(&self) -> bool {

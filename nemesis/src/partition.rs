@@ -8,6 +8,12 @@
 //! cut link is dropped, as iptables' `DROP` would, and a connection that
 //! lived through the cut is reset when it heals (its bytes are gone). The
 //! `partition+clock` scenario cuts the same way.
+//!
+//! On a consensus cluster (etcd's members) the nodes talk to each other,
+//! and a partition is Jepsen's: the members `--targets` picks are cut off
+//! from the rest with iptables (`net::member_cut_rules`), the workers still
+//! reach every member. It is seen to act when each member on the smaller
+//! side says it has no leader.
 
 use crate::cluster::BoxFuture;
 use crate::cluster::Targets;
@@ -36,9 +42,76 @@ impl Package for Partition {
     fn needs_proxy(&self) -> bool {
         true
     }
-    fn run<'a>(&'a self, env: &'a mut Env, p: &'a FaultParams) -> BoxFuture<'a, ()> {
-        Box::pin(cut(env, p.targets, p.hold))
+    fn cuts_members(&self) -> bool {
+        true
     }
+    fn run<'a>(&'a self, env: &'a mut Env, p: &'a FaultParams) -> BoxFuture<'a, ()> {
+        match env.cluster.consensus() {
+            true => Box::pin(cut_members(env, p.targets, p.hold)),
+            false => Box::pin(cut(env, p.targets, p.hold)),
+        }
+    }
+}
+
+/// How long a member cut off from the majority may take to say it has no
+/// leader: etcd's election timeout is 1 s; a busy host stretches it.
+const LEADERLESS_WITHIN: Duration = Duration::from_secs(10);
+
+/// Cuts the members `targets` picks off from the rest, holds, heals.
+async fn cut_members(env: &mut Env, targets: Targets, hold: Duration) {
+    let fault = Partition.name();
+    let members = env.cluster.lock_nodes();
+    let (side, rest) = sides(targets, &members);
+    if rest.is_empty() {
+        let reason = format!(
+            "--targets {} leaves no member on the other side",
+            targets.name()
+        );
+        env.journal
+            .record(&skip_event(fault), json!({"reason": reason}), None);
+        return;
+    }
+    let began = env.journal.now_ns();
+    if let Some(e) = side
+        .iter()
+        .find_map(|a| env.cluster.partition(a, &rest).err())
+    {
+        let healed = env.cluster.heal().err().map(|h| format!("; healing: {h}"));
+        let reason = format!("{e}{}", healed.unwrap_or_default());
+        env.journal
+            .record(&skip_event(fault), json!({"reason": reason}), None);
+        return;
+    }
+    let cut = json!({"cut": [&side, &rest], "by": "iptables", "targets": targets.name()});
+    let smaller = if side.len() <= rest.len() {
+        &side
+    } else {
+        &rest
+    };
+    let seen = verify::leaderless(env, smaller, LEADERLESS_WITHIN).await;
+    env.journal.record_at(
+        began,
+        &Fault::Partition.start_event(),
+        verify::attach(cut.clone(), seen),
+        None,
+    );
+    env.sleep(hold).await;
+    // A cut that would not go leaves the run's partition in place: unknown.
+    let healed = env.cluster.heal().map(|()| json!({"flushed": true}));
+    let value = verify::attach(cut, healed.map_err(|e| e.to_string()));
+    env.journal
+        .record(&Fault::Partition.stop_event(), value, None);
+}
+
+/// The members `targets` picks, and the rest (pure).
+pub fn sides(targets: Targets, members: &[String]) -> (Vec<String>, Vec<String>) {
+    let side = targets.pick(members);
+    let rest = members
+        .iter()
+        .filter(|m| !side.contains(m))
+        .cloned()
+        .collect();
+    (side, rest)
 }
 
 async fn cut(env: &mut Env, targets: Targets, hold: Duration) {
@@ -133,6 +206,19 @@ mod tests {
             let kept: Vec<&String> = nodes.iter().filter(|n| !lost.contains(n)).collect();
             assert!(seen.insert(kept), "two workers keep the same majority");
         }
+    }
+
+    #[test]
+    fn members_are_cut_into_the_picked_ones_and_the_rest() {
+        let members: Vec<String> = (1..=3).map(|n| format!("n{n}")).collect();
+        let (side, rest) = sides(Targets::Majority, &members);
+        assert_eq!(
+            (side, rest),
+            (vec!["n1".into(), "n2".into()], vec!["n3".into()])
+        );
+        let (side, rest) = sides(Targets::One, &members);
+        assert_eq!((side.len(), rest.len()), (1, 2));
+        assert!(sides(Targets::All, &members).1.is_empty(), "no other side");
     }
 
     #[test]

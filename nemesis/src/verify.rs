@@ -146,6 +146,35 @@ pub(crate) async fn clocks(env: &Env, nodes: &[String], offset_ns: i64) -> Resul
     Ok(json!({"observed_offset_ms": seen}))
 }
 
+/// Waits until every one of `members` says it has no leader: cut off from
+/// the majority, each has lost it (within `within`).
+pub(crate) async fn leaderless(
+    env: &Env,
+    members: &[String],
+    within: Duration,
+) -> Result<Value, String> {
+    let started = tokio::time::Instant::now();
+    let deadline = started + within;
+    loop {
+        let mut led = Vec::new();
+        for m in members {
+            match env.cluster.has_leader(m).await {
+                Ok(false) => {}
+                Ok(true) => led.push(format!("{m} still has a leader")),
+                Err(e) => led.push(format!("{m} could not be asked: {e}")),
+            }
+        }
+        if led.is_empty() {
+            let ms = started.elapsed().as_millis() as u64;
+            return Ok(json!({"leaderless": members, "after_ms": ms}));
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("{} {within:?} into the cut", led.join(", ")));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Probes every cut link (each must fail) and, from the harness, every node
 /// behind one (each must connect, so the node was up and the cut did it).
 pub(crate) async fn cut(env: &Env, links: &[(Source, String)]) -> Result<Value, String> {

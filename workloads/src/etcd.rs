@@ -198,6 +198,17 @@ pub fn started(metrics: &str) -> Option<String> {
         .map(|v| v.trim().to_string())
 }
 
+/// Whether the member knows a leader (`etcd_server_has_leader` in `GET
+/// /metrics`): one cut off from the majority loses it within an election
+/// timeout, as a follower that hears no heartbeat or a leader that hears
+/// no quorum (etcd checks quorum).
+pub fn has_leader(metrics: &str) -> Option<bool> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("etcd_server_has_leader "))
+        .map(|v| v.trim() == "1")
+}
+
 fn b64(s: &str) -> String {
     STANDARD.encode(s)
 }

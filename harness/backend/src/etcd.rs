@@ -58,6 +58,21 @@ pub fn version() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// Whether the member at `addr` (its client address) knows a leader now,
+/// from its metrics.
+pub async fn has_leader(addr: String) -> std::result::Result<bool, String> {
+    tokio::task::spawn_blocking(move || {
+        let gateway = Gateway::new(None, Duration::from_millis(500)).map_err(|e| e.to_string())?;
+        let (_, metrics) = gateway
+            .get(&addr, etcd::METRICS)
+            .map_err(|e| format!("{addr}: {e:?}"))?;
+        etcd::has_leader(&metrics)
+            .ok_or_else(|| format!("{addr}: no etcd_server_has_leader in its metrics"))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
 /// One member of the run's etcd cluster.
 pub struct EtcdMember {
     name: String,
@@ -155,7 +170,12 @@ impl EtcdMember {
             reads: Vec::new(),
             writes: Vec::new(),
             output: self.output_log(),
-            user: None,
+            // A group of its own, for a cut between members to tell its
+            // connections from its peers' (they all dial from 127.0.0.1);
+            // only root may take one, and only root cuts links.
+            user: nix::unistd::geteuid()
+                .is_root()
+                .then(|| (0, nemesis::net::member_gid(self.ip))),
         }
     }
 
@@ -228,6 +248,16 @@ impl EtcdMember {
 
     pub fn port(&self) -> u16 {
         self.client_port
+    }
+
+    /// The member as a cut between members names it: address, peer port
+    /// and the group id it runs with.
+    pub fn peer(&self) -> nemesis::net::Member {
+        nemesis::net::Member {
+            ip: self.ip,
+            peer_port: self.peer_port,
+            gid: nemesis::net::member_gid(self.ip),
+        }
     }
 
     /// Its client address (the gateway's): what the lock clients talk to.

@@ -176,6 +176,29 @@ fn a_users_etcd_lock_client_is_caught_under_a_pause_and_its_fence_keeps_the_data
 }
 
 #[test]
+fn a_member_cut_off_from_the_others_loses_its_leader_and_the_fence_keeps_the_data() {
+    // The default --targets majority: n1 and n2 on one side, n3 alone.
+    let (_tmp, results, dir, _) =
+        etcd_run("etcd-fenced", "partition", "10", &["--fault-ms", "2000"]);
+    common::assert_valid(&results, &dir);
+    common::assert_verified(&dir, "start-partition");
+    common::assert_verified(&dir, "stop-partition");
+    for cut in events(&dir, "start-partition") {
+        assert_eq!(cut["value"]["by"], "iptables", "{cut}");
+        assert_eq!(
+            cut["value"]["cut"],
+            serde_json::json!([["n1", "n2"], ["n3"]]),
+            "{cut}"
+        );
+        assert_eq!(
+            cut["value"]["verified"]["leaderless"],
+            serde_json::json!(["n3"]),
+            "the member alone lost its leader: {cut}"
+        );
+    }
+}
+
+#[test]
 fn no_member_or_data_folder_outlives_an_interrupted_or_killed_harness() {
     // A holder paused for a minute: the harness is signalled mid-fault.
     let run = [
@@ -224,7 +247,7 @@ fn a_missing_etcd_is_one_line_saying_how_to_install_it() {
 fn a_fault_that_does_not_reach_etcd_yet_is_refused_in_one_line() {
     let tmp = tempfile::tempdir().unwrap();
     let results = tmp.path().to_str().unwrap();
-    for nemesis in ["delay", "clock", "partition"] {
+    for nemesis in ["delay", "clock", "lose-reply"] {
         let out = common::lockstorm(&[
             "run",
             "--config",
@@ -236,7 +259,7 @@ fn a_fault_that_does_not_reach_etcd_yet_is_refused_in_one_line() {
         ]);
         let line = common::one_line_254(&out);
         assert!(
-            line.contains("choose pause, crash, kill or pause-node"),
+            line.contains("choose pause, crash, kill, pause-node or partition"),
             "{line}"
         );
     }
