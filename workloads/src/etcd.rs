@@ -254,6 +254,18 @@ pub fn revoke(id: i64) -> Value {
     json!({"ID": id.to_string()})
 }
 
+/// `kv/range`, a linearizable read (no raft write: etcd confirms it is
+/// current with the leader) of how many keys `key` names: whether the lock
+/// is held now.
+pub const RANGE: &str = "kv/range";
+pub fn count(key: &str) -> Value {
+    json!({"key": b64(key), "count_only": true})
+}
+/// The keys a `count` found (proto3 JSON leaves out a zero).
+pub fn counted(answer: &Value) -> i64 {
+    int(&answer["count"])
+}
+
 /// `kv/txn`, the lock's acquisition: put `key` = `value` under `lease` only
 /// if the key does not exist (its `create_revision` is 0), as etcd's own
 /// `concurrency.Mutex` guards its key.
@@ -289,6 +301,13 @@ pub const METRICS: &str = "/metrics";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_count_asks_for_the_number_only_and_reads_a_left_out_zero_as_none() {
+        assert_eq!(count("k"), json!({"key": "aw==", "count_only": true}));
+        assert_eq!(counted(&json!({"header": {}, "count": "1"})), 1);
+        assert_eq!(counted(&json!({"header": {}})), 0);
+    }
 
     #[test]
     fn an_acquisition_is_guarded_by_create_revision_zero_and_puts_under_the_lease() {
