@@ -493,12 +493,39 @@ pub fn one_line_254(out: &Run) -> String {
     lines[0].to_string()
 }
 
+/// Where the tests' folders go: memory (`/dev/shm`) when the machine has
+/// it, else the temporary folder. A run's folder holds its nodes' data, and
+/// they fsync: Redis with `aof-always`, Sentinel rewriting its config,
+/// PostgreSQL committing, etcd's write-ahead log. On a busy disk one run's
+/// fsync stalled another's process in state D (a pause refused as
+/// unverified, a Sentinel silent for 10 s); in memory an fsync costs
+/// nothing. What the tests check of persistence survives a process's
+/// SIGKILL, not a machine's power, so memory keeps it just as a disk does.
+pub fn scratch() -> PathBuf {
+    static SCRATCH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    SCRATCH
+        .get_or_init(|| {
+            let shm = Path::new("/dev/shm");
+            let writable = tempfile::tempdir_in(shm).is_ok();
+            match writable {
+                true => shm.to_path_buf(),
+                false => std::env::temp_dir(),
+            }
+        })
+        .clone()
+}
+
+/// A temporary folder in [`scratch`], removed when dropped.
+pub fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir_in(scratch()).expect("a temporary folder")
+}
+
 /// A temporary folder PostgreSQL's user may walk into when the suite runs
 /// as root (a temporary folder is 0700 otherwise), so a run's PostgreSQL
 /// data folder can sit in its run folder, where the leftover checks look.
 pub fn open_tmp() -> tempfile::TempDir {
     use std::os::unix::fs::PermissionsExt;
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tmp();
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     tmp
 }

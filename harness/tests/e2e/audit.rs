@@ -85,7 +85,7 @@ fn addr(server: &Server) -> String {
 #[test]
 fn audit_of_a_safe_node_finds_nothing_at_risk() {
     let node = safe().start();
-    let out = tempfile::tempdir().unwrap();
+    let out = crate::common::tmp();
     let (run, json) = audit(&format!("redis://{}", addr(&node)), out.path(), &[]);
     let json = json.expect("audit.json written");
     assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
@@ -108,7 +108,7 @@ fn audit_of_a_safe_node_finds_nothing_at_risk() {
 #[test]
 fn audit_names_eviction_that_can_drop_lock_keys() {
     let node = safe().args(["--maxmemory-policy", "allkeys-lru"]).start();
-    let out = tempfile::tempdir().unwrap();
+    let out = crate::common::tmp();
     let (run, json) = audit(&format!("redis://{}", addr(&node)), out.path(), &[]);
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     let eviction = found(&json.unwrap(), "eviction");
@@ -123,7 +123,7 @@ fn audit_names_a_node_that_forgets_its_locks_on_restart() {
     let node = Builder::redis()
         .args(["--maxmemory-policy", "noeviction"])
         .start();
-    let out = tempfile::tempdir().unwrap();
+    let out = crate::common::tmp();
     let (run, json) = audit(&format!("redis://{}", addr(&node)), out.path(), &[]);
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     let persistence = found(&json.unwrap(), "persistence");
@@ -147,7 +147,7 @@ fn audit_through_sentinel_checks_replication_and_its_timings() {
         info.contains("state=online").then_some(())
     });
     let sentinel = testkit::sentinel_of(primary.port(), "");
-    let out = tempfile::tempdir().unwrap();
+    let out = crate::common::tmp();
     let target = format!("sentinel://{}/mm", addr(&sentinel));
     let (run, json) = audit(&target, out.path(), &[]);
     let json = json.expect("audit.json written");
@@ -178,7 +178,7 @@ fn audit_of_redlock_finds_a_node_replicating_another() {
     let a = safe().start();
     let b = safe().start();
     let c = replica_of(&a);
-    let out = tempfile::tempdir().unwrap();
+    let out = crate::common::tmp();
     let target = format!("redlock://{},{},{}", addr(&a), addr(&b), addr(&c));
     let (run, json) = audit(&target, out.path(), &[]);
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
@@ -202,7 +202,7 @@ fn audit_of_redlock_finds_a_node_replicating_another() {
 fn audit_refuses_a_replica_as_the_lock_node() {
     let primary = safe().start();
     let replica = replica_of(&primary);
-    let out = tempfile::tempdir().unwrap();
+    let out = crate::common::tmp();
     let (run, json) = audit(&format!("redis://{}", addr(&replica)), out.path(), &[]);
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     let writable = found(&json.unwrap(), "writable");
@@ -221,7 +221,7 @@ fn audit_without_config_says_unknown_and_exits_2() {
         .arg("save")
         .query::<Vec<String>>(&mut node.client());
     assert!(refused.is_err(), "CONFIG was not renamed away: {refused:?}");
-    let out = tempfile::tempdir().unwrap();
+    let out = crate::common::tmp();
     let (run, json) = audit(&format!("redis://{}", addr(&node)), out.path(), &[]);
     let json = json.expect("audit.json written");
     assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
@@ -235,7 +235,7 @@ fn audit_without_config_says_unknown_and_exits_2() {
 
 #[test]
 fn audit_of_a_bad_url_is_one_line_and_writes_nothing() {
-    let out = tempfile::tempdir().unwrap();
+    let out = crate::common::tmp();
     let folder = out.path().join("never");
     for target in [
         "127.0.0.1:6379",
@@ -257,7 +257,7 @@ fn audit_logs_in_with_the_password_and_never_stores_it() {
     const PASSWORD: &str = "s3cret-audit-pw";
     let node = safe().password(PASSWORD).start();
     let target = format!("redis://{}", addr(&node));
-    let out = tempfile::tempdir().unwrap();
+    let out = crate::common::tmp();
     let (run, json) = audit(
         &target,
         out.path(),
@@ -270,7 +270,7 @@ fn audit_logs_in_with_the_password_and_never_stores_it() {
     assert_eq!(found(&json.unwrap(), "persistence")[0].0, "ok");
 
     // Without it the node cannot be read: unknown, not a crash.
-    let out = tempfile::tempdir().unwrap();
+    let out = crate::common::tmp();
     let (run, _) = audit(&target, out.path(), &[("LOCKSTORM_REDIS_PASSWORD", "")]);
     assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
     assert!(run.stdout.contains("UNKNOWN  reachable"), "{}", run.stdout);

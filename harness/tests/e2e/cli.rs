@@ -8,7 +8,7 @@ use common::{lockstorm, lockstorm_with};
 
 #[test]
 fn an_unknown_config_exits_254_naming_the_valid_ones() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let out = lockstorm(&[
         "--config",
         "redlok",
@@ -45,7 +45,7 @@ fn an_unknown_nemesis_exits_254_naming_the_valid_ones() {
 
 #[test]
 fn a_missing_redis_server_exits_254_saying_how_to_install_it() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let out = lockstorm_with(
         &[
             "--results",
@@ -90,7 +90,7 @@ fn report_of_a_missing_folder_exits_254() {
 
 #[test]
 fn check_reads_a_bare_history_with_a_promise() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     // Two holders at once: an overlap, which only mutual exclusion forbids.
     let history = common::overlap_history(tmp.path());
     let path = history.to_str().unwrap();
@@ -103,7 +103,7 @@ fn check_reads_a_bare_history_with_a_promise() {
 
 #[test]
 fn check_reads_a_jepsen_edn_history_and_names_a_bad_line() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let history = tmp.path().join("h.edn");
     // Jepsen's layout: one vector of op maps; two processes hold the lock at once.
     let edn = r#"[{:type :invoke, :f :acquire, :process 0, :time 10, :index 0}

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 /// A test's folder: the harness runs in it (so its adapters do), and its
 /// runs go to `results/` inside.
 fn root() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap()
+    common::tmp()
 }
 
 fn results(root: &Path) -> PathBuf {

@@ -21,7 +21,7 @@ fn completions(dir: &std::path::Path, op: &str, kind: &str, error: Option<&str>)
 
 #[test]
 fn single_loses_the_lock_when_work_outlasts_the_lease() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let (out, results, _) = run_short(tmp.path(), "single", "none", "12", "5", SLOW_WORK);
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert_eq!(results.valid, Validity::False);
@@ -30,7 +30,7 @@ fn single_loses_the_lock_when_work_outlasts_the_lease() {
 
 #[test]
 fn watchdog_keeps_extending_the_lease_through_slow_work() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let (out, results, dir) = run_short(tmp.path(), "watchdog", "none", "12", "5", SLOW_WORK);
     common::assert_valid(&results, &dir);
     assert_eq!(out.code, 0, "{}", out.stdout);
@@ -45,7 +45,7 @@ fn watchdog_keeps_extending_the_lease_through_slow_work() {
 
 #[test]
 fn watchdog_under_pause_loses_mutual_exclusion_and_the_stale_write_lands() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     // The default pause strikes after the holder's lease check, for 1.5 ×
     // TTL: the renewal thread is frozen with its worker, the key expires,
     // and the write that follows the pause is stale.
@@ -69,7 +69,7 @@ fn watchdog_under_pause_loses_mutual_exclusion_and_the_stale_write_lands() {
 
 #[test]
 fn watchdog_paused_before_its_check_refuses_the_stale_write() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     // Struck after the read, before the check: the renewal that wakes with
     // the worker marks the lock lost, or the lease has run out; either way
     // the check refuses the write.
@@ -90,7 +90,7 @@ fn watchdog_paused_before_its_check_refuses_the_stale_write() {
 
 #[test]
 fn unsafe_key_per_worker_overlaps_without_any_fault() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let (out, results, _) = run_short(tmp.path(), "unsafe-key-per-worker", "none", "10", "3", &[]);
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(results.stats.first_fault_time.is_none());

@@ -106,7 +106,7 @@ fn client(e: &Value) -> Option<u64> {
 /// worker takes the lock: no overlap, since a dead process believes nothing.
 #[test]
 fn a_killed_worker_is_recorded_as_crashed_and_replaced_not_blamed_as_a_second_holder() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let args = [
         "--config",
         "single",
@@ -217,7 +217,7 @@ fn assert_crash_recorded(history: &[Value], worker: usize, pid: u32, workers: u6
 /// with a verdict.
 #[test]
 fn workers_back_off_when_the_storage_node_is_gone() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let args = ["--config", "single", "--time-limit", "12", "--seed", "1"];
     let mut run = Background::start(tmp.path(), &args);
     let (dir, record) = run.run_json();
@@ -269,7 +269,7 @@ fn workers_back_off_when_the_storage_node_is_gone() {
 /// then freeze its replacement, not the dead pid.
 #[test]
 fn the_nemesis_strikes_the_replacement_of_a_crashed_worker() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let args = [
         "--config",
         "single",

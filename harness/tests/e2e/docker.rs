@@ -115,7 +115,7 @@ const PAUSE: &[&str] = &[
 #[test]
 #[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
 fn single_under_pause_breaks_in_containers_too() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let extra = [PAUSE, &["--at", "read"]].concat();
     let (out, results, dir) = docker_run(tmp.path(), "single", "pause", "15", "7", &extra);
     assert_eq!(out.code, 1, "{}", out.stdout);
@@ -126,7 +126,7 @@ fn single_under_pause_breaks_in_containers_too() {
 #[test]
 #[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
 fn fenced_under_pause_keeps_the_data_safe_in_containers_too() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let (out, results, dir) = docker_run(tmp.path(), "fenced", "pause", "15", "7", PAUSE);
     common::assert_valid(&results, &dir);
     assert_eq!(out.code, 0, "{}", out.stdout);
@@ -144,7 +144,7 @@ fn fenced_under_pause_keeps_the_data_safe_in_containers_too() {
 #[test]
 #[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
 fn a_write_delayed_in_the_proxy_lands_behind_the_next_holder_in_containers_too() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let (out, results, dir) = docker_run(tmp.path(), "single", "delay", "12", "3", &[]);
     assert_eq!(out.code, 1, "{}", out.stdout);
     // The held write lands after another worker was granted the lock. It
@@ -159,7 +159,7 @@ fn a_write_delayed_in_the_proxy_lands_behind_the_next_holder_in_containers_too()
 #[test]
 #[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
 fn a_primary_container_restarted_empty_loses_the_lock() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let (out, results, dir) = docker_run(tmp.path(), "replicated", "kill", "15", "1", &[]);
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
@@ -176,7 +176,7 @@ fn a_primary_container_restarted_empty_loses_the_lock() {
 #[test]
 #[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
 fn clock_jumps_on_a_majority_of_containers_break_redlock() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let extra = ["--targets", "majority"];
     let (out, results, dir) = docker_run(tmp.path(), "redlock", "clock", "15", "1", &extra);
     assert_eq!(out.code, 1, "{}", out.stdout);
@@ -312,7 +312,7 @@ fn run_of(harness: u32) -> String {
 #[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
 fn ctrl_c_removes_every_container_of_the_run() {
     let _slot = common::e2e_slot();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let (child, run) = start_long_run(tmp.path());
     let id = run_of(child.id());
     assert_eq!(
@@ -338,7 +338,7 @@ fn ctrl_c_removes_every_container_of_the_run() {
 #[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
 fn a_killed_harness_leaves_no_container() {
     let _slot = common::e2e_slot();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let (mut child, _run) = start_long_run(tmp.path());
     let id = run_of(child.id());
     kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
@@ -391,7 +391,7 @@ fn a_later_start_removes_containers_of_runs_that_are_gone() {
         "lockstorm.run=unproven-1",
         IMAGE,
     ]);
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let (out, _, dir) = docker_run_keep(tmp.path());
     assert_ran_in_containers(&dir);
     let left = lockstorm_containers();
@@ -443,7 +443,7 @@ fn auto_picks_local_then_docker_then_says_how_to_fix_neither() {
         "1",
     ];
     let backend_of = |env: &[(&str, &str)]| {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = common::tmp();
         let mut args = vec!["run", "--results", tmp.path().to_str().unwrap()];
         args.extend_from_slice(&none);
         let out = common::lockstorm_with(&args, env);
@@ -458,11 +458,11 @@ fn auto_picks_local_then_docker_then_says_how_to_fix_neither() {
     assert_eq!(backend_of(&[]), "local");
     // No redis-server on PATH (an empty PATH: the harness needs nothing
     // else from it), a daemon: docker.
-    let empty = tempfile::tempdir().unwrap();
+    let empty = common::tmp();
     let path = empty.path().to_str().unwrap();
     assert_eq!(backend_of(&[("PATH", path)]), "docker");
     // Neither: one line naming both ways out, exit 254, nothing left.
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let mut args = vec!["run", "--results", tmp.path().to_str().unwrap()];
     args.extend_from_slice(&none);
     let out = common::lockstorm_with(
@@ -486,7 +486,7 @@ fn auto_picks_local_then_docker_then_says_how_to_fix_neither() {
 #[test]
 #[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
 fn an_image_that_cannot_be_pulled_is_one_line_naming_image_import() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let args = [
         "run",
         "--results",

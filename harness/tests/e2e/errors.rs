@@ -58,7 +58,7 @@ fn walk(dir: &Path) -> Vec<String> {
 
 #[test]
 fn a_missing_redis_sentinel_is_one_line_and_leaves_nothing() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = crate::common::tmp();
     let results = tmp.path().join("results");
     let f = run(
         lockstorm().env("LOCKSTORM_REDIS_SENTINEL", tmp.path().join("no-sentinel")),
@@ -78,7 +78,7 @@ fn a_missing_redis_sentinel_is_one_line_and_leaves_nothing() {
 
 #[test]
 fn a_missing_iptables_is_one_line_and_leaves_nothing() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = crate::common::tmp();
     let results = tmp.path().join("results");
     let empty = tmp.path().join("bin");
     std::fs::create_dir(&empty).unwrap();
@@ -94,7 +94,7 @@ fn a_missing_iptables_is_one_line_and_leaves_nothing() {
 
 #[test]
 fn a_node_that_fails_to_start_shows_its_fatal_line_and_leaves_nothing() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = crate::common::tmp();
     let results = tmp.path().join("results");
     let server = tmp.path().join("redis-server");
     std::fs::write(
@@ -119,7 +119,7 @@ fn a_node_that_fails_to_start_shows_its_fatal_line_and_leaves_nothing() {
 /// runs as root, else as the test's own non-root user.
 #[test]
 fn a_partition_without_root_is_one_line_and_leaves_nothing() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = crate::common::tmp();
     // Writable by anyone, so the run could make its folder if it got that far.
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let results = tmp.path().join("results");
@@ -145,7 +145,7 @@ fn a_partition_without_root_is_one_line_and_leaves_nothing() {
 /// import` without a `redis-server`: one line naming the fix, exit 254.
 #[test]
 fn docker_without_a_daemon_or_a_redis_server_says_how_to_fix_it() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = crate::common::tmp();
     let nowhere = format!("unix://{}/no-docker.sock", tmp.path().display());
     let import = |env: &[(&str, &str)]| {
         let out = lockstorm()
@@ -259,7 +259,7 @@ fn a_docker_socket_that_never_answers_is_one_line_not_a_hang() {
     use std::os::unix::process::CommandExt;
     use std::time::{Duration, Instant};
     const BOUND: Duration = Duration::from_secs(60);
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = crate::common::tmp();
     let socket = tmp.path().join("hang.sock");
     let silent = Silent::open(socket.clone());
     let docker_host = format!("unix://{}", socket.display());
@@ -375,7 +375,7 @@ fn gone(pid: u32) -> bool {
 #[test]
 fn a_node_that_never_answers_is_killed_with_its_children() {
     use std::time::{Duration, Instant};
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = crate::common::tmp();
     let results = tmp.path().join("results");
     let pids = tmp.path().join("children");
     let server = tmp.path().join("redis-server");
@@ -447,7 +447,7 @@ fn an_address_block_another_run_holds_is_refused_naming_it() {
     let _held = Flock::lock(file, FlockArg::LockExclusiveNonblock)
         .map_err(|(_, e)| e)
         .expect("block 233 is free (runs take the lowest free blocks)");
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = crate::common::tmp();
     let results = tmp.path().join("results");
     let f = run(&mut lockstorm(), &results, &["--address-block", "233"]);
     assert_clean_failure(

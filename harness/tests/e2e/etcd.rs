@@ -225,7 +225,7 @@ fn no_member_or_data_folder_outlives_an_interrupted_or_killed_harness() {
 
 #[test]
 fn a_missing_etcd_is_one_line_saying_how_to_install_it() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let out = common::lockstorm_with(
         &[
             "run",
@@ -245,7 +245,7 @@ fn a_missing_etcd_is_one_line_saying_how_to_install_it() {
 
 #[test]
 fn a_fault_that_does_not_reach_etcd_yet_is_refused_in_one_line() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let results = tmp.path().to_str().unwrap();
     for nemesis in ["delay", "clock", "lose-reply"] {
         let out = common::lockstorm(&[

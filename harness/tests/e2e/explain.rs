@@ -8,7 +8,7 @@ use common::{count, lockstorm, run};
 
 #[test]
 fn demo_2_is_explained_as_pause_expiry_rival_grant_and_a_lost_increment() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let args = [
         "--config",
         "single",
@@ -63,7 +63,7 @@ fn demo_2_is_explained_as_pause_expiry_rival_grant_and_a_lost_increment() {
 
 #[test]
 fn explain_of_a_folder_that_is_not_a_run_is_one_line_and_254() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let out = lockstorm(&["explain", tmp.path().to_str().unwrap()]);
     assert_eq!(out.code, 254, "{}", out.stderr);
     assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);

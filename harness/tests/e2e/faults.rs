@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 /// happens, though the shim is loaded (which the start-up check sees).
 #[test]
 fn a_clock_jump_that_the_node_does_not_see_makes_the_run_unknown() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let server = find_redis_server().unwrap();
     let wrapper = tmp.path().join("redis-server-with-a-decoy-clock");
     let script = format!(
@@ -75,7 +75,7 @@ fn answers_ping(addr: &str) -> bool {
 /// restart fails naming the intruder instead of adopting it as the node.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restart_answered_by_a_foreign_server_is_an_error_naming_it() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let server = find_redis_server().unwrap();
     let spec = NodeSpec {
         name: "n1".into(),

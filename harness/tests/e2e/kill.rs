@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 /// The run's output, results and folder (kept until the `TempDir` drops).
 fn kill_run(config: &str, persistence: &str) -> (common::Run, Results, PathBuf, tempfile::TempDir) {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let extra = ["--persistence", persistence];
     let (out, results, dir) = run_short(tmp.path(), config, "kill", "15", "1", &extra);
     // The old pid is gone and the restarted node answers with a new run id.
@@ -69,7 +69,7 @@ fn fenced_with_a_durable_fence_counter_loses_nothing_across_a_restart() {
 #[test]
 fn a_restart_taken_over_by_a_foreign_server_leaves_even_an_invalid_run_unknown() {
     use std::process::{Command, Stdio};
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let results = tmp.path().join("results");
     let _slot = common::e2e_slot();
     let mut run = Command::new(env!("CARGO_BIN_EXE_lockstorm"))

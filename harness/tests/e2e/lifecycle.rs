@@ -54,7 +54,7 @@ fn wait_for_event(results: &Path, group: &str, event: &str) -> PathBuf {
 #[test]
 fn ctrl_c_heals_the_fault_stops_everything_and_checks_what_was_recorded() {
     let _slot = common::e2e_slot();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let child = start(tmp.path());
     let run = wait_for_active_pause(tmp.path());
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
@@ -72,7 +72,7 @@ fn ctrl_c_heals_the_fault_stops_everything_and_checks_what_was_recorded() {
 #[test]
 fn a_killed_harness_leaves_no_process_and_a_readable_history() {
     let _slot = common::e2e_slot();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let mut child = start(tmp.path());
     let run = wait_for_active_pause(tmp.path());
     kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
@@ -117,7 +117,7 @@ fn assert_interrupted(child: Child, root: &Path, run: &Path) -> String {
 /// Interrupts a failover run with `signal` while the primary is cut off.
 fn interrupt_a_failover(signal: Signal) {
     let _slot = common::e2e_slot();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let child = start_with(
         tmp.path(),
         &["--config", "replicated", "--nemesis", "failover"],
@@ -145,7 +145,7 @@ fn sigterm_during_a_failover_heals_it_and_stores_an_unknown_result() {
 #[test]
 fn sighup_while_nodes_start_stops_them_and_stores_an_unknown_result() {
     let _slot = common::e2e_slot();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let child = start_with(
         tmp.path(),
         &["--config", "replicated", "--nemesis", "failover"],
@@ -168,7 +168,7 @@ fn sighup_while_nodes_start_stops_them_and_stores_an_unknown_result() {
 #[test]
 fn a_second_sigint_during_a_pause_still_resumes_the_paused_worker() {
     let _slot = common::e2e_slot();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let child = start(tmp.path());
     let run = wait_for_active_pause(tmp.path());
     let pid = Pid::from_raw(child.id() as i32);
@@ -194,7 +194,7 @@ fn a_second_sigint_during_a_pause_still_resumes_the_paused_worker() {
 #[test]
 fn sigterm_after_the_time_limit_while_workers_finish_is_unknown() {
     let _slot = common::e2e_slot();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     // Each cycle works 4 s, so the stop after a 2 s limit lasts seconds.
     let child = Command::new(env!("CARGO_BIN_EXE_lockstorm"))
         .args([
@@ -232,7 +232,7 @@ fn sigterm_after_the_time_limit_while_workers_finish_is_unknown() {
 #[test]
 fn a_signal_after_the_time_limit_does_not_wait_out_a_long_critical_section() {
     let _slot = common::e2e_slot();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let child = Command::new(env!("CARGO_BIN_EXE_lockstorm"))
         .args(["--config", "single", "--nemesis", "none"])
         .args(["--time-limit", "2", "--workers", "2"])
@@ -266,7 +266,7 @@ fn a_signal_after_the_time_limit_does_not_wait_out_a_long_critical_section() {
 #[test]
 fn a_signal_during_the_adapter_check_stops_the_run_before_any_worker_starts() {
     let _slot = common::e2e_slot();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     // It starts a child that ignores every stop signal, as a library's
     // helper process might, then never answers.
     let silent = tmp.path().join("silent.py");
@@ -356,7 +356,7 @@ fn listening_on(block: u8, hosts: std::ops::Range<u8>) -> Vec<String> {
 #[test]
 fn a_killed_harness_leaves_no_proxy_listening() {
     let _slot = common::e2e_slot();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let args = [
         "run",
         "--config",

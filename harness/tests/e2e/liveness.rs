@@ -28,7 +28,7 @@ fn deadlock_report(results: &Results) -> &BTreeMap<String, serde_json::Value> {
 /// (about 13 s, over the 7 s threshold). Seed 1 is kept.
 #[test]
 fn a_holder_killed_between_setnx_and_pexpire_deadlocks_the_lock() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let at = ["--at", "acquiring"];
     let (out, results, dir) = run_short(tmp.path(), "unsafe-setnx", "crash", "15", "1", &at);
     assert_eq!(out.code, 1, "{}", out.stdout);
@@ -89,7 +89,7 @@ fn bare_check(bare: &Path, expected: u64) {
 /// each crash's heal within the TTL (plus a second for a busy host).
 #[test]
 fn a_holder_killed_with_a_ttl_is_waited_out_within_the_ttl() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let (out, results, _) = run_short(tmp.path(), "single", "crash", "15", "1", &[]);
     assert_eq!(out.code, 0, "{}", out.stdout);
     assert_eq!(results.valid, Validity::True);
@@ -114,7 +114,7 @@ fn a_holder_killed_with_a_ttl_is_waited_out_within_the_ttl() {
 /// nothing.
 #[test]
 fn a_deadlock_behind_a_hung_adapter_is_put_down_to_the_adapter() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let adapter = tmp.path().join("hang_after_one.py");
     let flag = tmp.path().join("granted");
     std::fs::write(
@@ -174,7 +174,7 @@ for line in sys.stdin:
 #[test]
 fn a_lock_node_killed_by_hand_is_the_named_cause_of_what_follows() {
     use std::process::{Command, Stdio};
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let results = tmp.path().join("results");
     let _slot = common::e2e_slot();
     let run = Command::new(env!("CARGO_BIN_EXE_lockstorm"))

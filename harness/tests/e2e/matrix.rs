@@ -61,7 +61,7 @@ fn only_run(group: &Path) -> PathBuf {
 
 #[test]
 fn the_expectations_decide_the_exit_code() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     // single × none is valid: expecting it invalid must fail the matrix, as
     // a negative control that stopped being caught would.
     let (run, dir) = matrix(tmp.path(), "[single]\nnone = \"invalid\"\n", &[]);
@@ -110,7 +110,7 @@ fn the_expectations_decide_the_exit_code() {
 
 #[test]
 fn bad_input_is_one_line_and_starts_nothing() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let results = tmp.path().to_str().unwrap();
     for (args, needle) in [
         (vec!["--configs", "single,fencd"], "fencd"),
@@ -227,12 +227,12 @@ fn two_shards_merge_into_the_unsharded_matrix() {
             .collect()
     };
 
-    let whole = tempfile::tempdir().unwrap();
+    let whole = common::tmp();
     let at_once = args(whole.path(), None, &["--jobs", "3"]);
     assert!(at_once.stdout.contains("3 at once"), "{}", at_once.stdout);
     let unsharded = summary(matrix_folders(whole.path()).remove(0));
 
-    let sharded = tempfile::tempdir().unwrap();
+    let sharded = common::tmp();
     let first = args(sharded.path(), Some("1/2"), &[]);
     assert!(
         first
@@ -277,7 +277,7 @@ fn two_shards_merge_into_the_unsharded_matrix() {
 /// shard 2/2 (1/2 missing: the 1/2 here is of another matrix).
 #[test]
 fn shards_that_do_not_make_a_matrix_are_named_and_fail_the_report() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let results = tmp.path();
     let shard =
         |seed: &str, k: &str| small_matrix(results, "single,no-lock", seed, &["--shard", k]);
@@ -378,7 +378,7 @@ fn shards_that_do_not_make_a_matrix_are_named_and_fail_the_report() {
 /// table says what was found how fast.
 #[test]
 fn until_invalid_stops_a_caught_pair_and_the_summary_measures_detection() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let results = tmp.path().to_str().unwrap();
     let args = [
         "matrix",
@@ -415,7 +415,7 @@ fn until_invalid_stops_a_caught_pair_and_the_summary_measures_detection() {
 /// every one verified, and each verdict is the one expected of it alone.
 #[test]
 fn concurrent_partition_and_clock_cells_keep_to_their_own_addresses() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let expect = "[redlock]\npartition = \"valid\"\nclock = \"invalid\"\n";
     let file = tmp.path().join("expect.toml");
     std::fs::write(&file, expect).unwrap();

@@ -24,7 +24,7 @@ fn a_write_delayed_past_the_lease_lands_behind_the_next_holders_and_loses_update
     // once), so up to three seeds.
     let mut runs = Vec::new();
     for seed in ["3", "4", "5"] {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = common::tmp();
         let run = run_short(tmp.path(), "single", "delay", "12", seed, &[]);
         let lost = count(&run.1, "lost-update") > 0;
         runs.push((run, tmp));
@@ -54,7 +54,7 @@ fn a_write_delayed_past_the_lease_lands_behind_the_next_holders_and_loses_update
 
 #[test]
 fn fencing_refuses_the_delayed_write_at_the_storage() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let (out, _, dir) = run_short(tmp.path(), "fenced", "delay", "12", "3", &[]);
     assert_eq!(out.code, 0, "{}", out.stdout);
     assert_verified(&dir, "start-delay");
@@ -68,7 +68,7 @@ fn fencing_refuses_the_delayed_write_at_the_storage() {
 
 #[test]
 fn a_late_plain_del_takes_the_next_holders_lock() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let args = ["--at", "releasing"];
     let (out, results, dir) = run_short(tmp.path(), "unsafe-del", "delay", "12", "3", &args);
     assert_eq!(out.code, 1, "{}", out.stdout);
@@ -80,7 +80,7 @@ fn a_late_plain_del_takes_the_next_holders_lock() {
 
 #[test]
 fn a_late_compare_and_delete_finds_another_token_and_harms_nothing() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let args = ["--at", "releasing"];
     let (out, _, dir) = run_short(tmp.path(), "single", "delay", "12", "3", &args);
     assert_eq!(out.code, 0, "{}", out.stdout);
@@ -94,7 +94,7 @@ fn a_late_compare_and_delete_finds_another_token_and_harms_nothing() {
 
 #[test]
 fn a_lost_acquire_reply_is_no_overlap_by_itself() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let args = ["--at", "acquiring"];
     let (out, _, dir) = run_short(tmp.path(), "single", "lose-reply", "12", "3", &args);
     assert_eq!(out.code, 0, "{}", out.stdout);
@@ -109,7 +109,7 @@ fn a_lost_acquire_reply_is_no_overlap_by_itself() {
 
 #[test]
 fn a_partition_cuts_a_client_adapters_own_connections() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let args = ["--client", "redis-py"];
     let (out, _, dir) = run_short(tmp.path(), "single", "partition", "20", "3", &args);
     assert!(
@@ -133,7 +133,7 @@ fn a_partition_cuts_a_client_adapters_own_connections() {
 /// proxy, which only a connection that stayed behind the proxy can be.
 #[test]
 fn a_library_that_asks_sentinel_for_the_primary_stays_behind_the_proxy() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let args = ["--client", "redis-py", "--at", "acquiring"];
     let (out, _, dir) = run_short(tmp.path(), "replicated", "delay", "14", "3", &args);
     assert!(
@@ -169,7 +169,7 @@ const LATE_GRANT: [&str; 10] = [
 ];
 
 fn late_grant(client: &str) -> (common::Run, checker::Results, tempfile::TempDir) {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let mut args = LATE_GRANT;
     args[9] = client;
     let (out, results, dir) = run_short(tmp.path(), "single", "delay", "8", "1", &args);

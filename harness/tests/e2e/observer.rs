@@ -70,7 +70,7 @@ fn assert_overlaps_labelled(results: &Results, label: &str) {
 /// thread together, so the key expires under it.
 #[test]
 fn a_watchdog_lock_is_seen_set_renewed_and_expired_under_a_pause() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let extra = ["--ttl-ms", "900", "--work-ms", "450", "--workers", "3"];
     let (_, results, dir) = run_short(tmp.path(), "watchdog", "pause", "8", "1", &extra);
     let owner = owners(&dir, 3);
@@ -135,7 +135,7 @@ fn a_watchdog_lock_is_seen_set_renewed_and_expired_under_a_pause() {
 /// the key, and then deletes nothing: CI saw that once.)
 #[test]
 fn a_plain_del_is_seen_deleting_another_workers_key() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let slow = ["--work-ms", "2500", "--no-validity-check"];
     let (_, results, dir) = run_short(tmp.path(), "unsafe-del", "none", "8", "1", &slow);
     let owner = owners(&dir, 5);
@@ -164,7 +164,7 @@ fn a_plain_del_is_seen_deleting_another_workers_key() {
 /// out after its key had expired, a definite `unsafe-action`.
 #[test]
 fn a_write_after_the_holders_key_was_seen_expired_is_unsafe_with_no_rival() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let extra = ["--workers", "1"];
     let (_, results, dir) = run_short(tmp.path(), "single", "pause", "8", "3", &extra);
     assert_eq!(results.anomalies["lock-overlap"].count, 0, "one worker");

@@ -121,7 +121,7 @@ fn prepared() -> (PathBuf, PathBuf) {
 
 #[test]
 fn an_unreachable_registry_is_said_in_one_line_with_the_way_out() {
-    let root = tempfile::tempdir().unwrap();
+    let root = crate::common::tmp();
     let closed = (CLOSED_INDEX, CLOSED_REGISTRY);
     let took = setup_refused(
         root.path(),
@@ -180,7 +180,7 @@ fn empty_index() -> String {
 
 #[test]
 fn a_registry_that_answers_without_the_pin_keeps_its_own_message() {
-    let root = tempfile::tempdir().unwrap();
+    let root = crate::common::tmp();
     let index = empty_index();
     let (run, _) = offline(
         root.path(),
@@ -203,7 +203,7 @@ fn a_registry_that_answers_without_the_pin_keeps_its_own_message() {
 
 #[test]
 fn a_registry_that_never_answers_is_stopped_at_the_deadline() {
-    let root = tempfile::tempdir().unwrap();
+    let root = crate::common::tmp();
     // Connections complete in the kernel's backlog; no request is answered.
     let silent = TcpListener::bind("127.0.0.1:0").unwrap();
     let registry = format!("http://{}/", silent.local_addr().unwrap());
@@ -255,7 +255,7 @@ fn client_test_passes(root: &Path, client: &str, env: &[(&str, &str)]) {
 
 #[test]
 fn a_prepared_python_runs_the_python_adapters_with_nothing_installed() {
-    let root = tempfile::tempdir().unwrap();
+    let root = crate::common::tmp();
     let (python, _) = prepared();
     client_test_passes(
         root.path(),
@@ -266,7 +266,7 @@ fn a_prepared_python_runs_the_python_adapters_with_nothing_installed() {
 
 #[test]
 fn prepared_node_modules_run_the_node_adapters_with_nothing_installed() {
-    let root = tempfile::tempdir().unwrap();
+    let root = crate::common::tmp();
     let (_, modules) = prepared();
     let env = [("LOCKSTORM_NODE_MODULES", modules.to_str().unwrap())];
     client_test_passes(root.path(), "node-redlock", &env);
@@ -274,7 +274,7 @@ fn prepared_node_modules_run_the_node_adapters_with_nothing_installed() {
 
 #[test]
 fn a_prepared_environment_without_the_pins_is_refused_in_one_line() {
-    let root = tempfile::tempdir().unwrap();
+    let root = crate::common::tmp();
     // A Python with none of the packages.
     let bare = root.path().join("bare");
     let made = std::process::Command::new("python3")

@@ -23,7 +23,7 @@ fn assert_no_panic(stderr: &[u8]) {
 
 #[test]
 fn check_into_a_closed_pipe_keeps_the_verdicts_exit_code() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let history = common::overlap_history(tmp.path());
     let mut child = lockstorm(&["check", history.to_str().unwrap()])
         .stdout(Stdio::piped())
@@ -42,7 +42,7 @@ fn check_into_a_closed_pipe_keeps_the_verdicts_exit_code() {
 
 #[test]
 fn check_onto_a_full_disk_says_so_in_one_line_and_exits_255() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let history = common::overlap_history(tmp.path());
     for json in [false, true] {
         let mut args = vec!["check", history.to_str().unwrap()];
@@ -61,7 +61,7 @@ fn check_onto_a_full_disk_says_so_in_one_line_and_exits_255() {
 
 #[test]
 fn a_run_onto_a_full_disk_keeps_its_results_and_exits_255() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let results = tmp.path().to_str().unwrap();
     let full = std::fs::File::create("/dev/full").unwrap();
     let out = lockstorm(&["--config", "single", "--nemesis", "none"])
@@ -80,7 +80,7 @@ fn a_run_onto_a_full_disk_keeps_its_results_and_exits_255() {
 
 #[test]
 fn warnings_into_a_pipe_have_no_colour_codes() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let results = tmp.path().to_str().unwrap();
     let child = lockstorm(&["--config", "single", "--nemesis", "none"])
         .args(["--time-limit", "60", "--seed", "3", "--results", results])

@@ -29,7 +29,7 @@ fn finish(child: Child) -> (i32, String) {
 #[test]
 fn every_topology_runs_with_the_default_relative_results_folder() {
     for config in ["single", "replicated", "redlock", "fenced"] {
-        let cwd = tempfile::tempdir().unwrap();
+        let cwd = common::tmp();
         let args = [
             "--config",
             config,
@@ -103,7 +103,7 @@ fn clock_run(results: &Path) -> (i32, String, bool) {
 
 #[test]
 fn the_time_shim_loads_whatever_the_results_path() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let folders: Vec<PathBuf> = ["plain", "a b", "a:b"]
         .iter()
         .map(|n| tmp.path().join(n))
@@ -131,7 +131,7 @@ fn the_time_shim_loads_whatever_the_results_path() {
 #[test]
 fn a_node_without_the_time_shim_stops_the_run() {
     use std::os::unix::fs::PermissionsExt;
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let server = tmp.path().join("redis-server");
     let real = backend::local::find_redis_server().unwrap();
     std::fs::write(
@@ -167,7 +167,7 @@ fn a_node_without_the_time_shim_stops_the_run() {
 fn a_results_folder_the_user_cannot_write_is_bad_input_naming_it() {
     // Root writes anywhere, so the harness runs as `nobody` here; the
     // folder is root's and closed to others, as in a root-owned clone.
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let results = tmp.path().join("results");
     let results = results.to_str().unwrap();
     for args in [

@@ -176,7 +176,7 @@ fn a_setting_postgresql_refuses_is_one_line_naming_it() {
 
 #[test]
 fn a_missing_postgresql_is_one_line_saying_how_to_install_it() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let out = common::lockstorm_with(
         &[
             "run",

@@ -148,7 +148,7 @@ fn answers_the_examples(tag: &str, start: impl Fn(&Path, &Path) -> Command) {
         !examples.is_empty(),
         "no example on the page is held to {tag}"
     );
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = crate::common::tmp();
     for (n, example) in examples.iter().enumerate() {
         let pairs = tmp.path().join(format!("example-{n}.json"));
         std::fs::write(&pairs, serde_json::to_string(&example.pairs).unwrap()).unwrap();

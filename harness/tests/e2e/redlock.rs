@@ -16,7 +16,7 @@ fn redlock(
     std::path::PathBuf,
     tempfile::TempDir,
 ) {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let (nemesis, extra) = (args[1], &args[2..]);
     let (out, results, dir) = run_short(tmp.path(), "redlock", nemesis, time_limit, "1", extra);
     (out, results, dir, tmp)
@@ -93,7 +93,7 @@ fn names(list: &serde_json::Value) -> impl Iterator<Item = String> + '_ {
 fn caught_within_three_runs(nemesis: &str, first_event: &str) {
     let mut outcomes = Vec::new();
     for seed in ["1", "2", "3"] {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = common::tmp();
         let (out, results, dir) = run_short(tmp.path(), "redlock", nemesis, "25", seed, &[]);
         assert!(
             !events(&dir, first_event).is_empty(),
@@ -196,7 +196,7 @@ fn a_partition_of_a_minority_or_a_majorities_ring_keeps_redlock_safe() {
 
 #[test]
 fn a_clock_jump_on_a_single_node_breaks_single() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let (out, results, _) = run_short(tmp.path(), "single", "clock", "12", "1", &[]);
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
@@ -206,7 +206,7 @@ fn a_clock_jump_on_a_single_node_breaks_single() {
 
 #[test]
 fn the_rslock_crate_is_broken_by_a_majority_clock_jump_like_any_redlock() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let (out, results, _) = run_short(tmp.path(), "redlock-rslock", "clock", "15", "1", &[]);
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
@@ -230,12 +230,12 @@ fn a_lagging_lease_clock_defeats_the_holders_own_check() {
         "--fault-ms",
         "3000",
     ];
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let (out, results, _) = run_short(tmp.path(), "single", "clock", "10", "3", &honest);
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert_eq!(count(&results, "unsafe-action"), 0, "{}", out.stdout);
 
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let skewed = [&honest[..], &["--holder-skew-ms", "-5000"]].concat();
     let (out, fooled, dir) = run_short(tmp.path(), "single", "clock", "10", "3", &skewed);
     assert_eq!(out.code, 1, "{}", out.stdout);

@@ -8,7 +8,7 @@ use common::{count, events, run_short};
 
 #[test]
 fn a_primary_restarted_empty_before_sentinel_notices_loses_the_lock() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     // --restart-ms 300 is well under Sentinel's down-after (1000 ms).
     let (out, results, dir) = run_short(tmp.path(), "replicated", "kill", "15", "1", &[]);
     assert_eq!(out.code, 1, "{}", out.stdout);
@@ -51,7 +51,7 @@ fn failover(
 fn a_failover_to_a_replica_without_the_key_loses_the_lock() {
     let mut outcomes = Vec::new();
     for seed in ["4", "5"] {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = common::tmp();
         let args = ["--work-ms", "5500"];
         let (out, results, dir) =
             run_short(tmp.path(), "replicated", "failover", "24", seed, &args);
@@ -85,7 +85,7 @@ fn a_failover_to_a_replica_without_the_key_loses_the_lock() {
 /// during the partition none does, so every acquire there fails instead.
 #[test]
 fn acquires_that_wait_for_a_replica_keep_the_lock_across_a_failover() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     // 30 s: the failover's kill comes about 16 s in, and a loaded machine's
     // Sentinel may need more than the 6 s a 22 s run would leave it.
     let (out, results, dir) = failover(tmp.path(), "30", &["--wait-replicas", "1"]);

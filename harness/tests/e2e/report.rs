@@ -159,7 +159,7 @@ fn chromium(page: &Path, extra: &[String], scratch: &Path) -> String {
 }
 
 fn tree_with_page() -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = crate::common::tmp();
     let root = tmp.path().join("results");
     fs::create_dir(&root).unwrap();
     results_tree(&root);

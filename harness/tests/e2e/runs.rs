@@ -29,7 +29,7 @@ fn with<'a>(base: &[&'a str], more: &[&'a str]) -> Vec<&'a str> {
 
 #[test]
 fn single_under_pause_loses_mutual_exclusion() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     // Without the worker's own lease check the stale holder acts on the
     // data. Struck after its read, its write is invoked after the rival's
     // grant: an `unsafe-action` by the history alone.
@@ -70,7 +70,7 @@ fn single_under_pause_loses_mutual_exclusion() {
 
 #[test]
 fn fenced_under_pause_keeps_the_data_safe() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let (out, results, dir) = run(
         tmp.path(),
         &with(PAUSE_RUN, &["--config", "fenced", "--no-validity-check"]),
@@ -92,7 +92,7 @@ fn fenced_under_pause_keeps_the_data_safe() {
 
 #[test]
 fn unsafe_del_releases_another_holders_lock() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let args = [
         "--config",
         "unsafe-del",
@@ -114,7 +114,7 @@ fn unsafe_del_releases_another_holders_lock() {
 
 #[test]
 fn no_lock_loses_updates() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let args = [
         "--config",
         "no-lock",
@@ -133,7 +133,7 @@ fn no_lock_loses_updates() {
 
 #[test]
 fn single_without_faults_is_valid_and_rechecks_the_same() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let args = [
         "--config",
         "single",

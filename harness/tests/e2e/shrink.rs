@@ -31,7 +31,7 @@ fn value<'a>(args: &'a [String], flag: &str) -> &'a str {
 fn an_unsafe_del_pause_run_shrinks_to_one_fault_whose_command_breaks_the_lock() {
     // A run, its shrink, the shrunk command and an interrupted shrink.
     crate::common::long_test();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = crate::common::tmp();
     // Seed 1: two pauses in 12 s; the first anomaly comes with the first.
     let (out, _, dir) = run_short(tmp.path(), "unsafe-del", "pause", "12", "1", &[]);
     assert_eq!(out.code, 1, "{}", out.stdout);
@@ -94,7 +94,7 @@ fn interrupted_while_a_candidate_runs(dir: &Path) {
 
 #[test]
 fn a_valid_run_has_nothing_to_shrink_in_one_line() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = crate::common::tmp();
     let (_, results, dir) = run_short(tmp.path(), "single", "none", "4", "1", &[]);
     assert_valid(&results, &dir);
     let shrunk = lockstorm(&["shrink", dir.to_str().unwrap()]);
@@ -129,7 +129,7 @@ fn refused(args: &[&str], needle: &str) {
 
 #[test]
 fn what_is_not_a_run_or_not_a_schedule_is_one_line_exit_254() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = crate::common::tmp();
     refused(
         &["shrink", tmp.path().to_str().unwrap()],
         "give a run folder",

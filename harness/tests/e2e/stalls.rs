@@ -35,7 +35,7 @@ fn holder(run: &Path, workers: u64) -> Option<u64> {
 #[test]
 fn a_worker_frozen_outside_any_fault_records_a_stall_and_takes_the_blame() {
     let _slot = common::e2e_slot();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     // The freeze (1.5 s) outlasts the lease (1 s): a rival takes the lock
     // while the frozen worker still holds it.
     let child = Command::new(env!("CARGO_BIN_EXE_lockstorm"))

@@ -20,7 +20,7 @@ fn pause_until(
 ) -> (Results, PathBuf, tempfile::TempDir) {
     let mut last = None;
     for seed in ["1", "2", "3"] {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = common::tmp();
         let (_, results, dir) = run_short(tmp.path(), config, "pause", "10", seed, extra);
         let done = caught(&results);
         last = Some((results, dir, tmp));
@@ -98,7 +98,7 @@ fn redlock_refuses_a_grant_whose_round_a_pause_aged() {
     common::long_test();
     // Under contention: frozen mid-round, the holder-to-be loses nothing
     // that matters. Valid.
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let at = ["--at", "acquiring"];
     let (_, results, dir) = run_short(tmp.path(), "redlock", "pause", "15", "1", &at);
     assert_struck_at(&dir, "acquiring");
@@ -107,7 +107,7 @@ fn redlock_refuses_a_grant_whose_round_a_pause_aged() {
     // Alone, the struck round still wins every node after the pause, and
     // only the elapsed-time check stands between it and a lease that has
     // already run out: it must refuse the round.
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let alone = ["--at", "acquiring", "--workers", "1"];
     let (_, results, dir) = run_short(tmp.path(), "redlock", "pause", "15", "1", &alone);
     assert_struck_at(&dir, "acquiring");
@@ -136,7 +136,7 @@ fn redlock_refuses_a_grant_whose_round_a_pause_aged() {
 
 #[test]
 fn random_strikes_land_where_they_say() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let (_, results, dir) = run_short(
         tmp.path(),
         "single",
@@ -182,7 +182,7 @@ fn a_pause_between_get_and_del_deletes_the_next_holders_lock() {
 /// search reads a `not-held` release as a lease that may have run out at
 /// any moment after the release began (it was `nonlinearizable` alone).
 fn a_pause_inside_the_release_lets_the_lease_run_out_as_designed(config: &str) {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let at = ["--at", "releasing"];
     let (out, results, dir) = run_short(tmp.path(), config, "pause", "10", "1", &at);
     assert_struck_at(&dir, "releasing");

@@ -39,7 +39,7 @@ fn target(server: &Server) -> String {
 #[test]
 fn a_paused_holder_breaks_the_lock_on_a_deployment_and_the_run_leaves_only_its_owners_keys() {
     let (server, storage) = (deployment(), deployment());
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let (url, on) = (target(&server), target(&storage));
     let args = [
         "--target",
@@ -118,7 +118,7 @@ fn a_client_adapter_on_a_deployment_with_a_password_is_broken_by_a_delayed_write
         .arg("keep")
         .query::<()>(&mut server.client())
         .unwrap();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let url = target(&server);
     let args = [
         "--target",
@@ -176,7 +176,7 @@ fn a_key_of_the_runs_prefix_already_there_refuses_the_run_and_stays() {
         .arg("another run's")
         .query::<()>(&mut server.client())
         .unwrap();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let url = target(&server);
     let results = tmp.path().to_str().unwrap();
     let out = lockstorm(&[
@@ -211,7 +211,7 @@ fn a_replica_given_as_the_target_is_refused_before_any_write() {
     let replica = Builder::redis()
         .args(["--replicaof", "127.0.0.1", &primary.port().to_string()])
         .start();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let url = target(&replica);
     let results = tmp.path().to_str().unwrap();
     let out = lockstorm(&[
@@ -303,7 +303,7 @@ fn kill_and_restart_script(dir: &std::path::Path) -> std::path::PathBuf {
 #[test]
 fn a_kill_by_the_users_command_is_verified_by_the_nodes_new_run_id() {
     let server = deployment();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let script = kill_and_restart_script(tmp.path());
     let url = target(&server);
     let cmd = format!("kill={}", script.display());
@@ -348,7 +348,7 @@ fn a_kill_by_the_users_command_is_verified_by_the_nodes_new_run_id() {
 #[test]
 fn a_fault_command_whose_effect_is_never_seen_makes_the_run_unknown() {
     let server = deployment();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let url = target(&server);
     let args = [
         "--target",
@@ -389,7 +389,7 @@ fn sentinel_set() -> (Server, Server, Server) {
 #[test]
 fn a_failover_by_the_users_command_is_verified_by_the_sentinels_new_primary() {
     let (primary, replica, sentinel) = sentinel_set();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let url = format!("sentinel://{}/mm", sentinel.addr());
     let cmd = format!(
         "failover=redis-cli -p {} SENTINEL FAILOVER mm",
@@ -450,7 +450,7 @@ fn a_killed_harness_leaves_only_keys_that_expire() {
     use nix::unistd::Pid;
     let _slot = common::e2e_slot();
     let (server, storage) = (deployment(), deployment());
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lockstorm"))
         .args(["--target", &target(&server), "--config", "fenced"])
         .args(["--storage-target", &target(&storage)])
@@ -572,7 +572,7 @@ fn tls_node(certs: &[std::path::PathBuf; 3]) -> (Server, u16) {
 
 #[test]
 fn a_tls_deployment_is_tested_through_lockstorms_bridge_and_left_clean() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let certs = certificates(tmp.path(), "lockstorm-test-ca");
     let (server, tls_port) = tls_node(&certs);
     let url = format!("rediss://localhost:{tls_port}");
@@ -602,10 +602,10 @@ fn a_tls_deployment_is_tested_through_lockstorms_bridge_and_left_clean() {
 
 #[test]
 fn a_certificate_the_ca_did_not_sign_is_refused_in_one_line() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let certs = certificates(tmp.path(), "lockstorm-test-ca");
     let (_server, tls_port) = tls_node(&certs);
-    let other = tempfile::tempdir().unwrap();
+    let other = common::tmp();
     let [stranger, _, _] = certificates(other.path(), "another-ca");
     let url = format!("rediss://localhost:{tls_port}");
     let out = lockstorm(&[
@@ -637,7 +637,7 @@ fn a_certificate_the_ca_did_not_sign_is_refused_in_one_line() {
 #[test]
 fn a_crashed_holder_on_a_deployment_does_not_stick_the_lock() {
     let server = deployment();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let url = target(&server);
     let args = [
         "--target",
@@ -665,7 +665,7 @@ fn ctrl_c_on_a_deployment_removes_the_runs_keys() {
     use nix::unistd::Pid;
     let _slot = common::e2e_slot();
     let server = deployment();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_lockstorm"))
         .args(["--target", &target(&server), "--config", "fenced"])
         .args(["--nemesis", "none", "--time-limit", "60", "--seed", "42"])

@@ -94,7 +94,7 @@ fn run_folder(dir: &Path, run_json: serde_json::Value, ops: &[Op]) {
 
 #[test]
 fn a_clean_history_is_valid_in_both_formats() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let (j, e) = (tmp.path().join("h.jsonl"), tmp.path().join("h.edn"));
     std::fs::write(&j, jsonl(&clean_ops())).unwrap();
     std::fs::write(&e, edn(&clean_ops())).unwrap();
@@ -105,7 +105,7 @@ fn a_clean_history_is_valid_in_both_formats() {
 
 #[test]
 fn an_event_beyond_the_reorder_window_gets_the_same_verdict_in_both_formats() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     // The first holder's release reaches the file after everything else,
     // five minutes late: streamed, it cannot be put back in order.
     let mut ops = clean_ops();
@@ -132,7 +132,7 @@ fn an_event_beyond_the_reorder_window_gets_the_same_verdict_in_both_formats() {
 
 #[test]
 fn check_of_an_interrupted_run_stays_unknown() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let record = serde_json::json!({
         "promise": "mutual-exclusion",
         "interrupted": true,
@@ -150,7 +150,7 @@ fn check_of_an_interrupted_run_stays_unknown() {
 
 #[test]
 fn check_of_a_run_whose_scheduled_fault_never_started_is_unknown() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let record = serde_json::json!({
         "promise": "mutual-exclusion",
         "options": {"config": "single", "nemesis": "pause"},
@@ -174,7 +174,7 @@ fn check_of_a_run_whose_scheduled_fault_never_started_is_unknown() {
 
 #[test]
 fn check_of_a_run_that_never_granted_a_lock_is_unknown() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let ops: Vec<Op> = vec![
         (1_000, "0", "invoke", "acquire", "nil"),
         (3_000, "0", "fail", "acquire", "nil"),
@@ -197,7 +197,7 @@ fn check_of_a_run_that_never_granted_a_lock_is_unknown() {
 
 #[test]
 fn a_corrupt_run_json_does_not_block_check_with_a_promise() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     std::fs::write(tmp.path().join("run.json"), "{\"promise\": ").unwrap();
     std::fs::write(tmp.path().join("history.jsonl"), jsonl(&clean_ops())).unwrap();
     let dir = tmp.path().to_str().unwrap();
@@ -212,7 +212,7 @@ fn a_corrupt_run_json_does_not_block_check_with_a_promise() {
 
 #[test]
 fn a_lock_only_history_is_valid_its_counter_checker_not_applicable() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let ops: Vec<Op> = clean_ops()
         .into_iter()
         .filter(|op| matches!(op.3, "acquire" | "release"))
@@ -237,7 +237,7 @@ fn a_lock_only_history_is_valid_its_counter_checker_not_applicable() {
 
 /// Bad input: one line naming `needle`, exit 254, no folder made.
 fn refused(args: &[&str], needle: &str) {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let mut all = vec!["run", "--results", tmp.path().to_str().unwrap()];
     all.extend_from_slice(args);
     let out = lockstorm(&all);
@@ -298,7 +298,7 @@ fn every_numeric_option_out_of_its_range_is_refused_naming_it() {
 fn an_interrupted_run_records_when_and_rechecks_unknown() {
     use nix::sys::signal::{kill, Signal};
     use nix::unistd::Pid;
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_lockstorm"))
         .args([
             "run",
@@ -374,7 +374,7 @@ fn a_matrix_with_nothing_to_run_or_a_zero_time_limit_is_refused() {
             "0",
         ],
     ] {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = common::tmp();
         let out = matrix(tmp.path(), args);
         assert_eq!(out.code, 254, "{args:?}: {}{}", out.stdout, out.stderr);
         assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
@@ -385,7 +385,7 @@ fn a_matrix_with_nothing_to_run_or_a_zero_time_limit_is_refused() {
 
 #[test]
 fn a_matrix_pair_whose_time_limit_fits_no_fault_is_skipped_with_the_reason() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let args = ["--configs", "single", "--nemeses", "none,pause"];
     let out = matrix(tmp.path(), &[&args[..], &["--time-limit", "3"]].concat());
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
@@ -417,7 +417,7 @@ fn interrupt_a_matrix(jobs: &str, running: &[&str]) -> (Option<i32>, String, Str
     use nix::sys::signal::{killpg, Signal};
     use nix::unistd::Pid;
     use std::os::unix::process::CommandExt;
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lockstorm"))
         .args(["matrix", "--configs", "single", "--nemeses", "none,pause"])
         .args(["--time-limit", "20", "--jobs", jobs])
@@ -488,7 +488,7 @@ fn an_interrupted_matrix_stops_every_running_cell_in_order() {
 
 #[test]
 fn a_history_line_longer_than_1_mib_or_malformed_with_its_newline_is_bad_input() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let long = tmp.path().join("long");
     std::fs::write(&long, vec![b'0'; 3 << 20]).unwrap();
     let first = jsonl(&clean_ops()[..1]);
@@ -511,7 +511,7 @@ fn a_history_line_longer_than_1_mib_or_malformed_with_its_newline_is_bad_input()
 
 #[test]
 fn report_exits_non_zero_and_says_why_when_a_run_folder_cannot_be_read() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let good = tmp.path().join("single-none/20261129T114541");
     std::fs::create_dir_all(&good).unwrap();
     run_folder(
@@ -552,7 +552,7 @@ fn a_history_whose_crash_cannot_be_believed_is_unknown_naming_the_event() {
         r#"{"index":11,"time":4100000000,"process":"harness","type":"invoke","f":"read","value":null}"#,
         r#"{"index":12,"time":4100000100,"process":"harness","type":"ok","f":"read","value":1}"#,
     ];
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::tmp();
     let cases = [
         (
             "harness",
