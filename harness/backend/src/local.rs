@@ -99,7 +99,11 @@ impl LocalProcess {
             use std::os::unix::process::CommandExt;
             cmd.uid(uid).gid(gid);
         }
-        process::isolate(&mut cmd);
+        match l.program {
+            // Its shared memory goes with it only if it shuts down.
+            Program::Postgres => process::isolate_quitting(&mut cmd),
+            _ => process::isolate(&mut cmd),
+        }
         let child = cmd.spawn().map_err(doing(format!(
             "starting {} for node {}",
             self.program.display(),

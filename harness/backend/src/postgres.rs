@@ -246,6 +246,9 @@ fn reachable(dir: &Path, (uid, gid): (u32, u32)) -> bool {
     })
 }
 
+/// How long an immediate shutdown may take before the server is killed.
+const SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A running PostgreSQL server.
 pub struct PostgresNode {
     name: String,
@@ -534,10 +537,21 @@ impl PostgresNode {
         launched
     }
 
+    /// Ends the server for good: an immediate shutdown first (SIGQUIT,
+    /// and SIGCONT in case it is paused), so that the server removes its
+    /// shared memory as it exits, then what every node's removal does
+    /// (SIGKILL of what is left). A SIGKILLed postmaster leaves its System V
+    /// segment and its dynamic segments in `/dev/shm` behind: one of each per
+    /// run, until the machine's limit of segments (4096 by default) stops
+    /// every later server from starting. Immediate: no checkpoint, as the
+    /// data goes next.
     async fn stop(&mut self) {
-        if let Some(process) = self.process.take() {
-            process.remove().await;
-        }
+        let Some(process) = self.process.take() else {
+            return;
+        };
+        let (pid, name) = (process.pid(), self.name.clone());
+        let _ = tokio::task::spawn_blocking(move || shut_down(&name, pid)).await;
+        process.remove().await;
     }
 
     /// Ends the server for good and removes its data folder; its log stays
@@ -551,10 +565,27 @@ impl PostgresNode {
 
 impl Drop for PostgresNode {
     fn drop(&mut self) {
-        // The process ends as it drops (its own Drop); the data goes too.
-        self.process = None;
+        // The process ends as it drops (its own Drop), after its shutdown;
+        // the data goes too.
+        if let Some(process) = self.process.take() {
+            shut_down(&self.name, process.pid());
+        }
         let _ = std::fs::remove_dir_all(&self.data);
         crate::reaper::dismiss(self.reaper.take());
+    }
+}
+
+/// An immediate shutdown of the server `pid` (0: none runs), waited for
+/// up to [`SHUTDOWN`]; see [`PostgresNode::stop`].
+fn shut_down(name: &str, pid: u32) {
+    if pid == 0 || process::quit(pid).is_err() {
+        return;
+    }
+    let _ = process::resume(pid);
+    if !process::wait_gone(&[pid], SHUTDOWN) {
+        tracing::warn!(
+            "node {name}: no immediate shutdown within {SHUTDOWN:?}: killed, its shared memory may be left"
+        );
     }
 }
 

@@ -3,6 +3,9 @@
 //! harness ended, even by SIGKILL. It waits for its stdin to close (the
 //! kernel closes the pipe when the harness dies), gives the server (which
 //! dies with the harness) up to 10 s to be gone, then removes the folder.
+//! It first resumes the server, in case the harness died while it was
+//! paused: a PostgreSQL server's death signal is SIGQUIT, the shutdown that
+//! removes its shared memory, and a stopped process does not act on it.
 //! A server removed in order dismisses its reaper, which then finds nothing.
 
 use crate::error::{doing, Result};
@@ -12,6 +15,7 @@ use std::process::{Child, Command, Stdio};
 /// `$1` the data folder, `$2` the file whose first line is the server's pid.
 const REAPER: &str = r#"cat >/dev/null
 pid=$(head -n 1 "$2" 2>/dev/null)
+[ -n "$pid" ] && kill -CONT "$pid" 2>/dev/null
 i=0
 while [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
 rm -rf "$1""#;

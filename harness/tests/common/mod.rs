@@ -621,10 +621,48 @@ pub fn nothing_outlives_a_signalled_harness(
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        wait_for("every server and its data folder to be gone", || {
-            let gone =
-                leftover_processes(tmp.path()).is_empty() && data.iter().all(|d| !d.exists());
-            gone.then_some(())
-        });
+        wait_for(
+            "every server, its data folder and shared memory to be gone",
+            || {
+                let gone = leftover_processes(tmp.path()).is_empty()
+                    && data.iter().all(|d| !d.exists())
+                    && postgres_segments_left(&dir).is_empty();
+                gone.then_some(())
+            },
+        );
     }
+}
+
+/// The System V shared memory segments (`ipcs -m -p` lines) that a
+/// PostgreSQL server of the run in `dir` created and left: a SIGKILLed
+/// postmaster leaves its own, and the machine allows 4096 in all. The
+/// servers are the postmasters of the nodes' logs (`[pid]` in the line
+/// prefix of "ready to accept connections").
+pub fn postgres_segments_left(dir: &Path) -> Vec<String> {
+    let logs = std::fs::read_dir(dir.join("nodes")).into_iter().flatten();
+    let logs: String = logs
+        .flatten()
+        .filter_map(|node| std::fs::read_to_string(node.path().join("output.log")).ok())
+        .collect();
+    let servers: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("database system is ready to accept connections"))
+        .filter_map(|l| l.split_once(" [")?.1.split_once(']').map(|(pid, _)| pid))
+        .collect();
+    if servers.is_empty() {
+        return Vec::new();
+    }
+    let ipcs = Command::new("ipcs")
+        .args(["-m", "-p"])
+        .output()
+        .expect("ipcs (util-linux) runs");
+    // Lines: shmid, owner, creator's pid, last user's pid.
+    String::from_utf8_lossy(&ipcs.stdout)
+        .lines()
+        .filter(|l| {
+            let cpid = l.split_whitespace().nth(2);
+            cpid.is_some_and(|pid| servers.contains(&pid))
+        })
+        .map(str::to_string)
+        .collect()
 }

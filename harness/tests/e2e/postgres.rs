@@ -25,6 +25,8 @@ fn pg_run(
         "the data folder outlived the run: {}",
         data.display()
     );
+    let left = common::postgres_segments_left(&dir);
+    assert!(left.is_empty(), "shared memory left behind: {left:?}");
     let text = std::fs::read_to_string(dir.join("results.json")).unwrap();
     (tmp, results, dir, serde_json::from_str(&text).unwrap())
 }

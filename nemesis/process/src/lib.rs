@@ -39,6 +39,12 @@ pub fn kill_now(pid: u32) -> io::Result<()> {
     signal(pid, Signal::SIGKILL)
 }
 
+/// SIGQUIT: PostgreSQL's immediate shutdown (no checkpoint, shared memory
+/// removed as it exits).
+pub fn quit(pid: u32) -> io::Result<()> {
+    signal(pid, Signal::SIGQUIT)
+}
+
 pub fn terminate(pid: u32) -> io::Result<()> {
     signal(pid, Signal::SIGTERM)
 }
@@ -123,6 +129,13 @@ pub fn parent(pid: u32) -> Option<u32> {
 /// kill it if the harness dies, so no node or worker outlives a crashed run.
 pub fn isolate(cmd: &mut std::process::Command) {
     own_group_until_parent_dies(cmd, Signal::SIGKILL);
+}
+
+/// As [`isolate`], but the kernel sends SIGQUIT when the parent dies:
+/// PostgreSQL's immediate shutdown, which removes the server's shared
+/// memory as it exits (a SIGKILLed server leaves it behind for good).
+pub fn isolate_quitting(cmd: &mut std::process::Command) {
+    own_group_until_parent_dies(cmd, Signal::SIGQUIT);
 }
 
 /// As [`isolate`], but the kernel sends SIGTERM when the parent dies: for a
