@@ -60,7 +60,7 @@ enum Command {
     /// The shipped client adapters' environments.
     Clients(ClientsArgs),
     /// Build the Docker backend's local images from this machine's
-    /// redis-server and PostgreSQL (`image import`), for daemons that cannot pull.
+    /// redis-server, PostgreSQL and etcd (`image import`), for daemons that cannot pull.
     Image(ImageArgs),
     /// Removes a run's containers once its harness is gone (started by the
     /// harness for each Docker run; see `backend::docker::reap`).
@@ -161,9 +161,11 @@ enum ImageCommand {
     /// Import `lockstorm/redis:local` (redis-server, redis-sentinel and the
     /// libraries they link) into the Docker daemon, without a registry; and
     /// `lockstorm/postgres:local` (postgres, its libraries and what it
-    /// reads) when PostgreSQL is installed.
+    /// reads) when PostgreSQL is installed, and `lockstorm/etcd:local`
+    /// (etcd and its libraries) when etcd is.
     Import {
-        /// The Redis image's name (PostgreSQL's is always lockstorm/postgres:local).
+        /// The Redis image's name (PostgreSQL's is always lockstorm/postgres:local,
+        /// etcd's lockstorm/etcd:local).
         #[arg(long, default_value = "lockstorm/redis:local")]
         tag: String,
     },
@@ -482,26 +484,59 @@ fn image_command(args: ImageArgs) -> Result<Validity> {
     let ImageCommand::Import { tag } = args.command;
     let server = backend::local::find_redis_server()?;
     let postgres = backend::postgres::Programs::find();
+    let etcd = backend::etcd::find();
     runtime()?.block_on(async {
         let api = backend::docker::connect_daemon().await?;
         let from = server.clone();
         let redis = image::import(&api, move || image::redis(&from), &tag).await;
         say(&imported_line(&redis.map_err(Error::Usage)?, &server))?;
-        match postgres {
-            Ok(programs) => {
-                let from = programs.server();
-                let plan = move || image::postgres(&programs);
-                let pg = image::import(&api, plan, image::POSTGRES_IMAGE).await;
-                say(&imported_line(&pg.map_err(Error::Usage)?, &from))
-            }
-            // Redis-only machines are fine: say what --storage postgres lacks.
-            Err(why) => say(&format!(
-                "skipped {}, which --backend docker runs PostgreSQL from: {why}\n",
-                image::POSTGRES_IMAGE
-            )),
-        }
+        let pg_from = |p: &backend::postgres::Programs| p.server();
+        let pg_plan = |p: &backend::postgres::Programs| image::postgres(p);
+        import_or_skip(
+            &api,
+            postgres,
+            pg_from,
+            pg_plan,
+            image::POSTGRES_IMAGE,
+            "PostgreSQL",
+        )
+        .await?;
+        let etcd_plan = |p: &std::path::PathBuf| image::etcd(p);
+        import_or_skip(
+            &api,
+            etcd,
+            Clone::clone,
+            etcd_plan,
+            image::ETCD_IMAGE,
+            "etcd members",
+        )
+        .await
     })?;
     Ok(Validity::True)
+}
+
+/// Imports `image` from what was `found` (`from` names its program for the
+/// line), or says why it skipped it: Redis-only machines are fine, and the
+/// line says what the runs that need the image lack.
+#[cfg(feature = "docker")]
+async fn import_or_skip<T: Send + 'static>(
+    api: &backend::docker::api::Api,
+    found: std::result::Result<T, backend::Error>,
+    from: impl Fn(&T) -> std::path::PathBuf,
+    plan: fn(&T) -> std::result::Result<backend::docker::image::Plan, String>,
+    image: &str,
+    runs: &str,
+) -> Result<()> {
+    match found {
+        Ok(found) => {
+            let program = from(&found);
+            let imported = backend::docker::image::import(api, move || plan(&found), image).await;
+            say(&imported_line(&imported.map_err(Error::Usage)?, &program))
+        }
+        Err(why) => say(&format!(
+            "skipped {image}, which --backend docker runs {runs} from: {why}\n"
+        )),
+    }
 }
 
 #[cfg(feature = "docker")]

@@ -42,20 +42,29 @@ pub fn find() -> Result<PathBuf> {
 
 /// `etcd --version`'s first line, for `run.json`.
 pub fn version() -> String {
-    let Ok(etcd) = find() else {
-        return "unknown".into();
-    };
-    Command::new(etcd)
+    find()
+        .ok()
+        .and_then(|etcd| version_of(&etcd).ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// `<etcd> --version`'s first line (`etcd Version: 3.4.23`).
+pub fn version_of(etcd: &Path) -> std::result::Result<String, String> {
+    let out = Command::new(etcd)
         .arg("--version")
         .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .next()
-                .map(str::to_string)
-        })
-        .unwrap_or_else(|| "unknown".into())
+        .map_err(|e| format!("cannot run {} --version: {e}", etcd.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    match stdout.lines().next() {
+        Some(line) if out.status.success() && line.starts_with("etcd Version") => {
+            Ok(line.to_string())
+        }
+        _ => Err(format!(
+            "{} --version did not name an etcd version ({}): set LOCKSTORM_ETCD_BIN to the folder of a working etcd",
+            etcd.display(),
+            out.status
+        )),
+    }
 }
 
 /// Whether the member at `addr` (its client address) knows a leader now,

@@ -1,6 +1,7 @@
 //! The Docker backend against a real daemon: the nodes are containers
 //! (host networking, the host's PID namespace) of the images `lockstorm image
-//! import` built (Redis's, and PostgreSQL's for the storage in PostgreSQL),
+//! import` built (Redis's, PostgreSQL's for the storage in PostgreSQL, and
+//! etcd's for the etcd members),
 //! and every finding of the local backend holds the same way.
 //! No container outlives its run, however the run ends.
 //!
@@ -250,6 +251,74 @@ fn a_row_lock_survives_its_postgres_container_killed_and_restarted() {
             >= 2,
         "the storage never restarted:\n{log}"
     );
+}
+
+/// A majority of etcd members, each a container of `lockstorm/etcd:local`,
+/// killed and restarted on their data: the fence keeps the data, as on the
+/// local backend. While the run goes, a watcher sees its three members'
+/// containers (no other test runs that image).
+#[test]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
+fn etcd_members_in_containers_killed_and_restarted_keep_the_fenced_data() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                let names = docker(&[
+                    "ps",
+                    "--filter",
+                    "ancestor=lockstorm/etcd:local",
+                    "--format",
+                    "{{.Label \"lockstorm.run\"}} {{.Label \"lockstorm.node\"}}",
+                ]);
+                let mut members: Vec<(String, String)> = names
+                    .lines()
+                    .filter_map(|l| l.split_once(' '))
+                    .map(|(run, node)| (run.to_string(), node.to_string()))
+                    .collect();
+                members.sort();
+                if members.len() == 3 {
+                    return Some(members);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            None
+        })
+    };
+    let tmp = common::tmp();
+    let (out, results, dir) = docker_run(tmp.path(), "etcd-fenced", "kill", "12", "29", &[]);
+    done.store(true, Ordering::Relaxed);
+    let members = watcher.join().unwrap();
+    common::assert_valid(&results, &dir);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    let run = run_json(&dir)["backend"]["run"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let expected: Vec<(String, String)> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|n| (run.clone(), n.to_string()))
+        .collect();
+    assert_eq!(
+        members,
+        Some(expected),
+        "the run's members were not three containers of lockstorm/etcd:local"
+    );
+    // Each killed member came back as a new process on its data.
+    common::assert_verified(&dir, "start-kill");
+    common::assert_verified(&dir, "stop-kill");
+    let counter = results.counter().expect("a counter report");
+    assert!(
+        counter.acknowledged > 0,
+        "nothing was written: {}",
+        out.stdout
+    );
+    for member in ["n1", "n2", "n3"] {
+        let data = dir.join(format!("nodes/{member}/data"));
+        assert!(!data.exists(), "{} outlived the run", data.display());
+    }
 }
 
 /// A long docker run with long pauses, and its folder once a pause is on.

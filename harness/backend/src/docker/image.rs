@@ -1,9 +1,10 @@
 //! `lockstorm image import`: images made from the host's own programs, for
 //! machines that cannot pull `redis:7.2` (no registry, as in CI).
 //!
-//! One way to build them, two plans through it ([`Plan`]): `lockstorm/redis:local`
-//! from the host's `redis-server` ([`redis`]), and `lockstorm/postgres:local`
-//! from the host's PostgreSQL ([`postgres`]). An image holds the real binary,
+//! One way to build them, three plans through it ([`Plan`]): `lockstorm/redis:local`
+//! from the host's `redis-server` ([`redis`]), `lockstorm/postgres:local`
+//! from the host's PostgreSQL ([`postgres`]) and `lockstorm/etcd:local` from
+//! the host's etcd ([`etcd`]). An image holds the real binary,
 //! every library `ldd` names (at the path `ldd` names, so the loader's
 //! default search finds them without an `ld.so.cache`) and the loader
 //! itself, plus what the program reads at run time: nothing else, no shell.
@@ -28,6 +29,11 @@ pub const VERSION_LABEL: &str = "lockstorm.redis-version";
 pub const POSTGRES_IMAGE: &str = "lockstorm/postgres:local";
 /// The label of [`POSTGRES_IMAGE`]: the PostgreSQL it holds.
 pub const POSTGRES_VERSION_LABEL: &str = "lockstorm.postgres-version";
+
+/// The image of the etcd members (the `etcd` configs and topology).
+pub const ETCD_IMAGE: &str = "lockstorm/etcd:local";
+/// The label of [`ETCD_IMAGE`]: the etcd it holds.
+pub const ETCD_VERSION_LABEL: &str = "lockstorm.etcd-version";
 
 /// Where the binary goes: on the image's PATH, named so that Redis starts
 /// as a server (it picks its mode from `argv[0]`, e.g. `redis-check-rdb`).
@@ -262,6 +268,26 @@ pub fn postgres(programs: &Programs) -> Result<Plan, String> {
         entrypoint: server.display().to_string(),
         label: POSTGRES_VERSION_LABEL,
         version: programs.version(),
+    })
+}
+
+/// The etcd image for `etcd` (the host's): the binary at its own path, its
+/// libraries and the loader, and an empty /tmp. A member's data folder is
+/// in its node folder, bind-mounted; it names its peers by address, so it
+/// needs no `/etc`.
+pub fn etcd(etcd: &Path) -> Result<Plan, String> {
+    let fix = "set LOCKSTORM_ETCD_BIN to the folder of another etcd";
+    let mut rootfs = Rootfs::default();
+    rootfs.executable(etcd, etcd, fix)?;
+    rootfs.add(Path::new("/tmp"), Entry::Dir { mode: 0o1777 });
+    let bin = etcd.parent().unwrap_or(Path::new("/"));
+    Ok(Plan {
+        rootfs,
+        path: format!("{}:/usr/bin:/bin", bin.display()),
+        workdir: "/".into(),
+        entrypoint: etcd.display().to_string(),
+        label: ETCD_VERSION_LABEL,
+        version: crate::etcd::version_of(etcd)?,
     })
 }
 
@@ -655,7 +681,7 @@ mod tests {
 
     #[tokio::test]
     #[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --lib docker:: -- --ignored)"]
-    async fn an_import_makes_images_that_start_redis_server_and_postgres() {
+    async fn an_import_makes_images_that_start_redis_server_postgres_and_etcd() {
         // Asked for by --ignored: no daemon (DOCKER_HOST, else the default
         // socket) fails it below rather than passing.
         let api = super::super::api::connect_daemon().await.unwrap();
@@ -694,6 +720,15 @@ mod tests {
         assert_eq!(label.as_deref(), Some(imported.version.as_str()));
         assert!(said.starts_with("postgres (PostgreSQL)"), "{said}");
         assert_eq!(said, imported.version);
+        let binary = crate::etcd::find().unwrap();
+        let entrypoint = binary.display().to_string();
+        let (imported, config, said) =
+            import_and_run(&api, "etcd", move || etcd(&binary), &["--version"]).await;
+        assert_eq!(config.entrypoint, Some(vec![entrypoint]));
+        let label = config.labels.unwrap().get(ETCD_VERSION_LABEL).cloned();
+        assert_eq!(label.as_deref(), Some(imported.version.as_str()));
+        assert!(said.starts_with("etcd Version: "), "{said}");
+        assert_eq!(said.lines().next(), Some(imported.version.as_str()));
     }
 
     #[test]

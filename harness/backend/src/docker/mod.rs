@@ -125,8 +125,10 @@ impl Docker {
     }
 
     /// The container for `l`: Redis's from the run's image, PostgreSQL's
-    /// from [`image::POSTGRES_IMAGE`] with the server's path (`program`) as
-    /// its entrypoint and `l.user` as its user.
+    /// from [`image::POSTGRES_IMAGE`] and an etcd member's from
+    /// [`image::ETCD_IMAGE`], each with its program's path (`program`) as
+    /// its entrypoint; as `l.user` when set (PostgreSQL's user; an etcd
+    /// member's own group, which its partition's rules match).
     fn request(
         &self,
         l: &Launch,
@@ -186,17 +188,24 @@ impl Docker {
     }
 
     /// The image and entrypoint of `program`'s containers. PostgreSQL's
-    /// image must have been imported: nothing to pull it from.
+    /// and etcd's images must have been imported: nothing to pull them from.
+    /// Each holds its program at the path the local backend finds it at.
     async fn image_of(&self, program: Program) -> Result<(String, String)> {
-        if program == Program::Etcd {
-            return Err(Error::Usage(
-                "etcd members run on the local backend only (no etcd image yet): add --backend local".into(),
-            ));
-        }
-        if program != Program::Postgres {
-            return Ok((self.image.clone(), "redis-server".into()));
-        }
-        let image = image::POSTGRES_IMAGE;
+        let (image, from, entrypoint) = match program {
+            Program::Server | Program::Sentinel => {
+                return Ok((self.image.clone(), "redis-server".into()))
+            }
+            Program::Postgres => (
+                image::POSTGRES_IMAGE,
+                "PostgreSQL; apt-get install -y postgresql",
+                crate::postgres::Programs::find()?.server(),
+            ),
+            Program::Etcd => (
+                image::ETCD_IMAGE,
+                "etcd; apt-get install -y etcd-server",
+                crate::etcd::find()?,
+            ),
+        };
         let what = format!("an inspect of image {image}");
         let found = self
             .api
@@ -204,11 +213,10 @@ impl Docker {
             .await?;
         if found.is_err() {
             return Err(Error::Usage(format!(
-                "image {image} is not on the Docker daemon: run `lockstorm image import` (it builds it from this machine's PostgreSQL; apt-get install -y postgresql), or add --backend local"
+                "image {image} is not on the Docker daemon: run `lockstorm image import` (it builds it from this machine's {from}), or add --backend local"
             )));
         }
-        let server = crate::postgres::Programs::find()?.server();
-        Ok((image.into(), server.to_string_lossy().into_owned()))
+        Ok((image.into(), entrypoint.to_string_lossy().into_owned()))
     }
 }
 
