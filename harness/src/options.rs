@@ -689,9 +689,10 @@ impl RunOptions {
     }
 
     /// etcd's lock runs on lockstorm's own members, struck by the faults
-    /// that act on a process, and by a partition between members (made with
-    /// iptables): the fault proxy speaks Redis's protocol, and the time shim
-    /// does not reach Go's clock.
+    /// that act on a process, by a partition between members (made with
+    /// iptables) and by clock faults (the harness serves a member's wall
+    /// clock to its process, which it can do on the local backend only):
+    /// the fault proxy speaks Redis's protocol.
     fn check_etcd(&self) -> Result<(), Refusal> {
         if !self.config.locks_in_etcd() {
             return Ok(());
@@ -704,11 +705,17 @@ impl RunOptions {
         }
         let unbuilt = self
             .nemesis
-            .any(|p| in_proxy(self.config, p) || p.needs_time_shim() || p.needs_firewall());
+            .any(|p| in_proxy(self.config, p) || p.needs_firewall());
         if unbuilt || self.latency_ms.is_some() {
             return Err(Refusal::Inapplicable(format!(
-                "--nemesis {} does not reach etcd's members yet (the fault proxy speaks Redis's protocol, the time shim does not move Go's clock): with --config {} choose pause, crash, kill, pause-node or partition",
+                "--nemesis {} does not reach etcd's members yet (the fault proxy speaks Redis's protocol): with --config {} choose pause, crash, kill, pause-node, partition or clock",
                 self.nemesis, self.config
+            )));
+        }
+        if self.nemesis.any(|p| p.needs_time_shim()) && self.nodes.backend == Backend::Docker {
+            return Err(Refusal::Inapplicable(format!(
+                "--nemesis {} moves an etcd member's clock only on the local backend (the harness serves it to the member's process, which it cannot do in a container): add --backend local",
+                self.nemesis
             )));
         }
         Ok(())

@@ -10,7 +10,7 @@ use crate::server::Server;
 use backend::node::{connect, NodeClock, NodeSpec, RedisNode, Role};
 use backend::Provisioner;
 use nemesis::clock::TimeControl;
-use nemesis::cluster::BoxFuture;
+use nemesis::cluster::{BoxFuture, ClockReading};
 use nemesis::net::{Firewall, Link};
 use nemesis::proxy;
 use nemesis::Targets;
@@ -250,9 +250,13 @@ impl Topology {
         let mut nodes: Vec<Server> = nodes.into_iter().map(Server::Redis).collect();
         let mut peers = Vec::new();
         if options.config.locks_in_etcd() {
-            let members: Vec<(String, Ipv4Addr)> = (1..=options.config.lock_nodes() as u8)
-                .map(|n| (format!("n{n}"), addresses.data(n)))
-                .collect();
+            let mut members = Vec::new();
+            for n in 1..=options.config.lock_nodes() as u8 {
+                let name = format!("n{n}");
+                // Go reads the clock without libc: the harness serves it.
+                let clock = clock_for(&name)?.map(|c| c.control);
+                members.push((name, addresses.data(n), clock));
+            }
             // The run's own cluster: no member of another run's may join it.
             let token = format!("lockstorm-{}-{}", std::process::id(), addresses.block);
             let members =
@@ -838,16 +842,27 @@ impl Cluster for Topology {
         })
     }
 
-    fn wall_clock_ns(&self, node: &str) -> BoxFuture<'_, Result<i64, String>> {
+    fn wall_clock(&self, node: &str) -> BoxFuture<'_, Result<ClockReading, String>> {
         let target = self.socket_of(node);
         let name = node.to_string();
+        let member = self.locks_in_etcd && self.lock_nodes().contains(&name);
         Box::pin(async move {
             let (ip, port) = target.map_err(|e| e.to_string())?;
             let addr = format!("{ip}:{port}");
+            if member {
+                return backend::etcd::wall_clock(addr).await;
+            }
             tokio::task::spawn_blocking(move || {
                 let mut con = connect(&addr)?;
+                let before_ns = nemesis::clock::real_now_ns();
                 let (s, us): (i64, i64) = redis::cmd("TIME").query(&mut con)?;
-                Ok::<_, redis::RedisError>(s * 1_000_000_000 + us * 1_000)
+                let after_ns = nemesis::clock::real_now_ns();
+                Ok::<_, redis::RedisError>(ClockReading {
+                    via: "TIME",
+                    node_ns: s * 1_000_000_000 + us * 1_000,
+                    before_ns,
+                    after_ns,
+                })
             })
             .await
             .map_err(|e| e.to_string())?

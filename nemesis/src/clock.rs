@@ -322,6 +322,27 @@ impl TimeControl {
         })
     }
 
+    /// Maps the control file at `path` that [`TimeControl::create`] made:
+    /// the reader that serves a node's clock itself (a Go node, which the
+    /// shim cannot reach) reads it as the shim does.
+    pub fn open(path: impl AsRef<Path>) -> io::Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let file = OpenOptions::new().read(true).write(true).open(&path)?;
+        let map = Self::map(&file)?;
+        let control = TimeControl {
+            path,
+            map,
+            writer: Mutex::new(()),
+        };
+        match control.u32_at(MAGIC_AT).load(Ordering::Acquire) == CONTROL_MAGIC {
+            true => Ok(control),
+            false => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{} is not a time control file", control.path.display()),
+            )),
+        }
+    }
+
     fn map(file: &File) -> io::Result<NonNull<c_void>> {
         let len = NonZeroUsize::new(CONTROL_LEN).unwrap();
         // SAFETY: a fresh shared mapping of a file we just wrote 64 bytes to;

@@ -29,6 +29,18 @@ pub enum Source {
     Node(String),
 }
 
+/// A node's wall clock read once: the time it said (ns since the epoch) and
+/// this machine's real time just before the reading was asked for and just
+/// after it came, between which the node read its clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClockReading {
+    /// What said it (`TIME`, `Date`), for a message.
+    pub via: &'static str,
+    pub node_ns: i64,
+    pub before_ns: i64,
+    pub after_ns: i64,
+}
+
 pub trait Cluster: Send + Sync {
     /// The node the lock lives on now: the primary for `replicated` (as
     /// Sentinel names it), otherwise the lock node.
@@ -76,8 +88,9 @@ pub trait Cluster: Send + Sync {
         node: &str,
         timeout: Duration,
     ) -> BoxFuture<'_, Result<bool, String>>;
-    /// `node`'s wall clock as Redis `TIME` reports it, in ns since the epoch.
-    fn wall_clock_ns(&self, node: &str) -> BoxFuture<'_, Result<i64, String>>;
+    /// `node`'s wall clock read once (a Redis node's `TIME`, an etcd
+    /// member's HTTP `Date`).
+    fn wall_clock(&self, node: &str) -> BoxFuture<'_, Result<ClockReading, String>>;
     /// Runs the user's command for `fault` on `node` (a deployment lockstorm
     /// did not start): `None` when there is none, else what it printed, or
     /// why it failed (a non-zero exit, a timeout).

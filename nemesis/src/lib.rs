@@ -20,6 +20,7 @@ pub use proxy;
 pub mod runner;
 mod scenario;
 pub mod schedule;
+pub mod served_clock;
 mod skew;
 mod terminate;
 mod verify;

@@ -125,18 +125,19 @@ fn clock_matches(observed_ns: i64, want_ns: i64, uncertainty_ns: i64) -> bool {
     (observed_ns - want_ns).abs() <= CLOCK_TOLERANCE_NS + uncertainty_ns
 }
 
-/// Reads each node's `TIME` back and checks it is `offset_ns` from real time.
+/// Reads each node's clock back (a Redis node's `TIME`, an etcd member's
+/// `Date`) and checks it is `offset_ns` from real time.
 pub(crate) async fn clocks(env: &Env, nodes: &[String], offset_ns: i64) -> Result<Value, String> {
     let mut seen = serde_json::Map::new();
     for node in nodes {
-        let before = crate::clock::real_now_ns();
-        let node_ns = env.cluster.wall_clock_ns(node).await?;
-        let after = crate::clock::real_now_ns();
-        let observed = node_ns - before / 2 - after / 2;
+        let reading = env.cluster.wall_clock(node).await?;
+        let (before, after) = (reading.before_ns, reading.after_ns);
+        let observed = reading.node_ns - before / 2 - after / 2;
         let uncertainty = (after - before) / 2;
         if !clock_matches(observed, offset_ns, uncertainty) {
             return Err(format!(
-                "{node}: TIME is {} ms from real time, not {} ms (is the time shim loaded?)",
+                "{node}: its {} is {} ms from real time, not {} ms (is its time shim loaded, or its clock served?)",
+                reading.via,
                 observed / 1_000_000,
                 offset_ns / 1_000_000
             ));

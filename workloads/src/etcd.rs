@@ -84,6 +84,32 @@ impl Gateway {
         Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
     }
 
+    /// `GET <path>`'s `Date` (the member's wall clock as it answered, in
+    /// whole seconds), in ns since the epoch.
+    pub fn date(&self, member: &str, path: &str) -> Result<i64, Failure> {
+        let sent = Arc::new(AtomicBool::new(false));
+        let request = self.request(member, path, None, sent);
+        let answer = self
+            .runtime
+            .block_on(async { tokio::time::timeout(self.timeout, request).await })
+            .map_err(|_| {
+                Failure::Unknown(format!(
+                    "{path}: no answer from {member} within {:?}",
+                    self.timeout
+                ))
+            })??;
+        let date = answer
+            .date
+            .ok_or_else(|| Failure::Unknown(format!("{path} from {member}: no Date")))?;
+        let at = httpdate::parse_http_date(&date)
+            .map_err(|e| Failure::Unknown(format!("{path} from {member}: Date {date:?}: {e}")))?;
+        let secs = at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_err(|e| Failure::Unknown(format!("{path} from {member}: Date {date:?}: {e}")))?
+            .as_secs();
+        Ok(secs as i64 * 1_000_000_000)
+    }
+
     fn send(
         &self,
         member: &str,
@@ -96,7 +122,7 @@ impl Gateway {
             .runtime
             .block_on(async { tokio::time::timeout(self.timeout, request).await })
         {
-            Ok(answer) => answer,
+            Ok(answer) => answer.map(|a| (a.status, a.bytes)),
             Err(_) if sent.load(Ordering::SeqCst) => Err(Failure::Unknown(format!(
                 "{path}: no answer from {member} within {:?}",
                 self.timeout
@@ -114,7 +140,7 @@ impl Gateway {
         path: &str,
         body: Option<&Value>,
         sent: Arc<AtomicBool>,
-    ) -> Result<(u16, Bytes), Failure> {
+    ) -> Result<Answer, Failure> {
         let not_sent =
             |e: &dyn std::fmt::Display| Failure::NotSent(format!("{path} to {member}: {e}"));
         let unknown =
@@ -148,14 +174,30 @@ impl Gateway {
             .await
             .map_err(|e| unknown(&e))?;
         let status = response.status().as_u16();
+        let date = response
+            .headers()
+            .get(hyper::header::DATE)
+            .and_then(|d| d.to_str().ok())
+            .map(str::to_string);
         let bytes = response
             .into_body()
             .collect()
             .await
             .map_err(|e| unknown(&e))?
             .to_bytes();
-        Ok((status, bytes))
+        Ok(Answer {
+            status,
+            date,
+            bytes,
+        })
     }
+}
+
+/// An HTTP answer: its status, its `Date` header and its body.
+struct Answer {
+    status: u16,
+    date: Option<String>,
+    bytes: Bytes,
 }
 
 /// A gateway answer's JSON, or the error etcd answered with.

@@ -8,6 +8,7 @@
 
 use crate::error::{doing, Error, Result};
 use crate::provision::{Launch, NodeProcess, Program, Provisioner};
+use nemesis::cluster::ClockReading;
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -67,6 +68,40 @@ pub fn version_of(etcd: &Path) -> std::result::Result<String, String> {
     }
 }
 
+/// The wall clock of the member at `addr` (its client address), to a few
+/// ms: its HTTP `Date` has whole seconds, so `/health` is asked until the
+/// second turns. The member's clock crossed that second between the two
+/// last answers: the reading spans them.
+pub async fn wall_clock(addr: String) -> std::result::Result<ClockReading, String> {
+    tokio::task::spawn_blocking(move || {
+        let gateway = Gateway::new(None, Duration::from_millis(500)).map_err(|e| e.to_string())?;
+        let dated = || {
+            let before = nemesis::clock::real_now_ns();
+            let date = gateway
+                .date(&addr, "/health")
+                .map_err(|e| format!("{addr}: {e}"))?;
+            Ok::<_, String>((before, date, nemesis::clock::real_now_ns()))
+        };
+        let (mut before, first, _) = dated()?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(3);
+        while std::time::Instant::now() < deadline {
+            let (next_before, date, after) = dated()?;
+            if date != first {
+                return Ok(ClockReading {
+                    via: "Date",
+                    node_ns: date,
+                    before_ns: before,
+                    after_ns: after,
+                });
+            }
+            before = next_before;
+        }
+        Err(format!("{addr}: its Date did not turn a second in 3 s"))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
 /// Whether the member at `addr` (its client address) knows a leader now,
 /// from its metrics.
 pub async fn has_leader(addr: String) -> std::result::Result<bool, String> {
@@ -98,12 +133,16 @@ pub struct EtcdMember {
     /// restart stands for Redis's `run_id`.
     started: String,
     reaper: Option<std::process::Child>,
+    /// Its time control file, when the harness serves its wall clock.
+    clock: Option<PathBuf>,
 }
 
-/// Starts one member per `(name, ip)` as one new cluster and waits until
-/// each is healthy (it has a leader).
+/// Starts one member per `(name, ip, clock)` as one new cluster and waits
+/// until each is healthy (it has a leader). A member with a `clock` (its
+/// time control file) reads the wall clock the harness serves it
+/// ([`nemesis::served_clock`]).
 pub async fn start_cluster(
-    members: &[(String, Ipv4Addr)],
+    members: &[(String, Ipv4Addr, Option<PathBuf>)],
     nodes_dir: &Path,
     backend: Arc<dyn Provisioner>,
     token: &str,
@@ -115,19 +154,26 @@ pub async fn start_cluster(
             .map_err(doing(format!("finding a free port on {ip}")))
     };
     let mut planned = Vec::new();
-    for (name, ip) in members {
+    for (name, ip, clock) in members {
         let dir = std::path::absolute(nodes_dir.join(name))
             .map_err(doing(format!("finding the folder of member {name}")))?;
         std::fs::create_dir_all(&dir).map_err(doing(format!("creating {}", dir.display())))?;
-        planned.push((name.clone(), *ip, port(*ip)?, port(*ip)?, dir));
+        planned.push((
+            name.clone(),
+            *ip,
+            port(*ip)?,
+            port(*ip)?,
+            dir,
+            clock.clone(),
+        ));
     }
     let cluster = planned
         .iter()
-        .map(|(name, ip, _, peer, _)| format!("{name}=http://{ip}:{peer}"))
+        .map(|(name, ip, _, peer, _, _)| format!("{name}=http://{ip}:{peer}"))
         .collect::<Vec<_>>()
         .join(",");
     let mut started = Vec::new();
-    for (name, ip, client_port, peer_port, dir) in planned {
+    for (name, ip, client_port, peer_port, dir, clock) in planned {
         let reaper = Some(start_reaper(&dir)?);
         let mut member = EtcdMember {
             name,
@@ -135,6 +181,7 @@ pub async fn start_cluster(
             client_port,
             peer_port,
             dir,
+            clock,
             cluster: cluster.clone(),
             token: token.to_string(),
             process: None,
@@ -179,6 +226,7 @@ impl EtcdMember {
             reads: Vec::new(),
             writes: Vec::new(),
             output: self.output_log(),
+            served_clock: self.clock.clone(),
             // A group of its own, for a cut between members to tell its
             // connections from its peers' (they all dial from 127.0.0.1);
             // only root may take one, and only root cuts links.

@@ -44,6 +44,7 @@ impl Provisioner for Local {
                 launch,
                 program,
                 child: None,
+                clock: None,
             };
             node.spawn()?;
             Ok(Box::new(node) as Box<dyn NodeProcess>)
@@ -73,6 +74,8 @@ struct LocalProcess {
     launch: Launch,
     program: PathBuf,
     child: Option<Child>,
+    /// The thread serving its wall clock, for a `served_clock` launch.
+    clock: Option<nemesis::served_clock::ServedClock>,
 }
 
 impl LocalProcess {
@@ -104,12 +107,30 @@ impl LocalProcess {
             Program::Postgres => process::isolate_quitting(&mut cmd),
             _ => process::isolate(&mut cmd),
         }
+        // Last: from here the child's wall-clock reads wait for this thread.
+        if l.served_clock.is_some() {
+            nemesis::served_clock::prepare(&mut cmd);
+        }
         let child = cmd.spawn().map_err(doing(format!(
             "starting {} for node {}",
             self.program.display(),
             l.name
         )))?;
         self.child = Some(child);
+        if let Some(control) = &l.served_clock {
+            // The child waits, stopped at its exec, for this thread (its tracer).
+            let pid = self.child.as_ref().map_or(0, Child::id);
+            match nemesis::served_clock::attach(pid, control) {
+                Ok(clock) => self.clock = Some(clock),
+                Err(e) => {
+                    let name = l.name.clone();
+                    self.kill_now();
+                    return Err(Error::Usage(format!(
+                        "node {name}: cannot serve its wall clock ({e}): the clock nemesis moves an etcd member's clock through ptrace and seccomp, which this machine refuses (run as root, or choose another --nemesis)"
+                    )));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -122,6 +143,9 @@ impl LocalProcess {
         let Some(mut child) = self.child.take() else {
             return;
         };
+        // Its thread ends as the node does (the listener hangs up) or
+        // within a poll of this.
+        self.clock = None;
         // Its children that left the group (PostgreSQL's backends) first:
         // the node is down only once every process of it is.
         let strays = process::kill_children(child.id());

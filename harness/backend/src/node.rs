@@ -173,6 +173,7 @@ impl RedisNode {
             reads: self.spec.clock.iter().map(|c| c.shim.clone()).collect(),
             writes: Vec::new(),
             output: self.output_log(),
+            served_clock: None,
             user: None,
         };
         self.marks = self

@@ -407,6 +407,7 @@ impl PostgresNode {
                 false => vec![self.data.clone()],
             },
             output: self.output_log(),
+            served_clock: None,
             user,
         }
     }

@@ -39,6 +39,10 @@ pub struct Launch {
     pub writes: Vec<PathBuf>,
     /// Where the process's stdout and stderr go (inside `dir`).
     pub output: PathBuf,
+    /// The time control file of a node whose program reads the clock
+    /// without libc (etcd: Go), when its wall clock may move: the backend
+    /// serves that clock itself ([`nemesis::served_clock`]).
+    pub served_clock: Option<PathBuf>,
     /// The user (uid, gid) the process runs as, when not the harness's own:
     /// PostgreSQL refuses to run as root.
     pub user: Option<(u32, u32)>,

@@ -223,6 +223,12 @@ impl Docker {
 impl Provisioner for Docker {
     fn launch(&self, launch: Launch) -> BoxFuture<'_, Result<Box<dyn NodeProcess>>> {
         Box::pin(async move {
+            if launch.served_clock.is_some() {
+                return Err(Error::Usage(format!(
+                    "node {}: the clock nemesis moves an etcd member's clock only on the local backend (the harness serves it to the member's process, which it cannot do in a container): add --backend local, or choose another --nemesis",
+                    launch.name
+                )));
+            }
             let (image, program) = self.image_of(launch.program).await?;
             let container = self
                 .request(&launch, &image, &program)
