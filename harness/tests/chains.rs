@@ -47,7 +47,7 @@ impl Chain {
         });
         assert!(iptables(&["-N", &name]), "cannot create chain {name}");
         assert!(iptables(&["-I", "INPUT", "-j", &name]));
-        let marks = format!("{name}m");
+        let marks = nemesis::net::marks_chain(&name);
         assert!(iptables(&["-N", &marks]), "cannot create chain {marks}");
         assert!(iptables(&["-I", "OUTPUT", "-j", &marks]));
         Chain {

@@ -47,6 +47,12 @@ pub fn lock_path(chain: &str) -> PathBuf {
 /// digit, so no INPUT chain's name ends in it).
 const MARKS: &str = "m";
 
+/// The name of the OUTPUT chain that goes with the run's INPUT chain
+/// `chain`: where a cut between etcd members marks its connections.
+pub fn marks_chain(chain: &str) -> String {
+    format!("{chain}{MARKS}")
+}
+
 /// A fresh chain name: 64 random bits, 26 characters (iptables allows 28,
 /// so its OUTPUT chain's name fits too).
 fn new_chain_name() -> String {
@@ -190,7 +196,7 @@ impl Firewall {
     /// Cuts member `a` from each of `others` ([`member_cut_rules`]), making
     /// the run's OUTPUT chain the first time.
     pub fn cut_members(&self, a: Member, others: &[Member]) -> io::Result<()> {
-        let marks = format!("{}{MARKS}", self.chain);
+        let marks = marks_chain(&self.chain);
         if !chain_exists(&marks) {
             iptables(&["-N", &marks])?;
             iptables(&["-I", "OUTPUT", "-j", &marks])?;
@@ -202,7 +208,7 @@ impl Firewall {
     }
 
     pub fn heal(&self) -> io::Result<()> {
-        let marks = format!("{}{MARKS}", self.chain);
+        let marks = marks_chain(&self.chain);
         if chain_exists(&marks) {
             iptables(&["-F", &marks])?;
         }
@@ -269,7 +275,7 @@ pub fn clean_stale() -> io::Result<()> {
             Err(e)
                 if e.kind() == io::ErrorKind::NotFound
                     && !chain_exists(&chain)
-                    && !chain_exists(&format!("{chain}{MARKS}")) => {}
+                    && !chain_exists(&marks_chain(&chain)) => {}
             Ok(Some(_lock)) => {
                 tracing::warn!("removing iptables chain {chain} left by a run that did not finish");
                 if remove_chain(&chain) {
@@ -306,7 +312,7 @@ fn chain_exists(chain: &str) -> bool {
 fn remove_chain(chain: &str) -> bool {
     // The hook may have been inserted more than once; remove until gone.
     while iptables(&["-D", "INPUT", "-j", chain]).is_ok() {}
-    let marks = format!("{chain}{MARKS}");
+    let marks = marks_chain(chain);
     if chain_exists(&marks) {
         while iptables(&["-D", "OUTPUT", "-j", &marks]).is_ok() {}
         let _ = iptables(&["-F", &marks]);
