@@ -74,31 +74,22 @@ impl Gateway {
     /// `POST /v3/<path>` to the member at `member` (`ip:port`), on a new
     /// connection: the answer's JSON, or why there is none.
     pub fn post(&self, member: &str, path: &str, body: &Value) -> Result<Value, Failure> {
-        let (status, bytes) = self.send(member, &format!("/v3/{path}"), Some(body))?;
-        answer(member, path, status, &bytes)
+        let answered = self.send(member, &format!("/v3/{path}"), Some(body))?;
+        answer(member, path, answered.status, &answered.bytes)
     }
 
     /// `GET <path>` (`/health`, `/metrics`): the status and the text.
     pub fn get(&self, member: &str, path: &str) -> Result<(u16, String), Failure> {
-        let (status, bytes) = self.send(member, path, None)?;
-        Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+        let answered = self.send(member, path, None)?;
+        let text = String::from_utf8_lossy(&answered.bytes).into_owned();
+        Ok((answered.status, text))
     }
 
     /// `GET <path>`'s `Date` (the member's wall clock as it answered, in
     /// whole seconds), in ns since the epoch.
     pub fn date(&self, member: &str, path: &str) -> Result<i64, Failure> {
-        let sent = Arc::new(AtomicBool::new(false));
-        let request = self.request(member, path, None, sent);
-        let answer = self
-            .runtime
-            .block_on(async { tokio::time::timeout(self.timeout, request).await })
-            .map_err(|_| {
-                Failure::Unknown(format!(
-                    "{path}: no answer from {member} within {:?}",
-                    self.timeout
-                ))
-            })??;
-        let date = answer
+        let date = self
+            .send(member, path, None)?
             .date
             .ok_or_else(|| Failure::Unknown(format!("{path} from {member}: no Date")))?;
         let at = httpdate::parse_http_date(&date)
@@ -110,19 +101,14 @@ impl Gateway {
         Ok(secs as i64 * 1_000_000_000)
     }
 
-    fn send(
-        &self,
-        member: &str,
-        path: &str,
-        body: Option<&Value>,
-    ) -> Result<(u16, Bytes), Failure> {
+    fn send(&self, member: &str, path: &str, body: Option<&Value>) -> Result<Answer, Failure> {
         let sent = Arc::new(AtomicBool::new(false));
         let request = self.request(member, path, body, sent.clone());
         match self
             .runtime
             .block_on(async { tokio::time::timeout(self.timeout, request).await })
         {
-            Ok(answer) => answer.map(|a| (a.status, a.bytes)),
+            Ok(answer) => answer,
             Err(_) if sent.load(Ordering::SeqCst) => Err(Failure::Unknown(format!(
                 "{path}: no answer from {member} within {:?}",
                 self.timeout
