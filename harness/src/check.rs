@@ -21,8 +21,8 @@ pub enum Format {
 /// What the history alone cannot tell: a run that was interrupted, that
 /// asked for faults and injected none, or in which no lock was ever granted
 /// tested less than it claims, so it is at best `unknown`. Anomalies found
-/// stand (a definite failure is never softened), except in an interrupted run,
-/// which decides nothing.
+/// stand (a definite failure is never softened), except in an interrupted
+/// run and in one that never granted the lock, which decide nothing.
 pub fn judge_run(results: &mut Results, record: &RunRecord) {
     let mut unknown = |note: String| {
         results.notes.push(note);
@@ -53,7 +53,8 @@ pub fn judge_run(results: &mut Results, record: &RunRecord) {
             record.options.nemesis
         ));
     }
-    if record.options.config.has_lock_node() && results.stats.acquired == 0 {
+    let granted_none = record.options.config.has_lock_node() && results.stats.acquired == 0;
+    if granted_none {
         unknown("no lock was ever granted: no acquire succeeded, so nothing was tested".into());
     }
     if !record.expires() {
@@ -63,9 +64,11 @@ pub fn judge_run(results: &mut Results, record: &RunRecord) {
             after.as_secs_f64()
         ));
     }
-    if record.interrupted {
+    if record.interrupted || granted_none {
         // Cut short, it decides nothing, whatever it saw so far (the counts
-        // stay in the results).
+        // stay in the results); a lock never granted is a setup that could
+        // not run the lock (a login without the rights, a key in the way),
+        // and a `deadlock` it shows is that, not a finding about the lock.
         results.valid = Validity::Unknown;
     }
 }

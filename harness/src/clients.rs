@@ -107,6 +107,7 @@ impl StorageCmd {
             stderr,
             topology: String::new(),
             master: None,
+            db: 0,
         })
     }
 }

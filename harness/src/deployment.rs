@@ -27,6 +27,7 @@ pub fn adapter_login(spec: &mut workloads::adapter::AdapterSpec, plan: &crate::R
     if let Some(user) = &target.user {
         spec.env.insert(USER_ENV.into(), user.clone());
     }
+    spec.db = target.db;
     if spec.master.is_some() {
         spec.master = Some(plan.master());
     }
@@ -133,31 +134,52 @@ fn ask_sentinel(addr: &str, master: &str) -> redis::RedisResult<Vec<Endpoint>> {
 
 /// Before the first write: the lock's nodes answer, hold no key of the
 /// run's prefix (a run of the same seed is there, or was killed and its
-/// keys have not expired yet), and are primaries: every node of a single
-/// or Redlock target; the first (the primary the Sentinels named) of a
-/// Sentinel one, whose replicas are read but never written.
+/// keys have not expired yet), are primaries (every node of a single or
+/// Redlock target; the first, the primary the Sentinels named, of a
+/// Sentinel one, whose replicas are read but never written), let the login
+/// run the lock's commands on the run's own keys, and, for Redlock, are
+/// independent servers. A run that fails any of these could never take
+/// the lock: bad input, not a finding.
 pub async fn preflight(target: &Target, nodes: DataNodes, keys: &Keys) -> Result<()> {
     let (target, keys) = (target.clone(), keys.clone());
     let replicated = matches!(target.kind, crate::target::Kind::Sentinel { .. });
+    let redlock = matches!(target.kind, crate::target::Kind::Redlock);
     tokio::task::spawn_blocking(move || {
+        let mut servers: Vec<(String, String)> = Vec::new();
         for (i, (node, at)) in nodes.iter().enumerate() {
-            let mut con = connect(&target, at, TIMEOUT).map_err(|e| {
-                Error::Usage(format!("--target: {node} ({at}) does not answer: {e}"))
-            })?;
-            let role = role(&mut con)
-                .map_err(|e| Error::Usage(format!("--target: ROLE on {node} ({at}): {e}")))?;
+            let usage = |what: String| Error::Usage(format!("--target: {node} ({at}) {what}"));
+            let mut con = connect(&target, at, TIMEOUT)
+                .map_err(|e| usage(format!("does not answer: {e}")))?;
+            let role = role(&mut con).map_err(|e| usage(format!("refused ROLE: {e}")))?;
             if i == 0 || !replicated {
-                crate::audit::rules::writable(&role).map_err(|why| {
-                    Error::Usage(format!("--target: {node} ({at}) is {why}: give a primary"))
-                })?;
+                crate::audit::rules::writable(&role)
+                    .map_err(|why| usage(format!("is {why}: give a primary")))?;
             }
             let found = scan(&mut con, &keys)
-                .map_err(|e| Error::Usage(format!("--target: SCAN on {node} ({at}): {e}")))?;
+                .map_err(|e| usage(format!("refused SCAN: {e}")))?;
             if let Some(key) = found.first() {
-                return Err(Error::Usage(format!(
-                    "--target: {node} ({at}) already holds {key:?}, a key of this run's prefix {}: a run of this config, fault and --seed is there, or was killed and its keys have not expired; wait for them, or choose another --seed",
+                return Err(usage(format!(
+                    "already holds {key:?}, a key of this run's prefix {}: a run of this config, fault and --seed is there, or was killed and its keys have not expired; wait for them, or choose another --seed",
                     keys.prefix
                 )));
+            }
+            if i == 0 || !replicated {
+                probe(&mut con, &keys).map_err(|e| {
+                    usage(format!(
+                        "refused the lock's commands on the run's keys ({e}): let the login run SET, EVAL and UNLINK on {}*",
+                        keys.prefix
+                    ))
+                })?;
+            }
+            if redlock {
+                let id = run_id(&mut con).map_err(|e| usage(format!("refused INFO: {e}")))?;
+                let same = servers.iter().find(|(_, seen)| !id.is_empty() && *seen == id);
+                if let Some((first, _)) = same {
+                    return Err(usage(format!(
+                        "is the same server as {first} (run_id {id}): Redlock's nodes must be independent servers; name each once"
+                    )));
+                }
+                servers.push((format!("{node} ({at})"), id));
             }
         }
         Ok(())
@@ -190,6 +212,39 @@ pub async fn clean(target: &Target, nodes: DataNodes, keys: &Keys) -> usize {
         removed
     });
     removed.await.unwrap_or(0)
+}
+
+/// The lock's own kinds of command, on a key of the run's own, which
+/// expires by itself should the removal not come: a write with a TTL and a
+/// script, as every lock here takes and releases.
+fn probe(con: &mut redis::Connection, keys: &Keys) -> redis::RedisResult<()> {
+    let key = format!("{}preflight", keys.prefix);
+    redis::cmd("SET")
+        .arg(&key)
+        .arg("1")
+        .arg("PX")
+        .arg(PROBE_TTL_MS)
+        .query::<()>(con)?;
+    redis::cmd("EVAL")
+        .arg("return redis.call('unlink', KEYS[1])")
+        .arg(1)
+        .arg(&key)
+        .query::<()>(con)
+}
+
+/// How long the preflight's probe key could outlive a harness killed
+/// between its two commands.
+const PROBE_TTL_MS: u64 = 5_000;
+
+/// The server's `run_id` (`INFO server`): one per `redis-server` process.
+pub fn run_id(con: &mut redis::Connection) -> redis::RedisResult<String> {
+    let info: String = redis::cmd("INFO").arg("server").query(con)?;
+    Ok(info
+        .lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .unwrap_or_default()
+        .trim()
+        .to_string())
 }
 
 /// The node's `ROLE`, read as the audit reads it.

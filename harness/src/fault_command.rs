@@ -205,16 +205,7 @@ impl Commands {
     }
 
     fn run_id(&self, addr: &str) -> Result<String, String> {
-        let info: String = redis::cmd("INFO")
-            .arg("server")
-            .query(&mut self.connect(addr)?)
-            .map_err(|e| e.to_string())?;
-        Ok(info
-            .lines()
-            .find_map(|l| l.strip_prefix("run_id:"))
-            .unwrap_or_default()
-            .trim()
-            .to_string())
+        crate::deployment::run_id(&mut self.connect(addr)?).map_err(|e| e.to_string())
     }
 
     /// A connection to a node at `addr`, as the run reaches it (a TLS

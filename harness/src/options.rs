@@ -808,6 +808,12 @@ impl RunOptions {
                 "--image chooses the image of nodes lockstorm starts, and --target names nodes it does not: drop --image".into(),
             ));
         }
+        if self.config.may_leave_key_without_ttl() {
+            return Err(Refusal::Inapplicable(format!(
+                "--config {} can leave its lock key with no expiry (a holder dying between SETNX and EXPIRE is the flaw it shows), and on {target} that key would block the lock until someone deletes it: run it on lockstorm's own nodes (drop --target)",
+                self.config
+            )));
+        }
         Ok(target)
     }
 

@@ -187,6 +187,7 @@ impl Target {
     pub fn login(&self) -> Login {
         Login {
             user: self.user.clone(),
+            db: self.db,
         }
     }
 

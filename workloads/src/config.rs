@@ -106,6 +106,13 @@ impl Config {
         }
     }
 
+    /// Its lock key can be left with no expiry: `unsafe-setnx`'s holder
+    /// dying between `SETNX` and `EXPIRE` is the flaw it shows. Never run
+    /// on a deployment lockstorm does not own, where such a key would stay.
+    pub fn may_leave_key_without_ttl(self) -> bool {
+        self == Config::UnsafeSetnx
+    }
+
     /// Whether there is a lock at all (on a Redis node, or in PostgreSQL).
     pub fn has_lock_node(self) -> bool {
         self != Config::NoLock

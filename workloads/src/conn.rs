@@ -15,12 +15,20 @@ use std::time::Duration;
 /// not in `run.json`, not in a log.
 pub const PASSWORD_ENV: &str = "LOCKSTORM_REDIS_PASSWORD";
 
-/// How to log in to a deployment's nodes: its ACL user, if any, and the
-/// password from [`PASSWORD_ENV`], if set.
+/// How to log in to a deployment's nodes: its ACL user, if any, the
+/// password from [`PASSWORD_ENV`], if set, and the database the user named
+/// (`redis://host:port/5`), selected on every connection to a data node, so
+/// that nothing the run writes lands in another database.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Login {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub db: u32,
+}
+
+fn is_zero(db: &u32) -> bool {
+    *db == 0
 }
 
 impl Login {
@@ -87,6 +95,7 @@ impl Conn {
             let mut link = Link::open(&self.addr, self.source, self.timeout)?;
             if let Some(login) = &self.login {
                 link.log_in(login)?;
+                link.select(login.db)?;
             }
             self.link = Some(link);
         }
@@ -172,6 +181,18 @@ impl Link {
         auth.arg(password)
             .query::<()>(self)
             .map_err(|e| std::io::Error::other(format!("AUTH refused: {}", short(&e))))
+    }
+
+    /// `SELECT db`, before the connection carries anything else; database 0
+    /// is every connection's own.
+    fn select(&mut self, db: u32) -> std::io::Result<()> {
+        if db == 0 {
+            return Ok(());
+        }
+        redis::cmd("SELECT")
+            .arg(db)
+            .query::<()>(self)
+            .map_err(|e| std::io::Error::other(format!("SELECT {db} refused: {}", short(&e))))
     }
 
     fn read(&mut self) -> RedisResult<Value> {

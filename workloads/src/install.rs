@@ -483,6 +483,7 @@ impl Prepared {
             stderr,
             topology: topology(config).unwrap_or("single").into(),
             master: (config == Config::Replicated).then(|| crate::lock::PRIMARY_NAME.into()),
+            db: 0,
         }
     }
 }

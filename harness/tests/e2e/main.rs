@@ -36,5 +36,6 @@ mod stalls;
 mod storage_cmd;
 mod strikes;
 mod target;
+mod target_bounds;
 mod verdicts;
 mod workspace;

@@ -57,6 +57,7 @@ fn request(line: &str) -> Request {
             nodes: texts("nodes").expect("nodes"),
             sentinels: texts("sentinels"),
             master: v.get("master").map(|_| text("master")),
+            db: v.get("db").map(|_| number("db") as u32),
             key: text("key"),
             ttl_ms: number("ttl_ms"),
             acquire_timeout_ms: number("acquire_timeout_ms"),

@@ -39,9 +39,9 @@ class AioredlockAdapter(Adapter):
         # aioredis 1.x has a connect timeout but no read timeout and never
         # retries a command; each op is bounded below instead.
         # aioredis 1.x takes a password, not an ACL user.
-        password = login()["password"]
-        connections = [{"host": h, "port": p, "timeout": SOCKET_TIMEOUT_S, "password": password}
-                       for h, p in map(host_port, nodes)]
+        password, db = login()["password"], login()["db"]
+        connections = [{"host": h, "port": p, "timeout": SOCKET_TIMEOUT_S, "password": password,
+                        "db": db} for h, p in map(host_port, nodes)]
         self.manager = Aioredlock(connections, internal_lock_timeout=req["ttl_ms"] / 1000)
         self.pending = None  # the UUID of an acquire answered lock-busy while it ran
         client = f"{version('aioredlock')} ({version('aioredis')})"

@@ -61,6 +61,10 @@ function packageVersion(name) {
 // forever, so a killed or paused Redis would hang an op (and the worker behind
 // it) indefinitely. The harness wants ops that fail fast and are reported as
 // unknown instead: no offline queue, one retry, and a bound on every command.
+// The database init names (a --target's /db): every data-node connection
+// selects it, so no key of the run lands in another database.
+let initDb = 0;
+
 function redisClient(node) {
   const Redis = require('ioredis');
   const { host, port } = parseHostPort(node);
@@ -70,6 +74,7 @@ function redisClient(node) {
     // on its own nodes, which have none).
     username: process.env.LOCKSTORM_REDIS_USER || undefined,
     password: process.env.LOCKSTORM_REDIS_PASSWORD || undefined,
+    db: initDb,
     lazyConnect: false,
     enableOfflineQueue: false,
     maxRetriesPerRequest: 1,
@@ -116,6 +121,7 @@ async function handle(adapter, line) {
     return { id, ok: false, error: `init: topology ${req.topology} is not supported by ${adapter.library}` };
   }
   if (op !== 'init' && !adapter.initialised) return { id, ok: false, error: `unsupported: ${op} before init` };
+  if (op === 'init') initDb = Number(req.db || 0);
   try {
     const reply = { id, ...(await adapter[op](req)) };
     if (op === 'init' && reply.ok) adapter.initialised = true;

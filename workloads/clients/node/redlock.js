@@ -54,7 +54,9 @@ function redlockAdapter({ library, Redlock, ExecutionError, ResourceLockedError,
       await proto.waitReady(clients, Math.floor(clients.length / 2) + 1);
       // Instance settings only govern release (acquire passes its own): a
       // short retry keeps a release of a lost lock from spinning for seconds.
-      this.redlock = new Redlock(clients, { retryCount: 2, retryDelay: RETRY_DELAY_MS, retryJitter: RETRY_JITTER_MS });
+      // `db`: the fork's scripts SELECT it first (init's database, 0 unless
+      // a --target named one); redlock 5.0.0-beta.2 has no such setting.
+      this.redlock = new Redlock(clients, { retryCount: 2, retryDelay: RETRY_DELAY_MS, retryJitter: RETRY_JITTER_MS, db: req.db || 0 });
       // Every vote against is emitted; log node failures, once per distinct cause.
       let last = null;
       this.redlock.on('error', (e) => {

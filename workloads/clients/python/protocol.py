@@ -34,11 +34,18 @@ _encode = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
 SOCKET_TIMEOUT_S = 1.0
 
 
+# The database init names (a --target's /db): every data-node connection
+# selects it, so no key of the run lands in another database.
+_db = 0
+
+
 def login():
     """A deployment's user and password, from the environment lockstorm sets
-    for a --target run (empty on its own nodes, which have none)."""
+    for a --target run (empty on its own nodes, which have none), and the
+    database init named."""
     return dict(username=os.environ.get("LOCKSTORM_REDIS_USER") or None,
-                password=os.environ.get("LOCKSTORM_REDIS_PASSWORD") or None)
+                password=os.environ.get("LOCKSTORM_REDIS_PASSWORD") or None,
+                db=_db)
 
 
 def redis_opts(socket_timeout=SOCKET_TIMEOUT_S, data_node=True):
@@ -105,8 +112,10 @@ class Adapter:
 
 
 def _handle(adapter, req, state):
+    global _db
     op = req.get("op")
     if op == "init":
+        _db = int(req.get("db") or 0)
         try:
             client, features = adapter.init(req)
         except Exception as e:

@@ -56,6 +56,10 @@ pub struct AdapterSpec {
     /// The name Sentinel knows the primary by (`replicated`).
     #[serde(default)]
     pub master: Option<String>,
+    /// The database its data-node connections select (a `--target`'s
+    /// `/db`); 0 for lockstorm's own nodes.
+    #[serde(default)]
+    pub db: u32,
 }
 
 impl AdapterSpec {
@@ -101,6 +105,7 @@ impl AdapterSpec {
             } else {
                 None
             },
+            db: (self.db != 0).then_some(self.db),
             key,
             ttl_ms,
             acquire_timeout_ms,

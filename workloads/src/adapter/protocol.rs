@@ -91,6 +91,10 @@ pub struct Init {
     pub sentinels: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub master: Option<String>,
+    /// The database to select on every data-node connection, when not 0
+    /// (a `--target redis://host:port/5`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub db: Option<u32>,
     pub key: String,
     pub ttl_ms: u64,
     pub acquire_timeout_ms: u64,
@@ -307,6 +311,7 @@ mod tests {
             nodes: vec!["127.0.0.11:41000".into()],
             sentinels: None,
             master: None,
+            db: None,
             key: "lockstorm:lock".into(),
             ttl_ms: 2000,
             acquire_timeout_ms: 4000,
@@ -686,6 +691,7 @@ mod tests {
             nodes: vec![],
             sentinels: None,
             master: None,
+            db: None,
             key: "k".into(),
             ttl_ms: 1,
             acquire_timeout_ms: 1,

@@ -548,6 +548,7 @@ mod tests {
             stderr: dir.join("adapter.stderr"),
             topology: "single".into(),
             master: None,
+            db: 0,
         }
     }
 
@@ -557,6 +558,7 @@ mod tests {
             nodes: vec![],
             sentinels: None,
             master: None,
+            db: None,
             key: "k".into(),
             ttl_ms: 1000,
             acquire_timeout_ms: 1000,

@@ -83,7 +83,8 @@ impl RedlockRslock {
                     let password = crate::conn::Login::password();
                     crate::conn::Login::userinfo(l.user.as_deref(), password.as_deref())
                 });
-                format!("redis://{}{addr}/", login.unwrap_or_default())
+                let db = params.login.as_ref().map_or(0, |l| l.db);
+                format!("redis://{}{addr}/{db}", login.unwrap_or_default())
             })
             .collect();
         let mut manager = LockManager::new(uris);

@@ -1,0 +1,196 @@
+//! What a run on a deployment lockstorm did not start may touch, and what
+//! it refuses before its first write: it writes only in the database the
+//! URL names, leaves nothing there, refuses nodes that are not independent
+//! and a login that cannot run the lock, never leaves a key without a TTL,
+//! and waits for a user's fault command no longer than its deadline.
+
+use crate::common;
+
+use common::{lockstorm, lockstorm_with, run};
+use testkit::{Builder, Server};
+
+/// `DEBUG DIGEST`: one signature of every database's keys, values and TTLs.
+fn digest(server: &Server) -> String {
+    redis::cmd("DEBUG")
+        .arg("DIGEST")
+        .query(&mut server.client())
+        .unwrap()
+}
+
+fn dbsize(server: &Server, db: u32) -> u64 {
+    let mut con = server.client();
+    redis::cmd("SELECT").arg(db).query::<()>(&mut con).unwrap();
+    redis::cmd("DBSIZE").query(&mut con).unwrap()
+}
+
+/// The user's data sits in database 0 under the very names the run's lock,
+/// fence and counter take: a run aimed at databases 5 and 6 must not see
+/// them, let alone change them, and must leave 5 and 6 as empty as it
+/// found them.
+#[test]
+fn a_run_aimed_at_database_5_leaves_database_0_as_it_was_and_nothing_in_5_or_6() {
+    let server = Builder::redis()
+        .args(["--enable-debug-command", "yes"])
+        .start();
+    let prefix = "lockstorm:fenced-none:41:";
+    let mut con = server.client();
+    for (name, value) in [
+        ("lock", "users"),
+        ("fence", "not-a-number"),
+        ("counter", "42"),
+    ] {
+        redis::cmd("SET")
+            .arg(format!("{prefix}{name}"))
+            .arg(value)
+            .query::<()>(&mut con)
+            .unwrap();
+    }
+    let before = digest(&server);
+    let tmp = common::tmp();
+    let (lock, storage) = (
+        format!("redis://{}/5", server.addr()),
+        format!("redis://{}/6", server.addr()),
+    );
+    let args = ["--target", &lock, "--storage-target", &storage];
+    let args = [&args[..], &["--config", "fenced", "--nemesis", "none"]].concat();
+    let args = [&args[..], &["--time-limit", "4", "--seed", "41"]].concat();
+    let (out, results, dir) = run(tmp.path(), &args);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert!(results.stats.acquired > 0, "nothing was tested");
+    assert_eq!(digest(&server), before, "database 0 changed");
+    assert_eq!((dbsize(&server, 5), dbsize(&server, 6)), (0, 0));
+    // The run did write there: its keys were seen in 5 while it ran.
+    let history = std::fs::read_to_string(dir.join("history.jsonl")).unwrap();
+    assert!(history.contains("\"f\":\"write\""), "no write");
+}
+
+/// The shipped Python adapter is told the database in `init` and selects
+/// it: database 0 stays as it was.
+#[test]
+fn a_client_adapter_writes_in_the_database_the_target_names() {
+    let server = Builder::redis()
+        .args(["--enable-debug-command", "yes"])
+        .start();
+    redis::cmd("SET")
+        .arg("lockstorm:single-none:42:lock")
+        .arg("users")
+        .query::<()>(&mut server.client())
+        .unwrap();
+    let before = digest(&server);
+    let tmp = common::tmp();
+    let url = format!("redis://{}/5", server.addr());
+    let args = [
+        "--target",
+        &url,
+        "--client",
+        "redis-py",
+        "--nemesis",
+        "none",
+    ];
+    let args = [
+        &args[..],
+        &["--workers", "2", "--time-limit", "4", "--seed", "42"],
+    ]
+    .concat();
+    let (out, results, _) = run(tmp.path(), &args);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert!(results.stats.acquired > 0, "nothing was tested");
+    assert_eq!(digest(&server), before, "database 0 changed");
+    assert_eq!(dbsize(&server, 5), 0);
+}
+
+/// One server named three times is one Redlock node, not three: refused
+/// before any write, in one line.
+#[test]
+fn redlock_nodes_that_are_one_server_are_refused() {
+    let server = Builder::redis().start();
+    let one = server.addr().to_string();
+    let url = format!("redlock://{one},{one},{one}");
+    let tmp = common::tmp();
+    let out = lockstorm(&[
+        "run",
+        "--results",
+        tmp.path().to_str().unwrap(),
+        "--config",
+        "redlock",
+        "--target",
+        &url,
+        "--nemesis",
+        "none",
+        "--time-limit",
+        "4",
+    ]);
+    assert_eq!(out.code, 254, "{}\n{}", out.stdout, out.stderr);
+    let line = out.stderr.trim();
+    assert!(!line.contains('\n'), "{line}");
+    assert!(
+        line.contains("same server") && line.contains("independent"),
+        "{line}"
+    );
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut server.client())
+        .unwrap();
+    assert!(keys.is_empty(), "written: {keys:?}");
+}
+
+/// A login that may read but not write cannot run the lock: bad input, not
+/// an INVALID run with a deadlock.
+#[test]
+fn a_login_that_may_not_write_is_refused_before_the_run() {
+    let server = Builder::redis()
+        .args([
+            "--user",
+            "reader",
+            "on",
+            ">pw-r",
+            "~*",
+            "+@all",
+            "-@write",
+            "-@scripting",
+        ])
+        .start();
+    let tmp = common::tmp();
+    let url = format!("redis://reader@{}", server.addr());
+    let out = lockstorm_with(
+        &[
+            "run",
+            "--results",
+            tmp.path().to_str().unwrap(),
+            "--target",
+            &url,
+            "--nemesis",
+            "none",
+            "--time-limit",
+            "4",
+        ],
+        &[("LOCKSTORM_REDIS_PASSWORD", "pw-r")],
+    );
+    assert_eq!(out.code, 254, "{}\n{}", out.stdout, out.stderr);
+    let line = out.stderr.trim();
+    assert!(!line.contains('\n'), "{line}");
+    assert!(
+        line.to_lowercase().contains("noperm") && line.contains("SET, EVAL"),
+        "{line}"
+    );
+    assert!(!line.contains("pw-r"), "the password was shown: {line}");
+}
+
+/// `unsafe-setnx` can leave a key with no TTL: never on a deployment.
+#[test]
+fn a_negative_control_that_can_leave_a_key_without_ttl_is_refused_on_a_target() {
+    let out = lockstorm(&[
+        "run",
+        "--target",
+        "redis://127.0.0.1:1",
+        "--config",
+        "unsafe-setnx",
+    ]);
+    assert_eq!(out.code, 254, "{}\n{}", out.stdout, out.stderr);
+    let line = out.stderr.trim();
+    assert!(!line.contains('\n'), "{line}");
+    assert!(
+        line.contains("no expiry") && line.contains("drop --target"),
+        "{line}"
+    );
+}
