@@ -103,50 +103,44 @@ impl Commands {
     ) -> Result<String, String> {
         use std::io::Write;
         let log_path = self.dir.join(format!("{fault}.log"));
-        let mut log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
+        let open = || {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log_path)
+                .map_err(|e| format!("opening {}: {e}", log_path.display()))
+        };
+        let mut log = open()?;
         let _ = writeln!(
             log,
             "--- lockstorm: {fault} of {name} ({addr}): `{command}`"
         );
+        let said_from = log.metadata().map(|m| m.len()).unwrap_or(0);
+        // Its output goes straight to the log, not through a pipe: a server
+        // the command starts in the background (a restart) keeps its
+        // stdout, and a pipe it held would never reach its end.
         let mut cmd = std::process::Command::new("sh");
         cmd.args(["-c", command])
             .env("LOCKSTORM_NODE", name)
             .env("LOCKSTORM_NODE_ADDR", addr)
             .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        // A harness that dies takes its command with it.
-        nemesis::process::die_with_parent(&mut cmd);
-        let mut child = cmd
-            .spawn()
+            .stdout(open()?)
+            .stderr(open()?);
+        let status = nemesis::process::run_within(&mut cmd, COMMAND_TIMEOUT)
             .map_err(|e| format!("starting `{command}`: {e}"))?;
-        let deadline = Instant::now() + COMMAND_TIMEOUT;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(20))
-                }
-                Ok(None) => {
-                    // Ours, by the handle we started: stopped by its pid.
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(format!(
-                        "`{command}` ran past {COMMAND_TIMEOUT:?} and was stopped"
-                    ));
-                }
-                Err(e) => return Err(format!("waiting for `{command}`: {e}")),
-            }
-        };
-        let output = child.wait_with_output().map_err(|e| e.to_string())?;
-        let said = String::from_utf8_lossy(&output.stdout).into_owned()
-            + &String::from_utf8_lossy(&output.stderr);
-        let _ = writeln!(log, "{said}--- lockstorm: {status}");
+        let said = std::fs::read(&log_path)
+            .map(|all| {
+                String::from_utf8_lossy(&all[(said_from as usize).min(all.len())..]).into_owned()
+            })
+            .unwrap_or_default();
         let tail = said.trim().lines().last().unwrap_or_default().to_string();
+        let Some(status) = status else {
+            let _ = writeln!(log, "--- lockstorm: stopped after {COMMAND_TIMEOUT:?}");
+            return Err(format!(
+                "`{command}` ran past {COMMAND_TIMEOUT:?} and was stopped, with its children"
+            ));
+        };
+        let _ = writeln!(log, "--- lockstorm: {status}");
         match status.success() {
             true => Ok(tail),
             false => Err(format!("`{command}` {status}: {tail}")),

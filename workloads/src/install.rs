@@ -342,11 +342,12 @@ impl Family {
                 })
                 .unwrap_or_else(|| "https://pypi.org/simple".into()),
             Family::Node => {
-                let asked = std::process::Command::new("npm")
-                    .args(["config", "get", "registry"])
-                    .current_dir(dir.join("node"))
-                    .stdin(std::process::Stdio::null())
-                    .output();
+                let asked = process::output_within(
+                    std::process::Command::new("npm")
+                        .args(["config", "get", "registry"])
+                        .current_dir(dir.join("node")),
+                    std::time::Duration::from_secs(30),
+                );
                 match asked {
                     Ok(out) if out.status.success() => {
                         String::from_utf8_lossy(&out.stdout).trim().to_string()

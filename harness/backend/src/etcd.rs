@@ -51,9 +51,7 @@ pub fn version() -> String {
 
 /// `<etcd> --version`'s first line (`etcd Version: 3.4.23`).
 pub fn version_of(etcd: &Path) -> std::result::Result<String, String> {
-    let out = Command::new(etcd)
-        .arg("--version")
-        .output()
+    let out = process::output_within(Command::new(etcd).arg("--version"), crate::PROBE_WITHIN)
         .map_err(|e| format!("cannot run {} --version: {e}", etcd.display()))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     match stdout.lines().next() {

@@ -24,6 +24,10 @@ pub use error::{Error, Result};
 pub use provision::{Launch, NodeProcess, Program, Provisioner};
 
 use clap::ValueEnum;
+
+/// How long a server program may take to say its version: a program that
+/// hangs there is killed, and the run says so, instead of waiting forever.
+pub const PROBE_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 

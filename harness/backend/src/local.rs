@@ -239,9 +239,7 @@ fn find_program(
 
 /// `redis-server --version`, for `run.json`.
 pub fn redis_version(server: &Path) -> String {
-    Command::new(server)
-        .arg("--version")
-        .output()
+    process::output_within(Command::new(server).arg("--version"), crate::PROBE_WITHIN)
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_else(|e| format!("unknown ({e})"))
 }

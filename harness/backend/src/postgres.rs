@@ -15,6 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+use crate::PROBE_WITHIN;
+/// `initdb` takes a few seconds; far longer, it hangs.
+const INITDB_WITHIN: Duration = Duration::from_secs(120);
 /// Where `LOCKSTORM_POSTGRES_BIN` points: the folder of `postgres` and `initdb`.
 const BIN_ENV: &str = "LOCKSTORM_POSTGRES_BIN";
 /// The unprivileged user the server runs as when lockstorm runs as root.
@@ -73,11 +76,21 @@ impl Programs {
 
     /// `postgres --version`, for `run.json`.
     pub fn version(&self) -> String {
-        Command::new(self.server())
-            .arg("--version")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        self.answered_version()
             .unwrap_or_else(|e| format!("unknown ({e})"))
+    }
+
+    /// `postgres --version`, or why it gave none: it did not start, hung
+    /// past [`PROBE_WITHIN`] (and was killed), or said no version.
+    fn answered_version(&self) -> std::result::Result<String, String> {
+        let out =
+            process::output_within(Command::new(self.server()).arg("--version"), PROBE_WITHIN)
+                .map_err(|e| e.to_string())?;
+        let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        match out.status.success() && said.contains("PostgreSQL") {
+            true => Ok(said),
+            false => Err(format!("it said {said:?} ({})", out.status)),
+        }
     }
 
     /// The data folder every server starts from, made by `initdb` the first
@@ -86,7 +99,12 @@ impl Programs {
     /// one.
     fn template(&self, user: Option<(u32, u32)>) -> Result<PathBuf> {
         // `postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)`: 15.18.
-        let version = self.version();
+        let version = self.answered_version().map_err(|e| {
+            Error::Usage(format!(
+                "{} --version: {e}; set {BIN_ENV} to the folder of a working PostgreSQL",
+                self.server().display()
+            ))
+        })?;
         let number = version
             .split_whitespace()
             .find(|w| w.starts_with(|c: char| c.is_ascii_digit()))
@@ -123,10 +141,13 @@ impl Programs {
             use std::os::unix::process::CommandExt;
             initdb.uid(uid).gid(gid);
         }
-        let out = initdb.output().map_err(doing(format!(
-            "running {}",
-            self.bin.join("initdb").display()
-        )))?;
+        let out = process::output_within(&mut initdb, INITDB_WITHIN).map_err(|e| {
+            let _ = std::fs::remove_dir_all(&aside);
+            Error::Usage(format!(
+                "running {}: {e}",
+                self.bin.join("initdb").display()
+            ))
+        })?;
         if !out.status.success() {
             let _ = std::fs::remove_dir_all(&aside);
             let said = String::from_utf8_lossy(&out.stderr);

@@ -195,3 +195,50 @@ fn a_missing_postgresql_is_one_line_saying_how_to_install_it() {
     assert!(line.contains("apt-get install -y postgresql"), "{}", line);
     assert!(line.contains("LOCKSTORM_POSTGRES_BIN"), "{}", line);
 }
+
+/// A `postgres` that hangs when asked its version is killed at the probe's
+/// deadline, with what it started, and the run is refused in one line.
+#[test]
+fn a_postgres_that_hangs_is_stopped_at_its_deadline_and_named() {
+    let tmp = common::tmp();
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let pids = tmp.path().join("pids");
+    let script = format!(
+        "#!/bin/sh\nsleep 300 &\necho $! >> {0}\necho $$ >> {0}\nwait\n",
+        pids.display()
+    );
+    std::fs::write(bin.join("postgres"), script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(bin.join("postgres"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let started = std::time::Instant::now();
+    let out = common::lockstorm_with(
+        &[
+            "run",
+            "--config",
+            "pg-row-lock",
+            "--time-limit",
+            "2",
+            "--results",
+            tmp.path().join("results").to_str().unwrap(),
+        ],
+        &[("LOCKSTORM_POSTGRES_BIN", bin.to_str().unwrap())],
+    );
+    let took = started.elapsed();
+    let line = common::one_line_254(&out);
+    assert!(
+        line.contains("ran past") && line.contains("LOCKSTORM_POSTGRES_BIN"),
+        "{line}"
+    );
+    assert!(took < std::time::Duration::from_secs(60), "took {took:?}");
+    let started: Vec<u32> = std::fs::read_to_string(&pids)
+        .unwrap()
+        .lines()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert!(!started.is_empty());
+    assert!(
+        nemesis::process::wait_gone(&started, std::time::Duration::from_secs(5)),
+        "left running: {started:?}"
+    );
+}

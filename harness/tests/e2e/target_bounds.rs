@@ -194,3 +194,56 @@ fn a_negative_control_that_can_leave_a_key_without_ttl_is_refused_on_a_target() 
         "{line}"
     );
 }
+
+/// A restart script that starts the new server in the background, holding
+/// the script's stdout, as such scripts are often written: the run still
+/// ends in its time.
+#[test]
+fn a_fault_command_that_leaves_a_background_child_does_not_hold_the_run() {
+    let server = Builder::redis().start();
+    let tmp = common::tmp();
+    let d = tmp.path().display();
+    let script = tmp.path().join("restart.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nport=${{LOCKSTORM_NODE_ADDR##*:}}\n\
+             redis-cli -p \"$port\" shutdown nosave >/dev/null 2>&1\n\
+             while redis-cli -p \"$port\" ping >/dev/null 2>&1; do sleep 0.05; done\n\
+             redis-server --port \"$port\" --bind 127.0.0.1 --save '' --appendonly no --dir {d} &\n\
+             echo $! >> {d}/restarted.pid\n\
+             echo restarted\n"
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cmd = format!("kill={}", script.display());
+    let url = format!("redis://{}", server.addr());
+    let args = ["--target", &url, "--nemesis", "kill", "--fault-cmd", &cmd];
+    let args = [
+        &args[..],
+        &["--ttl-ms", "1000", "--time-limit", "8", "--seed", "43"],
+    ]
+    .concat();
+    let started = std::time::Instant::now();
+    let results = tmp.path().join("results");
+    let (out, _, _) = run(&results, &args);
+    let took = started.elapsed();
+    // The servers the script started are the "user's": ours to stop, by pid.
+    let pids = std::fs::read_to_string(tmp.path().join("restarted.pid")).unwrap_or_default();
+    for pid in pids.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(!pids.is_empty(), "the script never ran: {}", out.stdout);
+    // Its time limit, and far less than the command's 120 s deadline.
+    assert!(
+        took < std::time::Duration::from_secs(60),
+        "took {took:?}: {}",
+        out.stdout
+    );
+    assert_ne!(out.code, 2, "the kill was not verified: {}", out.stdout);
+}

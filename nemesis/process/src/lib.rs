@@ -4,6 +4,9 @@
 // The pre_exec hook below is the unsafe this module owns (see its SAFETY note).
 #![allow(unsafe_code)]
 
+mod bounded;
+pub use bounded::{output_within, run_within};
+
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::io;

@@ -12,6 +12,9 @@ use std::process::Command;
 /// How many wrong packages a message lists before it counts the rest.
 const LISTED: usize = 5;
 
+/// How long the pin check of a user's Python may take (it imports nothing).
+const CHECK_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// `LOCKSTORM_PYTHON`, if set: the Python to run the Python adapters with.
 pub fn python() -> Option<PathBuf> {
     std::env::var_os("LOCKSTORM_PYTHON")
@@ -50,16 +53,18 @@ print('\n'.join(wrong))
 /// Checks that `python` has every pin of `requirements`.
 pub fn check_python(python: &Path, requirements: &Path) -> Result<(), SetupFailed> {
     let named = format!("LOCKSTORM_PYTHON={}", python.display());
-    let out = Command::new(python)
-        .args(["-c", CHECK_PINS])
-        .arg(requirements)
-        .output()
-        .map_err(|e| {
-            SetupFailed::theirs(format!(
-                "cannot run {named}: {e}; name a Python that has the packages of {}, or unset it",
-                requirements.display()
-            ))
-        })?;
+    let out = process::output_within(
+        Command::new(python)
+            .args(["-c", CHECK_PINS])
+            .arg(requirements),
+        CHECK_WITHIN,
+    )
+    .map_err(|e| {
+        SetupFailed::theirs(format!(
+            "cannot run {named}: {e}; name a Python that has the packages of {}, or unset it",
+            requirements.display()
+        ))
+    })?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         return Err(SetupFailed::theirs(format!(

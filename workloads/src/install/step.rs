@@ -6,7 +6,7 @@
 use super::SetupFailed;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long one step may run before it is stopped: `LOCKSTORM_SETUP_TIMEOUT`
 /// seconds, else 10 minutes (a full install takes well under one on a
@@ -53,20 +53,7 @@ pub fn run(argv: &[String], cwd: &Path, log: &Path, deadline: Duration) -> Resul
         .stderr(err);
     // In a group of its own, gone with lockstorm: pip and npm start
     // children (builds, scripts) that a kill of the step must reach too.
-    process::isolate(&mut cmd);
-    let mut child = cmd.spawn().map_err(cannot)?;
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait().map_err(cannot)? {
-            Some(status) => break Some(status),
-            None if started.elapsed() >= deadline => {
-                let _ = process::kill_group(child.id());
-                let _ = child.wait();
-                break None;
-            }
-            None => std::thread::sleep(Duration::from_millis(50)),
-        }
-    };
+    let status = process::run_within(&mut cmd, deadline).map_err(cannot)?;
     let log = std::fs::read_to_string(log).unwrap_or_default();
     match status {
         Some(s) if s.success() => Ok(()),

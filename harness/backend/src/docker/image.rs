@@ -139,7 +139,7 @@ impl Rootfs {
                 resolved.display()
             ));
         }
-        let ldd = Command::new("ldd").arg(&resolved).output().map_err(|e| {
+        let ldd = process::output_within(Command::new("ldd").arg(&resolved), crate::PROBE_WITHIN).map_err(|e| {
             format!("cannot run ldd to list the libraries of {}: {e}: install it (`apt-get install -y libc-bin`)", resolved.display())
         })?;
         let stdout = String::from_utf8_lossy(&ldd.stdout);
@@ -302,7 +302,7 @@ fn pg_config<'a>(
         false => PathBuf::from("pg_config"),
     };
     Ok(move |question: &str| {
-        let out = Command::new(&program).arg(question).output().map_err(|e| {
+        let out = process::output_within(Command::new(&program).arg(question), crate::PROBE_WITHIN).map_err(|e| {
             format!("cannot run {} {question} to find PostgreSQL's files: {e}: install it (`apt-get install -y postgresql`), or {fix}", program.display())
         })?;
         let answer = String::from_utf8_lossy(&out.stdout).trim().to_string();
@@ -461,9 +461,7 @@ where
 
 /// `server --version`, one line.
 fn version_of(server: &Path) -> Result<String, String> {
-    let out = Command::new(server)
-        .arg("--version")
-        .output()
+    let out = process::output_within(Command::new(server).arg("--version"), crate::PROBE_WITHIN)
         .map_err(|e| format!("cannot run {} --version: {e}", server.display()))?;
     let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
     if !out.status.success() || line.is_empty() {
