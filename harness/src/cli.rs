@@ -604,6 +604,15 @@ fn worker(spec: &str) -> ExitCode {
         Ok(spec) => spec,
         Err(code) => return code,
     };
+    // First, while the worker has one thread: a guard that resumes the
+    // worker's group should the harness die while it is paused (a worker
+    // started by hand, in someone else's group, has none).
+    if nix::unistd::getpgrp() == nix::unistd::getpid() {
+        use std::os::fd::AsFd;
+        if let Err(e) = nemesis::process::guard_group(std::io::stdin().as_fd()) {
+            eprintln!("no guard: a worker paused when the harness dies may stay stopped: {e}");
+        }
+    }
     let control = workloads::worker::watch_control(std::io::BufReader::new(std::io::stdin()));
     workloads::worker::run(spec, std::io::stdout(), control);
     ExitCode::SUCCESS

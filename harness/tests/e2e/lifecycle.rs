@@ -93,6 +93,79 @@ fn a_killed_harness_leaves_no_process_and_a_readable_history() {
     );
 }
 
+/// Under a supervisor (a CI runner, an init that adopts orphans, here a
+/// Python stand-in that is a child subreaper in the test's session) the
+/// kernel does not continue a stopped group the harness's death leaves
+/// behind: the worker paused when the harness is killed must be resumed by
+/// lockstorm's own means, and then end.
+#[test]
+fn a_killed_harness_under_a_supervisor_leaves_no_paused_worker_stopped() {
+    use std::io::BufRead;
+    const SUPERVISOR: &str = "import ctypes, os, sys\n\
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER\n\
+pid = os.fork()\n\
+if pid == 0:\n    os.execv(sys.argv[1], sys.argv[1:])\n\
+print(pid, flush=True)\n\
+sys.stdin.read()\n";
+    let _slot = common::e2e_slot();
+    let tmp = common::tmp();
+    let results = tmp.path().to_str().unwrap();
+    let mut supervisor = Command::new("python3")
+        .args(["-c", SUPERVISOR, env!("CARGO_BIN_EXE_lockstorm")])
+        .args([
+            "--config",
+            "single",
+            "--nemesis",
+            "pause",
+            "--ttl-ms",
+            "500",
+        ])
+        .args(["--pause-ms", "60000", "--time-limit", "120"])
+        .args([
+            "--nemesis-interval-ms",
+            "200",
+            "--seed",
+            "9",
+            "--results",
+            results,
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(supervisor.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let harness: i32 = line
+        .trim()
+        .parse()
+        .expect("the supervisor names the harness");
+    wait_for_active_pause(tmp.path());
+    kill(Pid::from_raw(harness), Signal::SIGKILL).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut left = common::leftover_processes(tmp.path());
+    while !left.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        left = common::leftover_processes(tmp.path());
+    }
+    // Ours, found by their folder: stopped by pid whatever the outcome.
+    for pid in left
+        .iter()
+        .filter_map(|l| l.split(':').next()?.parse::<i32>().ok())
+    {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    drop(supervisor.stdin.take());
+    supervisor.wait().unwrap();
+    assert!(
+        left.is_empty(),
+        "left behind (state T = stopped):\n{}",
+        left.join("\n")
+    );
+}
+
 /// Waits for an interrupted `lockstorm` and checks it ended in order: exit
 /// 2, an `unknown` verdict noting the interruption, no process and no
 /// partition chain left. Returns its stderr.

@@ -5,7 +5,9 @@
 #![allow(unsafe_code)]
 
 mod bounded;
+mod guard;
 pub use bounded::{output_within, run_within};
+pub use guard::guard_group;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
