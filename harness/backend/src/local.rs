@@ -91,10 +91,18 @@ impl LocalProcess {
         let err = out
             .try_clone()
             .map_err(doing(format!("opening {}", l.output.display())))?;
+        // A node that writes outside its folder does so because its user
+        // cannot reach the run's folder (PostgreSQL's, as root, in a
+        // private results folder): it works there, not in a folder it
+        // could not enter.
+        let cwd = match l.user {
+            Some(_) => l.writes.first().unwrap_or(&l.dir),
+            None => &l.dir,
+        };
         let mut cmd = Command::new(&self.program);
         cmd.args(&l.args)
             .envs(l.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&l.dir)
+            .current_dir(cwd)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);

@@ -242,3 +242,31 @@ fn a_postgres_that_hangs_is_stopped_at_its_deadline_and_named() {
         "left running: {started:?}"
     );
 }
+
+/// A results folder PostgreSQL's user may not enter (0700, as `mktemp -d`
+/// makes it, when the suite runs as root): the server keeps its data where
+/// it can reach, works there, and leaves nothing behind.
+#[test]
+fn a_private_results_folder_still_runs_postgresql_and_leaves_nothing() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = common::tmp();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let (out, results, dir) = common::run_short(tmp.path(), "pg-advisory", "none", "4", "30", &[]);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert!(results.stats.acquired > 0, "nothing was tested");
+    let left = common::postgres_segments_left(&dir);
+    assert!(left.is_empty(), "shared memory left behind: {left:?}");
+    // Its data folder lived beside the template, and went with the run.
+    let record: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let pid = record["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|n| n["pid"].as_u64())
+        .expect("a node's pid");
+    assert!(
+        nemesis::process::wait_gone(&[pid as u32], std::time::Duration::from_secs(5)),
+        "the server {pid} outlived the run"
+    );
+}
