@@ -5,6 +5,7 @@
 use crate::availability::AvailabilityCheck;
 use crate::cause::Causes;
 use crate::crashes::Crashes;
+use crate::exposure::ExposureCheck;
 use crate::faults::Faults;
 use crate::finding::Finding;
 use crate::history::Event;
@@ -20,6 +21,7 @@ pub struct OnePass {
     checkers: Vec<(&'static CheckerEntry, Box<dyn Checker>)>,
     stats: StatsCheck,
     availability: AvailabilityCheck,
+    exposure: ExposureCheck,
     faults: Faults,
     crashes: Crashes,
     causes: Causes,
@@ -47,6 +49,7 @@ impl OnePass {
             checkers,
             stats: StatsCheck::default(),
             availability: AvailabilityCheck::default(),
+            exposure: ExposureCheck::default(),
             faults: Faults::default(),
             crashes: Crashes::default(),
             causes: Causes::default(),
@@ -61,6 +64,7 @@ impl OnEvent for OnePass {
         }
         self.stats.on_event(e, invoke);
         self.availability.on_event(e, invoke);
+        self.exposure.on_event(e, invoke);
         self.faults.on_event(e, invoke);
         self.crashes.on_event(e, invoke);
         self.causes.on_event(e, invoke);
@@ -111,6 +115,7 @@ impl OnePass {
                 .collect(),
             stats: Stats {
                 availability: self.availability.finish(),
+                exposure: self.exposure.finish(),
                 ..self.stats.finish()
             },
             faults: self.faults,

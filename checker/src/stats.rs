@@ -1,6 +1,7 @@
 //! Throughput and outcome counts for the report.
 
 use crate::availability::Availability;
+use crate::exposure::Exposure;
 use crate::history::{error, f, fault, Event, OpType, Process, CLIENT_TOKEN};
 use crate::{Invoked, OnEvent};
 use serde::{Deserialize, Serialize};
@@ -48,6 +49,9 @@ pub struct Stats {
     pub unreported: BTreeMap<String, u64>,
     /// Grants with and without faults, recovery after heals and crashes.
     pub availability: Availability,
+    /// What the faults met: holds, grants and writes.
+    #[serde(default, skip_serializing_if = "Exposure::is_empty")]
+    pub exposure: Exposure,
 }
 
 /// Strikes at `acquiring` in a client adapter, by whether the library had

@@ -53,6 +53,13 @@ pub fn judge_run(results: &mut Results, record: &RunRecord) {
             record.options.nemesis
         ));
     }
+    let exposure = &results.stats.exposure;
+    if asked && exposure.unmet > 0 && exposure.met == 0 {
+        unknown(format!(
+            "no fault met the lock: each of the {} fault(s) started with no holder and no acquire or write in flight, and saw no grant or write while active, so the run tested nothing --nemesis {} was for",
+            exposure.unmet, record.options.nemesis
+        ));
+    }
     let granted_none = record.options.config.has_lock_node() && results.stats.acquired == 0;
     if granted_none {
         unknown("no lock was ever granted: no acquire succeeded, so nothing was tested".into());

@@ -174,7 +174,28 @@ fn incidents_line(results: &Results) -> String {
     if let Some(allowed) = led(false) {
         let _ = write!(line, " (as the promise allows, {allowed})");
     }
-    line
+    line + &met(&results.stats.exposure)
+}
+
+/// What the faults met: `; they met 2 hold(s), 1 op(s) in flight, 5
+/// grant(s), 4 write(s) (1 of 3 met none: …)`.
+fn met(x: &checker::Exposure) -> String {
+    if x.is_empty() {
+        return String::new();
+    }
+    let mut said = format!(
+        "; they met {} hold(s), {} op(s) in flight, {} grant(s), {} write(s)",
+        x.holds, x.in_flight, x.grants, x.writes
+    );
+    if x.unmet > 0 {
+        let _ = write!(
+            said,
+            " ({} of {} met none: no holder, op in flight, grant or write, so no evidence)",
+            x.unmet,
+            x.met + x.unmet
+        );
+    }
+    said
 }
 
 /// Strikes at `acquiring` in a client adapter, by whether the library had

@@ -195,6 +195,83 @@ fn check_of_a_run_that_never_granted_a_lock_is_unknown() {
     );
 }
 
+/// A lock never granted is a setup that could not run the lock (a key in
+/// the way, a login without the rights): the `deadlock` it shows decides
+/// nothing about the lock.
+#[test]
+fn a_deadlock_in_a_run_that_never_granted_the_lock_is_unknown_not_invalid() {
+    let tmp = common::tmp();
+    let mut ops: Vec<Op> = Vec::new();
+    for i in 0..10u64 {
+        ops.push((1_000 + i * 1_000, "0", "invoke", "acquire", "nil"));
+        ops.push((1_500 + i * 1_000, "0", "fail", "acquire", "nil"));
+    }
+    ops.push((12_000, "harness", "invoke", "read", "nil"));
+    ops.push((12_010, "harness", "ok", "read", "0"));
+    run_folder(
+        tmp.path(),
+        serde_json::json!({"promise": "mutual-exclusion"}),
+        &ops,
+    );
+    let folder = tmp.path().to_str().unwrap();
+    let out = check(&["--deadlock-ms", "3000", folder]);
+    assert!(out.stdout.contains("deadlock 1"), "{}", out.stdout);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("no lock was ever granted"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// Faults that met no holder, no grant and no write could not have broken
+/// the lock: a run whose faults all met nothing is unknown; one that met a
+/// holder is judged.
+#[test]
+fn a_run_whose_faults_met_no_holder_grant_or_write_is_unknown() {
+    let tmp = common::tmp();
+    let record = serde_json::json!({
+        "promise": "mutual-exclusion",
+        "options": {"config": "single", "nemesis": "partition"},
+    });
+    let between_holds: Vec<Op> = [
+        (100_000, "nemesis", "info", "start-partition", "nil"),
+        (200_000, "nemesis", "info", "stop-partition", "nil"),
+    ]
+    .into_iter()
+    .chain(clean_ops())
+    .collect();
+    let mut ops = between_holds;
+    ops.sort_by_key(|o| o.0);
+    run_folder(tmp.path(), record.clone(), &ops);
+    let out = check(&[tmp.path().to_str().unwrap()]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("no fault met the lock"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("1 of 1 met none"), "{}", out.stdout);
+    // The same partition while worker 0 holds the lock met it.
+    let mut ops: Vec<Op> = [
+        (1_015, "nemesis", "info", "start-partition", "nil"),
+        (1_045, "nemesis", "info", "stop-partition", "nil"),
+    ]
+    .into_iter()
+    .chain(clean_ops())
+    .collect();
+    ops.sort_by_key(|o| o.0);
+    run_folder(tmp.path(), record, &ops);
+    let out = check(&[tmp.path().to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout
+            .contains("met 1 hold(s), 0 op(s) in flight, 0 grant(s), 1 write(s)"),
+        "{}",
+        out.stdout
+    );
+}
+
 #[test]
 fn a_corrupt_run_json_does_not_block_check_with_a_promise() {
     let tmp = common::tmp();
