@@ -111,6 +111,10 @@ pub struct Mutex {
     /// its read or write in flight acts under no longer owned the lock
     /// (when no grant already makes the op unsafe): unsafe if it succeeds.
     unowned: FxHashMap<Process, u64>,
+    /// Ops that succeeded unowned by a loss reported before their hold's
+    /// grant, waiting [`LATE_SET`] for the report of the winning set that
+    /// would undo it: `(token, witness, until)`.
+    deferred: Vec<(String, Witness, u64)>,
     /// The first hold's key token of each overlap not yet labelled: how many
     /// overlaps each is first in; and each kept example's.
     overlap_tokens: FxHashMap<String, u64>,
@@ -136,8 +140,14 @@ pub struct Mutex {
     pub foreign_release: Anomaly,
 }
 
+/// How late the observer's report of a set may come after the set itself:
+/// it stamps what it reads, after the node acted, and a busy machine delays
+/// its reading. Far longer than a report takes, far shorter than a lease.
+const LATE_SET: u64 = 2_000_000_000;
+
 impl OnEvent for Mutex {
     fn on_event(&mut self, e: &Event, invoke: Option<&Invoked>) {
+        self.settle_deferred(Some(e.time));
         if e.process.is_observer() {
             self.keys.on_event(e);
             return;
@@ -201,10 +211,18 @@ impl OnEvent for Mutex {
                         false => self.foreign_release.record(witness),
                     }
                 } else if let Some(gone) = unowned {
-                    self.unsafe_action.record(Witness {
+                    let witness = Witness {
                         indices: vec![e.index, gone],
                         time: e.time,
-                    });
+                    };
+                    // A loss reported before the grant is void if the
+                    // winning set's report follows: a library that retries
+                    // with one value set the key again to win.
+                    let token = self.current(&e.process).and_then(|o| o.key_token.clone());
+                    match token.filter(|t| self.keys.gone_before_grant(t)) {
+                        Some(token) => self.deferred.push((token, witness, e.time + LATE_SET)),
+                        None => self.unsafe_action.record(witness),
+                    }
                 } else if let Some((invoked, mine)) = in_flight {
                     self.suspect(e, invoked, mine);
                 }
@@ -231,6 +249,7 @@ impl Checker for Mutex {
     }
 
     fn finish(mut self: Box<Self>) -> Finding {
+        self.settle_deferred(None);
         self.label_overlaps();
         let report = CheckerReport::from_anomalies([
             &self.overlap,
@@ -251,6 +270,32 @@ impl Checker for Mutex {
 }
 
 impl Mutex {
+    /// Drops each deferred op whose token's key was since reported set
+    /// again, and records those still unowned past their wait (all of them
+    /// at the end, `now` being `None`).
+    fn settle_deferred(&mut self, now: Option<u64>) {
+        if self.deferred.is_empty() {
+            return;
+        }
+        let keys = &self.keys;
+        let mut due = Vec::new();
+        self.deferred.retain(|(token, witness, until)| {
+            if keys.unowned_before(token, u64::MAX).is_none() {
+                return false;
+            }
+            match now {
+                Some(now) if now <= *until => true,
+                _ => {
+                    due.push(witness.clone());
+                    false
+                }
+            }
+        });
+        for witness in due {
+            self.unsafe_action.record(witness);
+        }
+    }
+
     fn acquired(&mut self, e: &Event, invoked: u64) {
         // Open: its end is not known yet, and nothing here reads it.
         let new = Hold::granted(e, u64::MAX);
@@ -476,7 +521,8 @@ mod tests {
     use crate::testing::Hist;
 
     fn run(h: &Hist) -> (Anomaly, Anomaly, Anomaly) {
-        let m: Mutex = feed(&h.build());
+        let mut m: Mutex = feed(&h.build());
+        m.settle_deferred(None);
         (m.overlap, m.unsafe_action, m.foreign_release)
     }
 
@@ -831,6 +877,42 @@ mod tests {
         h.ok(1, "acquire").token("a");
         h.write(1, 1); // ok at 5
         assert_eq!(indices(&run(&h).1), vec![vec![5, 2]]);
+    }
+
+    /// A library that retries with one value (node-redlock): its first
+    /// set's reply lost, the key expired while it retried, then it set the
+    /// key again and won; that set's report comes after the grant and the
+    /// read. The loss before the grant is void, not an unsafe read.
+    #[test]
+    fn a_loss_before_the_grant_undone_by_the_winning_sets_late_report_is_no_unsafe_action() {
+        use crate::history::key;
+        let by = serde_json::json!({"by": "worker-1"});
+        let mut h = Hist::new();
+        h.invoke(1, "acquire");
+        h.key(key::SET, "n1", "v").value(by.clone());
+        h.key(key::EXPIRED, "n1", "v");
+        h.ok(1, "acquire")
+            .value(serde_json::json!({"client_token": "v"}));
+        h.read(1, 0);
+        h.key(key::SET, "n1", "v").value(by.clone());
+        h.write(1, 1);
+        assert!(!run(&h).1.found(), "{:?}", run(&h).1);
+        // With no set reported after the read, the loss stands, and is
+        // recorded once the late report's wait is over.
+        let mut h = Hist::new();
+        h.invoke(1, "acquire");
+        h.key(key::SET, "n1", "v").value(by.clone());
+        h.key(key::EXPIRED, "n1", "v"); // 2
+        h.ok(1, "acquire")
+            .value(serde_json::json!({"client_token": "v"}));
+        h.read(1, 0); // ok at 5
+        assert_eq!(indices(&run(&h).1), vec![vec![5, 2]]);
+        let m: Mutex = feed(&h.build());
+        assert_eq!(m.unsafe_action.count, 0, "recorded before its wait");
+        h.sleep(LATE_SET + 1);
+        h.nemesis("start-pause");
+        let m: Mutex = feed(&h.build());
+        assert_eq!(m.unsafe_action.count, 1, "not recorded after its wait");
     }
 
     #[test]

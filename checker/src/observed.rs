@@ -73,6 +73,10 @@ struct Life {
     /// `(time, index)` of the event after which it no longer owned the lock,
     /// while that holds.
     unowned: Option<(u64, u64)>,
+    /// Its key was reported gone before its grant, with no set of it
+    /// reported since: the winning attempt's set (a library that retries
+    /// with one value) may yet be reported, late.
+    gone_before_grant: bool,
 }
 
 #[derive(Default)]
@@ -119,6 +123,7 @@ impl Keys {
                 life.gone_on.retain(|w| w.node != node);
                 if life.gone_on.len() < majority {
                     life.unowned = None;
+                    life.gone_before_grant = false;
                 }
                 if life.gone_on.is_empty() {
                     life.first = None;
@@ -188,6 +193,7 @@ impl Keys {
             life.gone_on.retain(|w| w.time >= since && !own(w));
             life.first = life.gone_on.first().map(|w| w.how);
             life.unowned = life.gone_on.get(majority - 1).map(|w| (w.time, w.index));
+            life.gone_before_grant = life.unowned.is_some();
         }
     }
 
@@ -239,6 +245,13 @@ impl Keys {
     pub fn unowned_before(&self, token: &str, time: u64) -> Option<u64> {
         let (at, index) = self.tokens.get(token)?.unowned?;
         (at < time).then_some(index)
+    }
+
+    /// Whether `token`'s loss was reported before its grant and not yet
+    /// undone: an op judged unowned for it waits for the winning set's
+    /// report (see `Mutex`), which would undo it.
+    pub fn gone_before_grant(&self, token: &str) -> bool {
+        self.tokens.get(token).is_some_and(|l| l.gone_before_grant)
     }
 
     /// Whether `token`'s key has been seen to go: its label no longer
