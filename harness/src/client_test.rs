@@ -383,6 +383,19 @@ impl Steps {
         let (reply, took) = call(a, Op::Release);
         self.note("the outlived holder's release", describe(&reply, took));
         let _ = call(b, Op::Release);
+        // A library that gives up its connection for good after a freeze
+        // (a client closed on its first timeout) would fail every op of a
+        // run after the first pause: it must come back.
+        let (reply, took) = call(a, Op::Acquire { timeout_ms: ttl_ms });
+        let back = answer(&reply) == Some(Answer::Yes);
+        self.step(
+            "the frozen holder, resumed, acquires again",
+            back,
+            describe(&reply, took),
+        );
+        if back {
+            let _ = call(a, Op::Release);
+        }
     }
 }
 

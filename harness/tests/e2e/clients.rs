@@ -694,6 +694,41 @@ fn a_correct_adapter_passes_client_test_with_a_lease_longer_than_20_s() {
     assert!(report.contains(" 0 failed"), "{report}");
 }
 
+/// An adapter whose client closes its connection for good on its first
+/// timeout (as node-redis does with a one-second socket timeout and no
+/// reconnect strategy) answers every op after the expiry step's freeze with
+/// an error: client-test fails it, as the run would fail every op.
+#[test]
+fn an_adapter_that_cannot_reach_redis_after_a_freeze_fails_client_test() {
+    let root = root();
+    let example = std::fs::read_to_string(protocol_example(root.path())).unwrap();
+    let head = "for line in sys.stdin:  # one request per line; when stdin closes, the loop ends\n    req = json.loads(line)\n";
+    let gone = [
+        "last, gone = time.monotonic(), False",
+        head.trim_end(),
+        "    gone = gone or (req[\"op\"] != \"init\" and time.monotonic() - last > 0.5)  # frozen: closed for good",
+        "    last = time.monotonic()",
+        "    if gone:",
+        "        print(json.dumps({\"id\": req[\"id\"], \"ok\": None, \"error\": \"connection: closed\"}), flush=True)",
+        "        continue",
+        "",
+    ]
+    .join("\n");
+    let closing = example.replacen(head, &gone, 1);
+    assert!(closing.contains("closed for good"), "{closing}");
+    let path = root.path().join("closing_adapter.py");
+    std::fs::write(&path, closing).unwrap();
+    let cmd = format!("python3 {}", path.display());
+    let (code, report) = client_test(root.path(), &["--client-cmd", &cmd]);
+    assert_eq!(code, 1, "{report}");
+    assert!(
+        report.contains("FAIL  the frozen holder, resumed, acquires again"),
+        "{report}"
+    );
+    // Every step before the freeze passed: only the comeback fails.
+    assert!(report.contains(" 1 failed"), "{report}");
+}
+
 /// `--client-cmd` runs without a shell: a variable is set with `env`, as
 /// the protocol page says; written shell-style it is taken for the program.
 #[test]
