@@ -89,6 +89,12 @@ fn client_config(ca: Option<&Path>) -> Result<ClientConfig> {
                         file.display()
                     ))
                 })?;
+            if certs.is_empty() {
+                return Err(Error::Usage(format!(
+                    "--tls-ca {}: holds no certificate (no -----BEGIN CERTIFICATE----- block); give the CA that signed the server's certificate",
+                    file.display()
+                )));
+            }
             for cert in certs {
                 roots
                     .add(cert)

@@ -119,11 +119,25 @@ impl LocalProcess {
         if l.served_clock.is_some() {
             nemesis::served_clock::prepare(&mut cmd);
         }
-        let child = cmd.spawn().map_err(doing(format!(
-            "starting {} for node {}",
-            self.program.display(),
-            l.name
-        )))?;
+        let child = match cmd.spawn() {
+            Ok(child) => child,
+            // Its wall clock is served through seccomp and ptrace, set up
+            // in the child before its exec: a refusal there is a refusal
+            // of those, not of the program.
+            Err(e) if l.served_clock.is_some() && e.kind() == std::io::ErrorKind::PermissionDenied => {
+                return Err(Error::Usage(format!(
+                    "node {}: cannot serve its wall clock: this machine refused ptrace or seccomp to lockstorm ({e}); the clock nemesis moves an etcd member's clock through them: run as root, allow tracing of children (sysctl kernel.yama.ptrace_scope=0, or a container with CAP_SYS_PTRACE and seccomp unconfined), or choose another --nemesis",
+                    l.name
+                )))
+            }
+            Err(e) => {
+                return Err(doing(format!(
+                    "starting {} for node {}",
+                    self.program.display(),
+                    l.name
+                ))(e))
+            }
+        };
         self.child = Some(child);
         if let Some(control) = &l.served_clock {
             // The child waits, stopped at its exec, for this thread (its tracer).

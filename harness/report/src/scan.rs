@@ -249,6 +249,9 @@ pub fn read_run<P: Plan>(root: &Path, rel: &str) -> (Run, Option<History>, crate
     };
     let mut settings = None;
     let mut lease = None;
+    // A run.json that is JSON but no object (`null`) says nothing of the
+    // run: `check` refuses it, and the page neither checks nor redraws it.
+    let mut unusable = false;
     match folder.record::<P>() {
         Ok(record) => {
             run.shown = Shown::from(&record);
@@ -258,7 +261,15 @@ pub fn read_run<P: Plan>(root: &Path, rel: &str) -> (Run, Option<History>, crate
         // JSON, but not a run record (hand-written, or from another tool):
         // the page still shows what it says, as before records were typed.
         Err(ReadError::Json(e)) if e.is_data() => {
-            run.shown = store::read_json(&folder.run_json()).unwrap_or_default()
+            match store::read_json::<serde_json::Value>(&folder.run_json()) {
+                Ok(v) if v.is_object() => run.shown = serde_json::from_value(v).unwrap_or_default(),
+                _ => {
+                    run.problems.push(format!(
+                        "{RUN_JSON} is not a run record (not a JSON object): neither checked nor redrawn, as `lockstorm check` refuses it"
+                    ));
+                    unusable = true;
+                }
+            }
         }
         Err(e) => run.problems.push(unreadable(RUN_JSON, &e)),
     }
@@ -287,6 +298,7 @@ pub fn read_run<P: Plan>(root: &Path, rel: &str) -> (Run, Option<History>, crate
     let promise = shown.promise.as_str().map(str::parse::<Promise>);
 
     let history = match fs::File::open(folder.history()) {
+        _ if unusable => None,
         Ok(f) => match History::from_jsonl(BufReader::new(f)) {
             Ok(h) => Some(h),
             Err(e) => {

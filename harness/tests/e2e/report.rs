@@ -222,3 +222,28 @@ fn a_screenshot_of_the_page_is_a_real_picture() {
     // and the open run's plots do not.
     assert!(png.len() > 40_000, "screenshot only {} bytes", png.len());
 }
+
+/// A `run.json` of `null` is no run record: `check` refuses it, and the
+/// page neither checks nor redraws that run, and says why.
+#[test]
+fn a_run_whose_run_json_is_null_is_neither_checked_nor_redrawn() {
+    let tmp = crate::common::tmp();
+    let rel = "single-pause/20261129T114541";
+    write_run(tmp.path(), rel, "single", "pause", None);
+    let dir = tmp.path().join(rel);
+    fs::write(dir.join("run.json"), "null").unwrap();
+    let check = crate::common::lockstorm(&["check", dir.to_str().unwrap()]);
+    assert_eq!(check.code, 254, "{}{}", check.stdout, check.stderr);
+    // A problem named, as for any unreadable run: exit 254.
+    let out = crate::common::lockstorm(&["report", tmp.path().to_str().unwrap()]);
+    assert_eq!(out.code, 254, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains("run.json is not a run record"),
+        "{}",
+        out.stderr
+    );
+    let page = fs::read_to_string(tmp.path().join("index.html")).unwrap();
+    assert!(page.contains("is not a run record"), "{page}");
+    assert!(!dir.join("timeline.svg").exists(), "the run was redrawn");
+    assert!(!dir.join("results.json").exists(), "the run was checked");
+}

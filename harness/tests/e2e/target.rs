@@ -600,6 +600,30 @@ fn a_tls_deployment_is_tested_through_lockstorms_bridge_and_left_clean() {
     assert!(keys(&server).is_empty(), "left behind: {:?}", keys(&server));
 }
 
+/// A `--tls-ca` file with no certificate in it is named as such, before
+/// anything is contacted (it was a TLS `UnknownIssuer` from the server).
+#[test]
+fn a_tls_ca_file_without_a_certificate_is_said_to_hold_none() {
+    let tmp = common::tmp();
+    let empty = tmp.path().join("empty.pem");
+    std::fs::write(&empty, "not a certificate\n").unwrap();
+    let out = lockstorm(&[
+        "run",
+        "--results",
+        tmp.path().to_str().unwrap(),
+        "--target",
+        "rediss://127.0.0.1:1",
+        "--tls-ca",
+        empty.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 254, "{}\n{}", out.stdout, out.stderr);
+    let line = out.stderr.trim();
+    assert!(
+        !line.contains('\n') && line.contains("holds no certificate"),
+        "{line}"
+    );
+}
+
 #[test]
 fn a_certificate_the_ca_did_not_sign_is_refused_in_one_line() {
     let tmp = common::tmp();
