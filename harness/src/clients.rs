@@ -237,6 +237,7 @@ pub fn record(client: &Client, spec: &AdapterSpec, hello: &Hello) -> ClientRecor
         library: hello.client.clone(),
         features: hello.features.clone(),
         check: check.into(),
+        options: hello.options.clone(),
     }
 }
 

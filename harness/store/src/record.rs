@@ -169,6 +169,11 @@ pub struct ClientRecord {
     pub features: Vec<String>,
     /// What the worker's check before each write asks.
     pub check: String,
+    /// The library settings the adapter chose over the library's defaults
+    /// (its `init` reply's `options`): what the findings depend on besides
+    /// the library.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub options: std::collections::BTreeMap<String, String>,
 }
 
 /// What run.json says of the storage adapter a run tested.

@@ -77,6 +77,17 @@ fn passes_client_test_and_is_valid_without_faults(client: &str, config: &str) {
         "run.json names the library: {}",
         record["client"]
     );
+    // Every shipped adapter gives its library a bound on each command, and
+    // says so: what a finding depends on besides the library.
+    let options = record["client"]["options"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        options.keys().any(|k| k.contains("imeout")),
+        "run.json names the adapter's settings: {}",
+        record["client"]
+    );
 }
 
 /// Under `pause` (after the lease check, the default): the holder's lease

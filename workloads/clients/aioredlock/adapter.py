@@ -31,6 +31,10 @@ class NotHeld(Exception):
 class AioredlockAdapter(Adapter):
     NOT_HELD = (NotHeld,)
 
+    def options(self):
+        # aioredis 1.x connections, not redis-py's: a connect timeout only.
+        return {"timeout": "1 s connect (default: none)"}
+
     def init(self, req):
         nodes = lock_nodes(req)
         self.loop = asyncio.new_event_loop()

@@ -57,10 +57,20 @@ function packageVersion(name) {
   return 'unknown';
 }
 
-// ioredis by default queues commands while disconnected and retries them
-// forever, so a killed or paused Redis would hang an op (and the worker behind
-// it) indefinitely. The harness wants ops that fail fast and are reported as
-// unknown instead: no offline queue, one retry, and a bound on every command.
+// ioredis by default queues commands while disconnected and resends them
+// after a reconnect (20 times), so a killed or paused Redis would hang an op
+// (and the worker behind it), and a lost reply would be resent into a wrong
+// definite answer (the resent acquire finds its own key: "busy"). The harness
+// wants ops that fail fast and are reported as unknown instead: no offline
+// queue, no resend, and a bound on every command. CONNECTION_OPTIONS says so
+// in init's "options" (docs/protocol.md has why).
+const CONNECTION_OPTIONS = {
+  enableOfflineQueue: 'false (default: true)',
+  maxRetriesPerRequest: '0 (default: 20)',
+  connectTimeout: '1000 ms (default: 10000)',
+  commandTimeout: '1000 ms (default: none)',
+  retryStrategy: 'min(50 x n, 500) ms (default: min(50 x n, 2000))',
+};
 // The database init names (a --target's /db): every data-node connection
 // selects it, so no key of the run lands in another database.
 let initDb = 0;
@@ -77,7 +87,7 @@ function redisClient(node) {
     db: initDb,
     lazyConnect: false,
     enableOfflineQueue: false,
-    maxRetriesPerRequest: 1,
+    maxRetriesPerRequest: 0,
     connectTimeout: 1000,
     commandTimeout: 1000,
     // Keep trying to come back after a kill, but not in a tight loop.
@@ -124,6 +134,7 @@ async function handle(adapter, line) {
   if (op === 'init') initDb = Number(req.db || 0);
   try {
     const reply = { id, ...(await adapter[op](req)) };
+    if (op === 'init' && reply.ok) reply.options = { ...CONNECTION_OPTIONS, ...(adapter.options || {}) };
     if (op === 'init' && reply.ok) adapter.initialised = true;
     return reply;
   } catch (e) {
@@ -167,4 +178,4 @@ function serve(adapter) {
   });
 }
 
-module.exports = { serve, log, describeError, parseHostPort, packageVersion, redisClient, waitReady };
+module.exports = { CONNECTION_OPTIONS, serve, log, describeError, parseHostPort, packageVersion, redisClient, waitReady };

@@ -23,6 +23,10 @@ logging.getLogger("redis_lock.acquire").setLevel(logging.ERROR)
 class PythonRedisLock(Adapter):
     NOT_HELD = (redis_lock.NotAcquired,)
 
+    def options(self):
+        return {**super().options(), "socket_timeout": "2 s (default: none)",
+                "auto_renewal": "True (default: False)"}
+
     def init(self, req):
         if req["topology"] != "single":
             raise ValueError(f"unsupported topology {req['topology']!r}")

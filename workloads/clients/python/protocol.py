@@ -48,6 +48,14 @@ def login():
                 db=_db)
 
 
+# What redis_opts changes from redis-py's defaults, as init's "options" says.
+CONNECTION_OPTIONS = {
+    "socket_timeout": "1 s (default: none)",
+    "socket_connect_timeout": "1 s (default: none)",
+    "retry": "none (default: 3 retries)",
+}
+
+
 def redis_opts(socket_timeout=SOCKET_TIMEOUT_S, data_node=True):
     """Options for a connection to a data node (with the deployment's login)
     or, with data_node=False, to a Sentinel (asked without it)."""
@@ -93,6 +101,12 @@ class Adapter:
     def init(self, req):  # -> (client, features)
         raise NotImplementedError
 
+    def options(self):
+        """The library settings this adapter chose over the library's
+        defaults (init's "options", recorded in run.json): each with why in
+        docs/protocol.md."""
+        return dict(CONNECTION_OPTIONS)
+
     def acquire(self, timeout_s):  # -> a fresh lock object that we hold, or None if busy
         raise NotImplementedError
 
@@ -122,7 +136,7 @@ def _handle(adapter, req, state):
             log.exception("init failed")
             return {"ok": False, "error": "init: " + describe(e)}
         state.update(features=features, timeout_ms=req.get("acquire_timeout_ms", 4000))
-        return {"ok": True, "client": client, "features": features}
+        return {"ok": True, "client": client, "features": features, "options": adapter.options()}
     if "features" not in state:
         return {"ok": False, "error": "error: not initialised"}
     try:

@@ -143,6 +143,9 @@ pub struct Hello {
     /// The library and its version.
     pub client: String,
     pub features: Vec<String>,
+    /// The library settings it chose over the library's defaults.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub options: std::collections::BTreeMap<String, String>,
 }
 
 impl Hello {
@@ -185,6 +188,7 @@ pub fn start_noting(
     let hello = Hello {
         client: reply.client.unwrap_or_default(),
         features: reply.features,
+        options: reply.options,
     };
     Ok((session, hello))
 }

@@ -137,6 +137,9 @@ pub struct Reply {
     /// `init`: the library and its version, and the features it offers.
     pub client: Option<String>,
     pub features: Vec<String>,
+    /// `init`: the library settings the adapter chose over the library's
+    /// defaults, name → value as written (recorded in `run.json`).
+    pub options: std::collections::BTreeMap<String, String>,
     /// A storage adapter's `init`: the storage and its version.
     pub storage: Option<String>,
     /// A storage adapter's `read`: the counter.
@@ -229,6 +232,19 @@ pub fn parse_reply(line: &str, expected: &Request) -> Result<Reply, String> {
                     .collect::<Option<_>>()
                     .ok_or("a reply whose \"features\" is not a list of strings")?,
                 Some(_) => return Err("a reply whose \"features\" is not a list of strings".into()),
+            },
+            options: match field("options") {
+                None => Default::default(),
+                Some(Value::Object(o)) => o
+                    .iter()
+                    .map(|(k, v)| match v {
+                        Value::String(s) => Some((k.clone(), s.clone())),
+                        Value::Number(_) | Value::Bool(_) => Some((k.clone(), v.to_string())),
+                        _ => None,
+                    })
+                    .collect::<Option<_>>()
+                    .ok_or("a reply whose \"options\" has a value that is not a string, number or boolean")?,
+                Some(_) => return Err("a reply whose \"options\" is not an object".into()),
             },
             storage: text("storage")?,
             value: match field("value") {
@@ -361,6 +377,30 @@ mod tests {
         .unwrap();
         assert_eq!(r.client.as_deref(), Some("lib 1.0"));
         assert_eq!(r.features, ["check", "token"]);
+        assert!(r.options.is_empty());
+        let r = parse_reply(
+            r#"{"id":0,"ok":true,"client":"lib 1.0","features":[],"options":{"socket_timeout":1.0,"retries":"none","offline_queue":false}}"#,
+            &init,
+        )
+        .unwrap();
+        let options: Vec<(&str, &str)> = r
+            .options
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            options,
+            [
+                ("offline_queue", "false"),
+                ("retries", "none"),
+                ("socket_timeout", "1.0")
+            ]
+        );
+        for bad in [r#""options":[1]"#, r#""options":{"a":{"b":1}}"#] {
+            let line = format!(r#"{{"id":0,"ok":true,"client":"x","features":[],{bad}}}"#);
+            let err = parse_reply(&line, &init).unwrap_err();
+            assert!(err.contains("\"options\""), "{err}");
+        }
     }
 
     #[test]
