@@ -250,19 +250,65 @@ pub fn preflight(
     spec: &AdapterSpec,
     init: adapter::Init,
     leader: &std::sync::atomic::AtomicU32,
+    held: Option<&dyn Fn() -> std::result::Result<(), String>>,
 ) -> Result<Hello> {
     use std::sync::atomic::Ordering::SeqCst;
+    let acquire_ms = init.acquire_timeout_ms;
     let started = adapter::start_noting(spec, init, adapter::INIT_BUDGET, Group::Own, |pid| {
         leader.store(pid, SeqCst)
     });
+    let (mut session, hello) = match started {
+        Ok(started) => started,
+        Err(f) => {
+            leader.store(0, SeqCst);
+            return Err(Error::Adapter(f.to_string()));
+        }
+    };
+    // `held` looks at the lock while the adapter holds it (one acquire and
+    // its release, before any worker starts).
+    let looked = held.map(|held| hold_once(&mut session, acquire_ms, held));
     // Ours to stop from here on, whatever came of it.
     leader.store(0, SeqCst);
-    let (session, hello) = started.map_err(|f| Error::Adapter(f.to_string()))?;
     let strays = session.close().strays;
+    if let Some(Err(why)) = looked {
+        return Err(Error::Usage(format!(
+            "the adapter `{}` {why}",
+            spec.command()
+        )));
+    }
     if !strays.is_empty() {
         tracing::warn!("the adapter check: {}", adapter::strays_left(&strays));
     }
     Ok(hello)
+}
+
+/// One acquire, `held` while it is held, and the release: why not, if not.
+fn hold_once(
+    session: &mut adapter::Session,
+    acquire_ms: u64,
+    held: &dyn Fn() -> std::result::Result<(), String>,
+) -> std::result::Result<(), String> {
+    let budget = std::time::Duration::from_millis(acquire_ms) + adapter::INIT_BUDGET;
+    let reply = session.call(
+        adapter::Op::Acquire {
+            timeout_ms: acquire_ms,
+        },
+        budget,
+        |_| {},
+    );
+    match reply {
+        Ok(r) if r.answer == Some(adapter::Answer::Yes) => {}
+        Ok(r) => {
+            return Err(format!(
+                "was not granted the free lock before the run: {:?}",
+                r.error
+            ))
+        }
+        Err(f) => return Err(format!("failed its first acquire before the run: {f}")),
+    }
+    let seen = held();
+    let _ = session.call(adapter::Op::Release, budget, |_| {});
+    seen
 }
 
 /// The harness's own instance of the storage adapter, started in a group of

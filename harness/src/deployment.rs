@@ -191,6 +191,25 @@ pub async fn preflight(target: &Target, nodes: DataNodes, keys: &Keys) -> Result
     })?
 }
 
+/// Whether a key of the run is in the target's database on one of its
+/// data nodes, for an adapter holding the lock: why not, if not.
+pub fn holds_a_run_key(
+    target: &Target,
+    nodes: &DataNodes,
+    keys: &Keys,
+) -> std::result::Result<(), String> {
+    for (_, at) in nodes {
+        let mut con = connect(target, at, TIMEOUT)?;
+        if !scan(&mut con, keys).map_err(|e| e.to_string())?.is_empty() {
+            return Ok(());
+        }
+    }
+    Err(format!(
+        "held the lock with no key of the run ({}*) in database {} that --target names: it ignores init's db, and wrote in database 0, among your keys (removed by its release); have it select init's db (docs/protocol.md)",
+        keys.prefix, target.db
+    ))
+}
+
 /// Removes every key of the run's prefix from every primary among the
 /// nodes (a replica follows its primary); returns how many went. A node
 /// that cannot be reached keeps its keys until their TTL.

@@ -241,9 +241,27 @@ async fn run_workload(
         );
         let checked = spec.clone();
         let leader = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        // On a target that names a database, the adapter's lock must land
+        // there: one told `db` in init that ignores it writes among the
+        // user's keys in database 0.
+        let in_db = topology.target().filter(|t| t.db != 0).map(|t| {
+            (
+                t.clone(),
+                crate::deployment::data_nodes(&topology.observed()),
+            )
+        });
+        let keys = options.keys.clone();
         let check = tokio::task::spawn_blocking({
             let leader = leader.clone();
-            move || crate::clients::preflight(&checked, init, &leader)
+            move || {
+                let held = in_db.as_ref().map(|(target, nodes)| {
+                    move || crate::deployment::holds_a_run_key(target, nodes, &keys)
+                });
+                let held = held
+                    .as_ref()
+                    .map(|h| h as &dyn Fn() -> std::result::Result<(), String>);
+                crate::clients::preflight(&checked, init, &leader, held)
+            }
         });
         // Left behind on a signal, the check's thread ends with the process
         // (the runtime does not wait for it); its adapter's group goes now.

@@ -247,3 +247,65 @@ fn a_fault_command_that_leaves_a_background_child_does_not_hold_the_run() {
     );
     assert_ne!(out.code, 2, "the kill was not verified: {}", out.stdout);
 }
+
+/// An adapter written before `init` carried `db` (the protocol page's
+/// example without its `SELECT`) would write the lock in database 0, among
+/// the user's keys: the adapter check before the run takes the lock once,
+/// finds no key of the run in database 5, and refuses the run in one line;
+/// the user's key stays, and nothing of the run is left.
+#[test]
+fn an_adapter_that_ignores_inits_db_is_refused_before_the_run() {
+    let server = Builder::redis().start();
+    let mut con = server.client();
+    redis::cmd("SET")
+        .arg("owner:key")
+        .arg("keep")
+        .query::<()>(&mut con)
+        .unwrap();
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/protocol.md"))
+        .unwrap();
+    let (_, after) = page
+        .split_once("<!-- example-adapter -->\n```python\n")
+        .expect("the protocol page's example adapter");
+    let (code, _) = after.split_once("```").unwrap();
+    let select = "        if req.get(\"db\"):  # a --target's database: the run's keys go there only\n            call(\"SELECT\", req[\"db\"])\n";
+    assert!(code.contains(select), "the example selects init's db");
+    let tmp = common::tmp();
+    let url = format!("redis://{}/5", server.addr());
+    let run_with = |name: &str, code: &str| {
+        let adapter = tmp.path().join(name);
+        std::fs::write(&adapter, code).unwrap();
+        let cmd = format!("python3 {}", adapter.display());
+        let results = tmp.path().join("results");
+        lockstorm(&[
+            "run",
+            "--results",
+            results.to_str().unwrap(),
+            "--target",
+            &url,
+            "--client-cmd",
+            &cmd,
+            "--nemesis",
+            "none",
+            "--workers",
+            "2",
+            "--time-limit",
+            "3",
+            "--seed",
+            "44",
+        ])
+    };
+    let out = run_with("old_adapter.py", &code.replace(select, ""));
+    assert_eq!(out.code, 254, "{}\n{}", out.stdout, out.stderr);
+    let line = out.stderr.trim();
+    assert!(
+        !line.contains('\n') && line.contains("ignores init's db"),
+        "{line}"
+    );
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    assert_eq!(keys, ["owner:key"]);
+    // The page's own example passes the same check, and runs.
+    let out = run_with("example_adapter.py", code);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(dbsize(&server, 0), 1);
+}
