@@ -82,15 +82,27 @@ impl Programs {
 
     /// `postgres --version`, or why it gave none: it did not start, hung
     /// past [`PROBE_WITHIN`] (and was killed), or said no version.
+    /// Asked once per program: a hung one costs its deadline once.
     fn answered_version(&self) -> std::result::Result<String, String> {
-        let out =
-            process::output_within(Command::new(self.server()).arg("--version"), PROBE_WITHIN)
-                .map_err(|e| e.to_string())?;
-        let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        match out.status.success() && said.contains("PostgreSQL") {
-            true => Ok(said),
-            false => Err(format!("it said {said:?} ({})", out.status)),
+        type Answers = std::collections::HashMap<PathBuf, std::result::Result<String, String>>;
+        static ANSWERS: std::sync::Mutex<Option<Answers>> = std::sync::Mutex::new(None);
+        let server = self.server();
+        let mut answers = ANSWERS.lock().unwrap_or_else(|e| e.into_inner());
+        let answers = answers.get_or_insert_with(Default::default);
+        if let Some(answer) = answers.get(&server) {
+            return answer.clone();
         }
+        let answer = process::output_within(Command::new(&server).arg("--version"), PROBE_WITHIN)
+            .map_err(|e| e.to_string())
+            .and_then(|out| {
+                let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                match out.status.success() && said.contains("PostgreSQL") {
+                    true => Ok(said),
+                    false => Err(format!("it said {said:?} ({})", out.status)),
+                }
+            });
+        answers.insert(server, answer.clone());
+        answer
     }
 
     /// The data folder every server starts from, made by `initdb` the first

@@ -211,7 +211,6 @@ fn a_postgres_that_hangs_is_stopped_at_its_deadline_and_named() {
     std::fs::write(bin.join("postgres"), script).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(bin.join("postgres"), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let started = std::time::Instant::now();
     let out = common::lockstorm_with(
         &[
             "run",
@@ -224,13 +223,14 @@ fn a_postgres_that_hangs_is_stopped_at_its_deadline_and_named() {
         ],
         &[("LOCKSTORM_POSTGRES_BIN", bin.to_str().unwrap())],
     );
-    let took = started.elapsed();
     let line = common::one_line_254(&out);
     assert!(
         line.contains("ran past") && line.contains("LOCKSTORM_POSTGRES_BIN"),
         "{line}"
     );
-    assert!(took < std::time::Duration::from_secs(60), "took {took:?}");
+    // Its deadline, not the 300 s it would sleep (the test's own time
+    // includes waiting for a run slot, so the line is the measure).
+    assert!(line.contains("ran past 10 s"), "{line}");
     let started: Vec<u32> = std::fs::read_to_string(&pids)
         .unwrap()
         .lines()
