@@ -122,9 +122,9 @@ impl LocalProcess {
         let child = match cmd.spawn() {
             Ok(child) => child,
             // Its wall clock is served through seccomp and ptrace, set up
-            // in the child before its exec: a refusal there is a refusal
-            // of those, not of the program.
-            Err(e) if l.served_clock.is_some() && e.kind() == std::io::ErrorKind::PermissionDenied => {
+            // in the child before its exec: an EPERM there is a refusal of
+            // those (a program that cannot be run gives EACCES or ENOENT).
+            Err(e) if l.served_clock.is_some() && e.raw_os_error() == Some(nix::libc::EPERM) => {
                 return Err(Error::Usage(format!(
                     "node {}: cannot serve its wall clock: this machine refused ptrace or seccomp to lockstorm ({e}); the clock nemesis moves an etcd member's clock through them: run as root, allow tracing of children (sysctl kernel.yama.ptrace_scope=0, or a container with CAP_SYS_PTRACE and seccomp unconfined), or choose another --nemesis",
                     l.name
