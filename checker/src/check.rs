@@ -21,7 +21,7 @@ pub fn check(history: &History, settings: impl Into<Settings>) -> Results {
     let settings = settings.into();
     let mut pass = OnePass::new(&settings);
     let mut pairing = Pairing::default();
-    let mut wholes = whole_checkers();
+    let mut wholes = whole_checkers(&settings);
     for e in history.in_time_order() {
         pairing.feed(e, &mut pass);
         wholes.iter_mut().for_each(|(_, w)| w.keep(e));
@@ -32,11 +32,11 @@ pub fn check(history: &History, settings: impl Into<Settings>) -> Results {
 }
 
 /// Each whole-history checker, ready to be fed.
-fn whole_checkers() -> Vec<(&'static CheckerEntry, Box<dyn Whole>)> {
+fn whole_checkers(settings: &Settings) -> Vec<(&'static CheckerEntry, Box<dyn Whole>)> {
     CHECKERS
         .iter()
         .filter_map(|c| match c.fed {
-            Fed::Whole(new) => Some((c, new())),
+            Fed::Whole(new) => Some((c, new(settings))),
             Fed::Events(_) => None,
         })
         .collect()
@@ -90,7 +90,7 @@ pub fn check_jsonl(
     let mut pairing = Pairing::default();
     let mut reorder = Reorder::new(window.ns).holding_at_most(window.events);
     let mut wholes = match linearizability_too {
-        true => whole_checkers(),
+        true => whole_checkers(&settings),
         false => Vec::new(),
     };
     let mut stream = StreamStats::default();

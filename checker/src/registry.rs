@@ -66,7 +66,7 @@ pub(crate) static CHECKERS: &[CheckerEntry] = &[
             "1 if no real-time order of the lock operations fits a mutex (the search stops at the first); alone, it finds what holds cannot show",
             "a history no mutex allows",
         )],
-        fed: Fed::Whole(|| Box::<linear::Linear>::default()),
+        fed: Fed::Whole(|s| Box::new(linear::Linear::new(s))),
     },
     CheckerEntry {
         name: deadlock::NAME,
@@ -164,7 +164,7 @@ pub(crate) enum Fed {
     /// Fed the same events, but deciding only at the end: a search that
     /// needs them together keeps (compactly) what it reads of them. A
     /// streamed check may leave it out.
-    Whole(fn() -> Box<dyn Whole>),
+    Whole(fn(&Settings) -> Box<dyn Whole>),
 }
 
 impl CheckerEntry {
@@ -236,7 +236,7 @@ mod tests {
         for c in CHECKERS {
             let finding = match &c.fed {
                 Fed::Events(new) => new(&Settings::default()).finish(),
-                Fed::Whole(new) => new().finish(),
+                Fed::Whole(new) => new(&Settings::default()).finish(),
             };
             let found: Vec<_> = finding.anomalies.iter().map(|(n, _)| *n).collect();
             let listed: Vec<_> = c.anomalies.iter().map(|a| a.name).collect();

@@ -56,6 +56,13 @@ pub struct Settings {
     /// or not). The history does not say which kind of lock made it, so this
     /// comes from the run. Counted at the write's `ok` otherwise (false).
     pub writes_commit_with_release: bool,
+    /// Read every `fail` as Knossos does: the op did not happen, whatever
+    /// its error. For histories other tools wrote (Jepsen's EDN). In
+    /// lockstorm's own, a release refused `not-held` says instead that its
+    /// holder lost the lock during its hold (a lease ran out, the key was
+    /// taken): a release that certainly happened, at some moment between
+    /// its hold's acquire and the refusal.
+    pub knossos_fail: bool,
 }
 
 impl Settings {
@@ -64,6 +71,7 @@ impl Settings {
             promise,
             deadlock_after: None,
             writes_commit_with_release: false,
+            knossos_fail: false,
         }
     }
 
@@ -80,6 +88,16 @@ impl Settings {
     pub fn writes_commit_with_release(self, yes: bool) -> Self {
         Settings {
             writes_commit_with_release: yes,
+            ..self
+        }
+    }
+}
+
+impl Settings {
+    /// The same settings, reading every `fail` as Knossos does.
+    pub fn knossos_fail(self) -> Self {
+        Settings {
+            knossos_fail: true,
             ..self
         }
     }

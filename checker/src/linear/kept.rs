@@ -31,6 +31,9 @@ pub struct LockEvent {
     pub dead: u32,
     pub kind: OpType,
     pub does: Does,
+    /// A release refused `not-held` in a history that reads it as a lost
+    /// hold (see [`Kept::new`]).
+    pub lost: bool,
 }
 
 /// The kept events, in the order they were fed, and the interning tables.
@@ -40,9 +43,19 @@ pub struct Kept {
     pub events: Vec<LockEvent>,
     processes: FxHashMap<Process, u32>,
     tokens: FxHashMap<Box<str>, u32>,
+    /// Whether a release refused `not-held` is a lost hold (lockstorm's
+    /// histories) rather than a release that did not happen (Knossos's).
+    lost_on_not_held: bool,
 }
 
 impl Kept {
+    pub fn new(lost_on_not_held: bool) -> Self {
+        Kept {
+            lost_on_not_held,
+            ..Kept::default()
+        }
+    }
+
     /// Keeps `e` if the search reads it: client lock ops and crashes.
     pub fn keep(&mut self, e: &Event) {
         let does = match e.f.as_str() {
@@ -61,8 +74,9 @@ impl Kept {
             process: self.process(&e.process),
             token: e.token.as_deref().map_or(NONE, |t| self.token(t)),
             dead,
-            kind: lease_aware(e),
+            kind: e.kind,
             does,
+            lost: self.lost_on_not_held && lost_hold(e),
         };
         self.events.push(kept);
     }
@@ -92,21 +106,17 @@ impl Kept {
     }
 }
 
-/// A release that failed `not-held` is read as `info`: the lock's own
-/// node said the key was no longer ours when the release ran, so the lease
-/// ran out (or was taken) at some moment the client cannot see, possibly
-/// after the release was sent (a releaser frozen mid-release). That is the
-/// lease working as designed, not a holder that still holds; a holder whose
-/// lease ran out *before* it began releasing believed it held while another
-/// was granted, which `lock-overlap` and this search still find, since the
-/// release cannot take effect before its invocation. Any other failed
-/// release did not happen (Knossos's `fail`), and its holder still holds.
-fn lease_aware(e: &Event) -> OpType {
+/// A release that failed `not-held`: the lock's own node said the key was
+/// no longer ours when the release ran, so the hold ended (its lease ran
+/// out, or the key was taken) at some moment between its acquire and that
+/// answer, possibly after the release was sent (a releaser frozen
+/// mid-release). `prepare` makes it a release certain to have happened in
+/// that interval: the lease working as designed, not a holder that still
+/// holds, and nothing left to guess. Any other failed release did not
+/// happen (Knossos's `fail`), and its holder still holds.
+fn lost_hold(e: &Event) -> bool {
     let not_held = e.error.as_deref().map(error::kind) == Some(error::NOT_HELD);
-    match e.kind {
-        OpType::Fail if e.f == f::RELEASE && not_held => OpType::Info,
-        kind => kind,
-    }
+    e.kind == OpType::Fail && e.f == f::RELEASE && not_held
 }
 
 fn next_id(len: usize) -> u32 {

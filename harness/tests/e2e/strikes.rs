@@ -179,8 +179,9 @@ fn a_pause_between_get_and_del_deletes_the_next_holders_lock() {
 /// (`not-held`): its lease ran out under it, as a lease is meant to, and
 /// the next holder's grant came after it began releasing. Nothing it did
 /// broke the lock, so no checker may say otherwise: the linearizability
-/// search reads a `not-held` release as a lease that may have run out at
-/// any moment after the release began (it was `nonlinearizable` alone).
+/// search reads a `not-held` release as a hold that certainly ended at some
+/// moment between its acquire and the refusal (it was `nonlinearizable`
+/// alone when read as a release that did not happen).
 fn a_pause_inside_the_release_lets_the_lease_run_out_as_designed(config: &str) {
     let tmp = common::tmp();
     let at = ["--at", "releasing"];
