@@ -729,7 +729,7 @@ mod tests {
         worker: usize,
         release: bool,
         token: Option<u8>,
-        outcome: u8, // 0 ok, 1 fail, 2 info
+        outcome: u8, // 0 ok, 1 fail, 2 info, 3 fail not-held (a lost hold, for a release)
         gap: u64,
     }
 
@@ -739,7 +739,7 @@ mod tests {
                 0..4usize,
                 any::<bool>(),
                 prop::option::weighted(0.85, 0..3u8),
-                0..3u8,
+                0..4u8,
                 0..3u64,
             )
                 .prop_map(|(worker, release, token, outcome, gap)| Step {
@@ -766,12 +766,16 @@ mod tests {
             let p = Process::Client(proc_of[s.worker]);
             let mut e = match in_flight[s.worker].take() {
                 Some((f, token)) => {
-                    let kind = [OpType::Ok, OpType::Fail, OpType::Info][s.outcome as usize];
+                    let kind =
+                        [OpType::Ok, OpType::Fail, OpType::Info, OpType::Fail][s.outcome as usize];
                     if kind == OpType::Info {
                         proc_of[s.worker] += 4;
                     }
                     let mut e = crate::history::Event::new(time, p, kind, f);
                     e.token = token;
+                    if s.outcome == 3 {
+                        e.error = Some(crate::history::error::NOT_HELD.into());
+                    }
                     e
                 }
                 None if ops < 12 => {
