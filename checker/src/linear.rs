@@ -223,9 +223,10 @@ fn prepare(kept: Kept) -> Prepared {
     let mut release_tokens: Vec<(u32, u32)> = Vec::new();
     // Per process, the owners of its acquires so far: what a crash releases.
     let mut acquired: FxHashMap<u32, Vec<u32>> = FxHashMap::default();
-    // Per owner, when its latest acquire was invoked: where a lost hold's
-    // release may have taken effect from.
-    let mut hold_from: FxHashMap<u32, u64> = FxHashMap::default();
+    // Per owner, when its latest acquire was invoked, and whether it was
+    // granted (`ok`): where a lost hold's release may have taken effect
+    // from, and whether there was a hold at all.
+    let mut hold_from: FxHashMap<u32, (u64, bool)> = FxHashMap::default();
     for (pos, e) in events.iter().enumerate() {
         if e.dead != NONE {
             let mut held = acquired.remove(&e.dead).unwrap_or_default();
@@ -253,7 +254,8 @@ fn prepare(kept: Kept) -> Prepared {
             .filter(|&c| c != NIL)
             .map(|c| &events[c as usize]);
         let (done, index) = match completion {
-            // A lost hold: it ended by the refusal, certainly.
+            // A lost hold: it ended by the refusal (certain once its owner
+            // is known to have held, below).
             Some(c) if c.kind == OpType::Fail && c.lost => (c.time, c.index),
             Some(c) if c.kind == OpType::Fail => continue,
             Some(c) if c.kind == OpType::Ok => (c.time, c.index),
@@ -285,12 +287,17 @@ fn prepare(kept: Kept) -> Prepared {
         };
         if kind == Kind::Acquire {
             acquired.entry(e.process).or_default().push(owner);
-            hold_from.insert(owner, e.time);
+            hold_from.insert(owner, (e.time, done != u64::MAX));
         }
-        let invoke = match lost {
-            // Its hold may have ended any time after it began.
-            true => hold_from.get(&owner).copied().unwrap_or(e.time).min(e.time),
-            false => e.time,
+        let (invoke, done, index) = match (lost, hold_from.get(&owner)) {
+            // A granted hold ended, certainly, between its acquire and the
+            // refusal.
+            (true, Some(&(from, true))) => (from.min(e.time), done, index),
+            // Its acquire's outcome unknown, or none: if there was a hold,
+            // it ended by the refusal; if not, there was nothing to end.
+            // Read as a release that may have happened (`info`).
+            (true, _) => (e.time, u64::MAX, e.index),
+            (false, _) => (e.time, done, index),
         };
         ops.push(Op {
             kind,
@@ -472,6 +479,30 @@ mod tests {
         h.acquire(2, "b");
         h.fail(1, "release").token("a").error("connection-refused");
         assert_eq!(run(&h).valid, Validity::False);
+    }
+
+    /// After an acquire whose outcome is unknown, the same process's
+    /// release refused `not-held` may mean there never was a hold: it
+    /// forces nothing (a release that may have happened), while another
+    /// holds the lock throughout.
+    #[test]
+    fn a_not_held_release_after_an_info_acquire_forces_no_hold() {
+        let mut h = Hist::new();
+        h.acquire(2, "b");
+        h.invoke(1, "acquire").token("a");
+        h.info(1, "acquire").token("a");
+        h.invoke(1, "release").token("a");
+        h.fail(1, "release").token("a").error("not-held");
+        h.release(2, "b");
+        assert_eq!(run(&h).valid, Validity::True);
+        // Had it been granted, its release says its hold ended by then.
+        let mut h = Hist::new();
+        h.acquire(1, "a");
+        h.invoke(1, "release").token("a");
+        h.fail(1, "release").token("a").error("not-held");
+        h.acquire(2, "b");
+        h.release(2, "b");
+        assert_eq!(run(&h).valid, Validity::True);
     }
 
     #[test]
