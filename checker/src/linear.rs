@@ -757,6 +757,10 @@ mod tests {
 
     #[derive(Clone, Debug)]
     struct Step {
+        /// After an `info`, the worker keeps its process id (another
+        /// generator's shape: its next op says what became of it) rather
+        /// than moving to a new one (Jepsen's convention).
+        keep_id: bool,
         worker: usize,
         release: bool,
         token: Option<u8>,
@@ -772,8 +776,10 @@ mod tests {
                 prop::option::weighted(0.85, 0..3u8),
                 0..4u8,
                 0..3u64,
+                any::<bool>(),
             )
-                .prop_map(|(worker, release, token, outcome, gap)| Step {
+                .prop_map(|(worker, release, token, outcome, gap, keep_id)| Step {
+                    keep_id,
                     worker,
                     release,
                     token,
@@ -799,7 +805,7 @@ mod tests {
                 Some((f, token)) => {
                     let kind =
                         [OpType::Ok, OpType::Fail, OpType::Info, OpType::Fail][s.outcome as usize];
-                    if kind == OpType::Info {
+                    if kind == OpType::Info && !s.keep_id {
                         proc_of[s.worker] += 4;
                     }
                     let mut e = crate::history::Event::new(time, p, kind, f);
