@@ -100,17 +100,28 @@ enum Kind {
 struct Op {
     invoke: u64,
     /// Time of an `ok` op's completion; `u64::MAX` = may happen at any
-    /// time after `invoke`.
+    /// time after `invoke`. For a `soft` op, the moment by which it took
+    /// effect, if it did at all.
     done: u64,
     /// The event index that names this op in a witness.
     index: u64,
     owner: u32,
     kind: Kind,
+    /// It may not have happened, but if it did, then by `done`: a release
+    /// refused `not-held` after an acquire whose outcome is unknown (if
+    /// that hold existed, it had ended by the refusal).
+    soft: bool,
 }
 
 impl Op {
     fn certain(&self) -> bool {
-        self.done != u64::MAX
+        self.done != u64::MAX && !self.soft
+    }
+
+    /// When it must have taken effect by, if at all: a certain op's
+    /// return, or a soft op's deadline.
+    fn by(&self) -> Option<u64> {
+        (self.done != u64::MAX).then(|| self.done.max(self.invoke))
     }
 
     /// When a certain op returned (never before its invocation).
@@ -242,6 +253,7 @@ fn prepare(kept: Kept) -> Prepared {
                 invoke: e.time,
                 done: u64::MAX,
                 index: e.index,
+                soft: false,
             }));
             continue;
         }
@@ -289,15 +301,14 @@ fn prepare(kept: Kept) -> Prepared {
             acquired.entry(e.process).or_default().push(owner);
             hold_from.insert(owner, (e.time, done != u64::MAX));
         }
-        let (invoke, done, index) = match (lost, hold_from.get(&owner)) {
+        let (invoke, index, soft) = match (lost, hold_from.get(&owner)) {
             // A granted hold ended, certainly, between its acquire and the
             // refusal.
-            (true, Some(&(from, true))) => (from.min(e.time), done, index),
+            (true, Some(&(from, true))) => (from.min(e.time), index, false),
             // Its acquire's outcome unknown, or none: if there was a hold,
             // it ended by the refusal; if not, there was nothing to end.
-            // Read as a release that may have happened (`info`).
-            (true, _) => (e.time, u64::MAX, e.index),
-            (false, _) => (e.time, done, index),
+            (true, _) => (e.time, e.index, true),
+            (false, _) => (e.time, index, false),
         };
         ops.push(Op {
             kind,
@@ -305,6 +316,7 @@ fn prepare(kept: Kept) -> Prepared {
             invoke,
             done,
             index,
+            soft,
         });
     }
     for (id, t) in release_tokens {
@@ -738,7 +750,10 @@ mod tests {
                 }
                 let ready = (0..p.ops.len())
                     .all(|j| placed[j] || p.ops[j].ret().is_none_or(|r| r >= p.ops[i].invoke));
-                if !ready {
+                // A soft op goes before every op invoked after its deadline.
+                let in_time = !p.ops[i].soft
+                    || (0..p.ops.len()).all(|j| !placed[j] || p.ops[j].invoke <= p.ops[i].done);
+                if !ready || !in_time {
                     continue;
                 }
                 if let Some(next) = p.step(holder, &p.ops[i]) {

@@ -6,6 +6,12 @@
 //! computed when needed rather than stored, the ops pruned under each frame
 //! share one stack, and a memo entry is one 128-bit key (the linearized
 //! set's hash with the holder's folded in).
+//!
+//! A soft op (it may not have happened, but if it did, then by a deadline)
+//! has a deadline entry where a certain op has its return: reached with
+//! the op not linearized, it lifts the op for the rest of the branch
+//! instead of failing it. Every state that has linearized an op invoked
+//! after that deadline has passed it, so the memo stays sound.
 
 use super::{Budget, Kind, Op, Outcome, Prepared, NIL};
 use crate::finding::Validity;
@@ -85,8 +91,12 @@ impl Search {
         let n = to_u32(p.ops.len());
         let mut calls: Vec<u32> = (0..n).collect();
         calls.sort_by_key(|&i| (p.ops[i as usize].invoke, i));
-        let mut rets: Vec<u32> = (0..n).filter(|&i| p.ops[i as usize].certain()).collect();
-        rets.sort_by_key(|&i| (p.ops[i as usize].ret(), i));
+        // Returns: a certain op's, and a soft op's deadline (an entry that
+        // lifts it, where a return would fail the branch).
+        let mut rets: Vec<u32> = (0..n)
+            .filter(|&i| p.ops[i as usize].by().is_some())
+            .collect();
+        rets.sort_by_key(|&i| (p.ops[i as usize].by(), i));
         let total = calls.len() + rets.len();
         let mut entries = Vec::with_capacity(total + 1);
         entries.push(Entry {
@@ -101,7 +111,7 @@ impl Search {
         while entries.len() <= total {
             let call_first = match (c.peek(), r.peek()) {
                 (Some(&ci), Some(&ri)) => {
-                    Some(p.ops[ci as usize].invoke) <= p.ops[ri as usize].ret()
+                    Some(p.ops[ci as usize].invoke) <= p.ops[ri as usize].by()
                 }
                 (call, _) => call.is_some(),
             };
@@ -264,10 +274,14 @@ impl Search {
             let i = entry.op;
             if entry.call {
                 if !self.p.ops[i as usize].certain() && self.dead(i, holder) {
-                    self.lift(e);
+                    self.lift_op(e);
                     self.count(i, false);
                     self.pruned.push(e);
-                    e = entry.next;
+                    // Past its own deadline entry, lifted with it.
+                    e = match entry.next == entry.ret && entry.ret != NIL {
+                        true => self.entries[entry.ret as usize].next,
+                        false => entry.next,
+                    };
                     continue;
                 }
                 if let Some(next_holder) = self.p.step(holder, &self.p.ops[i as usize]) {
@@ -295,6 +309,16 @@ impl Search {
                 e = entry.next;
                 continue;
             }
+            // A soft op's deadline passed with it not linearized: it did
+            // not happen (in this branch), and cannot any more.
+            if self.p.ops[i as usize].soft {
+                let call = self.call_of[i as usize];
+                self.lift_op(call);
+                self.count(i, false);
+                self.pruned.push(call);
+                e = entry.next;
+                continue;
+            }
             // The return of an op not yet linearized: this branch fails.
             let time = self.p.ops[i as usize].ret().unwrap_or(u64::MAX);
             if worst.is_none_or(|(t, _, _)| time > t) {
@@ -315,7 +339,7 @@ impl Search {
             };
             while self.pruned.len() > frame.pruned_from as usize {
                 let p = self.pruned.pop().expect("above the frame's start");
-                self.unlift(p);
+                self.unlift_op(p);
                 self.count(self.entries[p as usize].op, true);
             }
             let call = self.call_of[frame.op as usize];
