@@ -5,11 +5,15 @@
 //!
 //! [`valid_history`] is the plain shape (one contender a cycle, 2% of
 //! releases `info` in the benchmarks); [`contended_history`] is many
-//! workers contending at once, with lost replies on acquires.
+//! workers contending at once, with lost replies on acquires;
+//! [`live::live_history`] is workers that go on under the same process id
+//! after a lost reply, with expiries and crashes mid-hold.
 
 use crate::history::{error, f, Event, History, OpType, Process, ATTEMPT_SENT};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+
+pub mod live;
 
 /// A small deterministic generator (SplitMix64), so this pure crate needs no
 /// RNG dependency.
@@ -25,6 +29,9 @@ impl Rng {
     }
     fn chance(&mut self, per_mille: u64) -> bool {
         self.next() % 1000 < per_mille
+    }
+    fn between(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
     }
 }
 
