@@ -23,6 +23,11 @@ impl At<'_> {
         self.0.token = Some(token.into());
         self
     }
+    /// A token, or none (a tokenless client's op).
+    pub fn token_opt(self, token: Option<String>) -> Self {
+        self.0.token = token;
+        self
+    }
     pub fn fence(self, fence: u64) -> Self {
         self.0.fence = Some(fence);
         self

@@ -567,3 +567,45 @@ proptest! {
         prop_assert_eq!(expected, valid);
     }
 }
+
+/// Twenty acquires at once, every reply lost; each worker then releases
+/// (one `ok`, the rest `not-held`), and the first releases again, `ok`:
+/// nothing can hold for it the second time. Each shape a generator may
+/// write: workers that keep their id, or go on under new ones, with tokens
+/// or without (tokenless needs kept ids: nothing else ties a release to
+/// its acquire).
+#[test]
+fn twenty_uncertain_acquires_and_an_extra_release_are_invalid_at_once() {
+    for (kept, tokens) in [(true, true), (true, false), (false, true)] {
+        let mut h = Hist::new();
+        let token = |w: u64| tokens.then(|| format!("t{w}"));
+        let later = |w: u64| if kept { w } else { w + 100 };
+        for w in 0..20 {
+            h.invoke(w, "acquire").token_opt(token(w));
+        }
+        for w in 0..20 {
+            h.info(w, "acquire").token_opt(token(w)).error("timeout");
+        }
+        for w in 0..20 {
+            h.invoke(later(w), "release").token_opt(token(w));
+            match w {
+                0 => h.ok(later(w), "release").token_opt(token(w)),
+                _ => h
+                    .fail(later(w), "release")
+                    .token_opt(token(w))
+                    .error("not-held"),
+            };
+        }
+        h.invoke(later(0), "release").token_opt(token(0));
+        h.ok(later(0), "release").token_opt(token(0)); // 81
+        let out = run(&h);
+        assert_eq!(
+            out.valid,
+            Validity::False,
+            "kept {kept}, tokens {tokens}: {out:?}"
+        );
+        assert_eq!(out.witness, vec![81]);
+        // Decided by pruning, not by trying 2^19 subsets.
+        assert!(out.states < 1_000, "{out:?}");
+    }
+}
