@@ -236,12 +236,44 @@ fn lost_replies(c: &mut Criterion) {
     group.finish();
 }
 
+/// Workers that go on under the same process id after a lost reply
+/// (`generate::live`, issue 43): 20 workers, a fifth of the acquires
+/// `info`, with tokens and without, 100 k and 1 M lock ops; the search
+/// alone, each size timed once with its peak heap, then criterion on 100 k.
+fn live_info(c: &mut Criterion) {
+    use checker::generate::live::{live_history, Live};
+    let mut group = c.benchmark_group("linearizability-live-info");
+    group.sample_size(10);
+    for tokens in [true, false] {
+        let name = if tokens { "tokens" } else { "tokenless" };
+        for ops in [100_000, 1_000_000] {
+            let history = live_history(1, Live::lost_acquires(ops, tokens));
+            let id = format!("linearizability-live-info/{name}/{ops}");
+            let started = std::time::Instant::now();
+            let outcome = report_peak(&id, ops, || {
+                check_linearizability(&history, Budget::default())
+            });
+            println!("{id}: {:?} in {:.2?}", outcome.valid, started.elapsed());
+            assert_eq!(outcome.valid, checker::Validity::True, "{id}: {outcome:?}");
+            if ops == 100_000 {
+                group.throughput(Throughput::Elements(ops));
+                let id = BenchmarkId::new(name, ops);
+                group.bench_with_input(id, &history, |b, h| {
+                    b.iter(|| check_linearizability(h, Budget::default()))
+                });
+            }
+        }
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
     linear,
     whole_streamed,
     all_checkers,
     linearizability,
-    lost_replies
+    lost_replies,
+    live_info
 );
 criterion_main!(benches);
