@@ -72,12 +72,18 @@ pub struct StreamStats {
     /// How far behind the newest event before it an event arrived, at most
     /// (ns): a window of this much time alone puts the file in order.
     pub lateness_ns: u64,
+    /// Why a checker could not decide from what it kept as the history
+    /// streamed past, if one could not: check the history whole.
+    pub whole_needed: Option<String>,
 }
 
 /// Checks a JSONL history as it is read, without holding it: every checker
 /// sees each event once, put back into time order within `window`. The
-/// whole-history checker (`nonlinearizable`) keeps a compact record of
-/// each lock event, and only when `linearizability_too` asks for it.
+/// whole-history checker (`nonlinearizable`), run when `linearizability_too`
+/// asks for it, keeps a compact record of the lock events since the last
+/// place it could settle; when what it let go of leaves it unable to decide,
+/// [`StreamStats::whole_needed`] says why, and the caller checks the history
+/// whole ([`check`]).
 pub fn check_jsonl(
     reader: impl std::io::BufRead,
     settings: impl Into<Settings>,
@@ -93,6 +99,7 @@ pub fn check_jsonl(
         true => whole_checkers(&settings),
         false => Vec::new(),
     };
+    wholes.iter_mut().for_each(|(_, w)| w.forget_settled());
     let mut stream = StreamStats::default();
     let mut truncated = false;
     {
@@ -109,7 +116,16 @@ pub fn check_jsonl(
     stream.peak_waiting = reorder.peak;
     stream.late = reorder.late;
     stream.lateness_ns = reorder.lateness;
-    let mut whole: Vec<_> = wholes.into_iter().map(|(c, w)| (c, w.finish())).collect();
+    let mut whole = Vec::new();
+    for (c, w) in wholes {
+        match w.finish_streamed() {
+            Ok(finding) => whole.push((c, finding)),
+            Err(why) => {
+                stream.whole_needed.get_or_insert(why);
+                whole.push((c, c.not_checked()));
+            }
+        }
+    }
     if !linearizability_too {
         let skipped = CHECKERS.iter().filter(|c| matches!(c.fed, Fed::Whole(_)));
         whole.extend(skipped.map(|c| (c, c.not_checked())));
@@ -231,6 +247,26 @@ mod tests {
     use crate::testing::Hist;
     use crate::{anomaly, counter, deadlock, fence, mutex};
     use serde_json::json;
+
+    /// A long history is searched in pieces as it streams; when a worker
+    /// it took for gone acts again, the caller is told to check it whole,
+    /// and the whole check decides.
+    #[test]
+    fn a_streamed_check_says_when_the_history_must_be_checked_whole() {
+        let long = crate::generate::valid_history(7, 5, 12_000, 20);
+        let back = crate::generate::with_lost_worker_back(&long).expect("a lost reply");
+        let jsonl = |h: &History| -> Vec<u8> {
+            let lines = h.events.iter().map(|e| serde_json::to_string(e).unwrap());
+            lines.collect::<Vec<_>>().join("\n").into_bytes()
+        };
+        let mode = Promise::MutualExclusion;
+        let (results, stream) = check_jsonl(&jsonl(&long)[..], mode, 1_000_000u64, true).unwrap();
+        assert_eq!((results.valid, stream.whole_needed), (Validity::True, None));
+        let (_, stream) = check_jsonl(&jsonl(&back)[..], mode, 1_000_000u64, true).unwrap();
+        let why = stream.whole_needed.expect("the pieces cannot decide");
+        assert!(why.contains("acted again after a cut"), "{why}");
+        assert_eq!(check(&back, mode).valid, Validity::True);
+    }
 
     /// Every anomaly's name, in the order a reader scans for them.
     fn all() -> Vec<&'static str> {

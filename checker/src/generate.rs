@@ -103,6 +103,33 @@ pub fn valid_history(seed: u64, processes: u64, cycles: u64, info_per_mille: u64
     History::new(events)
 }
 
+/// `h` with the first worker whose release reply was lost back at the end
+/// under its old process id, taking the lock and releasing it: still a
+/// correct lock's history, and one in which a worker that seemed gone acts
+/// again (a streamed check cannot settle what it did before in pieces).
+/// `None` if no release reply was lost.
+pub fn with_lost_worker_back(h: &History) -> Option<History> {
+    let lost = h
+        .events
+        .iter()
+        .find(|e| e.f == f::RELEASE && e.kind == OpType::Info)?;
+    let mut events = h.events.clone();
+    let mut time = events.iter().map(|e| e.time).max().unwrap_or(0);
+    for (kind, op) in [
+        (OpType::Invoke, f::ACQUIRE),
+        (OpType::Ok, f::ACQUIRE),
+        (OpType::Invoke, f::RELEASE),
+        (OpType::Ok, f::RELEASE),
+    ] {
+        time += 1_000;
+        let mut e = Event::new(time, lost.process.clone(), kind, op);
+        e.token = Some("back".into());
+        e.index = events.len() as u64;
+        events.push(e);
+    }
+    Some(History::new(events))
+}
+
 /// The shape of a [`contended_history`].
 #[derive(Clone, Copy, Debug)]
 pub struct Contended {

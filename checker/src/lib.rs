@@ -121,7 +121,17 @@ pub(crate) trait Checker: OnEvent + Send {
 pub(crate) trait Whole {
     fn keep(&mut self, e: &Event);
 
+    /// Asked by a streamed check, before the first event: decide what it
+    /// can as the events go by and let go of it, rather than keep it all.
+    fn forget_settled(&mut self) {}
+
     fn finish(self: Box<Self>) -> Finding;
+
+    /// [`Whole::finish`] after a streamed check, or why what it let go of
+    /// leaves it unable to decide: the history must then be checked whole.
+    fn finish_streamed(self: Box<Self>) -> Result<Finding, String> {
+        Ok(self.finish())
+    }
 }
 
 /// Anomaly names: the keys of `results.json`'s `anomalies` (contract). What

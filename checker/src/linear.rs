@@ -45,8 +45,9 @@
 //! that never happened.
 //!
 //! Fed: the events are kept as they go by, in time order and compactly
-//! ([`kept`]), then paired and searched at the end, so a streamed check
-//! holds 32 bytes per lock event rather than the events themselves.
+//! ([`kept`]), then paired and searched at the end. A streamed check
+//! searches settled prefixes as it goes and lets them go ([`stream`]), so
+//! it holds only the lock events since the last cut.
 
 use crate::finding::{Anomaly, CheckerReport, Finding, Validity, Witness};
 use crate::history::{Event, History, OpType};
@@ -55,9 +56,11 @@ use kept::{Does, Kept, LockEvent, NONE};
 use rustc_hash::FxHashMap;
 use search::Search;
 use std::time::Duration;
+use stream::Streamed;
 
 mod kept;
 mod search;
+mod stream;
 
 /// The checker's key under `results.json`'s `checkers`.
 pub const NAME: &str = "nonlinearizable";
@@ -173,6 +176,14 @@ impl Default for OwnerInfo {
 struct Prepared {
     ops: Vec<Op>,
     owners: Vec<OwnerInfo>,
+    /// Positions (in the events prepared) of the invocations of uncertain
+    /// ops with no deadline, and of crashes: what may still act after the
+    /// last event.
+    loose: Vec<u32>,
+    /// Why these events may depend on ops before the first of them, if
+    /// they may: a release whose token no acquire here carries, or a
+    /// refusal `not-held` of a hold granted earlier.
+    reaches_back: Option<&'static str>,
 }
 
 impl Prepared {
@@ -207,9 +218,7 @@ enum OwnerKey {
 /// completions without an invocation are left out. Pairing follows
 /// [`crate::ops::InFlight`]'s rule: a completion belongs to its process's
 /// op in flight if it does the same.
-fn prepare(kept: Kept) -> Prepared {
-    // Only the ids are needed now: the interning tables go first.
-    let (processes, tokens, events) = kept.into_ids();
+fn prepare((processes, tokens): (usize, usize), events: &[LockEvent]) -> Prepared {
     let mut completion_of = vec![NIL; events.len()];
     let mut in_flight: Vec<Option<(Does, u32)>> = vec![None; processes];
     for (pos, e) in events.iter().enumerate() {
@@ -224,7 +233,9 @@ fn prepare(kept: Kept) -> Prepared {
         }
     }
     drop(in_flight);
-    let deadline = kept_id_deadlines(&events, &completion_of, processes);
+    let deadline = kept_id_deadlines(events, &completion_of, processes);
+    let mut loose = Vec::new();
+    let mut reaches_back = None;
 
     let mut ids: FxHashMap<OwnerKey, u32> = FxHashMap::default();
     let mut owners: Vec<OwnerInfo> = Vec::new();
@@ -252,6 +263,7 @@ fn prepare(kept: Kept) -> Prepared {
             }
             held.sort_unstable();
             held.dedup();
+            loose.push(pos as u32);
             ops.extend(held.into_iter().map(|owner| Op {
                 kind: Kind::Release,
                 owner,
@@ -315,7 +327,12 @@ fn prepare(kept: Kept) -> Prepared {
             (true, Some(&(from, true))) => (from.min(e.time), index, false),
             // Its acquire's outcome unknown, or none: if there was a hold,
             // it ended by the refusal; if not, there was nothing to end.
-            (true, _) => (e.time, e.index, true),
+            (true, found) => {
+                if found.is_none() {
+                    reaches_back = Some("a refusal not-held of a hold granted before");
+                }
+                (e.time, e.index, true)
+            }
             (false, _) => (e.time, index, false),
         };
         // An uncertain op whose process went on under the same id: if it
@@ -324,6 +341,9 @@ fn prepare(kept: Kept) -> Prepared {
             Some(&by) if done == u64::MAX => (by, true),
             _ => (done, soft),
         };
+        if done == u64::MAX {
+            loose.push(pos as u32);
+        }
         ops.push(Op {
             kind,
             owner,
@@ -335,8 +355,16 @@ fn prepare(kept: Kept) -> Prepared {
     }
     for (id, t) in release_tokens {
         owners[id as usize].orphan = !acquire_tokens[t as usize];
+        if owners[id as usize].orphan {
+            reaches_back = Some("a release of a token no acquire since carries");
+        }
     }
-    Prepared { ops, owners }
+    Prepared {
+        ops,
+        owners,
+        loose,
+        reaches_back,
+    }
 }
 
 /// For each uncertain lock invocation (by position) whose process goes on
@@ -380,7 +408,7 @@ fn kept_id_deadlines(
 fn prepared(history: &History) -> Prepared {
     let mut kept = Kept::new(true);
     history.in_time_order().for_each(|e| kept.keep(e));
-    prepare(kept)
+    prepare(kept.counts(), &kept.events)
 }
 
 /// Checks `history` for linearizability against the owner-aware mutex.
@@ -389,12 +417,13 @@ pub fn check(history: &History, budget: Budget) -> Outcome {
 }
 
 /// The checker as the registry runs it: fed every event in time order,
-/// keeping the lock events, then searching them within the default budget.
-pub(crate) struct Linear(Kept);
+/// keeping the lock events, then searching them within the default budget;
+/// in pieces when streamed ([`stream`]).
+pub(crate) struct Linear(Streamed);
 
 impl Linear {
     pub(crate) fn new(settings: &crate::Settings) -> Self {
-        Linear(Kept::new(!settings.knossos_fail))
+        Linear(Streamed::new(Kept::new(!settings.knossos_fail), 0))
     }
 }
 
@@ -403,8 +432,19 @@ impl Whole for Linear {
         self.0.keep(e);
     }
 
+    fn forget_settled(&mut self) {
+        self.0.stream(stream::EVERY);
+    }
+
     fn finish(self: Box<Self>) -> Finding {
-        finding(Search::new(prepare(self.0), Budget::default()).run())
+        // Never cut, so never short of what it let go of.
+        self.0.finish().expect("whole")
+    }
+
+    fn finish_streamed(self: Box<Self>) -> Result<Finding, String> {
+        self.0
+            .finish()
+            .map_err(|why| format!("{NAME}: could not decide in pieces: {why}"))
     }
 }
 

@@ -164,13 +164,22 @@ fn check_history(
     };
     match format {
         // Streamed: the linear checkers hold only open ops and the search
-        // a compact record of each lock op, so a long history re-checks in
-        // little memory.
+        // the lock ops since the last place it could settle, so a long
+        // history re-checks in little memory.
         Format::Jsonl => {
             let check = |window: checker::Window| {
                 checker::check_jsonl(open()?, settings, window, true).map_err(|e| e.to_string())
             };
             let (results, stream) = check(FIRST_WINDOW)?;
+            let in_memory = |note: String| {
+                let history = History::from_jsonl(open()?).map_err(|e| e.to_string())?;
+                let mut results = checker::check(&history, settings);
+                results.notes.push(note);
+                Ok(results)
+            };
+            if let Some(why) = stream.whole_needed {
+                return in_memory(format!("{why}: the history was checked whole, in memory"));
+            }
             if stream.late == 0 {
                 return Ok(results);
             }
@@ -179,20 +188,17 @@ fn check_history(
                 // window of exactly how late they came, in time alone,
                 // puts every one back in order.
                 let (results, again) = check(stream.lateness_ns.into())?;
-                if again.late == 0 {
+                if again.late == 0 && again.whole_needed.is_none() {
                     return Ok(results);
                 }
             }
             // Events later than the window cannot be put back in order as
             // they stream past; the file is on disk, so sort it whole.
-            let history = History::from_jsonl(open()?).map_err(|e| e.to_string())?;
-            let mut results = checker::check(&history, settings);
-            results.notes.push(format!(
+            in_memory(format!(
                 "events arrived up to {} s out of file order, more than {} s: the history was sorted in memory and checked whole",
                 stream.lateness_ns / 1_000_000_000,
                 REORDER_WINDOW_NS / 1_000_000_000
-            ));
-            Ok(results)
+            ))
         }
         // Jepsen's meaning of `fail`: the op did not happen, whatever its
         // error (Knossos judges these histories so).

@@ -1,10 +1,11 @@
 //! What the search keeps of each event it reads, while the history streams
 //! past: 32 bytes, with processes and tokens interned, instead of a whole
-//! [`Event`] (some 260 bytes with its strings). A 10 M-event history has
-//! about 6 M lock events, so this is most of a streamed check's memory.
+//! [`Event`] (some 260 bytes with its strings). A streamed check keeps
+//! them only since the last cut (`stream.rs`), which moves a settled
+//! prefix out with [`Kept::cut`].
 
 use crate::history::{error, f, Event, OpType, Process};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// No token, or not a crash.
 pub const NONE: u32 = u32::MAX;
@@ -46,6 +47,17 @@ pub struct Kept {
     /// Whether a release refused `not-held` is a lost hold (lockstorm's
     /// histories) rather than a release that did not happen (Knossos's).
     lost_on_not_held: bool,
+    /// Processes and tokens of uncertain ops cut off with a settled
+    /// prefix, assumed never to act again (see `stream.rs`).
+    watched: Watched,
+    /// The first watched process or token seen again.
+    pub seen_again: Option<String>,
+}
+
+#[derive(Default)]
+struct Watched {
+    processes: FxHashSet<Process>,
+    tokens: FxHashSet<Box<str>>,
 }
 
 impl Kept {
@@ -81,15 +93,54 @@ impl Kept {
         self.events.push(kept);
     }
 
-    /// How many distinct processes and tokens were seen (interned ids are
-    /// below these), and the events, without the interning tables.
-    pub fn into_ids(self) -> (usize, usize, Vec<LockEvent>) {
-        (self.processes.len(), self.tokens.len(), self.events)
+    /// How many distinct processes and tokens were seen: interned ids are
+    /// below these.
+    pub fn counts(&self) -> (usize, usize) {
+        (self.processes.len(), self.tokens.len())
+    }
+
+    /// Moves the events before `pos` out, with the processes and tokens of
+    /// `loose` (positions of theirs) from then on watched: the rest is
+    /// interned afresh, so the tables hold only what is still kept.
+    pub fn cut(&mut self, pos: usize, loose: &[u32]) {
+        let process_of = invert(&self.processes);
+        let token_of = invert(&self.tokens);
+        for &at in loose {
+            let e = self.events[at as usize];
+            let p = process_of[e.process as usize];
+            self.watched.processes.insert(p.clone());
+            if e.dead != NONE {
+                let dead = process_of[e.dead as usize];
+                self.watched.processes.insert(dead.clone());
+            }
+            if e.token != NONE {
+                self.watched
+                    .tokens
+                    .insert(token_of[e.token as usize].clone());
+            }
+        }
+        let rest = self.events.split_off(pos);
+        let (processes, tokens) = (take(&mut self.processes), take(&mut self.tokens));
+        let (process_of, token_of) = (invert(&processes), invert(&tokens));
+        self.events = Vec::with_capacity(rest.len().max(1 << 12));
+        for mut e in rest {
+            e.process = self.process(process_of[e.process as usize]);
+            if e.token != NONE {
+                e.token = self.token(token_of[e.token as usize]);
+            }
+            if e.dead != NONE {
+                e.dead = self.process(process_of[e.dead as usize]);
+            }
+            self.events.push(e);
+        }
     }
 
     fn process(&mut self, p: &Process) -> u32 {
         if let Some(&id) = self.processes.get(p) {
             return id;
+        }
+        if self.seen_again.is_none() && self.watched.processes.contains(p) {
+            self.seen_again = Some(format!("process {p}"));
         }
         let id = next_id(self.processes.len());
         self.processes.insert(p.clone(), id);
@@ -100,10 +151,29 @@ impl Kept {
         if let Some(&id) = self.tokens.get(t) {
             return id;
         }
+        if self.seen_again.is_none() && self.watched.tokens.contains(t) {
+            self.seen_again = Some(format!("token {t}"));
+        }
         let id = next_id(self.tokens.len());
         self.tokens.insert(t.into(), id);
         id
     }
+}
+
+fn take<K, V>(m: &mut FxHashMap<K, V>) -> FxHashMap<K, V> {
+    std::mem::take(m)
+}
+
+/// Each interned id's key.
+fn invert<K>(table: &FxHashMap<K, u32>) -> Vec<&K> {
+    let mut by_id: Vec<Option<&K>> = vec![None; table.len()];
+    for (k, &id) in table {
+        by_id[id as usize] = Some(k);
+    }
+    by_id
+        .into_iter()
+        .map(|k| k.expect("ids are dense"))
+        .collect()
 }
 
 /// A release that failed `not-held`: the lock's own node said the key was

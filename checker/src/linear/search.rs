@@ -36,6 +36,15 @@ struct Frame {
     pruned_from: u32,
 }
 
+/// What a search of a prefix says about cutting the history after it.
+pub(super) enum Settled {
+    /// Every order that explains the ops leaves the lock free (states seen).
+    Free(usize),
+    /// Some order leaves it held, or the search gave up.
+    Open,
+    Invalid(Outcome),
+}
+
 pub(super) struct Search {
     p: Prepared,
     budget: Budget,
@@ -231,7 +240,24 @@ impl Search {
         self.unlift(call);
     }
 
-    pub(super) fn run(mut self) -> Outcome {
+    pub(super) fn run(self) -> Outcome {
+        self.explore(false).0
+    }
+
+    /// Whether every order that explains these ops leaves the lock free:
+    /// the search goes on past each order it finds, until it finds one that
+    /// leaves the lock held or has seen every state.
+    pub(super) fn settles_free(self) -> Settled {
+        match self.explore(true) {
+            (out, _) if out.valid == Validity::False => Settled::Invalid(out),
+            (out, false) if out.valid == Validity::True => Settled::Free(out.states),
+            _ => Settled::Open,
+        }
+    }
+
+    /// The search; with `exhaust`, it goes on past a valid order that
+    /// leaves the lock free, and says whether one left it held.
+    fn explore(mut self, exhaust: bool) -> (Outcome, bool) {
         let started = Instant::now();
         let mut memo: FxHashSet<u128> = FxHashSet::default();
         let mut stack: Vec<Frame> = Vec::new();
@@ -239,6 +265,7 @@ impl Search {
         let mut hash: u128 = 0;
         // Furthest failure: (return entry's time, stuck op, op that set the holder).
         let mut worst: Option<(u64, u32, Option<u32>)> = None;
+        let mut found = false;
         let mut steps: u64 = 0;
         let mut e = self.entries[0].next;
         let unknown = |why: String, states: usize| Outcome {
@@ -248,27 +275,36 @@ impl Search {
             reason: Some(why),
             states,
         };
+        let valid = |states: usize| Outcome {
+            valid: Validity::True,
+            witness: Vec::new(),
+            witness_time: None,
+            reason: None,
+            states,
+        };
         loop {
             steps += 1;
             if steps & 1023 == 0 && started.elapsed() > self.budget.max_time {
-                return unknown(
-                    format!(
-                        "gave up after {:?} ({} states)",
-                        self.budget.max_time,
-                        memo.len()
-                    ),
-                    memo.len(),
+                let why = format!(
+                    "gave up after {:?} ({} states)",
+                    self.budget.max_time,
+                    memo.len()
                 );
+                return (unknown(why, memo.len()), false);
             }
             if e == NIL {
                 // No return entry left: every `ok` op is linearized.
-                return Outcome {
-                    valid: Validity::True,
-                    witness: Vec::new(),
-                    witness_time: None,
-                    reason: None,
-                    states: memo.len(),
+                if !exhaust || holder != NIL {
+                    return (valid(memo.len()), holder != NIL);
+                }
+                found = true;
+                let Some(frame) = stack.pop() else {
+                    return (valid(memo.len()), false);
                 };
+                hash ^= zobrist(frame.op);
+                holder = frame.holder;
+                e = self.undo(frame);
+                continue;
             }
             let entry = self.entries[e as usize];
             let i = entry.op;
@@ -288,10 +324,8 @@ impl Search {
                     let next_hash = hash ^ zobrist(i);
                     if memo.insert(state(next_hash, next_holder)) {
                         if memo.len() > self.budget.max_states {
-                            return unknown(
-                                format!("gave up after {} states", self.budget.max_states),
-                                memo.len(),
-                            );
+                            let why = format!("gave up after {} states", self.budget.max_states);
+                            return (unknown(why, memo.len()), false);
                         }
                         stack.push(Frame {
                             op: i,
@@ -334,21 +368,30 @@ impl Search {
                 worst = Some((time, i, setter));
             }
             let Some(frame) = stack.pop() else {
+                if found {
+                    return (valid(memo.len()), false);
+                }
                 let (_, stuck, setter) = worst.expect("a failure was recorded");
-                return self.invalid(stuck, setter, memo.len());
+                return (self.invalid(stuck, setter, memo.len()), false);
             };
-            while self.pruned.len() > frame.pruned_from as usize {
-                let p = self.pruned.pop().expect("above the frame's start");
-                self.unlift_op(p);
-                self.count(self.entries[p as usize].op, true);
-            }
-            let call = self.call_of[frame.op as usize];
-            self.unlift_op(call);
-            self.count(frame.op, true);
             hash ^= zobrist(frame.op);
             holder = frame.holder;
-            e = self.entries[call as usize].next;
+            e = self.undo(frame);
         }
+    }
+
+    /// Takes `frame`'s op back out of the order, with what was pruned
+    /// above it; the search goes on from the entry after its call.
+    fn undo(&mut self, frame: Frame) -> u32 {
+        while self.pruned.len() > frame.pruned_from as usize {
+            let p = self.pruned.pop().expect("above the frame's start");
+            self.unlift_op(p);
+            self.count(self.entries[p as usize].op, true);
+        }
+        let call = self.call_of[frame.op as usize];
+        self.unlift_op(call);
+        self.count(frame.op, true);
+        self.entries[call as usize].next
     }
 
     /// No order explains op `stuck`'s completion: the witness is it and the

@@ -511,6 +511,9 @@ proptest! {
         let expected = oracle(&prepared(&h));
         prop_assert_eq!(out.valid == Validity::True, expected, "{:?}", out);
         prop_assert_eq!(out.witness.is_empty(), expected);
+        if let Ok((pieces, _)) = in_pieces(&h, 2) {
+            prop_assert_eq!(pieces == Validity::True, expected);
+        }
     }
 }
 
@@ -565,6 +568,10 @@ proptest! {
         let expected = oracle(&prepared(&h));
         prop_assert_eq!(out.valid == Validity::True, expected, "{:?}", out);
         prop_assert_eq!(expected, valid);
+        // In pieces as small as can be: the same, or no verdict and why.
+        if let Ok((pieces, _)) = in_pieces(&h, 2) {
+            prop_assert_eq!(pieces == Validity::True, expected);
+        }
     }
 }
 
@@ -607,5 +614,148 @@ fn twenty_uncertain_acquires_and_an_extra_release_are_invalid_at_once() {
         assert_eq!(out.witness, vec![81]);
         // Decided by pruning, not by trying 2^19 subsets.
         assert!(out.states < 1_000, "{out:?}");
+    }
+}
+
+/// The search fed `h` as a streamed check feeds it, trying a cut each
+/// `every` events: its verdict and how many prefixes it settled and let go,
+/// or why the pieces could not decide.
+fn in_pieces(h: &History, every: usize) -> Result<(Validity, usize), String> {
+    let mut s = stream::Streamed::new(Kept::new(true), 0);
+    s.stream(every);
+    h.in_time_order().for_each(|e| s.keep(e));
+    let found = s.finish()?;
+    let pieces = found.report.details.get("pieces").and_then(|p| p.as_u64());
+    Ok((found.report.valid, pieces.map_or(0, |p| p as usize - 1)))
+}
+
+/// `cycles` turns of two workers on a correct lock, from `time` on.
+fn turns(h: &mut Hist, cycles: u64, tag: &str) {
+    for c in 0..cycles {
+        let token = format!("{tag}{c}");
+        h.acquire(10 + c % 2, &token);
+        h.release(10 + c % 2, &token);
+    }
+}
+
+#[test]
+fn a_long_history_is_settled_in_pieces_with_the_verdict_of_the_whole() {
+    // The benchmarks' shape: one holder at a time, 2% of releases lost,
+    // their workers gone on under new ids.
+    for seed in 1..=3 {
+        let h = crate::generate::valid_history(seed, 5, 20_000, 20);
+        let (valid, cuts) = in_pieces(&h, 1_000).expect("decided in pieces");
+        assert_eq!(valid, Validity::True, "seed {seed}");
+        // 120 k lock events, a cut tried every thousand.
+        assert!(cuts > 100, "seed {seed}: only {cuts} cuts");
+    }
+}
+
+#[test]
+fn an_overlap_in_a_later_piece_is_found_after_cuts() {
+    let mut h = Hist::new();
+    turns(&mut h, 200, "a");
+    h.acquire(1, "x"); // ok 801
+    h.acquire(2, "y"); // ok 803
+    h.release(1, "x");
+    h.release(2, "y");
+    turns(&mut h, 200, "b");
+    let whole = run(&h);
+    assert_eq!(whole.valid, Validity::False);
+    let (valid, cuts) = in_pieces(&h.build(), 64).expect("decided in pieces");
+    assert_eq!(valid, Validity::False);
+    assert!(cuts > 0, "the overlap is past the first cut");
+}
+
+#[test]
+fn a_process_that_acts_again_after_its_loose_op_was_cut_off_needs_the_whole() {
+    // Process 1's release reply is lost, so its release may take effect at
+    // any time; the pieces assume process 1 is gone, and it is not.
+    let mut h = Hist::new();
+    h.acquire(1, "a");
+    h.invoke(1, "release").token("a");
+    h.info(1, "release").token("a");
+    turns(&mut h, 200, "b");
+    h.acquire(1, "c");
+    h.release(1, "c");
+    assert_eq!(run(&h).valid, Validity::True);
+    let why = in_pieces(&h.build(), 64).expect_err("the pieces cannot decide");
+    assert!(why.contains("process 1 acted again after a cut"), "{why}");
+}
+
+/// Small live histories laid end to end, each after a quiet gap with its
+/// own processes or the block before's, a fifth with an overlap; ops
+/// a block leaves in flight are answered at its end (acquires refused,
+/// releases `ok`).
+fn blocks(parts: &[(u64, bool, bool, bool)]) -> History {
+    use crate::generate::live::{live_history, with_overlap, Live};
+    let mut events: Vec<crate::history::Event> = Vec::new();
+    for (b, &(seed, tokens, overlap, same_processes)) in parts.iter().enumerate() {
+        let shape = Live {
+            processes: 3,
+            lock_ops: 12,
+            info_acquire: 300,
+            info_release: 200,
+            expiry: 200,
+            crash: 100,
+            tokens,
+        };
+        let h = live_history(seed, shape);
+        let h = overlap.then(|| with_overlap(&h)).flatten().unwrap_or(h);
+        let start = events.last().map_or(0, |e| e.time + 100);
+        let shift = if same_processes {
+            b.saturating_sub(1)
+        } else {
+            b
+        } as u64
+            * 100;
+        let mut open = std::collections::BTreeMap::new();
+        for mut e in h.events {
+            e.time += start;
+            if let Process::Client(p) = e.process {
+                e.process = Process::Client(p + shift);
+            }
+            e.token = e.token.map(|t| format!("{b}-{t}"));
+            match e.kind {
+                OpType::Invoke => open.insert(e.process.clone(), e.clone()),
+                _ => open.remove(&e.process),
+            };
+            events.push(e);
+        }
+        let end = events.last().map_or(0, |e| e.time + 1);
+        for (_, mut e) in open {
+            e.kind = if e.f == f::ACQUIRE {
+                OpType::Fail
+            } else {
+                OpType::Ok
+            };
+            e.time = end;
+            events.push(e);
+        }
+    }
+    for (i, e) in events.iter_mut().enumerate() {
+        e.index = i as u64;
+    }
+    History::new(events)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+    /// Blocks with room between them for cuts: in pieces, the verdict of
+    /// the whole search, or no verdict and why.
+    #[test]
+    fn pieces_agree_with_the_whole(
+        parts in prop::collection::vec(
+            (any::<u64>(), any::<bool>(), prop::bool::weighted(0.2), any::<bool>()),
+            2..6,
+        ),
+        every in 1..8usize,
+    ) {
+        let h = blocks(&parts);
+        let whole = check(&h, Budget::default());
+        prop_assume!(whole.valid != Validity::Unknown);
+        if let Ok((pieces, _)) = in_pieces(&h, every) {
+            prop_assert_eq!(pieces, whole.valid);
+        }
     }
 }

@@ -131,6 +131,29 @@ fn an_event_beyond_the_reorder_window_gets_the_same_verdict_in_both_formats() {
 }
 
 #[test]
+fn a_history_the_streamed_search_cannot_settle_in_pieces_is_checked_whole() {
+    // Long enough to be searched in pieces; then a worker whose release
+    // reply was lost, taken for gone, acts again.
+    let long = checker::generate::valid_history(7, 5, 12_000, 20);
+    let back = checker::generate::with_lost_worker_back(&long).expect("a lost reply");
+    let tmp = common::tmp();
+    let path = tmp.path().join("h.jsonl");
+    let lines: Vec<String> = back
+        .events
+        .iter()
+        .map(|e| serde_json::to_string(e).unwrap())
+        .collect();
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    let out = check(&["--promise", "mutual-exclusion", path.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert!(
+        out.stdout.contains("checked whole, in memory"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
 fn check_of_an_interrupted_run_stays_unknown() {
     let tmp = common::tmp();
     let record = serde_json::json!({
