@@ -35,8 +35,16 @@ pub struct Explanation {
     pub cause: Option<String>,
     /// The chain, in time order.
     pub steps: Vec<Step>,
+    /// Steps the chain left out to stay short: those the conclusion does not
+    /// rest on (a holder's reads, its release), latest first.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub left_out: usize,
     /// What the chain proves.
     pub conclusion: String,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// One link of the chain: an event of the history (`index`), or a moment
@@ -68,6 +76,13 @@ impl fmt::Display for Explanation {
         writeln!(out, "{} #{}{cause}:", self.anomaly, self.example)?;
         for step in &self.steps {
             writeln!(out, "  {:>8}  {}", secs(step.time), step.text)?;
+        }
+        if self.left_out > 0 {
+            writeln!(
+                out,
+                "            ({} lesser step(s) left out: the timeline has them)",
+                self.left_out
+            )?;
         }
         writeln!(out, "  => {}", self.conclusion)
     }
@@ -106,8 +121,26 @@ struct Story<'a> {
 }
 
 /// The most steps a chain shows: enough for a pause, an expiry, a rival's
-/// grant, read and write, and the stale holder's wake and write.
+/// grant, read and write, and the stale holder's wake and write. Past it,
+/// the chain keeps its steps by [`Rank`].
 const MAX_STEPS: usize = 16;
+
+/// How much the conclusion rests on a step; a long chain keeps the first
+/// ranks whole and leaves out from the last.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Rank {
+    /// The anomaly's own events, their requests, and the stale holder's
+    /// act once the rival held the lock.
+    Proof,
+    /// The grants of the holds involved.
+    Holder,
+    /// What ended a hold: its key seen gone, its lease run out.
+    Ended,
+    /// The faults that struck a holder or a node meanwhile.
+    Struck,
+    /// The rest of a hold: its reads, other writes, its release.
+    Context,
+}
 
 impl<'a> Story<'a> {
     fn new(history: &'a History, known: Known) -> Self {
@@ -169,7 +202,10 @@ impl<'a> Story<'a> {
         }
         let mut chain = Chain::default();
         for w in &witnesses {
-            chain.add(w);
+            chain.add(w, Rank::Proof);
+            if let Some(request) = self.request_of(w) {
+                chain.add(request, Rank::Proof);
+            }
         }
         let end = witnesses.iter().map(|w| w.time).max().unwrap_or(0);
         let mut last = end;
@@ -194,17 +230,17 @@ impl<'a> Story<'a> {
                 continue;
             }
             holds.push(grant);
-            chain.add(grant);
+            chain.add(grant, Rank::Holder);
             self.hold_steps(grant, end, last, &mut chain);
         }
         let start = holds.iter().map(|h| h.time).min().unwrap_or(end);
         self.faults_between(start, last, &holds, &mut chain);
-        let mut steps = chain.steps(self);
-        steps.truncate(MAX_STEPS);
+        let (steps, left_out) = chain.steps(self);
         Some(Explanation {
             anomaly: name.to_string(),
             example: i + 1,
             cause: a.example_causes.get(i).cloned(),
+            left_out,
             conclusion: match a.example_labels.get(i).cloned().flatten() {
                 Some(label) => format!("{}; {label}", self.conclusion(name, &witnesses)),
                 None => self.conclusion(name, &witnesses),
@@ -226,9 +262,9 @@ impl<'a> Story<'a> {
             }
             match (e.f.as_str(), e.kind) {
                 (f::ACQUIRE, _) => break,
-                (f::READ, OpType::Ok) | (f::WRITE, OpType::Invoke) => chain.add(e),
+                (f::READ, OpType::Ok) | (f::WRITE, OpType::Invoke) => chain.add(e, Rank::Context),
                 (f::RELEASE, OpType::Invoke) => {
-                    chain.add(e);
+                    chain.add(e, Rank::Context);
                     break;
                 }
                 _ => {}
@@ -240,7 +276,7 @@ impl<'a> Story<'a> {
             .take_while(|e| e.time <= seen_until)
             .filter(|e| e.process.is_observer() && token.is_some() && e.token.as_deref() == token)
             .filter(|e| matches!(e.f.as_str(), key::EXPIRED | key::DELETED))
-            .inspect(|e| chain.add(e))
+            .inspect(|e| chain.add(e, Rank::Ended))
             .count();
         if seen_gone == 0 {
             if let Some(t) = self.lease_end(grant).filter(|&t| t <= seen_until) {
@@ -265,7 +301,7 @@ impl<'a> Story<'a> {
             }
             let a_fault = fault::started(&e.f).or(fault::stopped(&e.f)).is_some();
             if e.is_nemesis() && a_fault && struck(e) {
-                chain.add(e);
+                chain.add(e, Rank::Struck);
             }
         }
     }
@@ -280,8 +316,23 @@ impl<'a> Story<'a> {
                 && matches!(e.f.as_str(), f::WRITE | f::READ | f::RELEASE)
         });
         let e = next?;
-        chain.add(e);
+        chain.add(e, Rank::Proof);
         Some(e.time)
+    }
+
+    /// The request a client's completion `e` answers: its process's latest
+    /// invocation of the same op before it.
+    fn request_of(&self, e: &'a Event) -> Option<&'a Event> {
+        if !e.process.is_client() || e.kind == OpType::Invoke {
+            return None;
+        }
+        let pos = *self.at.get(&e.index)?;
+        self.events[..pos]
+            .iter()
+            .rev()
+            .find(|x| x.process == e.process && x.kind == OpType::Invoke)
+            .filter(|x| x.f == e.f)
+            .copied()
     }
 
     /// Another process's grant still held (not released) when `e` came:
@@ -373,36 +424,54 @@ impl<'a> Story<'a> {
         }
     }
 
+    fn step(&self, e: &Event) -> Step {
+        Step {
+            time: e.time,
+            index: Some(e.index),
+            text: self.describe(e),
+        }
+    }
+
     fn describe(&self, e: &Event) -> String {
-        let who = self.name(&e.process);
-        let value = &e.value;
-        let fence = e.fence.map(|f| format!(", fence {f}")).unwrap_or_default();
         if e.process.is_observer() {
-            let node = e.node.as_deref().unwrap_or("a node");
-            let owner = e
-                .token
-                .as_deref()
-                .and_then(|t| self.granted.get(t))
-                .map_or_else(
-                    || "a".to_string(),
-                    |g| format!("{}'s", self.name(&g.process)),
-                );
-            let by = value
-                .get(key::BY)
-                .and_then(|b| b.as_str())
-                .map(|b| format!(" by {b}"))
-                .unwrap_or_default();
-            return match e.f.as_str() {
-                key::SET => format!("{node} set {owner} key{by}"),
-                key::RENEWED => format!("{node} renewed {owner} key{by}"),
-                key::EXPIRED => format!("{owner} key expired on {node}"),
-                key::DELETED => format!("{owner} key was deleted on {node}{by}"),
-                other => format!("{node}: {other}"),
-            };
+            return self.describe_key(e, e.node.as_deref().unwrap_or("a node"));
         }
         if e.is_nemesis() {
             return self.describe_fault(e);
         }
+        self.describe_op(e)
+    }
+
+    /// What the observer saw of a key, on `node` (or nodes).
+    fn describe_key(&self, e: &Event, node: &str) -> String {
+        let owner = e
+            .token
+            .as_deref()
+            .and_then(|t| self.granted.get(t))
+            .map_or_else(
+                || "a".to_string(),
+                |g| format!("{}'s", self.name(&g.process)),
+            );
+        let by = e
+            .value
+            .get(key::BY)
+            .and_then(|b| b.as_str())
+            .map(|b| format!(" by {b}"))
+            .unwrap_or_default();
+        match e.f.as_str() {
+            key::SET => format!("{node} set {owner} key{by}"),
+            key::RENEWED => format!("{node} renewed {owner} key{by}"),
+            key::EXPIRED => format!("{owner} key expired on {node}"),
+            key::DELETED => format!("{owner} key was deleted on {node}{by}"),
+            other => format!("{node}: {other}"),
+        }
+    }
+
+    /// A client's or the harness's op.
+    fn describe_op(&self, e: &Event) -> String {
+        let who = self.name(&e.process);
+        let value = &e.value;
+        let fence = e.fence.map(|f| format!(", fence {f}")).unwrap_or_default();
         let error = e.error.as_deref().unwrap_or("no reason given");
         match (e.f.as_str(), e.kind) {
             (f::ACQUIRE, OpType::Ok) => format!(
@@ -445,10 +514,13 @@ impl<'a> Story<'a> {
     }
 
     fn describe_fault(&self, e: &Event) -> String {
-        let target = e
-            .value
-            .get("target")
-            .and_then(|t| t.as_str())
+        self.describe_fault_on(e, None)
+    }
+
+    /// A fault, on `nodes` where it is one step for several.
+    fn describe_fault_on(&self, e: &Event, nodes: Option<&str>) -> String {
+        let target = nodes
+            .or(e.value.get("target").and_then(|t| t.as_str()))
             .or(e.node.as_deref());
         // A fault on several nodes names them all (`targets`).
         let targets: Vec<&str> = e
@@ -499,18 +571,24 @@ impl<'a> Story<'a> {
     }
 }
 
-/// The steps gathered for one example: events (each once) and implied
-/// lease ends.
+/// The steps gathered for one example: events (each once, at the best
+/// rank it was added with) and implied lease ends.
 #[derive(Default)]
 struct Chain<'a> {
-    events: Vec<&'a Event>,
+    events: Vec<(&'a Event, Rank)>,
     leases: Vec<(u64, &'a Event)>,
 }
 
+/// One step, before a long chain is cut down: its time, event index (0 for
+/// an implied moment, which sorts before an event at the same instant) and
+/// rank.
+type Ranked = (u64, u64, Rank, Step);
+
 impl<'a> Chain<'a> {
-    fn add(&mut self, e: &'a Event) {
-        if !self.events.iter().any(|x| x.index == e.index) {
-            self.events.push(e);
+    fn add(&mut self, e: &'a Event, rank: Rank) {
+        match self.events.iter_mut().find(|(x, _)| x.index == e.index) {
+            Some((_, r)) => *r = (*r).min(rank),
+            None => self.events.push((e, rank)),
         }
     }
 
@@ -520,39 +598,99 @@ impl<'a> Chain<'a> {
         }
     }
 
-    fn steps(&self, story: &Story) -> Vec<Step> {
-        let mut steps: Vec<(u64, u64, Step)> = self
-            .events
-            .iter()
-            .map(|e| {
-                let text = story.describe(e);
-                let step = Step {
-                    time: e.time,
-                    index: Some(e.index),
-                    text,
-                };
-                (e.time, e.index, step)
-            })
-            .collect();
+    /// The steps in time order, at most [`MAX_STEPS`], and how many were
+    /// left out. The observer's word on one key across nodes is one step.
+    fn steps(&self, story: &Story) -> (Vec<Step>, usize) {
+        let mut steps: Vec<Ranked> = Vec::new();
+        let mut groups: Vec<(&Event, Rank, Vec<&str>)> = Vec::new();
+        for &(e, rank) in &self.events {
+            let Some(node) = node_of(e) else {
+                steps.push((e.time, e.index, rank, story.step(e)));
+                continue;
+            };
+            match groups.iter_mut().find(|(g, _, _)| alike(g, e)) {
+                Some((g, r, nodes)) => {
+                    *r = (*r).min(rank);
+                    nodes.push(node);
+                    if e.time < g.time {
+                        *g = e;
+                    }
+                }
+                None => groups.push((e, rank, vec![node])),
+            }
+        }
+        for (e, rank, nodes) in groups {
+            let nodes = nodes_text(nodes);
+            let text = match e.process.is_observer() {
+                true => story.describe_key(e, &nodes),
+                false => story.describe_fault_on(e, Some(&nodes)),
+            };
+            let step = Step {
+                time: e.time,
+                index: Some(e.index),
+                text,
+            };
+            steps.push((e.time, e.index, rank, step));
+        }
         for &(at, grant) in &self.leases {
             let text = format!(
                 "{}'s lease ran out (granted at {})",
                 story.name(&grant.process),
                 secs(grant.time)
             );
-            // An implied moment sorts before an event at the same instant.
-            steps.push((
-                at,
-                0,
-                Step {
-                    time: at,
-                    index: None,
-                    text,
-                },
-            ));
+            let step = Step {
+                time: at,
+                index: None,
+                text,
+            };
+            steps.push((at, 0, Rank::Ended, step));
         }
-        steps.sort_by_key(|(t, i, _)| (*t, *i));
-        steps.into_iter().map(|(_, _, s)| s).collect()
+        let left_out = steps.len().saturating_sub(MAX_STEPS);
+        if left_out > 0 {
+            steps.sort_by_key(|(t, i, rank, _)| (*rank, *t, *i));
+            steps.truncate(MAX_STEPS);
+        }
+        steps.sort_by_key(|(t, i, _, _)| (*t, *i));
+        (steps.into_iter().map(|(_, _, _, s)| s).collect(), left_out)
+    }
+}
+
+/// The node an observer's key event or a fault on one node is about: such
+/// steps alike but for their node are told as one.
+fn node_of(e: &Event) -> Option<&str> {
+    if e.process.is_observer() {
+        return Some(e.node.as_deref().unwrap_or("a node"));
+    }
+    let target = e.value.get("target").and_then(|t| t.as_str());
+    target.filter(|t| e.is_nemesis() && !t.starts_with("worker-"))
+}
+
+/// Whether two steps of [`node_of`] say the same thing of different nodes.
+fn alike(a: &Event, b: &Event) -> bool {
+    let without_target = |e: &Event| {
+        let mut v = e.value.clone();
+        if let Some(o) = v.as_object_mut() {
+            o.remove("target");
+        }
+        v
+    };
+    a.process == b.process
+        && a.f == b.f
+        && a.token == b.token
+        && without_target(a) == without_target(b)
+}
+
+/// Nodes named once each, in order, a run of `nK` names as `n1–n5`.
+fn nodes_text(mut nodes: Vec<&str>) -> String {
+    let number = |n: &str| n.strip_prefix('n').and_then(|k| k.parse::<u32>().ok());
+    nodes.sort_by_key(|n| (number(n), n.to_string()));
+    nodes.dedup();
+    let numbers: Option<Vec<u32>> = nodes.iter().map(|n| number(n)).collect();
+    match numbers {
+        Some(k) if k.len() > 2 && k.windows(2).all(|w| w[1] == w[0] + 1) => {
+            format!("n{}–n{}", k[0], k[k.len() - 1])
+        }
+        _ => nodes.join(", "),
     }
 }
 
@@ -674,6 +812,90 @@ mod tests {
             "{}",
             unsafe_action.conclusion
         );
+    }
+
+    /// Demo 2 on five nodes, each frozen and woken while worker 0 sleeps,
+    /// and the observer's word on each node's key.
+    fn demo_2_on_five_nodes() -> Hist {
+        let mut h = demo_2(false);
+        let t = |s: u64, n: u64| s * S + n;
+        for (k, node) in ["n1", "n2", "n3", "n4", "n5"].into_iter().enumerate() {
+            let k = k as u64;
+            h.key(key::SET, node, "0-1").time(t(1, 100 + k));
+            h.nemesis("start-pause")
+                .time(t(2, k))
+                .value(json!({"target": node}));
+            h.nemesis("stop-pause")
+                .time(t(2, 100 + k))
+                .value(json!({"target": node}));
+            h.key(key::EXPIRED, node, "0-1").time(t(3, 1 + k));
+            h.key(key::SET, node, "1-1").time(t(3, 20 + k));
+        }
+        h
+    }
+
+    fn lost_update(h: &Hist) -> Explanation {
+        let all = told(h);
+        let lost = all
+            .into_iter()
+            .find(|e| e.anomaly == anomaly::LOST_UPDATE && e.steps.len() > 1);
+        lost.expect("a lost update told as a chain")
+    }
+
+    /// What a lost update's chain rests on: both holds, the stale one's
+    /// end, both writes and their requests.
+    const PROOF: [&str; 7] = [
+        "worker-0 was granted the lock (token 0-1)",
+        "worker-0's key expired on n1–n5",
+        "worker-1 was granted the lock (token 1-1)",
+        "worker-1 sent its write of 9",
+        "the storage took worker-1's write of 9",
+        "worker-0 sent its write of 9, 1.00 s past its lease",
+        "the storage took worker-0's write of 9",
+    ];
+
+    #[test]
+    fn what_happened_alike_on_every_node_is_one_step() {
+        let lost = lost_update(&demo_2_on_five_nodes());
+        let steps = texts(&lost);
+        for want in PROOF
+            .into_iter()
+            .chain(["the nemesis froze n1–n5", "n1–n5 woke"])
+        {
+            assert!(steps.contains(&want), "missing {want:?}: {steps:#?}");
+        }
+        assert_eq!(lost.left_out, 0, "{steps:#?}");
+    }
+
+    #[test]
+    fn a_long_chain_keeps_what_its_conclusion_rests_on_and_says_what_it_left_out() {
+        // Clock jumps on one node after another, each its own step.
+        let mut h = demo_2_on_five_nodes();
+        for k in 0..12u64 {
+            h.nemesis("start-clock")
+                .time(2 * S + 200 + k)
+                .value(json!({"target": "n1", "offset_ms": 100 * (k + 1)}));
+        }
+        let lost = lost_update(&h);
+        let steps = texts(&lost);
+        assert_eq!(steps.len(), MAX_STEPS, "{steps:#?}");
+        for want in PROOF {
+            assert!(steps.contains(&want), "missing {want:?}: {steps:#?}");
+        }
+        // The holders' reads and releases go first.
+        assert!(!steps.contains(&"worker-1 released the lock"), "{steps:#?}");
+        assert!(lost.left_out > 0);
+        let shown = lost.to_string();
+        assert!(shown.contains("lesser step(s) left out"), "{shown}");
+        let times: Vec<u64> = lost.steps.iter().map(|s| s.time).collect();
+        assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    }
+
+    #[test]
+    fn nodes_are_named_as_a_run_where_they_form_one() {
+        assert_eq!(nodes_text(vec!["n3", "n1", "n2", "n2"]), "n1–n3");
+        assert_eq!(nodes_text(vec!["n1", "n3"]), "n1, n3");
+        assert_eq!(nodes_text(vec!["a node"]), "a node");
     }
 
     #[test]

@@ -69,3 +69,56 @@ fn explain_of_a_folder_that_is_not_a_run_is_one_line_and_254() {
     assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
     assert!(out.stderr.contains("history.jsonl"), "{}", out.stderr);
 }
+
+/// Redlock under pauses: five nodes' worth of key events must not crowd the
+/// stale write out of a lost update's chain, which ends on it.
+#[test]
+fn every_lost_update_chain_on_redlock_ends_with_the_stale_write() {
+    for seed in ["1", "2", "3"] {
+        let tmp = common::tmp();
+        let args = [
+            "--config",
+            "redlock",
+            "--nemesis",
+            "pause",
+            "--time-limit",
+            "15",
+            "--seed",
+            seed,
+        ];
+        let (out, _, dir) = run(tmp.path(), &args);
+        assert_eq!(out.code, 1, "seed {seed}: {}", out.stdout);
+        let json = lockstorm(&["explain", "--json", dir.to_str().unwrap()]);
+        let told: Vec<serde_json::Value> = serde_json::from_str(&json.stdout).expect("JSON");
+        let chains: Vec<&serde_json::Value> = told
+            .iter()
+            .filter(|e| {
+                e["anomaly"] == "lost-update"
+                    && e["conclusion"]
+                        .as_str()
+                        .is_some_and(|c| c.contains(" over "))
+            })
+            .collect();
+        assert!(
+            !chains.is_empty(),
+            "seed {seed}: no lost update told as a chain"
+        );
+        for chain in chains {
+            // "worker-3 wrote 8 over worker-2's 8: …"
+            let conclusion = chain["conclusion"].as_str().unwrap();
+            let mut words = conclusion.split(' ');
+            let (stale, value) = (words.next().unwrap(), words.nth(1).unwrap());
+            let sent = format!("{stale} sent its write of {value}");
+            let steps: Vec<&str> = chain["steps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|s| s["text"].as_str())
+                .collect();
+            assert!(
+                steps.iter().any(|s| s.starts_with(&sent)),
+                "seed {seed}: no {sent:?} in {steps:#?}"
+            );
+        }
+    }
+}
