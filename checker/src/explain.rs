@@ -114,8 +114,11 @@ struct Story<'a> {
     events: Vec<&'a Event>,
     /// Position in `events` by event index.
     at: FxHashMap<u64, usize>,
-    /// Who took each token: its acquire `ok`.
+    /// Who took each token: its acquire `ok`, by lockstorm's token and by
+    /// the library's own (the key's value, which the observer reports).
     granted: FxHashMap<&'a str, &'a Event>,
+    /// When the observer first saw each key value set.
+    first_set: FxHashMap<&'a str, u64>,
     /// Writes the storage acknowledged, for a final read that fell short.
     acknowledged: Option<u64>,
 }
@@ -150,16 +153,26 @@ impl<'a> Story<'a> {
             .enumerate()
             .map(|(i, e)| (e.index, i))
             .collect();
-        let granted = events
-            .iter()
-            .filter(|e| e.f == f::ACQUIRE && e.kind == OpType::Ok)
-            .filter_map(|e| Some((e.token.as_deref()?, *e)))
-            .collect();
+        let mut granted = FxHashMap::default();
+        let mut first_set: FxHashMap<&str, u64> = FxHashMap::default();
+        for &e in &events {
+            if e.f == f::ACQUIRE && e.kind == OpType::Ok {
+                for token in [e.token.as_deref(), key_token(e)].into_iter().flatten() {
+                    granted.insert(token, e);
+                }
+            }
+            if e.process.is_observer() && e.f == key::SET {
+                if let Some(token) = e.token.as_deref() {
+                    first_set.entry(token).or_insert(e.time);
+                }
+            }
+        }
         Story {
             known,
             events,
             at,
             granted,
+            first_set,
             acknowledged: None,
         }
     }
@@ -190,9 +203,36 @@ impl<'a> Story<'a> {
             .copied()
     }
 
-    /// When the hold granted by `grant` lost its lease.
-    fn lease_end(&self, grant: &Event) -> Option<u64> {
-        Some(grant.attempt_sent().unwrap_or(grant.time) + self.known.lease_ns?)
+    /// When the hold granted by `grant` lost its lease, and how that is
+    /// known.
+    fn lease_end(&self, grant: &Event) -> Option<(u64, LeaseFrom)> {
+        let lease = self.known.lease_ns?;
+        let sent = grant.attempt_sent().unwrap_or(grant.time).min(grant.time);
+        let set = key_token(grant)
+            .and_then(|k| self.first_set.get(k).copied())
+            .filter(|&t| t >= sent);
+        let from = match set {
+            Some(t) => LeaseFrom::Set(t),
+            // A library that retries within one call: its request is when the
+            // call began, not when the granted attempt went out.
+            None if sent + lease < grant.time => LeaseFrom::Reply(grant.time),
+            None => LeaseFrom::Request(sent),
+        };
+        Some((from.at() + lease, from))
+    }
+
+    /// The step that says a hold's lease ran out.
+    fn lease_text(&self, grant: &Event, from: LeaseFrom) -> String {
+        let who = self.name(&grant.process);
+        let granted = secs(grant.time);
+        match from {
+            LeaseFrom::Set(t) => format!("{who}'s lease ran out (its key was set at {})", secs(t)),
+            LeaseFrom::Request(_) => format!("{who}'s lease ran out (granted at {granted})"),
+            LeaseFrom::Reply(_) => format!(
+                "{who}'s lease had run out by now at the latest (granted by {granted}; its library's call began at {})",
+                secs(grant.attempt_sent().unwrap_or(grant.time))
+            ),
+        }
     }
 
     fn tell(&self, name: &str, a: &Anomaly, i: usize, example: &[u64]) -> Option<Explanation> {
@@ -270,7 +310,7 @@ impl<'a> Story<'a> {
                 _ => {}
             }
         }
-        let token = grant.token.as_deref();
+        let token = key_token(grant);
         let seen_gone = self.events[from..]
             .iter()
             .take_while(|e| e.time <= seen_until)
@@ -279,8 +319,8 @@ impl<'a> Story<'a> {
             .inspect(|e| chain.add(e, Rank::Ended))
             .count();
         if seen_gone == 0 {
-            if let Some(t) = self.lease_end(grant).filter(|&t| t <= seen_until) {
-                chain.lease(t, grant);
+            if let Some((t, from)) = self.lease_end(grant).filter(|&(t, _)| t <= seen_until) {
+                chain.lease(t, grant, self.lease_text(grant, from));
             }
         }
     }
@@ -487,6 +527,7 @@ impl<'a> Story<'a> {
                 let late = self
                     .hold_of(e)
                     .and_then(|g| self.lease_end(g))
+                    .map(|(end, _)| end)
                     .filter(|&end| end < e.time)
                     .map(|end| format!(", {} past its lease", secs(e.time - end)))
                     .unwrap_or_default();
@@ -576,7 +617,8 @@ impl<'a> Story<'a> {
 #[derive(Default)]
 struct Chain<'a> {
     events: Vec<(&'a Event, Rank)>,
-    leases: Vec<(u64, &'a Event)>,
+    /// Lease ends: when, the grant's index, and the step's text.
+    leases: Vec<(u64, u64, String)>,
 }
 
 /// One step, before a long chain is cut down: its time, event index (0 for
@@ -592,9 +634,9 @@ impl<'a> Chain<'a> {
         }
     }
 
-    fn lease(&mut self, at: u64, grant: &'a Event) {
-        if !self.leases.iter().any(|(_, g)| g.index == grant.index) {
-            self.leases.push((at, grant));
+    fn lease(&mut self, at: u64, grant: &Event, text: String) {
+        if !self.leases.iter().any(|&(_, g, _)| g == grant.index) {
+            self.leases.push((at, grant.index, text));
         }
     }
 
@@ -632,18 +674,13 @@ impl<'a> Chain<'a> {
             };
             steps.push((e.time, e.index, rank, step));
         }
-        for &(at, grant) in &self.leases {
-            let text = format!(
-                "{}'s lease ran out (granted at {})",
-                story.name(&grant.process),
-                secs(grant.time)
-            );
+        for (at, _, text) in &self.leases {
             let step = Step {
-                time: at,
+                time: *at,
                 index: None,
-                text,
+                text: text.clone(),
             };
-            steps.push((at, 0, Rank::Ended, step));
+            steps.push((*at, 0, Rank::Ended, step));
         }
         let left_out = steps.len().saturating_sub(MAX_STEPS);
         if left_out > 0 {
@@ -653,6 +690,32 @@ impl<'a> Chain<'a> {
         steps.sort_by_key(|(t, i, _, _)| (*t, *i));
         (steps.into_iter().map(|(_, _, _, s)| s).collect(), left_out)
     }
+}
+
+/// What a hold's lease is dated from, best first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LeaseFrom {
+    /// The observer saw its key set: the server's moment, on the run's clock.
+    Set(u64),
+    /// Its granted attempt's request (lockstorm's own clients send one a try).
+    Request(u64),
+    /// Only its reply: the lease began before it, so it ended by then + TTL.
+    Reply(u64),
+}
+
+impl LeaseFrom {
+    fn at(self) -> u64 {
+        match self {
+            LeaseFrom::Set(t) | LeaseFrom::Request(t) | LeaseFrom::Reply(t) => t,
+        }
+    }
+}
+
+/// The value a grant's key holds: the library's own token where it shows
+/// one, else lockstorm's.
+fn key_token(grant: &Event) -> Option<&str> {
+    let client = grant.value.get(crate::history::CLIENT_TOKEN);
+    client.and_then(|t| t.as_str()).or(grant.token.as_deref())
 }
 
 /// The node an observer's key event or a fault on one node is about: such
@@ -889,6 +952,39 @@ mod tests {
         assert!(shown.contains("lesser step(s) left out"), "{shown}");
         let times: Vec<u64> = lost.steps.iter().map(|s| s.time).collect();
         assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    }
+
+    #[test]
+    fn a_lease_never_runs_out_before_its_grant() {
+        // Worker 1's library retries inside one acquire call from 0.5 s
+        // until its grant at 3 s, its own token in the key; the observer
+        // sees that key set at 3 s, or nothing.
+        for observed in [false, true] {
+            let mut h = Hist::new();
+            h.invoke(1, f::ACQUIRE).time(S / 2);
+            h.ok(1, f::ACQUIRE)
+                .time(3 * S)
+                .token("1-1")
+                .value(json!({"attempt_sent": S / 2, "client_token": "lib-1"}));
+            if observed {
+                h.key(key::SET, "n1", "lib-1").time(3 * S - 5);
+            }
+            let history = h.build();
+            let known = Known {
+                workers: Some(2),
+                lease_ns: Some(2 * S),
+            };
+            let story = Story::new(&history, known);
+            let grant = history.events.iter().find(|e| e.kind == OpType::Ok);
+            let grant = grant.expect("the grant");
+            let (end, from) = story.lease_end(grant).expect("a lease");
+            assert!(end > grant.time, "{observed}: {from:?}");
+            let want = match observed {
+                true => "worker-1's lease ran out (its key was set at 3.00 s)",
+                false => "worker-1's lease had run out by now at the latest (granted by 3.00 s; its library's call began at 0.50 s)",
+            };
+            assert_eq!(story.lease_text(grant, from), want);
+        }
     }
 
     #[test]
