@@ -275,6 +275,7 @@ impl<'a> Story<'a> {
         }
         let start = holds.iter().map(|h| h.time).min().unwrap_or(end);
         self.faults_between(start, last, &holds, &mut chain);
+        self.promoted_without(start, last, &holds, &mut chain);
         let (steps, left_out) = chain.steps(self);
         Some(Explanation {
             anomaly: name.to_string(),
@@ -320,13 +321,14 @@ impl<'a> Story<'a> {
             .count();
         if seen_gone == 0 {
             if let Some((t, from)) = self.lease_end(grant).filter(|&(t, _)| t <= seen_until) {
-                chain.lease(t, grant, self.lease_text(grant, from));
+                chain.implied(t, 0, grant.index, self.lease_text(grant, from));
             }
         }
     }
 
     /// The faults that struck one of `holds`' processes, or any node, while
-    /// the chain ran.
+    /// the chain ran: those already under way when it began, then each
+    /// fault's start, steps (a failover's kill and promotion) and end.
     fn faults_between(&self, start: u64, end: u64, holds: &[&Event], chain: &mut Chain<'a>) {
         let names: Vec<String> = holds.iter().map(|h| self.name(&h.process)).collect();
         let struck = |e: &Event| {
@@ -335,13 +337,64 @@ impl<'a> Story<'a> {
             target.is_none_or(|t| names.iter().any(|n| n == t) || !t.starts_with("worker-"))
                 || process.is_some_and(|p| holds.iter().any(|h| h.process == Process::Client(p)))
         };
-        for e in &self.events {
-            if e.time < start || e.time > end {
+        let target = |e: &Event| e.value.get("target").cloned();
+        let mut under_way: Vec<&'a Event> = Vec::new();
+        for &e in self.events.iter().filter(|e| e.is_nemesis()) {
+            if e.time > end {
+                break;
+            }
+            let kind = fault::started(&e.f).or(fault::stopped(&e.f));
+            if e.time < start {
+                match (fault::started(&e.f), fault::stopped(&e.f)) {
+                    (Some(_), _) => under_way.push(e),
+                    (_, Some(k)) => under_way
+                        .retain(|s| fault::started(&s.f) != Some(k) || target(s) != target(e)),
+                    _ => {}
+                }
                 continue;
             }
-            let a_fault = fault::started(&e.f).or(fault::stopped(&e.f)).is_some();
-            if e.is_nemesis() && a_fault && struck(e) {
+            if (kind.is_some() || FAULT_STEPS.contains(&e.f.as_str())) && struck(e) {
                 chain.add(e, Rank::Struck);
+            }
+        }
+        for e in under_way.into_iter().filter(|e| struck(e)) {
+            chain.add(e, Rank::Struck);
+        }
+    }
+
+    /// A promotion during the chain to a node the observer never saw a
+    /// hold's key on, though it saw it set elsewhere: the new primary never
+    /// had that key, so the hold ended there.
+    fn promoted_without(&self, start: u64, end: u64, holds: &[&Event], chain: &mut Chain<'a>) {
+        let promotions = self
+            .events
+            .iter()
+            .filter(|e| e.is_nemesis() && e.f == "promoted" && e.time >= start && e.time <= end);
+        for p in promotions {
+            let Some(node) = p.value.get("promoted").and_then(|n| n.as_str()) else {
+                continue;
+            };
+            for grant in holds.iter().filter(|g| g.time <= p.time) {
+                let Some(key) = key_token(grant) else {
+                    continue;
+                };
+                let sets: Vec<&str> = self
+                    .events
+                    .iter()
+                    .take_while(|e| e.time <= p.time)
+                    .filter(|e| e.process.is_observer() && e.f == key::SET)
+                    .filter(|e| e.token.as_deref() == Some(key))
+                    .filter_map(|e| e.node.as_deref())
+                    .collect();
+                if sets.is_empty() || sets.contains(&node) {
+                    continue;
+                }
+                let text = format!(
+                    "{node}, the new primary, never had {}'s key (the observer saw it set on {} only)",
+                    self.name(&grant.process),
+                    nodes_text(sets)
+                );
+                chain.implied(p.time, p.index, grant.index, text);
             }
         }
     }
@@ -360,10 +413,12 @@ impl<'a> Story<'a> {
         Some(e.time)
     }
 
-    /// The request a client's completion `e` answers: its process's latest
-    /// invocation of the same op before it.
+    /// The request a client's data op or release `e` answers: its
+    /// process's latest invocation of the same op before it. (An acquire's
+    /// may be long before its grant, which is what the chain is about.)
     fn request_of(&self, e: &'a Event) -> Option<&'a Event> {
-        if !e.process.is_client() || e.kind == OpType::Invoke {
+        let asked = matches!(e.f.as_str(), f::READ | f::WRITE | f::RELEASE);
+        if !e.process.is_client() || e.kind == OpType::Invoke || !asked {
             return None;
         }
         let pos = *self.at.get(&e.index)?;
@@ -593,13 +648,48 @@ impl<'a> Story<'a> {
                         .and_then(|c| c.as_str())
                         .unwrap_or("command")
                 ),
+                "failover" => {
+                    let replicas = e.value.get("cut-from").and_then(|r| r.as_array());
+                    let replicas: Vec<&str> = replicas
+                        .map(|r| r.iter().filter_map(|n| n.as_str()).collect())
+                        .unwrap_or_default();
+                    format!(
+                    "the nemesis cut{on} off from its replicas {}: what it takes now, they never see",
+                    nodes_text(replicas)
+                )
+                }
                 _ => format!("fault {kind} began{on}"),
             };
         }
-        let kind = fault::stopped(&e.f).unwrap_or(&e.f);
+        let number = |k: &str| e.value.get(k).and_then(|v| v.as_u64());
+        let text = |k: &str| e.value.get(k).and_then(|v| v.as_str());
+        let Some(kind) = fault::stopped(&e.f) else {
+            // A step inside a fault (a failover's).
+            return match e.f.as_str() {
+                "kill" => {
+                    let holder = number("holder")
+                        .map(|p| format!(" while {} held the lock", self.name(&Process::Client(p))))
+                        .unwrap_or_default();
+                    format!("the nemesis killed{on}{holder}")
+                }
+                "promoted" => match text("promoted") {
+                    Some(new) => format!(
+                        "{new} became the primary, {:.2} s after the kill",
+                        number("after_ms").unwrap_or(0) as f64 / 1e3
+                    ),
+                    None => "no replica became the primary".into(),
+                },
+                "heal-failed" => format!("healing failed: {}", text("error").unwrap_or("?")),
+                other => format!("the nemesis: {other}{on}"),
+            };
+        };
         match kind {
             "pause" => format!("{} woke", target.unwrap_or("the frozen process")),
             "kill" => format!("{} restarted", target.unwrap_or("the killed node")),
+            "failover" => format!(
+                "{} restarted and its links healed",
+                target.unwrap_or("the old primary")
+            ),
             "delay" => {
                 let reply = e.value.get("reply").and_then(|r| r.as_str());
                 let answered = reply
@@ -617,8 +707,10 @@ impl<'a> Story<'a> {
 #[derive(Default)]
 struct Chain<'a> {
     events: Vec<(&'a Event, Rank)>,
-    /// Lease ends: when, the grant's index, and the step's text.
-    leases: Vec<(u64, u64, String)>,
+    /// Moments the history implies (a lease's end, a new primary without
+    /// a key): when, after which event at that instant (0: before them
+    /// all), the grant's index, and the step's text.
+    implied: Vec<(u64, u64, u64, String)>,
 }
 
 /// One step, before a long chain is cut down: its time, event index (0 for
@@ -634,9 +726,15 @@ impl<'a> Chain<'a> {
         }
     }
 
-    fn lease(&mut self, at: u64, grant: &Event, text: String) {
-        if !self.leases.iter().any(|&(_, g, _)| g == grant.index) {
-            self.leases.push((at, grant.index, text));
+    /// A moment the history implies for the hold granted at event
+    /// `grant`, each once.
+    fn implied(&mut self, at: u64, after: u64, grant: u64, text: String) {
+        if !self
+            .implied
+            .iter()
+            .any(|(_, _, g, t)| *g == grant && *t == text)
+        {
+            self.implied.push((at, after, grant, text));
         }
     }
 
@@ -674,13 +772,13 @@ impl<'a> Chain<'a> {
             };
             steps.push((e.time, e.index, rank, step));
         }
-        for (at, _, text) in &self.leases {
+        for (at, after, _, text) in &self.implied {
             let step = Step {
                 time: *at,
                 index: None,
                 text: text.clone(),
             };
-            steps.push((*at, 0, Rank::Ended, step));
+            steps.push((*at, *after, Rank::Ended, step));
         }
         let left_out = steps.len().saturating_sub(MAX_STEPS);
         if left_out > 0 {
@@ -691,6 +789,9 @@ impl<'a> Chain<'a> {
         (steps.into_iter().map(|(_, _, _, s)| s).collect(), left_out)
     }
 }
+
+/// A fault's steps between its start and end that a chain tells.
+const FAULT_STEPS: [&str; 3] = ["kill", "promoted", "heal-failed"];
 
 /// What a hold's lease is dated from, best first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -985,6 +1086,49 @@ mod tests {
             };
             assert_eq!(story.lease_text(grant, from), want);
         }
+    }
+
+    #[test]
+    fn a_failover_is_told_from_the_cut_to_the_new_primary_without_the_key() {
+        let mut h = Hist::new();
+        h.nemesis("start-failover")
+            .time(S)
+            .value(json!({"target": "n1", "cut-from": ["n2", "n3"]}));
+        h.invoke(0, f::ACQUIRE).time(2 * S);
+        h.key(key::SET, "n1", "0-1").time(2 * S + 1);
+        h.ok(0, f::ACQUIRE).time(2 * S + 2).token("0-1");
+        h.nemesis("kill")
+            .time(3 * S)
+            .value(json!({"target": "n1", "holder": 0}));
+        h.nemesis("promoted")
+            .time(5 * S)
+            .value(json!({"promoted": "n2", "after_ms": 2000}));
+        h.nemesis("stop-failover")
+            .time(5 * S + 1)
+            .value(json!({"target": "n1"}));
+        h.invoke(1, f::ACQUIRE).time(5 * S + 2);
+        h.key(key::SET, "n2", "1-1").time(5 * S + 3);
+        h.ok(1, f::ACQUIRE).time(5 * S + 4).token("1-1");
+        h.release(0, "0-1");
+        h.release(1, "1-1");
+        let all = told(&h);
+        let overlap = all.iter().find(|e| e.anomaly == anomaly::LOCK_OVERLAP);
+        let steps = texts(overlap.expect("an overlap"));
+        let expected = [
+            "the nemesis cut n1 off from its replicas n2, n3: what it takes now, they never see",
+            "worker-0 was granted the lock (token 0-1)",
+            "the nemesis killed n1 while worker-0 held the lock",
+            "n2 became the primary, 2.00 s after the kill",
+            "n2, the new primary, never had worker-0's key (the observer saw it set on n1 only)",
+            "n1 restarted and its links healed",
+            "worker-1 was granted the lock (token 1-1)",
+        ];
+        let at: Vec<Option<usize>> = expected
+            .iter()
+            .map(|w| steps.iter().position(|s| s == w))
+            .collect();
+        assert!(at.iter().all(Option::is_some), "{steps:#?}");
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{steps:#?}");
     }
 
     #[test]

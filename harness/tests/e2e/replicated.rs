@@ -73,6 +73,21 @@ fn a_failover_to_a_replica_without_the_key_loses_the_lock() {
         for op in ["start-failover", "kill", "stop-failover"] {
             common::assert_verified(&dir, op);
         }
+        // The story names the promotion, and the key the new primary lacked.
+        let told = common::lockstorm(&["explain", dir.to_str().unwrap()]);
+        let overlap = told
+            .stdout
+            .split("\n\n")
+            .find(|c| c.starts_with("lock-overlap"));
+        let overlap = overlap.unwrap_or_else(|| panic!("no overlap told:\n{}", told.stdout));
+        for step in [
+            "the nemesis cut n1 off from its replicas",
+            "the nemesis killed n1 while worker-",
+            "became the primary",
+            "the new primary, never had worker-",
+        ] {
+            assert!(overlap.contains(step), "no {step:?} in:\n{overlap}");
+        }
         return;
     }
     panic!(
