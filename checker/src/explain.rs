@@ -296,7 +296,11 @@ impl<'a> Story<'a> {
         let Some(&from) = self.at.get(&grant.index) else {
             return;
         };
-        let mine = |e: &&&Event| e.process == grant.process;
+        // Its process's ops, and its release by token: after a timeout the
+        // worker goes on under a new process id, and releases.
+        let released = |e: &Event| e.f == f::RELEASE && e.token.is_some() && e.token == grant.token;
+        let mine =
+            |e: &&&Event| e.process == grant.process || (e.process.is_client() && released(e));
         for e in self.events[from + 1..].iter().filter(mine) {
             if e.time > end {
                 break;
@@ -304,6 +308,9 @@ impl<'a> Story<'a> {
             match (e.f.as_str(), e.kind) {
                 (f::ACQUIRE, _) => break,
                 (f::READ, OpType::Ok) | (f::WRITE, OpType::Invoke) => chain.add(e, Rank::Context),
+                // The holder gave up on its write: what it does next, it does
+                // with the write maybe still to land.
+                (f::WRITE, OpType::Info) => chain.add(e, Rank::Ended),
                 (f::RELEASE, OpType::Invoke) => {
                     chain.add(e, Rank::Context);
                     break;
@@ -1129,6 +1136,43 @@ mod tests {
             .collect();
         assert!(at.iter().all(Option::is_some), "{steps:#?}");
         assert!(at.windows(2).all(|w| w[0] < w[1]), "{steps:#?}");
+    }
+
+    #[test]
+    fn a_hold_tells_its_write_timing_out_and_its_release_under_a_new_id() {
+        // Worker 0's write is held in the network; it times out, and the
+        // worker, now process 2, releases the lock.
+        let mut h = Hist::new();
+        h.acquire(0, "0-1");
+        h.read(0, 7);
+        h.invoke(0, f::WRITE).value(8);
+        h.info(0, f::WRITE).value(8).error("timeout");
+        h.release(2, "0-1");
+        let history = h.build();
+        let story = Story::new(
+            &history,
+            Known {
+                workers: Some(2),
+                lease_ns: None,
+            },
+        );
+        let grant = history
+            .events
+            .iter()
+            .find(|e| e.f == f::ACQUIRE && e.kind == OpType::Ok);
+        let mut chain = Chain::default();
+        story.hold_steps(grant.unwrap(), u64::MAX, u64::MAX, &mut chain);
+        let (steps, _) = chain.steps(&story);
+        let texts: Vec<&str> = steps.iter().map(|s| s.text.as_str()).collect();
+        assert_eq!(
+            texts,
+            [
+                "worker-0 read 7",
+                "worker-0 sent its write of 8",
+                "worker-0's write of 8 got no answer (timeout): it may have landed",
+                "worker-0 released the lock",
+            ]
+        );
     }
 
     #[test]
