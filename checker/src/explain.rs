@@ -35,6 +35,10 @@ pub struct Explanation {
     pub cause: Option<String>,
     /// The chain, in time order.
     pub steps: Vec<Step>,
+    /// How the example stands to the anomaly's count, where that is not
+    /// plain (a final read that confirms losses counted from their writes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     /// Steps the chain left out to stay short: those the conclusion does not
     /// rest on (a holder's reads, its release), latest first.
     #[serde(skip_serializing_if = "is_zero")]
@@ -74,6 +78,9 @@ impl fmt::Display for Explanation {
             .map(|c| format!(", put down to {c}"))
             .unwrap_or_default();
         writeln!(out, "{} #{}{cause}:", self.anomaly, self.example)?;
+        if let Some(note) = &self.note {
+            writeln!(out, "  ({note})")?;
+        }
         for step in &self.steps {
             writeln!(out, "  {:>8}  {}", secs(step.time), step.text)?;
         }
@@ -105,6 +112,44 @@ pub fn explain(history: &History, results: &Results, known: Known) -> Vec<Explan
         }
     }
     told
+}
+
+/// One chain of each anomaly kind, most harmful first, each with how many
+/// like it it stands for (left untold). Most harmful: what breaks the
+/// `promise` before what does not, then the data before mutual exclusion
+/// before progress, then the registry's order. A kind's chain is its first
+/// with more than one step (a final read's shortfall alone tells little),
+/// else its first.
+pub fn digest(told: Vec<Explanation>, promise: crate::Promise) -> Vec<(Explanation, usize)> {
+    let harm = |name: &str| {
+        let kind = registry::anomaly_kind(name);
+        let breaks = kind.map_or(3, |k| match k.breaks {
+            registry::Breaks::Data => 0,
+            registry::Breaks::Exclusion => 1,
+            registry::Breaks::Liveness => 2,
+        });
+        (
+            !promise.counts(name),
+            breaks,
+            kind.map_or(u8::MAX, |k| k.rank),
+        )
+    };
+    let mut kinds: Vec<Vec<Explanation>> = Vec::new();
+    for e in told {
+        match kinds.iter_mut().find(|k| k[0].anomaly == e.anomaly) {
+            Some(k) => k.push(e),
+            None => kinds.push(vec![e]),
+        }
+    }
+    kinds.sort_by_key(|k| harm(&k[0].anomaly));
+    kinds
+        .into_iter()
+        .map(|mut k| {
+            let more = k.len() - 1;
+            let pick = k.iter().position(|e| e.steps.len() > 1).unwrap_or(0);
+            (k.swap_remove(pick), more)
+        })
+        .collect()
 }
 
 /// The history, indexed for telling.
@@ -277,7 +322,16 @@ impl<'a> Story<'a> {
         self.faults_between(start, last, &holds, &mut chain);
         self.promoted_without(start, last, &holds, &mut chain);
         let (steps, left_out) = chain.steps(self);
+        let final_read = name == anomaly::LOST_UPDATE && !witnesses[0].process.is_client();
+        let note = final_read.then(|| match i {
+            0 => format!(
+                "the final read: its shortfall is the count ({}), more than the increments seen written twice",
+                a.count
+            ),
+            _ => "the final read: it confirms the increments seen written twice above, and is not counted again".into(),
+        });
         Some(Explanation {
+            note,
             anomaly: name.to_string(),
             example: i + 1,
             cause: a.example_causes.get(i).cloned(),
@@ -1172,6 +1226,64 @@ mod tests {
                 "worker-0's write of 8 got no answer (timeout): it may have landed",
                 "worker-0 released the lock",
             ]
+        );
+    }
+
+    #[test]
+    fn a_digest_tells_one_chain_of_each_kind_worst_first() {
+        let chain = |anomaly: &str, example: usize, steps: usize| Explanation {
+            anomaly: anomaly.into(),
+            example,
+            cause: None,
+            note: None,
+            steps: (0..steps)
+                .map(|i| Step {
+                    time: i as u64,
+                    index: Some(i as u64),
+                    text: format!("step {i}"),
+                })
+                .collect(),
+            left_out: 0,
+            conclusion: String::new(),
+        };
+        let told = vec![
+            chain(anomaly::LOCK_OVERLAP, 1, 5),
+            chain(anomaly::LOCK_OVERLAP, 2, 5),
+            chain(anomaly::LOCK_OVERLAP, 3, 5),
+            chain(anomaly::LOST_UPDATE, 1, 1),
+            chain(anomaly::LOST_UPDATE, 2, 9),
+        ];
+        let told_of = |promise| -> Vec<(String, usize, usize)> {
+            let d = digest(told.clone(), promise);
+            d.into_iter()
+                .map(|(e, more)| (e.anomaly, e.example, more))
+                .collect()
+        };
+        // The data first, and of a kind its first chain with more than a step.
+        let want = vec![
+            (anomaly::LOST_UPDATE.to_string(), 2, 1),
+            (anomaly::LOCK_OVERLAP.to_string(), 1, 2),
+        ];
+        assert_eq!(told_of(Promise::MutualExclusion), want);
+        assert_eq!(told_of(Promise::DataSafety), want);
+        // What breaks the promise goes before what does not, whatever it is.
+        let deadlock = vec![
+            chain(anomaly::LOCK_OVERLAP, 1, 5),
+            chain(anomaly::DEADLOCK, 1, 3),
+        ];
+        let kinds = |p| -> Vec<String> {
+            digest(deadlock.clone(), p)
+                .into_iter()
+                .map(|(e, _)| e.anomaly)
+                .collect()
+        };
+        assert_eq!(
+            kinds(Promise::MutualExclusion),
+            [anomaly::LOCK_OVERLAP, anomaly::DEADLOCK]
+        );
+        assert_eq!(
+            kinds(Promise::DataSafety),
+            [anomaly::DEADLOCK, anomaly::LOCK_OVERLAP]
         );
     }
 

@@ -61,7 +61,7 @@ pub use cause::Incident;
 pub use check::{check, check_jsonl, StreamStats, Window};
 pub use counter::CounterReport;
 pub use edn::from_edn;
-pub use explain::{explain, Explanation, Known, Step};
+pub use explain::{digest, explain, Explanation, Known, Step};
 pub use exposure::Exposure;
 pub use finding::{Anomaly, CheckerReport, Validity, Witness};
 pub use history::{Event, History, OpType, Process};

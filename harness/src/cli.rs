@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::matrix::MatrixArgs;
 use crate::options::{ClientChoice, Output, RunOptions, RunPlan};
 use crate::{check, exit, logging, matrix, run};
-use checker::{Promise, Validity};
+use checker::{Explanation, Promise, Validity};
 use clap::{Parser, Subcommand};
 use std::io::{ErrorKind, Write};
 use std::path::PathBuf;
@@ -110,13 +110,24 @@ struct CheckArgs {
 struct ExplainArgs {
     /// A run folder (`results/<config>-<nemesis>/latest`).
     path: PathBuf,
-    /// Tell only the first N examples (in the order of results.json:
-    /// anomalies by rank, then their examples).
+    /// Tell every example, in the order of results.json (anomalies by
+    /// rank, then their examples), not one of each kind.
+    #[arg(long, conflicts_with = "kind")]
+    all: bool,
+    /// Tell every example of this anomaly only.
+    #[arg(long, value_name = "ANOMALY", value_parser = anomaly_names())]
+    kind: Option<String>,
+    /// Tell only the first N of those.
     #[arg(long, value_name = "N")]
     anomaly: Option<usize>,
-    /// Print the explanations as JSON (one array) instead of text.
+    /// Print the explanations as JSON (one array) instead of text: every
+    /// example (with --kind, that anomaly's).
     #[arg(long)]
     json: bool,
+}
+
+fn anomaly_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(checker::anomalies().iter().map(|a| a.name))
 }
 
 // The client group is optional for `run` (the config's own lock is the
@@ -315,7 +326,7 @@ fn run_command(options: RunOptions) -> Result<Validity> {
     say(&summary::render(&title, &outcome.results, &path))?;
     if let Some(first) = &outcome.first_breach {
         say(&format!(
-            "\nthe first, explained (all: lockstorm explain {path}):\n{first}"
+            "\nthe worst, explained (one of each kind: lockstorm explain {path}):\n{first}"
         ))?;
     }
     Ok(outcome.results.valid)
@@ -437,21 +448,40 @@ fn check_command(args: CheckArgs) -> Result<Validity> {
 
 /// Exit 0 once told (a run with nothing to explain says so in one line);
 /// 254 for a folder that is not a run. The verdict is `check`'s to give.
+/// By default one chain of each kind, most harmful first, and how many
+/// like it were left untold; `--all`, `--kind` and `--json` tell each.
 fn explain_command(args: ExplainArgs) -> Result<Validity> {
-    let mut told = crate::explain::explain_dir(&args.path)?;
+    let (mut told, promise) = crate::explain::explain_dir(&args.path)?;
+    if let Some(kind) = &args.kind {
+        told.retain(|e| &e.anomaly == kind);
+    }
+    let each = args.all || args.kind.is_some() || args.json;
+    let mut told: Vec<(Explanation, usize)> = match each {
+        true => told.into_iter().map(|e| (e, 0)).collect(),
+        false => checker::digest(told, promise),
+    };
     if let Some(n) = args.anomaly {
         told.truncate(n);
     }
+    let path = args.path.display();
     if args.json {
+        let told: Vec<&Explanation> = told.iter().map(|(e, _)| e).collect();
         let json = serde_json::to_string_pretty(&told).expect("explanations always serialise");
         say(&format!("{json}\n"))?;
     } else if told.is_empty() {
-        say(&format!(
-            "{}: no anomaly found, nothing to explain\n",
-            args.path.display()
-        ))?;
+        let what = args.kind.as_deref().unwrap_or("anomaly");
+        say(&format!("{path}: no {what} found, nothing to explain\n"))?;
     } else {
-        let text: Vec<String> = told.iter().map(ToString::to_string).collect();
+        let text: Vec<String> = told
+            .iter()
+            .map(|(e, more)| match more {
+                0 => e.to_string(),
+                n => format!(
+                    "{e}  ({n} more like it: lockstorm explain --kind {} {path})\n",
+                    e.anomaly
+                ),
+            })
+            .collect();
         say(&text.join("\n"))?;
     }
     Ok(Validity::True)

@@ -20,8 +20,9 @@ pub fn known(record: &RunRecord) -> Known {
     }
 }
 
-/// Re-checks the run folder `dir` and tells every example of every anomaly.
-pub fn explain_dir(dir: &Path) -> Result<Vec<Explanation>> {
+/// Re-checks the run folder `dir` and tells every example of every
+/// anomaly; with the promise the run was judged by.
+pub fn explain_dir(dir: &Path) -> Result<(Vec<Explanation>, checker::Promise)> {
     let bad = |message: String| Error::BadInput {
         path: dir.to_path_buf(),
         message,
@@ -39,7 +40,7 @@ pub fn explain_dir(dir: &Path) -> Result<Vec<Explanation>> {
                 "{e}; explain needs the run.json of a lockstorm run"
             ))
         })?;
-    told(dir, &results, &record)
+    Ok((told(dir, &results, &record)?, results.promise))
 }
 
 /// Every example told, from the history in `dir` and its `results`.
@@ -52,14 +53,16 @@ pub fn told(dir: &Path, results: &Results, record: &RunRecord) -> Result<Vec<Exp
     Ok(checker::explain(&history, results, known(record)))
 }
 
-/// The first explanation of an anomaly that breaks the promise, for the
-/// end of an invalid run's summary: from the history the run just checked,
-/// still in memory.
+/// The chain of the most harmful anomaly that breaks the promise (as
+/// `explain` orders them), for the end of an invalid run's summary: from
+/// the history the run just checked, still in memory.
 pub fn first_breach(
     history: &History,
     results: &Results,
     record: &RunRecord,
 ) -> Option<Explanation> {
     let all = checker::explain(history, results, known(record));
-    all.into_iter().find(|e| results.promise.counts(&e.anomaly))
+    let digest = checker::digest(all, results.promise);
+    let mut breaches = digest.into_iter().map(|(e, _)| e);
+    breaches.find(|e| results.promise.counts(&e.anomaly))
 }

@@ -24,7 +24,7 @@ fn demo_2_is_explained_as_pause_expiry_rival_grant_and_a_lost_increment() {
     // The stale write is sent after the rival's grant: the red ✗.
     assert!(count(&results, "unsafe-action") > 0, "{}", out.stdout);
     assert!(
-        out.stdout.contains("the first, explained") && out.stdout.contains("=> "),
+        out.stdout.contains("the worst, explained") && out.stdout.contains("=> "),
         "{}",
         out.stdout
     );
@@ -55,6 +55,25 @@ fn demo_2_is_explained_as_pause_expiry_rival_grant_and_a_lost_increment() {
     ] {
         assert!(lost.contains(step), "no {step:?} in:\n{lost}");
     }
+    // One chain of each kind by default, every one with --all or --kind.
+    let headers = |text: &str| -> Vec<String> {
+        let chains = text.split("\n\n").filter(|c| c.contains("=> "));
+        chains
+            .map(|c| c.split(" #").next().unwrap().to_string())
+            .collect()
+    };
+    let one_each = headers(&told.stdout);
+    let mut kinds = one_each.clone();
+    kinds.dedup();
+    assert_eq!(kinds, one_each, "{}", told.stdout);
+    let every = lockstorm(&["explain", "--all", dir.to_str().unwrap()]);
+    assert!(headers(&every.stdout).len() >= one_each.len());
+    let lost = lockstorm(&["explain", "--kind", "lost-update", dir.to_str().unwrap()]);
+    let lost = headers(&lost.stdout);
+    assert!(
+        !lost.is_empty() && lost.iter().all(|h| h == "lost-update"),
+        "{lost:?}"
+    );
     let json = lockstorm(&["explain", "--json", "--anomaly", "1", dir.to_str().unwrap()]);
     let first: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON");
     assert_eq!(first.as_array().map(Vec::len), Some(1), "{first}");
