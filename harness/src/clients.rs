@@ -238,6 +238,7 @@ pub fn record(client: &Client, spec: &AdapterSpec, hello: &Hello) -> ClientRecor
         features: hello.features.clone(),
         check: check.into(),
         options: hello.options.clone(),
+        key: hello.key.clone(),
     }
 }
 

@@ -230,6 +230,9 @@ async fn run_workload(
     };
     let mut client_record = None;
     let mut storage_record = None;
+    // The key the adapter's library stores the lock under, if it prefixes
+    // the run's: what the observer watches.
+    let mut library_key = None;
     if let Some(spec) = adapter("preflight") {
         let init = spec.init(
             &topology.lock_addrs(),
@@ -287,6 +290,7 @@ async fn run_workload(
             .as_ref()
             .expect("a prepared client was chosen");
         client_record = Some(crate::clients::record(chosen, &spec, &hello));
+        library_key = hello.key.clone();
     }
     // The storage adapter's own instance resets the counter before any
     // worker starts, and is kept for the final read.
@@ -361,7 +365,8 @@ async fn run_workload(
     // lock that is PostgreSQL's has no key to watch.
     let observer = match options.target {
         None if !topology.observed().is_empty() => {
-            Some(start_observer(options, topology, history.clone()).await?)
+            let key = library_key.unwrap_or_else(|| options.keys.lock());
+            Some(start_observer(options, topology, key, history.clone()).await?)
         }
         _ => None,
     };
@@ -510,6 +515,7 @@ async fn run_workload(
 async fn start_observer(
     options: &RunPlan,
     topology: &Topology,
+    key: String,
     history: Arc<HistoryWriter>,
 ) -> Result<crate::observer::Observer> {
     let nodes = topology.observed();
@@ -526,8 +532,7 @@ async fn start_observer(
             .collect(),
     };
     let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
-    tracing::info!(target: "observer", "observing the lock key on {}", names.join(", "));
-    let key = options.keys.lock();
+    tracing::info!(target: "observer", "observing the lock key {key} on {}", names.join(", "));
     tokio::task::spawn_blocking(move || {
         crate::observer::Observer::start(nodes, key, senders, history)
     })

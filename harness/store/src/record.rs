@@ -174,6 +174,10 @@ pub struct ClientRecord {
     /// the library.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub options: std::collections::BTreeMap<String, String>,
+    /// The key the library stores the lock under, where it is not the
+    /// run's own (its `init` reply's `key`): the one the observer watched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 /// What run.json says of the storage adapter a run tested.

@@ -88,6 +88,15 @@ fn passes_client_test_and_is_valid_without_faults(client: &str, config: &str) {
         "run.json names the adapter's settings: {}",
         record["client"]
     );
+    // The observer watches the key the library really uses (some prefix
+    // the run's), and the timeline draws who held it.
+    assert!(
+        !events(&dir, "key-set").is_empty(),
+        "the observer saw none of {client}'s keys (run.json: {})",
+        record["client"]
+    );
+    let svg = std::fs::read_to_string(dir.join("timeline.svg")).unwrap();
+    assert!(svg.contains("key on n1"), "no key row in {}", dir.display());
 }
 
 /// Under `pause` (after the lease check, the default): the holder's lease

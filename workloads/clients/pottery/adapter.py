@@ -28,6 +28,9 @@ class PotteryRedlock(Adapter):
         # The UUID is only in the private `_uuid` slot, so no "token" feature.
         return f"{version('pottery')} ({version('redis', 'redis-py')})", ["check"]
 
+    def stored_key(self, key):
+        return "redlock:" + key
+
     def acquire(self, timeout_s):
         # Errors from a majority of masters raise (-> unknown) rather than
         # reading as "not acquired".

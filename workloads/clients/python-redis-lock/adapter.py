@@ -42,6 +42,9 @@ class PythonRedisLock(Adapter):
             log.warning("ttl_ms %s rounded up to expire=%d s", req["ttl_ms"], self.expire)
         return f"{version('python-redis-lock')} ({version('redis', 'redis-py')})", ["check", "token"]
 
+    def stored_key(self, key):
+        return "lock:" + key
+
     def acquire(self, timeout_s):
         lock = redis_lock.Lock(self.redis, self.key, expire=self.expire, auto_renewal=True, id=None)
         # The library's timeout is whole seconds too (int(0.3) == 0 even waits

@@ -101,6 +101,12 @@ class Adapter:
     def init(self, req):  # -> (client, features)
         raise NotImplementedError
 
+    def stored_key(self, key):
+        """The key the library stores the lock under, given init's `key`:
+        init's reply names it when the library prefixes it, so lockstorm's
+        observer watches that key."""
+        return key
+
     def options(self):
         """The library settings this adapter chose over the library's
         defaults (init's "options", recorded in run.json): each with why in
@@ -136,7 +142,11 @@ def _handle(adapter, req, state):
             log.exception("init failed")
             return {"ok": False, "error": "init: " + describe(e)}
         state.update(features=features, timeout_ms=req.get("acquire_timeout_ms", 4000))
-        return {"ok": True, "client": client, "features": features, "options": adapter.options()}
+        reply = {"ok": True, "client": client, "features": features, "options": adapter.options()}
+        stored = adapter.stored_key(req["key"])
+        if stored != req["key"]:
+            reply["key"] = stored
+        return reply
     if "features" not in state:
         return {"ok": False, "error": "error: not initialised"}
     try:

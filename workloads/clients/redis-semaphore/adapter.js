@@ -29,7 +29,8 @@ const adapter = {
     this.ttl = req.ttl_ms;
     this.mutex = null;
     const client = `redis-semaphore ${proto.packageVersion('redis-semaphore')} (ioredis ${proto.packageVersion('ioredis')})`;
-    return { ok: true, client, features: this.features };
+    // The key it stores the lock under, for lockstorm's observer.
+    return { ok: true, client, features: this.features, key: `mutex:${req.key}` };
   },
 
   async acquire(req) {

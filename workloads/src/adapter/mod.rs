@@ -146,6 +146,10 @@ pub struct Hello {
     /// The library settings it chose over the library's defaults.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub options: std::collections::BTreeMap<String, String>,
+    /// The key the library stores the lock under, when not init's own (a
+    /// library that prefixes it): the one the observer watches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 impl Hello {
@@ -189,6 +193,7 @@ pub fn start_noting(
         client: reply.client.unwrap_or_default(),
         features: reply.features,
         options: reply.options,
+        key: reply.key,
     };
     Ok((session, hello))
 }

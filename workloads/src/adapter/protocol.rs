@@ -140,6 +140,9 @@ pub struct Reply {
     /// `init`: the library settings the adapter chose over the library's
     /// defaults, name → value as written (recorded in `run.json`).
     pub options: std::collections::BTreeMap<String, String>,
+    /// `init`: the key the library stores the lock under, when it is not
+    /// init's `key` (a library that prefixes it).
+    pub key: Option<String>,
     /// A storage adapter's `init`: the storage and its version.
     pub storage: Option<String>,
     /// A storage adapter's `read`: the counter.
@@ -246,6 +249,7 @@ pub fn parse_reply(line: &str, expected: &Request) -> Result<Reply, String> {
                     .ok_or("a reply whose \"options\" has a value that is not a string, number or boolean")?,
                 Some(_) => return Err("a reply whose \"options\" is not an object".into()),
             },
+            key: text("key")?,
             storage: text("storage")?,
             value: match field("value") {
                 None => None,
@@ -396,6 +400,16 @@ mod tests {
                 ("socket_timeout", "1.0")
             ]
         );
+        // A library that prefixes the key says which it uses.
+        let r = parse_reply(
+            r#"{"id":0,"ok":true,"client":"x","features":[],"key":"redlock:lockstorm:lock"}"#,
+            &init,
+        )
+        .unwrap();
+        assert_eq!(r.key.as_deref(), Some("redlock:lockstorm:lock"));
+        let line = r#"{"id":0,"ok":true,"client":"x","features":[],"key":7}"#;
+        let err = parse_reply(line, &init).unwrap_err();
+        assert!(err.contains("\"key\" is not a string"), "{err}");
         for bad in [r#""options":[1]"#, r#""options":{"a":{"b":1}}"#] {
             let line = format!(r#"{{"id":0,"ok":true,"client":"x","features":[],{bad}}}"#);
             let err = parse_reply(&line, &init).unwrap_err();
