@@ -40,6 +40,11 @@ pub struct CounterReport {
     pub stale_fence_rejected: Rejected,
     #[serde(default)]
     pub lease_expired: u64,
+    /// Writes the network held (`delay`) that the storage refused when they
+    /// reached it, as the fault proxy saw (its `stop-delay`'s `accepted`):
+    /// their writers had timed out, so no client saw the refusal.
+    #[serde(default)]
+    pub late_writes_refused: u64,
     /// Every acknowledged read within the increments applied around it.
     #[serde(default)]
     pub bounds: Bounds,
@@ -58,6 +63,7 @@ impl CounterReport {
             possible: 0,
             stale_fence_rejected: Rejected::default(),
             lease_expired: 0,
+            late_writes_refused: 0,
             bounds,
             not_applicable: None,
         }
@@ -92,6 +98,7 @@ pub struct CounterOutcome {
 pub struct Counter {
     rejected: Rejected,
     lease_expired: u64,
+    late_writes_refused: u64,
     written: ValueSet,
     recent: VecDeque<(i64, u64)>,
     duplicates: Anomaly,
@@ -113,6 +120,9 @@ impl OnEvent for Counter {
         if e.process == Process::harness() && e.kind == OpType::Ok && e.f == f::READ {
             self.final_read = Some((e.int_value(), e.index, e.time));
         }
+        if e.is_nemesis() && refused_late(e) {
+            self.late_writes_refused += 1;
+        }
         if !e.process.is_client() {
             return;
         }
@@ -131,6 +141,14 @@ impl OnEvent for Counter {
             _ => {}
         }
     }
+}
+
+/// A held write the storage refused when the proxy let it go.
+fn refused_late(e: &Event) -> bool {
+    let v = &e.value;
+    crate::history::fault::stopped(&e.f) == Some("delay")
+        && v.get("class").and_then(|c| c.as_str()) == Some("write")
+        && v.get("accepted").and_then(|a| a.as_bool()) == Some(false)
 }
 
 /// `lost-update`'s count rests on the final read: none before the end.
@@ -190,6 +208,7 @@ impl Counter {
             possible: self.bounds.possible(),
             stale_fence_rejected: self.rejected,
             lease_expired: self.lease_expired,
+            late_writes_refused: self.late_writes_refused,
             ..CounterReport::new(self.bounds.bounds)
         };
         let mut notes = Vec::new();
@@ -481,8 +500,15 @@ mod tests {
         h.fail(1, "write").error("stale-fence");
         h.invoke(2, "write").value(1);
         h.fail(2, "write").error("lease-expired");
+        // Held by the network past its writer's timeout, then refused; and
+        // one taken, and a held read refused: neither counts.
+        for (class, accepted) in [("write", false), ("write", true), ("read", false)] {
+            h.nemesis("stop-delay")
+                .value(serde_json::json!({"class": class, "accepted": accepted}));
+        }
         h.final_read(0);
         let out = run(&h);
+        assert_eq!(out.report.late_writes_refused, 1);
         assert_eq!(
             out.report.stale_fence_rejected,
             Rejected {

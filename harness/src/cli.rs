@@ -326,7 +326,8 @@ fn run_command(options: RunOptions) -> Result<Validity> {
     say(&summary::render(&title, &outcome.results, &path))?;
     if let Some(first) = &outcome.first_breach {
         say(&format!(
-            "\nthe worst, explained (one of each kind: lockstorm explain {path}):\n{first}"
+            "\nthe worst, explained (one of each kind: {} explain {path}):\n{first}",
+            crate::invoked::prefix()
         ))?;
     }
     Ok(outcome.results.valid)
@@ -477,7 +478,8 @@ fn explain_command(args: ExplainArgs) -> Result<Validity> {
             .map(|(e, more)| match more {
                 0 => e.to_string(),
                 n => format!(
-                    "{e}  ({n} more like it: lockstorm explain --kind {} {path})\n",
+                    "{e}  ({n} more like it: {} explain --kind {} {path})\n",
+                    crate::invoked::prefix(),
                     e.anomaly
                 ),
             })

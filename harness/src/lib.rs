@@ -16,6 +16,7 @@ pub mod explain;
 mod fault_command;
 mod help;
 mod interrupt;
+pub mod invoked;
 mod journal;
 mod logging;
 pub mod matrix;

@@ -464,17 +464,29 @@ fn load(path: &Path) -> Result<Expectations> {
 }
 
 /// `INVALID (lock-overlap 5, lost-update 2)`: the verdict and what was found.
+/// A cell's verdict and what it found: what breaks the promise, then what
+/// the promise allows, said so (a fenced lock promises data safety only, so
+/// its overlaps are no finding against it).
 fn brief(results: &checker::Results) -> String {
-    let found: Vec<String> = results
-        .anomalies
-        .iter()
-        .filter(|(_, a)| a.count > 0)
-        .map(|(n, a)| format!("{n} {}", a.count))
-        .collect();
+    let found = results.anomalies.iter().filter(|(_, a)| a.count > 0);
+    let (broke, allowed): (Vec<_>, Vec<_>) = found.partition(|(n, _)| results.promise.counts(n));
+    let list = |v: Vec<(&String, &checker::Anomaly)>| -> Vec<String> {
+        v.into_iter()
+            .map(|(n, a)| format!("{n} {}", a.count))
+            .collect()
+    };
+    let mut parts = Vec::new();
+    if !broke.is_empty() {
+        parts.push(list(broke).join(", "));
+    }
+    if !allowed.is_empty() {
+        let allowed = list(allowed).join(", ");
+        parts.push(format!("allowed by {}: {allowed}", results.promise));
+    }
     let word = store::summary::verdict_word(results.valid);
-    match found.is_empty() {
+    match parts.is_empty() {
         true => word.to_string(),
-        false => format!("{word} ({})", found.join(", ")),
+        false => format!("{word} ({})", parts.join("; ")),
     }
 }
 
@@ -491,6 +503,19 @@ mod tests {
 
     fn args(extra: &[&str]) -> std::result::Result<MatrixArgs, clap::Error> {
         Cli::try_parse_from([&["matrix"], extra].concat()).map(|c| c.matrix)
+    }
+
+    #[test]
+    fn a_cells_brief_says_what_its_promise_allows() {
+        let history = checker::History::new(Vec::new());
+        let mut r = checker::check(&history, checker::Promise::DataSafety);
+        r.anomalies.get_mut("lock-overlap").unwrap().count = 12;
+        r.valid = checker::Validity::True;
+        r.promise = checker::Promise::DataSafety;
+        assert_eq!(brief(&r), "VALID (allowed by data-safety: lock-overlap 12)");
+        r.promise = checker::Promise::MutualExclusion;
+        r.valid = checker::Validity::False;
+        assert_eq!(brief(&r), "INVALID (lock-overlap 12)");
     }
 
     #[test]

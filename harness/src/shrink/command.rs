@@ -90,9 +90,10 @@ pub fn args(plan: &RunPlan) -> Vec<String> {
     args
 }
 
-/// `lockstorm <args>`, quoted for a POSIX shell.
-pub fn line(plan: &RunPlan) -> String {
-    let mut line = String::from("lockstorm");
+/// `<prefix> <args>`, quoted for a POSIX shell: `lockstorm <args>`, or
+/// `cargo run -- <args>` for a user who runs it so.
+pub fn line(prefix: &str, plan: &RunPlan) -> String {
+    let mut line = String::from(prefix);
     for a in args(plan) {
         line.push(' ');
         line.push_str(&quote(&a));
@@ -166,7 +167,7 @@ mod tests {
             "2000",
         ]);
         assert_eq!(
-            line(&p),
+            line("lockstorm", &p),
             "lockstorm --config unsafe-del --nemesis pause --time-limit 12 --seed 7"
         );
         // The interval given was the default: not repeated.
@@ -193,7 +194,7 @@ mod tests {
         ]);
         given.steps = Some(given.schedule()[..2].to_vec());
         given.time_limit = Duration::from_secs(20);
-        let text = line(&given);
+        let text = line("lockstorm", &given);
         assert!(text.contains("--ttl-ms 3000 --pause-ms 5000"), "{text}");
         assert!(text.contains("--results '/tmp/my results'"), "{text}");
         assert!(!text.contains("--work-ms"), "follows the TTL: {text}");

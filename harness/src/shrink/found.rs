@@ -54,6 +54,11 @@ impl Found {
     }
 
     pub fn render(&self) -> String {
+        self.render_for(crate::invoked::prefix())
+    }
+
+    /// As [`Found::render`], its command line starting `prefix`.
+    fn render_for(&self, prefix: &str) -> String {
         match self {
             Found::Nothing(line) => format!("{line}\n"),
             Found::NotReproduced {
@@ -77,7 +82,7 @@ impl Found {
                     plural(s.from, "fault"),
                     s.broke,
                     s.tried,
-                    command::line(&s.plan),
+                    command::line(prefix, &s.plan),
                     plural(s.runs as usize, "run"),
                     s.took.as_secs_f64(),
                     s.folder.display()
@@ -127,7 +132,7 @@ mod tests {
     fn a_schedule_found_reads_as_its_rate_its_command_and_its_cost() {
         let found = shrunk(None);
         assert_eq!(
-            found.render(),
+            found.render_for("lockstorm"),
             "unsafe-del × pause (seed 7): kept 1 of the 3 faults before the first anomaly; INVALID in 2 of 3 tries\n  \
              lockstorm --config unsafe-del --nemesis pause --time-limit 8 --seed 7 --schedule 1s:pause@checked\n  \
              9 runs in 95 s; their folders in /r/unsafe-del-pause/20261202T000000/shrink\n"

@@ -169,7 +169,30 @@ fn incidents_line(results: &Results) -> String {
         Some(harm) => {
             let _ = write!(line, "; {harm}");
         }
-        None => line.push_str("; none broke the promise"),
+        None => {
+            line.push_str("; none broke the promise");
+            // What kept it: a fenced storage that refused the stale holder,
+            // its own writes or the late ones the network held.
+            let counter = results.counter();
+            let stale = counter
+                .as_ref()
+                .map_or(0, |c| c.stale_fence_rejected.writes);
+            let late = counter.as_ref().map_or(0, |c| c.late_writes_refused);
+            let said: Vec<String> = [
+                (stale, "write(s) with a stale fence"),
+                (
+                    late,
+                    "late write(s) the network had held (the proxy saw it)",
+                ),
+            ]
+            .into_iter()
+            .filter(|&(n, _)| n > 0)
+            .map(|(n, what)| format!("{n} {what}"))
+            .collect();
+            if !said.is_empty() {
+                let _ = write!(line, ": the storage refused {}", said.join(" and "));
+            }
+        }
     }
     if let Some(allowed) = led(false) {
         let _ = write!(line, " (as the promise allows, {allowed})");
@@ -408,6 +431,21 @@ mod tests {
         let text = render("t", &results, "p");
         assert!(
             text.contains("faults: 1 pause; none broke the promise (as the promise allows, 1 led to two holders at once)"),
+            "{text}"
+        );
+        // And what kept it, when the storage refused stale writes.
+        let mut counter = checker::CheckerReport::new(checker::Validity::True);
+        let refused = serde_json::json!({"reads": 0, "writes": 3});
+        counter
+            .details
+            .insert("stale_fence_rejected".into(), refused);
+        counter
+            .details
+            .insert("late_writes_refused".into(), 2.into());
+        results.checkers.insert("counter".into(), counter);
+        let text = render("t", &results, "p");
+        assert!(
+            text.contains("none broke the promise: the storage refused 3 write(s) with a stale fence and 2 late write(s) the network had held (the proxy saw it) (as the promise allows"),
             "{text}"
         );
     }

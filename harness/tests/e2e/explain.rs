@@ -107,6 +107,9 @@ fn every_lost_update_chain_on_redlock_ends_with_the_stale_write() {
         ];
         let (out, _, dir) = run(tmp.path(), &args);
         assert_eq!(out.code, 1, "seed {seed}: {}", out.stdout);
+        if seed == "1" {
+            hints_say_cargo_run_when_cargo_ran_it(tmp.path(), &dir);
+        }
         let json = lockstorm(&["explain", "--json", dir.to_str().unwrap()]);
         let told: Vec<serde_json::Value> = serde_json::from_str(&json.stdout).expect("JSON");
         let chains: Vec<&serde_json::Value> = told
@@ -140,4 +143,35 @@ fn every_lost_update_chain_on_redlock_ends_with_the_stale_write() {
             );
         }
     }
+}
+
+/// Started the README's way (`cargo run -- explain …`: cargo is its
+/// parent), the commands it suggests start so too; installed, `lockstorm`.
+fn hints_say_cargo_run_when_cargo_ran_it(tmp: &std::path::Path, dir: &std::path::Path) {
+    let cargo = tmp.join("cargo");
+    std::os::unix::fs::symlink("/bin/sh", &cargo).unwrap();
+    let bin = env!("CARGO_BIN_EXE_lockstorm");
+    // A shell named cargo that waits for lockstorm (no exec: it stays the parent).
+    let out = std::process::Command::new(&cargo)
+        .args([
+            "-c",
+            "\"$0\" explain \"$1\"; true",
+            bin,
+            dir.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("more like it: cargo run -- explain --kind "),
+        "{text}"
+    );
+    let direct = lockstorm(&["explain", dir.to_str().unwrap()]);
+    assert!(
+        direct
+            .stdout
+            .contains("more like it: lockstorm explain --kind "),
+        "{}",
+        direct.stdout
+    );
 }
