@@ -493,7 +493,13 @@ async fn run_workload(
         workers: options.workers,
         lease: record.lease(),
     };
-    if let Err(e) = report::plot::render(&dir.path, &history, &results, setup) {
+    let heading = format!(
+        "{} × {} (seed {})",
+        options.setup(),
+        options.aimed(),
+        options.seed
+    );
+    if let Err(e) = report::plot::render(&dir.path, &history, &results, setup, &heading) {
         tracing::warn!("drawing the run's pictures failed: {e:#}");
     }
     write_json(&dir.run_json(), &record)?;

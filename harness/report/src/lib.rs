@@ -67,7 +67,9 @@ pub fn build<P: Plan>(root: &Path) -> Result<Report, Error> {
         // The history is dropped after each run: a long one can be large.
         let (mut run, history, setup) = scan::read_run::<P>(root, rel);
         if let (Some(history), Some(results)) = (&history, &run.results) {
-            match plot::render(&root.join(rel), history, results, setup) {
+            let seed = run.seed.map_or(String::new(), |s| format!(" (seed {s})"));
+            let heading = format!("{} × {}{seed}", run.config, run.nemesis);
+            match plot::render(&root.join(rel), history, results, setup, &heading) {
                 Ok(()) => redrawn += 1,
                 Err(e) => run.problems.push(format!("drawing pictures: {e:#}")),
             }

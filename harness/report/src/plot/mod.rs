@@ -29,16 +29,18 @@ pub const RATE: &str = "rate.png";
 pub const EXPLAIN: &str = "explain.html";
 
 /// Writes `timeline.svg`, `latency.png` and `rate.png` into `dir`, and
-/// `explain.html` when the run found anything (else removes a stale one).
+/// `explain.html` when the run found anything (else removes a stale one),
+/// headed by `heading` (`redlock × pause (seed 1)`).
 pub fn render(
     dir: &Path,
     history: &History,
     results: &Results,
     setup: impl Into<Setup>,
+    heading: &str,
 ) -> anyhow::Result<()> {
     let setup = setup.into();
     timeline(&dir.join(TIMELINE), history, results, setup)?;
-    match explained::explain_page(history, results, setup) {
+    match explained::explain_page(history, results, setup, heading) {
         Some(page) => std::fs::write(dir.join(EXPLAIN), page)?,
         None => {
             let _ = std::fs::remove_file(dir.join(EXPLAIN));

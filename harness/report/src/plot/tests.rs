@@ -301,6 +301,47 @@ fn a_hold_past_its_lease_goes_thin_there() {
 }
 
 #[test]
+fn the_legend_lists_only_what_the_run_has() {
+    let history = paused_holder();
+    let results = checker::check(&history, Promise::MutualExclusion);
+    let legend = |lease_ms: Option<u64>| -> Vec<String> {
+        let setup = Setup {
+            workers: 2,
+            lease: lease_ms.map(std::time::Duration::from_millis),
+        };
+        let svg = timeline_svg(&history, &results, setup).unwrap();
+        elements(&svg, "text")
+            .into_iter()
+            .map(|(_, c)| c.to_string())
+            .collect()
+    };
+    let found = legend(None);
+    for present in ["hold (acquire ok → release)", "in a lock-overlap", "fault"] {
+        assert!(
+            found.iter().any(|t| t == present),
+            "no {present} in {found:?}"
+        );
+    }
+    let absent = [
+        "deadlock: acquires tried, none granted, no fault",
+        "† a worker died (crash)",
+        "thin: held past its lease (TTL)",
+        "key on a node, by owner:",
+    ];
+    for absent in absent {
+        assert!(!found.iter().any(|t| t == absent), "{absent} in {found:?}");
+    }
+    // With a lease the first hold outlived, the thin bar is drawn and named.
+    let leased = legend(Some(1000));
+    assert!(
+        leased
+            .iter()
+            .any(|t| t == "thin: held past its lease (TTL)"),
+        "{leased:?}"
+    );
+}
+
+#[test]
 fn without_a_worker_count_each_process_gets_a_row() {
     let history = paused_holder();
     let svg = timeline_svg(&history, &no_anomalies(), 0).unwrap();
@@ -315,7 +356,7 @@ fn render_writes_the_three_pictures() {
     let dir = tempfile::tempdir().unwrap();
     let history = paused_holder();
     let results = checker::check(&history, Promise::MutualExclusion);
-    render(dir.path(), &history, &results, 2).unwrap();
+    render(dir.path(), &history, &results, 2, "single × pause (seed 1)").unwrap();
     let svg = std::fs::read_to_string(dir.path().join(TIMELINE)).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     assert_eq!(png_size(&dir.path().join(LATENCY)), (1200, 600));
@@ -325,10 +366,26 @@ fn render_writes_the_three_pictures() {
     let examples: usize = results.anomalies.values().map(|a| a.examples.len()).sum();
     assert_eq!(page.matches("<section id=").count(), examples, "{page}");
     assert!(page.contains("id=\"lock-overlap-1\""), "{page}");
-    assert!(page.contains("timeline.svg#svgView(viewBox("), "{page}");
+    // Headed by its run and verdict, with contents, and each slice an SVG
+    // view of the timeline (a `#svgView` link does not zoom in Chromium).
+    assert!(
+        page.contains("<h1>single × pause (seed 1): INVALID (promise: mutual-exclusion)</h1>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<nav><h2>Contents</h2>") && page.contains("href=\"#lock-overlap-1\""),
+        "{page}"
+    );
+    // Each slice: the row names, then its stretch of time.
+    assert_eq!(
+        page.matches("<image href=\"timeline.svg\"").count(),
+        2 * examples,
+        "{page}"
+    );
+    assert!(!page.contains("svgView"), "{page}");
     // A run that found nothing has nothing to tell: the old page goes.
     let clean = no_anomalies();
-    render(dir.path(), &history, &clean, 2).unwrap();
+    render(dir.path(), &history, &clean, 2, "single × pause (seed 1)").unwrap();
     assert!(!dir.path().join(EXPLAIN).exists());
 }
 
@@ -386,7 +443,7 @@ fn an_empty_history_still_renders() {
     let dir = tempfile::tempdir().unwrap();
     let history = History::default();
     let results = checker::check(&history, Promise::MutualExclusion);
-    render(dir.path(), &history, &results, 3).unwrap();
+    render(dir.path(), &history, &results, 3, "t").unwrap();
     let svg = std::fs::read_to_string(dir.path().join(TIMELINE)).unwrap();
     assert!(elements(&svg, "text").iter().any(|(_, c)| *c == "worker 2"));
     assert_eq!(png_size(&dir.path().join(LATENCY)), (1200, 600));

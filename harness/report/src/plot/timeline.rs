@@ -16,7 +16,7 @@ pub const WIDTH: u32 = 1400;
 /// About how wide the time axis is, less margins and row labels.
 pub(super) const PLOT_PX: u32 = WIDTH - 130;
 const ROW_PX: u32 = 30;
-const FOOTER_PX: u32 = 108;
+pub(super) const FOOTER_PX: u32 = 108;
 pub(super) const HOLD_COLOR: RGBColor = RGBColor(62, 118, 180);
 /// Holds the run ended during: their right edge is the end of the history,
 /// not a release, so they are drawn paler.
@@ -36,17 +36,19 @@ const LOST_COLOR: RGBColor = RGBColor(232, 106, 26);
 const KEY_UNKNOWN: RGBColor = RGBColor(120, 120, 120);
 
 /// The key row's colour for the key of worker `row`: a fixed palette, so a
-/// worker's keys look alike on every node.
-fn owner_color(row: usize) -> RGBColor {
+/// worker's keys look alike on every node, none of it like a hold's blue,
+/// an overlap's magenta, a fault's lilac, the marks' red and orange or an
+/// unknown owner's grey.
+pub(super) fn owner_color(row: usize) -> RGBColor {
     const OWNERS: [RGBColor; 8] = [
-        RGBColor(31, 119, 180),
         RGBColor(44, 160, 44),
-        RGBColor(148, 103, 189),
         RGBColor(140, 86, 75),
-        RGBColor(23, 190, 207),
-        RGBColor(188, 189, 34),
-        RGBColor(227, 119, 194),
-        RGBColor(127, 127, 127),
+        RGBColor(23, 170, 190),
+        RGBColor(168, 169, 24),
+        RGBColor(0, 110, 100),
+        RGBColor(184, 134, 11),
+        RGBColor(85, 107, 47),
+        RGBColor(120, 60, 130),
     ];
     OWNERS[row % OWNERS.len()]
 }
@@ -117,7 +119,7 @@ impl Layout {
 
 /// Where the time axis lies in the picture (px): right of the row labels
 /// (the chart's 14 px margin and 100 px label area), to the right margin.
-const PLOT_LEFT: f64 = 114.0;
+pub(super) const PLOT_LEFT: f64 = 114.0;
 const PLOT_RIGHT: f64 = (WIDTH - 14) as f64;
 
 /// The picture's x range (px) that shows `from_s`..`to_s` of a run `end_s`
@@ -320,22 +322,37 @@ where
     let u = layout.unsafe_row;
     // A loss usually lands with the unsafe write that made it: the ● sits
     // in the row's upper part, the ✗ in its lower part, so both show.
-    for (marks, glyph, font, dy) in [
-        (&scene.lost_updates, LOST_MARK, &lost, 0.25),
-        (&scene.unsafe_actions, "✗", &cross, -0.1),
+    // A loss usually lands with the unsafe write that made it: then the ●
+    // sits just left of the ✗, and the two share the ✗'s label.
+    let beside = |m: &super::marks::Mark| {
+        scene
+            .unsafe_actions
+            .iter()
+            .find(|a| (secs(a.time) - secs(m.time)).abs() * px_per_s < 10.0)
+            .map(|a| (a.worker, a.fence) == (m.worker, m.fence))
+    };
+    for (marks, glyph, font) in [
+        (&scene.lost_updates, LOST_MARK, &lost),
+        (&scene.unsafe_actions, "✗", &cross),
     ] {
         for m in marks {
-            let at = (secs(m.time), center(u) + dy);
-            chart.draw_series([Text::new(glyph, at, font.clone())])?;
+            let (mut x, y) = chart.backend_coord(&(secs(m.time), center(u)));
+            let shared = match glyph {
+                LOST_MARK => beside(m),
+                _ => None,
+            };
+            if shared.is_some() {
+                x -= 14;
+            }
+            root.draw(&Text::new(glyph, (x, y), font.clone()))?;
             let label = match (m.worker, m.fence) {
                 (Some(w), Some(f)) => format!("w{w} f{f}"),
                 (Some(w), None) => format!("w{w}"),
                 (None, Some(f)) => format!("f{f}"),
                 (None, None) => String::new(),
             };
-            if named && !label.is_empty() {
-                let (x, y) = chart.backend_coord(&at);
-                root.draw(&Text::new(label, (x + 7, y + 2), who.clone()))?;
+            if named && !label.is_empty() && shared != Some(true) {
+                root.draw(&Text::new(label, (x + 9, y + 4), who.clone()))?;
             }
         }
     }
@@ -369,14 +386,108 @@ where
         };
         root.draw(&Text::new(label, (x - 8, y), row_font.clone()))?;
     }
-    draw_footer(&footer, &scene.notes)?;
+    draw_footer(&footer, &Legend::of(scene, history), &scene.notes)?;
     root.present()?;
     Ok(())
+}
+
+/// What the run's picture has, so the legend lists only that.
+struct Legend {
+    open: bool,
+    overlap: bool,
+    thin: bool,
+    fences: bool,
+    faults: bool,
+    stuck: bool,
+    crashes: bool,
+    /// The worker rows whose keys the key rows show.
+    key_owners: Vec<usize>,
+    unknown_keys: bool,
+    unsafe_actions: bool,
+    lost: bool,
+}
+
+impl Legend {
+    fn of(scene: &Scene, history: &History) -> Self {
+        let mut key_owners: Vec<usize> = scene.keys.iter().filter_map(|k| k.owner).collect();
+        key_owners.sort_unstable();
+        key_owners.dedup();
+        Legend {
+            open: scene
+                .holds
+                .iter()
+                .any(|h| !h.released && h.end_index.is_none()),
+            overlap: !scene.overlapping.is_empty(),
+            thin: scene
+                .lease
+                .is_some_and(|l| scene.holds.iter().any(|h| h.end > h.start + l)),
+            fences: !scene.fences.is_empty(),
+            faults: !faults(history).is_empty(),
+            stuck: !scene.stuck.is_empty(),
+            crashes: !scene.crashes.is_empty(),
+            key_owners,
+            unknown_keys: scene.keys.iter().any(|k| k.owner.is_none()),
+            unsafe_actions: !scene.unsafe_actions.is_empty(),
+            lost: !scene.lost_updates.is_empty(),
+        }
+    }
+
+    /// Three lines of swatches: what the lock did, what happened to it, and
+    /// what Redis and the storage saw; each only where the run has it.
+    fn lines(&self) -> [Vec<(String, ShapeStyle)>; 3] {
+        let item = |label: &str, style: ShapeStyle| (label.to_string(), style);
+        let when = |cond: bool, label: &str, style: ShapeStyle| cond.then(|| item(label, style));
+        let lock = [
+            Some(item("hold (acquire ok → release)", HOLD_COLOR.filled())),
+            when(self.open, "held at run end", OPEN_HOLD_COLOR.filled()),
+            when(self.overlap, "in a lock-overlap", OVERLAP_COLOR.filled()),
+            when(
+                self.thin,
+                "thin: held past its lease (TTL)",
+                HOLD_COLOR.filled(),
+            ),
+            when(self.fences, "numbers are fences", HOLD_COLOR.filled()),
+        ];
+        let struck = [
+            when(
+                self.faults,
+                "fault",
+                FAULT_COLOR.mix(FAULT_ALPHA * 2.0).filled(),
+            ),
+            when(
+                self.stuck,
+                "deadlock: acquires tried, none granted, no fault",
+                DEADLOCK_COLOR.mix(DEADLOCK_ALPHA * 2.0).filled(),
+            ),
+            when(self.crashes, "† a worker died (crash)", BLACK.filled()),
+        ];
+        let mut seen: Vec<Option<(String, ShapeStyle)>> = Vec::new();
+        if !self.key_owners.is_empty() || self.unknown_keys {
+            seen.push(Some(item("key on a node, by owner:", WHITE.filled())));
+            for &w in &self.key_owners {
+                seen.push(Some(item(&format!("w{w}"), owner_color(w).filled())));
+            }
+            seen.push(when(self.unknown_keys, "unknown", KEY_UNKNOWN.filled()));
+        }
+        seen.push(when(
+            self.unsafe_actions,
+            "✗ unsafe action",
+            UNSAFE_COLOR.filled(),
+        ));
+        seen.push(when(
+            self.lost,
+            "● lost update (f: the op's fence)",
+            LOST_COLOR.filled(),
+        ));
+        let keep = |v: Vec<Option<(String, ShapeStyle)>>| v.into_iter().flatten().collect();
+        [keep(lock.into()), keep(struck.into()), keep(seen)]
+    }
 }
 
 /// The legend, and the notes.
 fn draw_footer<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
+    legend: &Legend,
     notes: &[String],
 ) -> anyhow::Result<()>
 where
@@ -386,34 +497,7 @@ where
         .into_font()
         .color(&BLACK)
         .pos(Pos::new(HPos::Left, VPos::Center));
-    // Three lines of swatches: what the lock did, what happened to it, and
-    // what Redis and the storage saw.
-    let items: [&[(&str, ShapeStyle)]; 3] = [
-        &[
-            ("hold (acquire ok → release)", HOLD_COLOR.filled()),
-            ("held at run end", OPEN_HOLD_COLOR.filled()),
-            ("in a lock-overlap", OVERLAP_COLOR.filled()),
-            ("thin: held past its lease (TTL)", HOLD_COLOR.filled()),
-            ("numbers are fences", HOLD_COLOR.filled()),
-        ],
-        &[
-            ("fault", FAULT_COLOR.mix(FAULT_ALPHA * 2.0).filled()),
-            (
-                "deadlock: acquires tried, none granted, no fault",
-                DEADLOCK_COLOR.mix(DEADLOCK_ALPHA * 2.0).filled(),
-            ),
-            ("† a worker died (crash)", BLACK.filled()),
-        ],
-        &[
-            (
-                "key on a node, coloured by its owner (w2: worker 2)",
-                owner_color(0).filled(),
-            ),
-            ("✗ unsafe action", UNSAFE_COLOR.filled()),
-            ("● lost update (f: the op's fence)", LOST_COLOR.filled()),
-        ],
-    ];
-    for (line, items) in items.iter().enumerate() {
+    for (line, items) in legend.lines().iter().enumerate() {
         let y = 17 + 24 * line as i32;
         let mut x = 114;
         for (label, style) in items.iter() {
@@ -421,9 +505,13 @@ where
                 true => (y - 2, y + 2),
                 false => (y - 7, y + 7),
             };
-            area.draw(&Rectangle::new([(x, y0), (x + 14, y1)], *style))?;
-            area.draw(&Text::new(*label, (x + 20, y), font.clone()))?;
-            x += 40 + 8 * label.chars().count() as i32;
+            // A heading ("…:") has no swatch of its own.
+            if !label.ends_with(':') {
+                area.draw(&Rectangle::new([(x, y0), (x + 14, y1)], *style))?;
+                x += 20;
+            }
+            area.draw(&Text::new(label.as_str(), (x, y), font.clone()))?;
+            x += 20 + 8 * label.chars().count() as i32;
         }
     }
     let note_font = font.color(&RGBColor(90, 90, 90));
