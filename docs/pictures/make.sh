@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Redraws the six timelines of docs/timelines.md: runs each demo, copies its
+# Redraws the timelines of docs/timelines.md: runs each demo, copies its
 # timeline.svg here and looks at it in Chromium (the PNG the page shows);
-# and the PostgreSQL matrix's comparison picture of docs/findings.md.
+# the README's first run's explain page; and the PostgreSQL matrix's
+# comparison picture of docs/findings.md.
 # Usage: docs/pictures/make.sh   (LOCKSTORM=path/to/lockstorm to skip cargo)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -34,6 +35,12 @@ shoot demo-4-plain-del --config unsafe-del --nemesis none --time-limit 15 --seed
     --work-ms 2500 --no-validity-check
 shoot demo-5-slow-work --config single --nemesis none --time-limit 15 --seed 3 \
     --work-ms 2500 --no-validity-check
+shoot readme-redlock-pause --config redlock --nemesis pause --seed 751138
+# Its explain page: the header, the contents, and the worst chain with its
+# slice of the timeline.
+page=$(ls "$out"/readme-redlock-pause/*/latest/explain.html)
+chromium --headless --no-sandbox --disable-gpu --hide-scrollbars \
+    --window-size=1200,1500 --screenshot="$here/readme-explain.png" "file://$page" 2>/dev/null
 shoot redlock-clock --config redlock --nemesis clock --time-limit 20 --seed 1
 shoot replicated-failover --config replicated --nemesis failover --time-limit 30 --seed 1
 

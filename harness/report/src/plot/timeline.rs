@@ -497,7 +497,9 @@ where
         .into_font()
         .color(&BLACK)
         .pos(Pos::new(HPos::Left, VPos::Center));
-    for (line, items) in legend.lines().iter().enumerate() {
+    let lines = legend.lines();
+    let shown = lines.iter().filter(|items| !items.is_empty());
+    for (line, items) in shown.enumerate() {
         let y = 17 + 24 * line as i32;
         let mut x = 114;
         for (label, style) in items.iter() {
