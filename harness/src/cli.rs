@@ -316,14 +316,16 @@ fn run_command(options: RunOptions) -> Result<Validity> {
     logging::init();
     route_docker(options.nodes.backend);
     let outcome = run_to_end(run::run(options))?;
-    let title = format!(
-        "{} × {} (seed {})",
-        outcome.record.options.setup(),
-        outcome.record.options.aimed(),
-        outcome.record.options.seed
-    );
+    let title = outcome.record.options.heading();
     let path = outcome.dir.display().to_string();
     say(&summary::render(&title, &outcome.results, &path))?;
+    // A setup lockstorm started, under a fault the repository documents.
+    let plan = &outcome.record.options;
+    let nemesis = plan.aimed().to_string();
+    let known = crate::matrix::expect::documented(&plan.setup(), &nemesis, outcome.results.valid);
+    if let Some(line) = known.filter(|_| plan.target.is_none() && nemesis != "none") {
+        say(&format!("  {line}\n"))?;
+    }
     if let Some(first) = &outcome.first_breach {
         say(&format!(
             "\nthe worst, explained (one of each kind: {} explain {path}):\n{first}",

@@ -1075,16 +1075,40 @@ impl RunPlan {
     }
 
     /// `<config>-<nemesis>[@<point>]`, the folder name of this kind of run;
-    /// `<config>.<client>-…` for a client adapter's.
+    /// `<config>.<client>-…` for a client adapter's; `target-…` for a run
+    /// against a deployment, so it never takes over a local run's `latest`.
     pub fn name(&self) -> String {
-        format!("{}-{}", self.setup(), self.aimed())
+        self.on_target(format!("{}-{}", self.setup(), self.aimed()))
     }
 
     /// [`RunPlan::name`] with the client called `client` (a `--client-cmd`
     /// run's folder, named after its library).
     pub fn name_as(&self, client: &str) -> String {
         let setup = crate::clients::setup_named(self.config, Some(client), self.storage);
-        format!("{setup}-{}", self.aimed())
+        self.on_target(format!("{setup}-{}", self.aimed()))
+    }
+
+    fn on_target(&self, name: String) -> String {
+        match self.target {
+            Some(_) => format!("target-{name}"),
+            None => name,
+        }
+    }
+
+    /// What the run's summary and pages are headed with:
+    /// `single × pause (seed 1)`, `single × pause against redis://… (seed 1)`.
+    pub fn heading(&self) -> String {
+        let against = self
+            .target
+            .as_ref()
+            .map(|t| format!(" against {t}"))
+            .unwrap_or_default();
+        format!(
+            "{} × {}{against} (seed {})",
+            self.setup(),
+            self.aimed(),
+            self.seed
+        )
     }
 
     /// The name the Sentinels watch the primary under: the target's, or

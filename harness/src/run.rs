@@ -493,13 +493,7 @@ async fn run_workload(
         workers: options.workers,
         lease: record.lease(),
     };
-    let heading = format!(
-        "{} × {} (seed {})",
-        options.setup(),
-        options.aimed(),
-        options.seed
-    );
-    if let Err(e) = report::plot::render(&dir.path, &history, &results, setup, &heading) {
+    if let Err(e) = report::plot::render(&dir.path, &history, &results, setup, &options.heading()) {
         tracing::warn!("drawing the run's pictures failed: {e:#}");
     }
     write_json(&dir.run_json(), &record)?;

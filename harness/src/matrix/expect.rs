@@ -83,6 +83,65 @@ impl Expectations {
     }
 }
 
+/// The repository's expectations, as built in: what each setup is
+/// documented to do under each fault.
+pub const SHIPPED: &str = include_str!("../../../expectations.toml");
+
+/// What a run's verdict means against the shipped expectations, in one
+/// line for the summary: the documented finding (with its reason, the
+/// file's comment on the pair), or a verdict against it. `None` where the
+/// file says nothing of the pair, or the run was not decided.
+pub fn documented(config: &str, nemesis: &str, valid: checker::Validity) -> Option<String> {
+    let expected = Expectations::parse(SHIPPED).ok()?.get(config, nemesis)?;
+    let why = reason(SHIPPED, config, nemesis)
+        .map(|r| format!(": {r}"))
+        .unwrap_or_default();
+    let word = |v: checker::Validity| store::summary::verdict_word(v);
+    let (want, got) = match expected {
+        Expected::Valid => (checker::Validity::True, valid),
+        Expected::Invalid => (checker::Validity::False, valid),
+    };
+    match got {
+        checker::Validity::Unknown => None,
+        g if g == want => Some(format!(
+            "documented: {} is what expectations.toml says {config} × {nemesis} gives{why} ({})",
+            word(g),
+            match expected {
+                Expected::Invalid => "the finding, not a failure of the tool",
+                Expected::Valid => "it keeps its promise under this fault",
+            }
+        )),
+        g => Some(format!(
+            "documented: expectations.toml says {config} × {nemesis} gives {}{why}; this run gave {}: run it again (a race may need more than one run), then read the chain",
+            word(want),
+            word(g)
+        )),
+    }
+}
+
+/// The comment on a pair's line in an expectations file, if it has one.
+fn reason(text: &str, config: &str, nemesis: &str) -> Option<String> {
+    let same = |n: &str| {
+        let parsed = |s: &str| s.parse::<Aimed>().map_or(s.to_string(), |a| a.to_string());
+        parsed(n) == parsed(nemesis)
+    };
+    let mut section = String::new();
+    for line in text.lines().map(str::trim) {
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = name.trim_matches('"').to_string();
+            continue;
+        }
+        let (Some((key, _)), Some((_, comment))) = (line.split_once('='), line.split_once('#'))
+        else {
+            continue;
+        };
+        if section == config && same(key.trim().trim_matches('"')) {
+            return Some(comment.trim().to_string());
+        }
+    }
+    None
+}
+
 /// toml's errors span several lines with a source excerpt; one line is the rule.
 fn one_line(message: &str) -> String {
     message
@@ -97,6 +156,24 @@ fn one_line(message: &str) -> String {
 mod tests {
     use super::*;
     use store::matrix::{Row, Skipped};
+
+    #[test]
+    fn a_run_s_verdict_is_read_against_the_documented_one() {
+        use checker::Validity;
+        let found = documented("redlock", "pause", Validity::False).unwrap();
+        assert!(found.contains("INVALID is what expectations.toml says redlock × pause gives: no lease survives a pause longer than the TTL (the finding"), "{found}");
+        let against = documented("fenced", "pause", Validity::False).unwrap();
+        assert!(
+            against.contains("says fenced × pause gives VALID"),
+            "{against}"
+        );
+        assert!(against.contains("this run gave INVALID"), "{against}");
+        assert_eq!(documented("redlock", "pause", Validity::Unknown), None);
+        assert_eq!(documented("single.custom", "pause", Validity::False), None);
+        // An aimed nemesis, quoted in the file.
+        let aimed = documented("single", "pause@read", Validity::False).unwrap();
+        assert!(aimed.contains("frozen before its check"), "{aimed}");
+    }
 
     #[test]
     fn names_are_normalised_and_checked() {

@@ -52,6 +52,20 @@ fn a_paused_holder_breaks_the_lock_on_a_deployment_and_the_run_leaves_only_its_o
     let args = [&args[..], &["--time-limit", "7", "--seed", "31"]].concat();
     let (out, results, dir) = run(tmp.path(), &args);
     assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
+    // Named as a run against a deployment: its header, and a folder (and
+    // `latest`) of its own beside the local runs'.
+    assert!(
+        out.stdout
+            .starts_with(&format!("single × pause against {url} (seed 31): INVALID")),
+        "{}",
+        out.stdout
+    );
+    let folder = dir.parent().unwrap().file_name().unwrap();
+    assert_eq!(folder, "target-single-pause", "{}", dir.display());
+    assert!(
+        !out.stdout.contains("documented:"),
+        "the file documents lockstorm's own nodes"
+    );
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
     assert_all_caused(&results, "lock-overlap");
     assert!(count(&results, "lost-update") > 0, "{}", out.stdout);
