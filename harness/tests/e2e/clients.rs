@@ -184,9 +184,15 @@ fn pottery_passes_client_test_and_is_valid_without_faults() {
     passes_client_test_and_is_valid_without_faults("pottery", "redlock");
 }
 
+/// pottery stores the lock under "redlock:<key>": the observer watches that
+/// key, so the key rows are drawn under faults too.
 #[test]
-fn pottery_is_caught_under_pause() {
-    caught_under_pause("pottery", "redlock");
+fn pottery_is_caught_under_pause_and_its_own_key_is_observed() {
+    let root = root();
+    let dir = caught_under_pause_in(root.path(), "pottery", "redlock", &[]);
+    assert!(!events(&dir, "key-set").is_empty(), "{}", dir.display());
+    let svg = std::fs::read_to_string(dir.join("timeline.svg")).unwrap();
+    assert!(svg.contains("key on n1"), "no key row in {}", dir.display());
 }
 
 #[test]
