@@ -148,7 +148,9 @@ fn refused_late(e: &Event) -> bool {
     let v = &e.value;
     crate::history::fault::stopped(&e.f) == Some("delay")
         && v.get("class").and_then(|c| c.as_str()) == Some("write")
-        && v.get("accepted").and_then(|a| a.as_bool()) == Some(false)
+        && v.get(crate::history::fault::ACCEPTED)
+            .and_then(|a| a.as_bool())
+            == Some(false)
 }
 
 /// `lost-update`'s count rests on the final read: none before the end.

@@ -414,7 +414,7 @@ impl<'a> Story<'a> {
                 }
                 continue;
             }
-            if (kind.is_some() || FAULT_STEPS.contains(&e.f.as_str())) && struck(e) {
+            if (kind.is_some() || fault::STEPS.contains(&e.f.as_str())) && struck(e) {
                 chain.add(e, Rank::Struck);
             }
         }
@@ -427,10 +427,9 @@ impl<'a> Story<'a> {
     /// hold's key on, though it saw it set elsewhere: the new primary never
     /// had that key, so the hold ended there.
     fn promoted_without(&self, start: u64, end: u64, holds: &[&Event], chain: &mut Chain<'a>) {
-        let promotions = self
-            .events
-            .iter()
-            .filter(|e| e.is_nemesis() && e.f == "promoted" && e.time >= start && e.time <= end);
+        let promotions = self.events.iter().filter(|e| {
+            e.is_nemesis() && e.f == fault::PROMOTED && e.time >= start && e.time <= end
+        });
         for p in promotions {
             let Some(node) = p.value.get("promoted").and_then(|n| n.as_str()) else {
                 continue;
@@ -727,20 +726,20 @@ impl<'a> Story<'a> {
         let Some(kind) = fault::stopped(&e.f) else {
             // A step inside a fault (a failover's).
             return match e.f.as_str() {
-                "kill" => {
+                fault::KILLED => {
                     let holder = number("holder")
                         .map(|p| format!(" while {} held the lock", self.name(&Process::Client(p))))
                         .unwrap_or_default();
                     format!("the nemesis killed{on}{holder}")
                 }
-                "promoted" => match text("promoted") {
+                fault::PROMOTED => match text("promoted") {
                     Some(new) => format!(
                         "{new} became the primary, {:.2} s after the kill",
                         number("after_ms").unwrap_or(0) as f64 / 1e3
                     ),
                     None => "no replica became the primary".into(),
                 },
-                "heal-failed" => format!("healing failed: {}", text("error").unwrap_or("?")),
+                fault::HEAL_FAILED => format!("healing failed: {}", text("error").unwrap_or("?")),
                 other => format!("the nemesis: {other}{on}"),
             };
         };
@@ -850,9 +849,6 @@ impl<'a> Chain<'a> {
         (steps.into_iter().map(|(_, _, _, s)| s).collect(), left_out)
     }
 }
-
-/// A fault's steps between its start and end that a chain tells.
-const FAULT_STEPS: [&str; 3] = ["kill", "promoted", "heal-failed"];
 
 /// What a hold's lease is dated from, best first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

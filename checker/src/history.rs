@@ -201,6 +201,16 @@ pub mod fault {
     /// event's time, a write the fault had held back in the network: its
     /// value is the value the write carried (a `write` invoke's `value`).
     pub const DELIVERED_WRITE: &str = "delivered_write";
+    /// The key of a held request's stop event saying whether the node
+    /// accepted it (a fenced storage refuses a stale write).
+    pub const ACCEPTED: &str = "accepted";
+    /// A failover's steps between its start and its end: the primary killed
+    /// (`holder`: who held the lock then), a replica promoted (`promoted`,
+    /// or null, and `after_ms` since the kill), a heal that failed (`error`).
+    pub const KILLED: &str = "kill";
+    pub const PROMOTED: &str = "promoted";
+    pub const HEAL_FAILED: &str = "heal-failed";
+    pub const STEPS: [&str; 3] = [KILLED, PROMOTED, HEAL_FAILED];
 }
 
 /// The key of an acquire `ok`'s value holding the history time its granted

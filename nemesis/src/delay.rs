@@ -10,7 +10,7 @@ use crate::names::{skip_event, Fault};
 use crate::package::{Package, Shape};
 use crate::runner::{Env, FaultParams};
 use crate::verify;
-use checker::history::fault::DELIVERED_WRITE;
+use checker::history::fault::{ACCEPTED, DELIVERED_WRITE};
 use checker::Point;
 use proxy::{Act, Class, Role, Trap};
 use serde_json::json;
@@ -205,7 +205,7 @@ async fn spring(env: &mut Env, fault: Fault, at: Point, aim: Aim, act: Act, ling
                 stop["reply"] = json!(reply);
             }
             if let Some(accepted) = s.accepted {
-                stop["accepted"] = json!(accepted);
+                stop[ACCEPTED] = json!(accepted);
             }
             // The storage took a write that was held back: it acted now,
             // not when it left (the checker's unsafe-action reads this).

@@ -17,6 +17,7 @@ use crate::package::{Package, Shape, RESTART_MARGIN};
 use crate::runner::{Env, FaultParams};
 use crate::verify;
 use crate::Source;
+use checker::history::fault;
 use serde_json::json;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -115,7 +116,7 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
         Err(e) => Err(format!("killing {name} failed: {e}")),
     };
     env.journal
-        .record("kill", verify::attach(value, seen), Some(&name));
+        .record(fault::KILLED, verify::attach(value, seen), Some(&name));
 
     let promoted = tokio::select! {
         p = env.cluster.await_promotion(&name, PROMOTION_TIMEOUT) => p,
@@ -140,11 +141,12 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
             )),
         ),
     };
-    env.journal.record("promoted", value, promoted.as_deref());
+    env.journal
+        .record(fault::PROMOTED, value, promoted.as_deref());
 
     if let Err(e) = env.cluster.heal() {
         env.journal
-            .record("heal-failed", json!({"error": e.to_string()}), None);
+            .record(fault::HEAL_FAILED, json!({"error": e.to_string()}), None);
     }
     restart(
         env,
