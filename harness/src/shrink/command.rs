@@ -117,16 +117,15 @@ fn resolve(args: &[String]) -> Result<RunPlan, String> {
 
 /// `lockstorm run <args>` as clap parses it.
 pub(crate) fn parse(args: &[String]) -> Result<RunOptions, String> {
-    let mut all = vec!["lockstorm".to_string(), "run".into()];
+    let mut all = vec!["run".to_string()];
     all.extend(args.iter().cloned());
     if !args.iter().any(|a| a == "--seed") {
         all.extend(["--seed".into(), "0".into()]);
     }
-    let matches = crate::cli::command()
-        .try_get_matches_from(all)
-        .map_err(|e| e.to_string())?;
-    let (_, run) = matches.subcommand().ok_or("no subcommand")?;
-    RunOptions::from_arg_matches(run).map_err(|e| e.to_string())
+    // The run command's own flags, not the whole CLI: shrink sits below it.
+    let run = <RunOptions as clap::Args>::augment_args(clap::Command::new("run"));
+    let matches = run.try_get_matches_from(all).map_err(|e| e.to_string())?;
+    RunOptions::from_arg_matches(&matches).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
