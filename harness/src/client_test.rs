@@ -123,31 +123,31 @@ async fn client_test_on_target(
     raw: &str,
     tls_ca: Option<&Path>,
 ) -> Result<Report> {
-    use crate::target::{Kind, Target};
+    use deployment::target::{Kind, Target};
     let target = Target::parse(raw).map_err(Error::Usage)?;
     if target.kind != Kind::Single {
         return Err(Error::Usage(format!(
             "--target {target}: client-test checks a library on one node: give redis://host:port"
         )));
     }
-    let (target, _bridges) = crate::tls_bridge::bridge(&target, tls_ca).await?;
+    let (target, _bridges) = deployment::tls::bridge(&target, tls_ca).await?;
     let at = target.endpoints[0].clone();
-    let (ip, port) = crate::deployment::resolve(&at)?;
+    let (ip, port) = deployment::reach::resolve(&at)?;
     let addr = format!("{ip}:{port}");
     let stamp = store::layout::stamp();
     let keys = workloads::Keys::for_run(&format!("client-test:{stamp}"), 600_000);
     let nodes = vec![("n1".to_string(), at)];
-    crate::deployment::preflight(&target, nodes.clone(), &keys).await?;
+    deployment::own_keys::preflight(&target, nodes.clone(), &keys).await?;
     let folder = store::layout::unique_dir(results, &format!("client-test-{stamp}"))?;
     std::fs::create_dir_all(&folder).context(|| format!("creating {}", folder.display()))?;
     let mut spec = prepared.spec(Config::Single, folder.join("adapter.stderr"));
     if let Some(user) = &target.user {
         spec.env
-            .insert(crate::deployment::USER_ENV.into(), user.clone());
+            .insert(deployment::reach::USER_ENV.into(), user.clone());
     }
     let label = format!("{client} (`{}`) on {target}", spec.command());
     let steps = steps_on(spec, addr, keys.clone(), ttl).await;
-    crate::deployment::clean(&target, nodes, &keys).await;
+    deployment::own_keys::clean(&target, nodes, &keys).await;
     Ok(Report {
         client: label,
         folder,

@@ -108,3 +108,14 @@ impl<T> Context<T> for std::io::Result<T> {
         })
     }
 }
+
+/// A deployment's refusals are the user's to fix, its failures the
+/// harness's, as for the harness's own.
+impl From<deployment::Error> for Error {
+    fn from(e: deployment::Error) -> Error {
+        match e {
+            deployment::Error::Usage(message) => Error::Usage(message),
+            deployment::Error::Io { context, source } => Error::Io { context, source },
+        }
+    }
+}

@@ -383,7 +383,7 @@ pub struct RunPlan {
     pub keys: workloads::Keys,
     /// The deployment under test, when lockstorm did not start it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<crate::target::Target>,
+    pub target: Option<deployment::target::Target>,
     /// Fault name → the user's command for it (`--fault-cmd`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub fault_commands: std::collections::BTreeMap<String, String>,
@@ -394,7 +394,7 @@ pub struct RunPlan {
     pub tls_ca: Option<PathBuf>,
     /// `--storage-target`: the counter on the user's node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub storage_target: Option<crate::target::Target>,
+    pub storage_target: Option<deployment::target::Target>,
 }
 
 /// Why options cannot become a plan.
@@ -742,7 +742,7 @@ impl RunOptions {
     }
 
     /// `--storage-target`, read: one node, only with a `--target`.
-    fn storage_target(&self) -> Result<Option<crate::target::Target>, Refusal> {
+    fn storage_target(&self) -> Result<Option<deployment::target::Target>, Refusal> {
         let Some(raw) = &self.nodes.storage_target else {
             return Ok(None);
         };
@@ -751,9 +751,9 @@ impl RunOptions {
                 "--storage-target keeps the counter on your node during a --target run: give --target, or drop --storage-target".into(),
             ));
         }
-        let storage = crate::target::Target::parse(raw)
+        let storage = deployment::target::Target::parse(raw)
             .map_err(|why| Refusal::Invalid(why.replacen("--target", "--storage-target", 1)))?;
-        if storage.kind != crate::target::Kind::Single {
+        if storage.kind != deployment::target::Kind::Single {
             return Err(Refusal::Invalid(format!(
                 "--storage-target {storage}: the counter lives on one node: give redis://host:port"
             )));
@@ -771,13 +771,13 @@ impl RunOptions {
                 "--fault-cmd stands in for a fault on a deployment lockstorm did not start: give --target, or drop --fault-cmd (lockstorm kills and fails over its own nodes itself)".into(),
             ));
         }
-        crate::fault_command::parse(&self.nodes.fault_cmd).map_err(Refusal::Invalid)
+        deployment::fault_command::parse(&self.nodes.fault_cmd).map_err(Refusal::Invalid)
     }
 
     /// A `--target` that parses and fits the config (or the client's
     /// topology), and that this version can test.
-    fn check_target(&self, raw: &str) -> Result<crate::target::Target, Refusal> {
-        use crate::target::{Kind, Target};
+    fn check_target(&self, raw: &str) -> Result<deployment::target::Target, Refusal> {
+        use deployment::target::{Kind, Target};
         let target = Target::parse(raw).map_err(Refusal::Invalid)?;
         if self.nodes.tls_ca.is_some() && !target.tls {
             return Err(Refusal::Invalid(format!(
@@ -1115,7 +1115,7 @@ impl RunPlan {
     /// the one lockstorm gives its own.
     pub fn master(&self) -> String {
         match self.target.as_ref().map(|t| &t.kind) {
-            Some(crate::target::Kind::Sentinel { master }) => master.clone(),
+            Some(deployment::target::Kind::Sentinel { master }) => master.clone(),
             _ => workloads::lock::primary_name(),
         }
     }

@@ -178,15 +178,15 @@ async fn run_in(
             }
             Err(e) => tracing::warn!("audit of {target} failed: {e}"),
         }
-        let nodes = crate::deployment::data_nodes(&topology.observed());
-        let mut checked = crate::deployment::preflight(target, nodes, &options.keys).await;
+        let nodes = crate::observer::data_nodes(&topology.observed());
+        let mut checked = deployment::own_keys::preflight(target, nodes, &options.keys).await;
         if let (Ok(()), Some(storage)) = (&checked, topology.storage_target()) {
             let node = vec![(STORAGE.to_string(), storage.endpoints[0].clone())];
-            checked = crate::deployment::preflight(storage, node, &options.keys).await;
+            checked = deployment::own_keys::preflight(storage, node, &options.keys).await;
         }
         if let Err(e) = checked {
             topology.shutdown().await;
-            return Err(e);
+            return Err(e.into());
         }
     }
     let outcome = run_workload(
@@ -194,11 +194,11 @@ async fn run_in(
     )
     .await;
     if let Some(target) = topology.target() {
-        let nodes = crate::deployment::data_nodes(&topology.observed());
-        let mut removed = crate::deployment::clean(target, nodes, &options.keys).await;
+        let nodes = crate::observer::data_nodes(&topology.observed());
+        let mut removed = deployment::own_keys::clean(target, nodes, &options.keys).await;
         if let Some(storage) = topology.storage_target() {
             let node = vec![(STORAGE.to_string(), storage.endpoints[0].clone())];
-            removed += crate::deployment::clean(storage, node, &options.keys).await;
+            removed += deployment::own_keys::clean(storage, node, &options.keys).await;
         }
         tracing::info!(
             "removed {removed} key(s) of {}* from {target}",
@@ -225,7 +225,7 @@ async fn run_workload(
             options.config,
             dir.path.join("clients").join(format!("{name}.stderr")),
         );
-        crate::deployment::adapter_login(&mut spec, options);
+        deployment::reach::adapter_login(&mut spec, options.target.as_ref(), options.master());
         Some(spec)
     };
     let mut client_record = None;
@@ -247,18 +247,16 @@ async fn run_workload(
         // On a target that names a database, the adapter's lock must land
         // there: one told `db` in init that ignores it writes among the
         // user's keys in database 0.
-        let in_db = topology.target().filter(|t| t.db != 0).map(|t| {
-            (
-                t.clone(),
-                crate::deployment::data_nodes(&topology.observed()),
-            )
-        });
+        let in_db = topology
+            .target()
+            .filter(|t| t.db != 0)
+            .map(|t| (t.clone(), crate::observer::data_nodes(&topology.observed())));
         let keys = options.keys.clone();
         let check = tokio::task::spawn_blocking({
             let leader = leader.clone();
             move || {
                 let held = in_db.as_ref().map(|(target, nodes)| {
-                    move || crate::deployment::holds_a_run_key(target, nodes, &keys)
+                    move || deployment::own_keys::holds_a_run_key(target, nodes, &keys)
                 });
                 let held = held
                     .as_ref()

@@ -58,17 +58,14 @@ pub struct Topology {
     clocks: Vec<(String, TimeControl)>,
     pub addresses: Addresses,
     /// The user's fault commands, on a deployment lockstorm did not start.
-    commands: Option<Arc<crate::fault_command::Commands>>,
+    commands: Option<Arc<deployment::fault_command::Commands>>,
     /// That deployment as the run reaches it (a TLS one through its bridges).
-    reached: Option<crate::target::Target>,
+    reached: Option<deployment::target::Target>,
     /// The user's storage node (`--storage-target`), as the run reaches it.
-    storage_target: Option<crate::target::Target>,
+    storage_target: Option<deployment::target::Target>,
     /// The TLS bridges (the target's, the storage's): held so they live as
     /// long as the topology.
-    _bridges: Option<(
-        crate::tls_bridge::Bridges,
-        Option<crate::tls_bridge::Bridges>,
-    )>,
+    _bridges: Option<(deployment::tls::Bridges, Option<deployment::tls::Bridges>)>,
 }
 
 /// Where one run's nodes listen and its workers connect from: every
@@ -300,7 +297,7 @@ impl Topology {
     /// no process of the deployment, so nothing here can kill or skew one.
     async fn external(
         options: &RunPlan,
-        target: &crate::target::Target,
+        target: &deployment::target::Target,
         backend: Arc<dyn Provisioner>,
         nodes_dir: &Path,
     ) -> Result<Self> {
@@ -309,22 +306,21 @@ impl Topology {
         };
         let mut addrs = Vec::new();
         let mut sentinels = Vec::new();
-        let (target, bridges) =
-            crate::tls_bridge::bridge(target, options.tls_ca.as_deref()).await?;
+        let (target, bridges) = deployment::tls::bridge(target, options.tls_ca.as_deref()).await?;
         let target = &target;
-        let named = |prefix: &str, i: usize, at: &crate::target::Endpoint| -> Result<_> {
-            let (ip, port) = crate::deployment::resolve(at)?;
+        let named = |prefix: &str, i: usize, at: &deployment::target::Endpoint| -> Result<_> {
+            let (ip, port) = deployment::reach::resolve(at)?;
             Ok((format!("{prefix}{}", i + 1), ip, port))
         };
         let data = match &target.kind {
             // The Sentinels name the primary and its replicas.
-            crate::target::Kind::Sentinel { master } => {
+            deployment::target::Kind::Sentinel { master } => {
                 for (i, at) in target.endpoints.iter().enumerate() {
                     let sentinel = named("s", i, at)?;
                     sentinels.push(format!("{}:{}", sentinel.1, sentinel.2));
                     addrs.push(sentinel);
                 }
-                crate::deployment::discover(&sentinels, master).await?
+                deployment::reach::discover(&sentinels, master).await?
             }
             _ => target.endpoints.clone(),
         };
@@ -335,9 +331,8 @@ impl Topology {
         // its own TLS bridge for rediss://), else on lockstorm's.
         let (storage, storage_addr, storage_bridges) = match &options.storage_target {
             Some(on) => {
-                let (on, bridges) =
-                    crate::tls_bridge::bridge(on, options.tls_ca.as_deref()).await?;
-                let (ip, port) = crate::deployment::resolve(&on.endpoints[0])?;
+                let (on, bridges) = deployment::tls::bridge(on, options.tls_ca.as_deref()).await?;
+                let (ip, port) = deployment::reach::resolve(&on.endpoints[0])?;
                 (None, format!("{ip}:{port}"), Some((on, bridges)))
             }
             None => {
@@ -359,7 +354,7 @@ impl Topology {
             firewall: None,
             clocks: Vec::new(),
             addresses,
-            commands: Some(Arc::new(crate::fault_command::Commands::new(
+            commands: Some(Arc::new(deployment::fault_command::Commands::new(
                 options.fault_commands.clone(),
                 target.clone(),
                 nodes_dir.to_path_buf(),
@@ -372,13 +367,13 @@ impl Topology {
     }
 
     /// The deployment lockstorm did not start, as the run reaches it.
-    pub fn target(&self) -> Option<&crate::target::Target> {
+    pub fn target(&self) -> Option<&deployment::target::Target> {
         self.reached.as_ref()
     }
 
     /// The user's node the counter lives on (`--storage-target`), as the
     /// run reaches it.
-    pub fn storage_target(&self) -> Option<&crate::target::Target> {
+    pub fn storage_target(&self) -> Option<&deployment::target::Target> {
         self.storage_target.as_ref()
     }
 

@@ -9,6 +9,7 @@ use std::fs;
 use std::io::BufReader;
 use std::path::Path;
 use std::time::Duration;
+use store::audit::Severity;
 use store::matrix::Summary;
 use store::{Plan, ReadError, RunRecord, StoredRun};
 
@@ -359,21 +360,10 @@ pub fn read_run<P: Plan>(root: &Path, rel: &str) -> (Run, Option<History>, crate
 /// A `--target` run's audit of its deployment, in a line: what it found at
 /// risk (the table links `audit.json` for the rest).
 fn audit_note(dir: &Path) -> Option<String> {
-    let text = fs::read_to_string(dir.join(store::AUDIT)).ok()?;
-    let audit: Value = serde_json::from_str(&text).ok()?;
-    let findings = audit["findings"].as_array()?;
-    let with = |severity: &str| -> Vec<&str> {
-        let mut rules: Vec<&str> = Vec::new();
-        let named = findings.iter().filter(|f| f["severity"] == severity);
-        for rule in named.filter_map(|f| f["rule"].as_str()) {
-            if !rules.contains(&rule) {
-                rules.push(rule);
-            }
-        }
-        rules
-    };
-    let (risks, unknown) = (with("risk"), with("unknown"));
-    let target = audit["target"].as_str().unwrap_or("the target");
+    let audit = store::audit::AuditRecord::read(dir).ok()?;
+    let risks = audit.rules_with(Severity::Risk);
+    let unknown = audit.rules_with(Severity::Unknown);
+    let target = &audit.target;
     Some(match (risks.is_empty(), unknown.is_empty()) {
         (false, _) => format!("audit of {target}: at risk: {}", risks.join(", ")),
         (true, false) => format!("audit of {target}: could not see {}", unknown.join(", ")),

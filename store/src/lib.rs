@@ -10,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod audit;
 mod error;
 pub mod layout;
 pub mod matrix;

@@ -339,3 +339,18 @@ fn record(history: &HistoryWriter, node: &str, seen: Seen) {
     }
     history.append(event, None);
 }
+
+/// The data nodes of a topology's deployment, by address.
+pub fn data_nodes(observed: &[Node]) -> deployment::own_keys::DataNodes {
+    observed
+        .iter()
+        .map(|n| {
+            // Reached where the run reaches it (a TLS target's bridge).
+            let at = deployment::Endpoint {
+                via: Some(n.addr),
+                ..deployment::Endpoint::new(n.addr.ip().to_string(), n.addr.port())
+            };
+            (n.name.clone(), at)
+        })
+        .collect()
+}

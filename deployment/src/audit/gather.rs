@@ -5,7 +5,7 @@
 
 use super::facts::{Facts, Node, Role, Sentinel};
 use crate::target::{Endpoint, Kind, Target};
-use redis::{FromRedisValue, Value};
+use redis::Value;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, ToSocketAddrs};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -76,7 +76,7 @@ fn join<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
 
 /// A connection to one endpoint (no password in its errors).
 fn connect(target: &Target, at: &Endpoint) -> Result<redis::Connection, String> {
-    crate::deployment::connect(target, at, ANSWER_WITHIN)
+    crate::reach::connect(target, at, ANSWER_WITHIN)
 }
 
 fn resolve(at: &Endpoint) -> Option<IpAddr> {
@@ -95,7 +95,7 @@ fn node(target: &Target, at: &Endpoint, pings: u32) -> Node {
     };
     // ROLE first: a node that will not say what it is cannot be judged.
     let role = match redis::cmd("ROLE").query::<Value>(&mut con) {
-        Ok(reply) => parse_role(&reply),
+        Ok(reply) => Role::parse(&reply),
         Err(e) => return Node::unreachable(&addr, format!("ROLE: {e}")),
     };
     let mut info = |section: &str| {
@@ -272,39 +272,6 @@ fn pairs(flat: Vec<String>) -> BTreeMap<String, String> {
     out
 }
 
-/// A `ROLE` reply: `[master, offset, [[ip, port, offset]…]]`,
-/// `[slave, ip, port, state, offset]` or `[sentinel, [names]]`.
-pub fn parse_role(reply: &Value) -> Option<Role> {
-    let text = |v: &Value| String::from_redis_value_ref(v).ok();
-    let Value::Array(parts) = reply else {
-        return None;
-    };
-    let name = text(parts.first()?)?;
-    Some(match name.as_str() {
-        "master" => {
-            let replicas = match parts.get(2) {
-                Some(Value::Array(rs)) => rs
-                    .iter()
-                    .filter_map(|r| match r {
-                        Value::Array(f) => {
-                            Some(format!("{}:{}", text(f.first()?)?, text(f.get(1)?)?))
-                        }
-                        _ => None,
-                    })
-                    .collect(),
-                _ => Vec::new(),
-            };
-            Role::Master { replicas }
-        }
-        "slave" | "replica" => Role::Replica {
-            master: format!("{}:{}", text(parts.get(1)?)?, text(parts.get(2)?)?),
-            state: parts.get(3).and_then(text).unwrap_or_default(),
-        },
-        "sentinel" => Role::Sentinel,
-        _ => Role::Other { name },
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,7 +292,7 @@ mod tests {
             ])]),
         ]);
         assert_eq!(
-            parse_role(&master),
+            Role::parse(&master),
             Some(Role::Master {
                 replicas: vec!["127.0.0.1:7001".into()]
             })
@@ -338,15 +305,15 @@ mod tests {
             Value::Int(42),
         ]);
         assert_eq!(
-            parse_role(&replica),
+            Role::parse(&replica),
             Some(Role::Replica {
                 master: "127.0.0.1:7000".into(),
                 state: "connected".into()
             })
         );
         let sentinel = Value::Array(vec![bulk("sentinel"), Value::Array(vec![bulk("mm")])]);
-        assert_eq!(parse_role(&sentinel), Some(Role::Sentinel));
-        assert_eq!(parse_role(&Value::Nil), None);
+        assert_eq!(Role::parse(&sentinel), Some(Role::Sentinel));
+        assert_eq!(Role::parse(&Value::Nil), None);
     }
 
     #[test]

@@ -1,15 +1,12 @@
-//! `lockstorm audit --target URL`: reads a deployment lockstorm did not
-//! start (read-only commands only) and says what in it can break a lock.
-//! `facts` is what is gathered, `rules` (pure) what it means, `gather` the
-//! I/O, `table` how it prints.
-
-pub mod facts;
-pub mod gather;
-pub mod rules;
-mod table;
+//! `lockstorm audit --target URL`, and a `--target` run's audit: the
+//! command around the deployment crate's audit (what is gathered, what it
+//! means, how it prints), with its flags, its exit code and its
+//! `audit.json`.
 
 use crate::error::{Context, Error, Result};
-use crate::target::Target;
+use crate::exit;
+use deployment::audit::{facts, gather, rules, table};
+use deployment::target::Target;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -70,7 +67,7 @@ pub fn audit(args: &AuditArgs) -> Result<Audited> {
         .build()
         .map_err(Error::Runtime)?;
     let (reached, _bridges) =
-        runtime.block_on(crate::tls_bridge::bridge(&target, args.tls_ca.as_deref()))?;
+        runtime.block_on(deployment::tls::bridge(&target, args.tls_ca.as_deref()))?;
     let ttl_ms = args.ttl_ms.unwrap_or(DEFAULT_TTL_MS);
     if ttl_ms == 0 || !(1..=10_000).contains(&args.pings) {
         return Err(Error::Usage(
@@ -79,7 +76,7 @@ pub fn audit(args: &AuditArgs) -> Result<Audited> {
     }
     let facts = gather::gather(&reached, ttl_ms, args.pings);
     let findings = rules::audit(&facts);
-    let code = rules::exit_code(&findings);
+    let code = exit::of(rules::verdict(&findings));
     let reached = facts.nodes.iter().any(|n| n.unreachable.is_none())
         || facts.sentinels.iter().any(|s| s.unreachable.is_none());
     // A folder only once something was read: a typo'd port leaves none.
@@ -131,7 +128,7 @@ pub async fn for_run(target: &Target, ttl: std::time::Duration, dir: &Path) -> R
     let gathered = tokio::task::spawn_blocking(move || {
         let facts = gather::gather(&target, ttl_ms, RUN_PINGS);
         let findings = rules::audit(&facts);
-        let code = rules::exit_code(&findings);
+        let code = exit::of(rules::verdict(&findings));
         let record = Record {
             target: target.to_string(),
             resolved: &target,
@@ -185,4 +182,59 @@ fn write(output: Option<&Path>, target: &Target, record: &Record) -> Result<Path
     let json = serde_json::to_string_pretty(record).expect("an audit always serialises");
     std::fs::write(&path, json + "\n").context(|| format!("writing {}", path.display()))?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::FromArgMatches;
+    use deployment::audit::samples;
+    use store::audit::{AuditRecord, Severity};
+
+    /// What the audit writes is what a stored run's readers read back.
+    #[test]
+    fn audit_json_reads_back_through_the_stores_type() {
+        let target = Target::parse("redis://127.0.0.1:7000").unwrap();
+        let node = samples::with(samples::safe("a:1"), "maxmemory-policy", "allkeys-lru");
+        let facts = samples::facts(deployment::Kind::Single, vec![node]);
+        let findings = rules::audit(&facts);
+        let record = Record {
+            target: target.to_string(),
+            resolved: &target,
+            ttl_ms: 10_000,
+            ttl_default: true,
+            pings: 1,
+            findings: &findings,
+            exit: exit::of(rules::verdict(&findings)),
+            nodes: &facts.nodes,
+            sentinels: &facts.sentinels,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        write(Some(dir.path()), &target, &record).unwrap();
+        let read = AuditRecord::read(dir.path()).unwrap();
+        assert_eq!(read.target, "redis://127.0.0.1:7000");
+        assert_eq!(read.findings.len(), findings.len());
+        assert_eq!(read.rules_with(Severity::Risk), ["eviction"]);
+    }
+
+    /// Every command a finding shows parses as `lockstorm run` and
+    /// resolves to a plan: a reader can paste it.
+    #[test]
+    fn every_command_shown_is_a_run_lockstorm_accepts() {
+        let commands = deployment::audit::samples::demonstrations();
+        assert!(commands.len() >= 7, "{commands:#?}");
+        for command in commands {
+            let words: Vec<&str> = command.split_whitespace().collect();
+            let matches = crate::cli::command()
+                .try_get_matches_from(&words)
+                .unwrap_or_else(|e| panic!("{command}: {e}"));
+            let (name, run) = matches.subcommand().expect("a subcommand");
+            assert_eq!(name, "run", "{command}");
+            let options = crate::RunOptions::from_arg_matches(run)
+                .unwrap_or_else(|e| panic!("{command}: {e}"));
+            if let Err(refused) = options.resolve() {
+                panic!("{command}: {refused:?}");
+            }
+        }
+    }
 }

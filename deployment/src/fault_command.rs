@@ -7,7 +7,8 @@
 //! command that fails, hangs, or whose effect is not seen in time leaves
 //! the fault unverified, and the run unknown.
 
-use crate::target::Target;
+use crate::audit::facts::Role;
+use crate::target::{Endpoint, Target};
 use nemesis::NodeRef;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -189,28 +190,28 @@ impl Commands {
         let reply: redis::Value = redis::cmd("ROLE")
             .query(&mut self.connect(addr)?)
             .map_err(|e| e.to_string())?;
-        Ok(match crate::audit::gather::parse_role(&reply) {
-            Some(crate::audit::facts::Role::Master { .. }) => "master".into(),
-            Some(crate::audit::facts::Role::Replica { .. }) => "slave".into(),
-            Some(crate::audit::facts::Role::Sentinel) => "sentinel".into(),
-            Some(crate::audit::facts::Role::Other { name }) => name,
+        Ok(match Role::parse(&reply) {
+            Some(Role::Master { .. }) => "master".into(),
+            Some(Role::Replica { .. }) => "slave".into(),
+            Some(Role::Sentinel) => "sentinel".into(),
+            Some(Role::Other { name }) => name,
             None => String::new(),
         })
     }
 
     fn run_id(&self, addr: &str) -> Result<String, String> {
-        crate::deployment::run_id(&mut self.connect(addr)?).map_err(|e| e.to_string())
+        crate::reach::run_id(&mut self.connect(addr)?).map_err(|e| e.to_string())
     }
 
     /// A connection to a node at `addr`, as the run reaches it (a TLS
     /// target's bridge), logged in.
     fn connect(&self, addr: &str) -> Result<redis::Connection, String> {
         let via: std::net::SocketAddr = addr.parse().map_err(|_| format!("bad address {addr}"))?;
-        let at = crate::target::Endpoint {
+        let at = Endpoint {
             via: Some(via),
-            ..crate::target::Endpoint::new(via.ip().to_string(), via.port())
+            ..Endpoint::new(via.ip().to_string(), via.port())
         };
-        crate::deployment::connect(&self.target, &at, Duration::from_secs(2))
+        crate::reach::connect(&self.target, &at, Duration::from_secs(2))
     }
 }
 

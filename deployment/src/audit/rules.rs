@@ -9,28 +9,11 @@
 
 use super::facts::{Facts, Node, Role, Sentinel};
 use crate::target::Kind;
+use checker::Validity;
 use serde::Serialize;
 
-/// How bad a finding is, worst first (the table's order).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Severity {
-    Risk,
-    Unknown,
-    Warning,
-    Ok,
-}
-
-impl Severity {
-    pub fn name(self) -> &'static str {
-        match self {
-            Severity::Risk => "risk",
-            Severity::Unknown => "unknown",
-            Severity::Warning => "warning",
-            Severity::Ok => "ok",
-        }
-    }
-}
+/// How bad a finding is: stored in `audit.json`, so its home is the store.
+pub use store::audit::Severity;
 
 /// A rule: its name, the worst it can find, and why it matters.
 #[derive(Debug)]
@@ -226,36 +209,22 @@ pub fn summary(findings: &[Finding]) -> String {
     )
 }
 
-/// The exit code the findings mean: 1 when anything is at risk; else 2
-/// when a rule that can find a risk could not look (its facts were refused
-/// or a node did not answer: the risk may be there, unseen); else 0.
-/// Warnings and the unknowns of warning-only rules leave it 0.
-pub fn exit_code(findings: &[Finding]) -> u8 {
+/// What the findings mean for the lock: invalid when anything is at
+/// risk; else unknown when a rule that can find a risk could not look (its
+/// facts were refused or a node did not answer: the risk may be there,
+/// unseen); else valid. Warnings and the unknowns of warning-only rules
+/// leave it valid. (The exit code is the verdict's, as for a run.)
+pub fn verdict(findings: &[Finding]) -> Validity {
     let at_worst = |name: &str| rule(name).map(|r| r.at_worst);
     if findings.iter().any(|f| f.severity == Severity::Risk) {
-        crate::exit::INVALID
+        Validity::False
     } else if findings
         .iter()
         .any(|f| f.severity == Severity::Unknown && at_worst(f.rule) == Some(Severity::Risk))
     {
-        crate::exit::UNKNOWN
+        Validity::Unknown
     } else {
-        crate::exit::VALID
-    }
-}
-
-/// Whether a lock can be taken on a node in this role: only a primary
-/// accepts `SET … NX`. The run's preflight refuses a replica with it before
-/// any write.
-pub fn writable(role: &Role) -> Result<(), String> {
-    match role {
-        Role::Master { .. } => Ok(()),
-        Role::Replica { master, .. } => Err(format!("not writable: a replica of {master}")),
-        Role::Sentinel => Err(
-            "not writable: a Sentinel, not a data node; name it as sentinel://host:port/<master>"
-                .into(),
-        ),
-        Role::Other { name } => Err(format!("not writable: its role is {name}")),
+        Validity::True
     }
 }
 
@@ -263,7 +232,7 @@ fn writable_finding(node: &Node) -> Finding {
     let at = [node.addr.as_str()];
     match &node.role {
         None => WRITABLE.found(&at, Severity::Unknown, "ROLE not answered".into()),
-        Some(role) => match writable(role) {
+        Some(role) => match role.writable() {
             Ok(()) => WRITABLE.found(&at, Severity::Ok, "role master".into()),
             Err(why) => WRITABLE.found(&at, Severity::Risk, why),
         },

@@ -6,8 +6,8 @@
 //! bridge on loopback, as to any node, and the target keeps its own name for
 //! display (`Endpoint::via` holds the bridge's address).
 
-use crate::error::{Error, Result};
 use crate::target::{Endpoint, Target};
+use crate::{Error, Result};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;

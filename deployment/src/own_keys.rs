@@ -5,132 +5,17 @@
 //! the prefix. Only read commands, `SCAN` and `UNLINK` of the run's own keys:
 //! no `FLUSHALL`, no `CONFIG SET`, no script that touches other keys.
 
-use crate::error::{Error, Result};
-use crate::target::{Endpoint, Target};
-use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
-use std::time::Duration;
+use crate::reach::{connect, role, run_id, TIMEOUT};
+use crate::target::{Endpoint, Kind, Target};
+use crate::{Error, Result};
 use workloads::Keys;
-
-/// The environment variable an adapter reads a deployment's ACL user from
-/// (its password is in [`workloads::conn::PASSWORD_ENV`]).
-pub const USER_ENV: &str = "LOCKSTORM_REDIS_USER";
-
-/// What an adapter is told of a deployment: the user and master name for a
-/// target; for lockstorm's own nodes an empty password, so one left in the
-/// user's shell never reaches a node that has none.
-pub fn adapter_login(spec: &mut workloads::adapter::AdapterSpec, plan: &crate::RunPlan) {
-    let Some(target) = &plan.target else {
-        spec.env
-            .insert(workloads::conn::PASSWORD_ENV.into(), String::new());
-        return;
-    };
-    if let Some(user) = &target.user {
-        spec.env.insert(USER_ENV.into(), user.clone());
-    }
-    spec.db = target.db;
-    if spec.master.is_some() {
-        spec.master = Some(plan.master());
-    }
-}
-
-/// How long a preflight or cleanup request may take.
-const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Keys per `SCAN` step: a step is cheap on a large keyspace, and a run's
 /// own keys are a handful.
 const SCAN_COUNT: usize = 1000;
 
-/// Where the run reaches a node: its IPv4 address and port, or its TLS
-/// bridge's (the workers and the proxy speak IPv4).
-pub fn resolve(at: &Endpoint) -> Result<(Ipv4Addr, u16)> {
-    if let Some(SocketAddr::V4(via)) = at.via {
-        return Ok((*via.ip(), via.port()));
-    }
-    let found = (at.host.as_str(), at.port)
-        .to_socket_addrs()
-        .map_err(|e| Error::Usage(format!("--target: cannot resolve {}: {e}", at.host)))?;
-    found
-        .filter_map(|a| match a {
-            SocketAddr::V4(v4) => Some((*v4.ip(), at.port)),
-            SocketAddr::V6(_) => None,
-        })
-        .next()
-        .ok_or_else(|| {
-            Error::Usage(format!(
-                "--target: {} has no IPv4 address; give one (lockstorm's workers speak IPv4)",
-                at.host
-            ))
-        })
-}
-
 /// The deployment's data nodes, named as the run names them.
 pub type DataNodes = Vec<(String, Endpoint)>;
-
-/// The data nodes of a topology's deployment, by address.
-pub fn data_nodes(observed: &[crate::observer::Node]) -> DataNodes {
-    observed
-        .iter()
-        .map(|n| {
-            // Reached where the run reaches it (a TLS target's bridge).
-            let at = Endpoint {
-                via: Some(n.addr),
-                ..Endpoint::new(n.addr.ip().to_string(), n.addr.port())
-            };
-            (n.name.clone(), at)
-        })
-        .collect()
-}
-
-/// The primary and the replicas the Sentinels name for `master`, primary
-/// first, from the first Sentinel that answers.
-pub async fn discover(sentinels: &[String], master: &str) -> Result<Vec<Endpoint>> {
-    let (sentinels, master) = (sentinels.to_vec(), master.to_string());
-    let found = tokio::task::spawn_blocking(move || {
-        let mut last = String::from("no Sentinel given");
-        for s in &sentinels {
-            match ask_sentinel(s, &master) {
-                Ok(found) => return Ok(found),
-                Err(e) => last = format!("{s}: {e}"),
-            }
-        }
-        Err(Error::Usage(format!(
-            "--target: no Sentinel named the primary {master:?} ({last}); check the master name and the Sentinels' addresses"
-        )))
-    });
-    found.await.map_err(|e| Error::Io {
-        context: "asking the Sentinels".into(),
-        source: std::io::Error::other(e),
-    })?
-}
-
-fn ask_sentinel(addr: &str, master: &str) -> redis::RedisResult<Vec<Endpoint>> {
-    let client = redis::Client::open(format!("redis://{addr}/"))?;
-    let mut con = client.get_connection_with_timeout(TIMEOUT)?;
-    con.set_read_timeout(Some(TIMEOUT))?;
-    let primary: Option<(String, u16)> = redis::cmd("SENTINEL")
-        .arg("get-master-addr-by-name")
-        .arg(master)
-        .query(&mut con)?;
-    let Some((host, port)) = primary else {
-        return Err(redis::RedisError::from((
-            redis::ErrorKind::MasterNameNotFoundBySentinel,
-            "it watches no such primary",
-        )));
-    };
-    let replicas: Vec<std::collections::HashMap<String, String>> = redis::cmd("SENTINEL")
-        .arg("replicas")
-        .arg(master)
-        .query(&mut con)?;
-    let mut found = vec![Endpoint::new(host, port)];
-    for r in replicas {
-        let (Some(host), Some(port)) = (r.get("ip"), r.get("port").and_then(|p| p.parse().ok()))
-        else {
-            continue;
-        };
-        found.push(Endpoint::new(host.clone(), port));
-    }
-    Ok(found)
-}
 
 /// Before the first write: the lock's nodes answer, hold no key of the
 /// run's prefix (a run of the same seed is there, or was killed and its
@@ -142,8 +27,8 @@ fn ask_sentinel(addr: &str, master: &str) -> redis::RedisResult<Vec<Endpoint>> {
 /// the lock: bad input, not a finding.
 pub async fn preflight(target: &Target, nodes: DataNodes, keys: &Keys) -> Result<()> {
     let (target, keys) = (target.clone(), keys.clone());
-    let replicated = matches!(target.kind, crate::target::Kind::Sentinel { .. });
-    let redlock = matches!(target.kind, crate::target::Kind::Redlock);
+    let replicated = matches!(target.kind, Kind::Sentinel { .. });
+    let redlock = matches!(target.kind, Kind::Redlock);
     tokio::task::spawn_blocking(move || {
         let mut servers: Vec<(String, String)> = Vec::new();
         for (i, (node, at)) in nodes.iter().enumerate() {
@@ -152,7 +37,7 @@ pub async fn preflight(target: &Target, nodes: DataNodes, keys: &Keys) -> Result
                 .map_err(|e| usage(format!("does not answer: {e}")))?;
             let role = role(&mut con).map_err(|e| usage(format!("refused ROLE: {e}")))?;
             if i == 0 || !replicated {
-                crate::audit::rules::writable(&role)
+                role.writable()
                     .map_err(|why| usage(format!("is {why}: give a primary")))?;
             }
             let found = scan(&mut con, &keys)
@@ -185,10 +70,7 @@ pub async fn preflight(target: &Target, nodes: DataNodes, keys: &Keys) -> Result
         Ok(())
     })
     .await
-    .map_err(|e| Error::Io {
-        context: "checking the target".into(),
-        source: std::io::Error::other(e),
-    })?
+    .map_err(|e| crate::joined("checking the target", e))?
 }
 
 /// Whether a key of the run is in the target's database on one of its
@@ -255,55 +137,9 @@ fn probe(con: &mut redis::Connection, keys: &Keys) -> redis::RedisResult<()> {
 /// between its two commands.
 const PROBE_TTL_MS: u64 = 5_000;
 
-/// The server's `run_id` (`INFO server`): one per `redis-server` process.
-pub fn run_id(con: &mut redis::Connection) -> redis::RedisResult<String> {
-    let info: String = redis::cmd("INFO").arg("server").query(con)?;
-    Ok(info
-        .lines()
-        .find_map(|l| l.strip_prefix("run_id:"))
-        .unwrap_or_default()
-        .trim()
-        .to_string())
-}
-
-/// The node's `ROLE`, read as the audit reads it.
-fn role(con: &mut redis::Connection) -> redis::RedisResult<crate::audit::facts::Role> {
-    let reply: redis::Value = redis::cmd("ROLE").query(con)?;
-    Ok(
-        crate::audit::gather::parse_role(&reply).unwrap_or(crate::audit::facts::Role::Other {
-            name: "unreadable".into(),
-        }),
-    )
-}
-
-/// A blocking connection to one of a deployment's nodes as the run reaches
-/// it (a TLS target through its bridge), logged in with the password from
-/// the environment ([`Target::password`]); `timeout` bounds the connect and
-/// each answer. An error never carries the password: the URL holding it
-/// stays here. The one way lockstorm's harness talks to a user's node.
-pub fn connect(
-    target: &Target,
-    at: &Endpoint,
-    timeout: Duration,
-) -> std::result::Result<redis::Connection, String> {
-    let password = Target::password();
-    let hide = |e: redis::RedisError| {
-        let text = e.to_string();
-        match password.as_deref() {
-            Some(p) if !p.is_empty() => text.replace(p, "***"),
-            _ => text,
-        }
-    };
-    let client = redis::Client::open(target.url_for(at, password.as_deref())).map_err(hide)?;
-    let con = client.get_connection_with_timeout(timeout).map_err(hide)?;
-    con.set_read_timeout(Some(timeout)).map_err(hide)?;
-    con.set_write_timeout(Some(timeout)).map_err(hide)?;
-    Ok(con)
-}
-
 /// Removes the run's keys from one node if it is a primary: how many went.
 fn unlink_prefix(con: &mut redis::Connection, keys: &Keys) -> redis::RedisResult<usize> {
-    if crate::audit::rules::writable(&role(con)?).is_err() {
+    if role(con)?.writable().is_err() {
         return Ok(0);
     }
     let found = scan(con, keys)?;
