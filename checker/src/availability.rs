@@ -160,7 +160,7 @@ fn median(values: &[u64]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::Hist;
+    use crate::history::build::Hist;
 
     const S: u64 = 1_000_000_000;
     const MS: u64 = 1_000_000;

@@ -193,7 +193,7 @@ impl BoundsCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::Hist;
+    use crate::history::build::Hist;
 
     fn run(h: &Hist) -> Bounds {
         crate::feed::feed::<BoundsCheck>(&h.build()).bounds

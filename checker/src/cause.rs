@@ -263,8 +263,8 @@ pub fn attribute(name: &str, anomaly: &mut Anomaly, faults: &Causes, incidents: 
 mod tests {
     use super::*;
     use crate::finding::Witness;
+    use crate::history::build::Hist;
     use crate::history::{OpType, Process};
-    use crate::testing::Hist;
     use serde_json::json;
 
     const S: u64 = 1_000_000_000;

@@ -5,8 +5,8 @@
 
 use crate::feed::{Pairing, Reorder};
 use crate::finding::{Anomaly, Finding, Validity};
+use crate::history::read_jsonl;
 use crate::history::{self, Event, History};
-use crate::jsonl::read_jsonl;
 use crate::pass::{OnePass, PassFindings};
 use crate::registry::{CheckerEntry, Fed, CHECKERS};
 use crate::settings::Settings;
@@ -243,8 +243,8 @@ fn unmatched_note(pairing: &Pairing) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::build::Hist;
     use crate::settings::Promise;
-    use crate::testing::Hist;
     use crate::{anomaly, counter, deadlock, fence, mutex};
     use serde_json::json;
 

@@ -328,7 +328,7 @@ impl ValueSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::Hist;
+    use crate::history::build::Hist;
 
     fn run(h: &Hist) -> CounterOutcome {
         crate::feed::feed::<Counter>(&h.build()).finish()

@@ -91,7 +91,7 @@ impl Crashes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::Hist;
+    use crate::history::build::Hist;
 
     fn crashes(h: &Hist) -> (CheckerReport, Vec<String>) {
         crate::feed::feed::<Crashes>(&h.build()).finish()

@@ -256,8 +256,8 @@ fn secs(ns: u64) -> f64 {
 mod tests {
     use super::*;
     use crate::feed::Pairing;
+    use crate::history::build::Hist;
     use crate::settings::Promise;
-    use crate::testing::Hist;
     use std::time::Duration;
 
     const S: u64 = 1_000_000_000;

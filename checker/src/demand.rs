@@ -91,7 +91,7 @@ impl Demand {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::Hist;
+    use crate::history::build::Hist;
 
     #[test]
     fn a_fault_is_active_from_its_start_to_its_stop() {

@@ -124,7 +124,7 @@ impl ExposureCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::Hist;
+    use crate::history::build::Hist;
 
     fn exposure(h: &Hist) -> Exposure {
         crate::feed::feed::<ExposureCheck>(&h.build()).finish()

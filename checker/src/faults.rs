@@ -65,7 +65,7 @@ impl Faults {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::Hist;
+    use crate::history::build::Hist;
     use serde_json::json;
 
     fn faults(h: &Hist) -> (CheckerReport, Vec<String>) {

@@ -255,7 +255,7 @@ mod tests {
                 self.0.push(invoke.map(|i| i.index));
             }
         }
-        let mut h = crate::testing::Hist::new();
+        let mut h = crate::history::build::Hist::new();
         h.invoke(1, "read");
         h.invoke(2, "write").value(1);
         h.ok(1, "read").value(0);

@@ -95,7 +95,7 @@ fn higher(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::Hist;
+    use crate::history::build::Hist;
 
     fn run(h: &Hist) -> Vec<Vec<u64>> {
         crate::feed::feed::<Fences>(&h.build()).stale.examples

@@ -111,7 +111,7 @@ pub fn holds(history: &History) -> Vec<Hold> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::Hist;
+    use crate::history::build::Hist;
 
     #[test]
     fn a_hold_runs_from_acquire_ok_to_release_invoke() {

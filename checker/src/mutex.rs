@@ -517,8 +517,8 @@ impl Mutex {
 mod tests {
     use super::*;
     use crate::feed::feed;
+    use crate::history::build::Hist;
     use crate::history::ATTEMPT_SENT;
-    use crate::testing::Hist;
 
     fn run(h: &Hist) -> (Anomaly, Anomaly, Anomaly) {
         let mut m: Mutex = feed(&h.build());

@@ -277,7 +277,7 @@ impl Keys {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::Hist;
+    use crate::history::build::Hist;
 
     fn keys(h: &Hist) -> Keys {
         let mut keys = Keys::default();

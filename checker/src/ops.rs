@@ -119,7 +119,7 @@ impl Pairs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::Hist;
+    use crate::history::build::Hist;
 
     #[test]
     fn pairs_each_process_own_ops_even_when_interleaved() {

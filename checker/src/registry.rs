@@ -201,7 +201,7 @@ pub(crate) fn entry(name: &str) -> Option<&'static CheckerEntry> {
 }
 
 /// The registry's description of the anomaly called `name`.
-pub(crate) fn anomaly_kind(name: &str) -> Option<&'static AnomalyKind> {
+pub fn anomaly_kind(name: &str) -> Option<&'static AnomalyKind> {
     CHECKERS
         .iter()
         .flat_map(|c| c.anomalies)

@@ -215,8 +215,8 @@ pub fn median(mut values: Vec<f64>) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::build::Hist;
     use crate::history::History;
-    use crate::testing::Hist;
 
     fn stats(h: &History) -> Stats {
         crate::feed::feed::<StatsCheck>(h).finish()

@@ -176,7 +176,7 @@ impl Placement {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::Hist;
+    use crate::history::build::Hist;
     use serde_json::json;
 
     fn misplaced(h: &Hist) -> Vec<String> {

@@ -9,12 +9,13 @@ use crate::error::{Error, Result};
 use crate::matrix::MatrixArgs;
 use crate::options::{ClientChoice, Output, RunOptions, RunPlan};
 use crate::{check, exit, logging, matrix, run};
-use checker::{Explanation, Promise, Validity};
+use checker::{Promise, Validity};
 use clap::{Parser, Subcommand};
 use std::io::{ErrorKind, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use store::summary;
+use story::Explanation;
 use workloads::WorkerSpec;
 
 #[derive(Parser, Debug)]
@@ -461,7 +462,7 @@ fn explain_command(args: ExplainArgs) -> Result<Validity> {
     let each = args.all || args.kind.is_some() || args.json;
     let mut told: Vec<(Explanation, usize)> = match each {
         true => told.into_iter().map(|e| (e, 0)).collect(),
-        false => checker::digest(told, promise),
+        false => story::digest(told, promise),
     };
     if let Some(n) = args.anomaly {
         told.truncate(n);

@@ -5,9 +5,10 @@
 use crate::check::{self, Format};
 use crate::error::{Error, Result};
 use crate::record::RunRecord;
-use checker::{Explanation, History, Known, Results};
+use checker::{History, Results};
 use std::path::Path;
 use store::{StoredRun, HISTORY};
+use story::{Explanation, Known};
 
 /// What the run knew that its history does not say.
 pub fn known(record: &RunRecord) -> Known {
@@ -50,7 +51,7 @@ pub fn told(dir: &Path, results: &Results, record: &RunRecord) -> Result<Vec<Exp
         .map_err(|e| e.to_string())
         .and_then(|f| History::from_jsonl(std::io::BufReader::new(f)).map_err(|e| e.to_string()))
         .map_err(|message| Error::BadInput { path, message })?;
-    Ok(checker::explain(&history, results, known(record)))
+    Ok(story::explain(&history, results, known(record)))
 }
 
 /// The chain of the most harmful anomaly that breaks the promise (as
@@ -61,8 +62,8 @@ pub fn first_breach(
     results: &Results,
     record: &RunRecord,
 ) -> Option<Explanation> {
-    let all = checker::explain(history, results, known(record));
-    let digest = checker::digest(all, results.promise);
+    let all = story::explain(history, results, known(record));
+    let digest = story::digest(all, results.promise);
     let mut breaches = digest.into_iter().map(|(e, _)| e);
     breaches.find(|e| results.promise.counts(&e.anomaly))
 }

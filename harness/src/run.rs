@@ -29,7 +29,7 @@ pub struct RunOutcome {
     pub results: Results,
     /// An invalid run's first breach, told (`None` for a run that broke no
     /// promise, or one read back from its folder).
-    pub first_breach: Option<checker::Explanation>,
+    pub first_breach: Option<story::Explanation>,
 }
 
 /// Runs one test. Every process it starts is gone when it returns, on every

@@ -1,6 +1,6 @@
 use super::*;
+use crate::history::build::Hist;
 use crate::history::{f, Process};
-use crate::testing::Hist;
 use proptest::prelude::*;
 use std::time::Instant;
 
@@ -36,7 +36,7 @@ fn two_overlapping_ok_acquires_are_invalid() {
     assert_eq!(out.valid, Validity::False, "{out:?}");
     assert_eq!(out.witness, vec![1, 3]);
     // When the later of the two happened.
-    assert_eq!(out.witness_time, Some(3 * crate::testing::STEP));
+    assert_eq!(out.witness_time, Some(3 * crate::history::build::STEP));
     assert!(out.reason.is_some());
 }
 

@@ -6,8 +6,9 @@
 use super::shared::{end_time, secs, Setup};
 use super::timeline::{slice, svg_height, FOOTER_PX, PLOT_LEFT, WIDTH};
 use crate::html::esc;
-use checker::{Explanation, History, Known, Results};
+use checker::{History, Results};
 use std::fmt::Write;
+use story::{Explanation, Known};
 
 /// How wide a slice is drawn on the page (px): a few seconds of a long run
 /// are magnified up to [`MAX_ZOOM`] times, never shrunk.
@@ -34,7 +35,7 @@ pub fn explain_page(
             .lease
             .map(|l| l.as_nanos().try_into().unwrap_or(u64::MAX)),
     };
-    let told = checker::explain(history, results, known);
+    let told = story::explain(history, results, known);
     if told.is_empty() {
         return None;
     }
@@ -48,7 +49,7 @@ pub fn explain_page(
     let end = secs(end_time(history));
     let height = f64::from(svg_height(history, results, setup));
     // Worst first, as the contents list them.
-    let order = checker::digest(told.clone(), results.promise);
+    let order = story::digest(told.clone(), results.promise);
     for (kind, _) in &order {
         for e in told.iter().filter(|e| e.anomaly == kind.anomaly) {
             section(&mut o, e, end, height);
@@ -73,7 +74,7 @@ fn header(o: &mut String, heading: &str, results: &Results, examples: usize) {
 /// Each kind, worst first (as `lockstorm explain` orders them), with a link
 /// to each of its examples.
 fn contents(o: &mut String, told: &[Explanation], results: &Results) {
-    let kinds = checker::digest(told.to_vec(), results.promise);
+    let kinds = story::digest(told.to_vec(), results.promise);
     o.push_str("<nav><h2>Contents</h2>\n<ul>\n");
     for (first, _) in &kinds {
         let links: Vec<String> = told

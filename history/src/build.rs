@@ -1,10 +1,11 @@
-//! A compact history builder so tests read like histories.
+//! A compact history builder so tests read like histories (the checkers' and
+//! the story's).
 //!
 //! Each event gets the next `index` and a time `STEP` ns after the previous
 //! one; `.time(t)` overrides one event's time without moving the clock, and
 //! `sleep` moves the clock.
 
-use crate::history::{Event, History, OpType, Process};
+use crate::{Event, History, OpType, Process};
 
 pub const STEP: u64 = 10;
 
@@ -114,13 +115,13 @@ impl Hist {
     /// The harness saw client `p` die; `.token(t)` for the lock it held.
     pub fn crash(&mut self, p: u64) -> At<'_> {
         let value = serde_json::json!({ "process": p });
-        self.push("harness", OpType::Info, crate::history::f::CRASH)
+        self.push("harness", OpType::Info, crate::f::CRASH)
             .value(value)
     }
     /// The harness saw node `node` die by itself at `time`.
     pub fn push_crash_of_node(&mut self, node: &str, time: u64) {
         let value = serde_json::json!({ "node": node });
-        self.push("harness", OpType::Info, crate::history::f::CRASH)
+        self.push("harness", OpType::Info, crate::f::CRASH)
             .value(value)
             .time(time)
             .0

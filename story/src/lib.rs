@@ -4,12 +4,12 @@
 //! it next, and what the stale holder did then.
 //!
 //! Pure, like every checker: a history, the results checked from it, and
-//! what the run knew that the history does not say ([`Known`]).
+//! what the run knew that the history does not say ([`Known`]). A crate of
+//! its own beside `checker`: the checkers decide, this tells; it reads only
+//! what they give back.
 
-use crate::finding::Anomaly;
-use crate::history::{f, fault, key, Event, History, OpType, Process};
-use crate::verdict::Results;
-use crate::{anomaly, registry};
+use checker::history::{f, fault, key, Event, History, OpType, Process};
+use checker::{anomalies, anomaly, anomaly_kind, Anomaly, Breaks, Results};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::fmt;
@@ -101,7 +101,7 @@ pub fn explain(history: &History, results: &Results, known: Known) -> Vec<Explan
     let mut story = Story::new(history, known);
     story.acknowledged = results.counter().map(|c| c.acknowledged);
     let mut told = Vec::new();
-    for kind in registry::anomalies() {
+    for kind in anomalies() {
         let Some(a) = results.anomalies.get(kind.name) else {
             continue;
         };
@@ -120,13 +120,13 @@ pub fn explain(history: &History, results: &Results, known: Known) -> Vec<Explan
 /// before progress, then the registry's order. A kind's chain is its first
 /// with more than one step (a final read's shortfall alone tells little),
 /// else its first.
-pub fn digest(told: Vec<Explanation>, promise: crate::Promise) -> Vec<(Explanation, usize)> {
+pub fn digest(told: Vec<Explanation>, promise: checker::Promise) -> Vec<(Explanation, usize)> {
     let harm = |name: &str| {
-        let kind = registry::anomaly_kind(name);
+        let kind = anomaly_kind(name);
         let breaks = kind.map_or(3, |k| match k.breaks {
-            registry::Breaks::Data => 0,
-            registry::Breaks::Exclusion => 1,
-            registry::Breaks::Liveness => 2,
+            Breaks::Data => 0,
+            Breaks::Exclusion => 1,
+            Breaks::Liveness => 2,
         });
         (
             !promise.counts(name),
@@ -228,7 +228,7 @@ impl<'a> Story<'a> {
 
     fn name(&self, p: &Process) -> String {
         match (p, self.known.workers) {
-            (Process::Client(id), Some(w)) if w > 0 => crate::history::worker_name(id % w),
+            (Process::Client(id), Some(w)) if w > 0 => checker::history::worker_name(id % w),
             (Process::Client(id), _) => format!("process {id}"),
             (Process::Named(n), _) => n.clone(),
         }
@@ -511,7 +511,7 @@ impl<'a> Story<'a> {
     fn conclusion(&self, name: &str, w: &[&Event]) -> String {
         let who = |e: &Event| self.name(&e.process);
         let at = |e: &Event| secs(e.time);
-        let meaning = registry::anomaly_kind(name).map_or("", |k| k.harm);
+        let meaning = anomaly_kind(name).map_or("", |k| k.harm);
         match (name, w) {
             (anomaly::LOCK_OVERLAP, [a, b, ..]) => format!(
                 "{} still believed it held the lock (granted at {}, not released) when {} was granted it at {}: two holders at once ({name})",
@@ -693,7 +693,7 @@ impl<'a> Story<'a> {
         let place = e
             .value
             .get(fault::AT)
-            .and_then(|a| a.as_str()?.parse::<crate::Point>().ok())
+            .and_then(|a| a.as_str()?.parse::<checker::Point>().ok())
             .map(|p| format!(" {}", p.place()))
             .unwrap_or_default();
         if let Some(kind) = fault::started(&e.f) {
@@ -872,7 +872,7 @@ impl LeaseFrom {
 /// The value a grant's key holds: the library's own token where it shows
 /// one, else lockstorm's.
 fn key_token(grant: &Event) -> Option<&str> {
-    let client = grant.value.get(crate::history::CLIENT_TOKEN);
+    let client = grant.value.get(checker::history::CLIENT_TOKEN);
     client.and_then(|t| t.as_str()).or(grant.token.as_deref())
 }
 
@@ -922,8 +922,8 @@ fn secs(ns: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::Hist;
-    use crate::{check, Promise};
+    use checker::history::build::Hist;
+    use checker::{check, Promise};
     use serde_json::json;
 
     const S: u64 = 1_000_000_000;

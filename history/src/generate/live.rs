@@ -11,7 +11,7 @@
 //! fitted to the search, so it tests what the search was not tuned on.
 
 use super::{emit, Rng, MS, TTL};
-use crate::history::{error, f, Event, History, OpType, Process};
+use crate::{error, f, Event, History, OpType, Process};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 

@@ -9,7 +9,7 @@
 //! [`live::live_history`] is workers that go on under the same process id
 //! after a lost reply, with expiries and crashes mid-hold.
 
-use crate::history::{error, f, Event, History, OpType, Process, ATTEMPT_SENT};
+use crate::{error, f, Event, History, OpType, Process, ATTEMPT_SENT};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 

@@ -9,7 +9,7 @@
 //! repeated keys, a missing field) gives `None`, and the caller parses the
 //! line with serde, which also gives the error a bad line deserves.
 
-use crate::history::{Event, OpType, Process};
+use crate::{Event, OpType, Process};
 use serde_json::Value;
 
 /// The event on `line` (its newline may follow), if it has the common shape.

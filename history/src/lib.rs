@@ -1,7 +1,19 @@
 //! The history model: one [`Event`] per line of `history.jsonl` (docs/formats.md
-//! shows the format; ARCHITECTURE.md, "The history").
-//!
-//! Everything here is plain data so a stored run can be re-checked later.
+//! shows the format; ARCHITECTURE.md, "The history"), as Jepsen keeps its
+//! history apart from its checkers. Everything here is plain data so a
+//! stored run can be re-checked later; besides it, histories other tools
+//! wrote ([`edn`], Jepsen's and Knossos' EDN), histories generated from a
+//! seed ([`generate`]) and a compact builder for tests ([`build`]).
+
+#![forbid(unsafe_code)]
+
+pub mod build;
+pub mod edn;
+pub mod generate;
+mod jsonl;
+mod scan;
+
+pub use jsonl::read_jsonl;
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

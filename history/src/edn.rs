@@ -37,7 +37,7 @@
 //! Unlike [`History::from_jsonl`], a cut-off EDN file is an error (naming the
 //! line where the unfinished op starts), not a silently truncated history.
 
-use crate::history::{Event, History, OpType, ParseError, Process};
+use crate::{Event, History, OpType, ParseError, Process};
 use serde_json::{Map, Number, Value};
 use std::io::BufRead;
 
@@ -51,7 +51,7 @@ const MAX_DEPTH: usize = 200;
 /// which), or [`ParseError::Io`]. Never panics on malformed input.
 pub fn from_edn(mut reader: impl BufRead) -> Result<History, ParseError> {
     let (mut bytes, mut line, mut n) = (Vec::new(), Vec::new(), 0);
-    while crate::history::next_line(&mut reader, &mut line, n + 1)? {
+    while crate::next_line(&mut reader, &mut line, n + 1)? {
         n += 1;
         bytes.extend_from_slice(&line);
     }

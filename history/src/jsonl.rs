@@ -3,7 +3,7 @@
 //! takes [`scan`](crate::scan)'s fast path when it has the shape the
 //! harness writes, serde's otherwise.
 
-use crate::history::{next_line, Event, History, ParseError};
+use crate::{next_line, Event, History, ParseError};
 use std::io::BufRead;
 
 impl History {
