@@ -1197,6 +1197,10 @@ fn in_proxy(config: Config, p: &dyn Package) -> bool {
 }
 
 #[cfg(test)]
+#[path = "options_defaults.rs"]
+pub(crate) mod defaults_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

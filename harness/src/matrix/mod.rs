@@ -518,6 +518,29 @@ mod tests {
         assert_eq!(brief(&r), "INVALID (lock-overlap 12)");
     }
 
+    /// What each run of `lockstorm matrix` with no options was given
+    /// before its run options had one home: `run`'s defaults, seed 1.
+    #[test]
+    fn a_matrix_with_no_options_gives_each_run_the_defaults_it_always_had() {
+        use crate::options::defaults_tests::{before, parsed, plan_before};
+        let args: MatrixArgs = parsed(&["lockstorm", "matrix"]);
+        let expected = RunOptions {
+            seed: Some(1),
+            ..before()
+        };
+        assert_eq!(
+            options_for(&args, Config::Single, Nemesis::none()),
+            expected
+        );
+        let none = "none".parse().unwrap();
+        let runs = plans(&args, Config::Single, &None, &none).unwrap();
+        let plan = RunPlan {
+            seed: 1,
+            ..plan_before()
+        };
+        assert_eq!(runs, [plan]);
+    }
+
     #[test]
     fn jobs_default_to_five_per_core_and_never_exceed_the_pairs() {
         let cores = std::thread::available_parallelism().unwrap().get();
