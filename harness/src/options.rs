@@ -65,17 +65,20 @@ pub struct Nodes {
 
 impl Default for Nodes {
     fn default() -> Self {
-        Nodes {
-            backend: Backend::Auto,
-            image: None,
-            address_block: None,
-            target: None,
-            fault_cmd: Vec::new(),
-            fault_cmd_wait_ms: 30_000,
-            tls_ca: None,
-            storage_target: None,
-        }
+        clap_defaults()
     }
+}
+
+/// What clap gives a group of options when none is given. Each default is
+/// written once, in its `#[arg]`, and code that builds options without a
+/// command line (the matrix's runs, tests) starts from these, so the two
+/// cannot drift (`options_defaults.rs` pins them).
+fn clap_defaults<T: Args + clap::FromArgMatches>() -> T {
+    let command = T::augment_args(clap::Command::new("defaults"));
+    let matches = command
+        .try_get_matches_from(["defaults"])
+        .expect("no option of a group is required");
+    T::from_arg_matches(&matches).expect("every default parses")
 }
 
 /// Which lock client a command tests instead of the config's own: one home
@@ -112,9 +115,7 @@ pub const RESULTS: &str = "results";
 
 impl Default for Output {
     fn default() -> Self {
-        Output {
-            results: PathBuf::from(RESULTS),
-        }
+        clap_defaults()
     }
 }
 
@@ -123,17 +124,13 @@ impl Default for Output {
 #[derive(Clone, Copy, Debug, PartialEq, Args)]
 pub struct Timing {
     /// Seconds each run's workers run.
-    #[arg(long, default_value_t = TIME_LIMIT_S)]
+    #[arg(long, default_value_t = 30)]
     pub time_limit: u64,
 }
 
-const TIME_LIMIT_S: u64 = 30;
-
 impl Default for Timing {
     fn default() -> Self {
-        Timing {
-            time_limit: TIME_LIMIT_S,
-        }
+        clap_defaults()
     }
 }
 
@@ -468,9 +465,10 @@ fn parse_schedule(s: &str) -> Result<ScheduleText, String> {
     s.parse()
 }
 
+/// `lockstorm run` with no options.
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions::new(Config::Single, Nemesis::none())
+        clap_defaults()
     }
 }
 
@@ -491,36 +489,8 @@ impl RunOptions {
     pub fn new(config: Config, nemesis: Nemesis) -> Self {
         RunOptions {
             config,
-            client: ClientChoice::default(),
             nemesis,
-            at: None,
-            timing: Timing::default(),
-            workers: 5,
-            ttl_ms: None,
-            work_ms: None,
-            seed: None,
-            nodes: Nodes::default(),
-            output: Output::default(),
-            pause_ms: None,
-            node_pause_ms: None,
-            restart_ms: 300,
-            persistence: Persistence::None,
-            storage: None,
-            postgres_settings: Vec::new(),
-            storage_cmd: None,
-            wait_replicas: 0,
-            targets: Targets::Majority,
-            clock_jump_ms: None,
-            holder_skew_ms: 0,
-            fault_ms: None,
-            down_after_ms: 1000,
-            failover_timeout_ms: 5000,
-            nemesis_interval_ms: None,
-            no_validity_check: false,
-            acquire_timeout_ms: None,
-            op_timeout_ms: 500,
-            latency_ms: None,
-            schedule: None,
+            ..RunOptions::default()
         }
     }
 
