@@ -134,6 +134,31 @@ impl Default for Timing {
     }
 }
 
+/// The run options a matrix gives each of its runs as `run` takes them:
+/// one definition for both commands, so a matrix's runs are the runs `run`
+/// would make (beside [`Timing`], [`Output`] and [`Nodes`], which they
+/// share too). `--seed` is each command's own: a run's is random unless
+/// given, a matrix's (1) is its first run's.
+#[derive(Clone, Debug, PartialEq, Args)]
+pub struct Shared {
+    /// Where the shared counter lives: redis (a node of its own) or postgres
+    /// (a PostgreSQL server the run starts; fenced reads and writes are
+    /// conditional statements) [default: redis; postgres for the pg-*
+    /// configs, whose lock is PostgreSQL's].
+    #[arg(long, value_parser = parse_storage)]
+    pub storage: Option<StorageKind>,
+    #[arg(long, default_value = "majority", value_parser = parse_targets, help = help::targets())]
+    pub targets: Targets,
+    #[arg(long, help = help::nemesis_interval_ms())]
+    pub nemesis_interval_ms: Option<u64>,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        clap_defaults()
+    }
+}
+
 /// One run's options as the user gave them: `None` where a default depends
 /// on other options. [`RunOptions::resolve`] turns them into a [`RunPlan`].
 #[derive(Clone, Debug, PartialEq, Args)]
@@ -176,12 +201,8 @@ pub struct RunOptions {
     /// What lock nodes keep across a restart.
     #[arg(long, value_enum, default_value = "none")]
     pub persistence: Persistence,
-    /// Where the shared counter lives: redis (a node of its own) or postgres
-    /// (a PostgreSQL server the run starts; fenced reads and writes are
-    /// conditional statements) [default: redis; postgres for the pg-*
-    /// configs, whose lock is PostgreSQL's].
-    #[arg(long, value_parser = parse_storage)]
-    pub storage: Option<StorageKind>,
+    #[command(flatten)]
+    pub shared: Shared,
     /// A setting for the run's PostgreSQL server, NAME=VALUE as
     /// `postgres -c` takes it (idle_session_timeout=500 ends a session idle
     /// that long); repeatable.
@@ -198,8 +219,6 @@ pub struct RunOptions {
     /// replicated: after acquiring, WAIT for this many replicas, else give the lock back.
     #[arg(long, default_value_t = 0)]
     pub wait_replicas: u32,
-    #[arg(long, default_value = "majority", value_parser = parse_targets, help = help::targets())]
-    pub targets: Targets,
     /// How far `clock` jumps node wall clocks (negative: back) [default: 2 × TTL].
     #[arg(long, allow_negative_numbers = true)]
     pub clock_jump_ms: Option<i64>,
@@ -216,8 +235,6 @@ pub struct RunOptions {
     /// replicated: Sentinel's failover-timeout.
     #[arg(long, default_value_t = 5000)]
     pub failover_timeout_ms: u64,
-    #[arg(long, help = help::nemesis_interval_ms())]
-    pub nemesis_interval_ms: Option<u64>,
     /// Workers write even when their own clock says the lease has expired.
     #[arg(long)]
     pub no_validity_check: bool,
@@ -556,6 +573,7 @@ impl RunOptions {
         let storage_target = self.storage_target()?;
         let storage = self.storage()?;
         let interval = self
+            .shared
             .nemesis_interval_ms
             .unwrap_or(ttl.clamp(MIN_DEFAULT_INTERVAL_MS, MAX_DEFAULT_INTERVAL_MS));
         let ms = Duration::from_millis;
@@ -580,7 +598,7 @@ impl RunOptions {
             postgres_settings: self.postgres_settings.clone(),
             storage_cmd: self.storage_cmd.clone(),
             wait_replicas: self.wait_replicas,
-            targets: self.targets,
+            targets: self.shared.targets,
             clock_jump_ms: self.clock_jump_ms.unwrap_or(2 * ttl as i64),
             holder_skew_ms: self.holder_skew_ms,
             fault: ms(self.fault_ms.unwrap_or(ttl)),
@@ -626,7 +644,7 @@ impl RunOptions {
     /// `--storage`, resolved: PostgreSQL's locks need PostgreSQL, and the
     /// fault proxy speaks only Redis's protocol.
     fn storage(&self) -> Result<StorageKind, Refusal> {
-        let storage = match (self.config.storage(), self.storage) {
+        let storage = match (self.config.storage(), self.shared.storage) {
             (Some(needed), Some(given)) if needed != given => {
                 return Err(Refusal::Inapplicable(format!(
                     "--config {} locks with {needed}, so its counter lives there: drop --storage {given}",
@@ -810,7 +828,8 @@ impl RunOptions {
     /// Every fault the nemesis names explicitly must act on this config
     /// (`all` offers every fault, and schedules those that apply).
     fn check_faults_apply(&self) -> Result<(), Refusal> {
-        if self.targets == Targets::Storage && self.nemesis.any(|p| !p.can_target_storage()) {
+        if self.shared.targets == Targets::Storage && self.nemesis.any(|p| !p.can_target_storage())
+        {
             return Err(Refusal::Inapplicable(format!(
                 "--targets storage aims kill and pause-node at the storage node, and --nemesis {} has other faults: run those without --targets storage",
                 self.nemesis
@@ -822,7 +841,7 @@ impl RunOptions {
         let commands: Vec<String> = self.fault_commands()?.into_keys().collect();
         let shape = shape(
             self.config,
-            self.targets,
+            self.shared.targets,
             self.nodes.target.is_none(),
             &commands,
         );
@@ -874,7 +893,7 @@ impl RunOptions {
             ),
             (
                 "--nemesis-interval-ms",
-                given(self.nemesis_interval_ms),
+                given(self.shared.nemesis_interval_ms),
                 1,
                 MAX_MS,
                 "ms",
@@ -1194,7 +1213,7 @@ mod tests {
     #[test]
     fn a_storage_cmd_is_kept_and_refused_beside_another_home_for_the_counter() {
         let mut o = RunOptions::new(Config::Fenced, Nemesis::none());
-        o.storage = Some(StorageKind::Postgres);
+        o.shared.storage = Some(StorageKind::Postgres);
         o.storage_cmd = Some(StorageCmd::parse("python3  storage.py --fast").unwrap());
         let plan = o.clone().resolve().unwrap();
         let argv = plan.storage_cmd.as_ref().map(|c| c.0.clone());
@@ -1210,7 +1229,7 @@ mod tests {
             .get("storage_cmd")
             .is_none());
         let mut target = o.clone();
-        target.storage = None;
+        target.shared.storage = None;
         target.nodes.target = Some("redis://127.0.0.1:1".into());
         target.nodes.storage_target = Some("redis://127.0.0.1:2".into());
         let Err(Refusal::Invalid(why)) = target.resolve() else {
@@ -1421,7 +1440,7 @@ mod plan_tests {
             short.clone().resolve().unwrap().nemesis_interval,
             Duration::from_millis(1_000)
         );
-        short.nemesis_interval_ms = Some(200);
+        short.shared.nemesis_interval_ms = Some(200);
         assert_eq!(
             short.resolve().unwrap().nemesis_interval,
             Duration::from_millis(200),
@@ -1431,7 +1450,7 @@ mod plan_tests {
         // 5 s (5 to 3 with seed 1).
         let pauses = |interval_ms| {
             let mut o = RunOptions::new(Config::Single, "pause".parse().unwrap());
-            (o.seed, o.nemesis_interval_ms) = (Some(1), interval_ms);
+            (o.seed, o.shared.nemesis_interval_ms) = (Some(1), interval_ms);
             o.resolve().unwrap().schedule().len()
         };
         assert!(
