@@ -32,6 +32,7 @@ pub mod shrink;
 pub mod target;
 mod tls_bridge;
 pub mod topology;
+mod ttl;
 mod workers;
 
 pub use error::{Error, Result};

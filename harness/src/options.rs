@@ -177,7 +177,7 @@ pub struct RunOptions {
     /// Worker processes contending for the lock.
     #[arg(long, default_value_t = 5)]
     pub workers: u64,
-    #[arg(long, help = help::ttl_ms())]
+    #[arg(long, value_name = "MS", help = crate::ttl::run_help())]
     pub ttl_ms: Option<u64>,
     #[arg(long, help = help::work_ms())]
     pub work_ms: Option<u64>,
@@ -545,15 +545,15 @@ impl RunOptions {
         // Kills and failovers only lose a lock whose holder is still in its
         // critical section when the lock is granted again.
         let slow = self.nemesis.any(|p| p.slow());
-        let ttl = self.ttl_ms.unwrap_or(if slow { 6_000 } else { 2_000 });
+        let ttl = self.ttl_ms.unwrap_or(crate::ttl::run_default(slow));
         // Work follows the lease, so a given TTL never leaves every hold
         // outliving its lease before any fault: two thirds of it when the
         // faults are slow (the holder is still working when a fault strikes),
-        // 200 ms (at most half the lease) otherwise.
+        // WORK_MS (at most half the lease) otherwise.
         let work = self.work_ms.unwrap_or(if slow {
             ttl * 2 / 3
         } else {
-            (ttl / 2).min(200)
+            (ttl / 2).min(WORK_MS)
         });
         // A paused primary must stay down long enough for Sentinel to act.
         let node_pause = match replicated {
@@ -1135,8 +1135,10 @@ const MAX_MS: u64 = 3_600_000;
 /// The longest run: a day.
 const MAX_TIME_LIMIT_S: u64 = 86_400;
 /// The default quiet between faults follows the TTL within these bounds.
-const MIN_DEFAULT_INTERVAL_MS: u64 = 1_000;
-const MAX_DEFAULT_INTERVAL_MS: u64 = 5_000;
+pub(crate) const MIN_DEFAULT_INTERVAL_MS: u64 = 1_000;
+pub(crate) const MAX_DEFAULT_INTERVAL_MS: u64 = 5_000;
+/// A holder's work when the faults are fast, unless half the TTL is less.
+pub(crate) const WORK_MS: u64 = 200;
 
 fn out_of_range(name: &str, value: u64, lo: u64, hi: u64, unit: &str) -> Refusal {
     Refusal::Invalid(format!(
