@@ -5,18 +5,9 @@
 //! config, fault, point or client appears in `--help` without editing prose.
 
 use checker::Point;
-use nemesis::{Action, At, Fault, Nemesis, Package, Targets};
+use nemesis::{or_list, Action, At, Fault, Nemesis, Package, Targets};
 use workloads::install::{self, Shipped};
 use workloads::Config;
-
-/// `a, b or c`.
-fn or_list(names: &[&str]) -> String {
-    match names {
-        [] => String::new(),
-        [one] => one.to_string(),
-        [rest @ .., last] => format!("{} or {last}", rest.join(", ")),
-    }
-}
 
 fn configs_where(pick: impl Fn(Config) -> bool) -> String {
     let names: Vec<&str> = Config::ALL
@@ -116,7 +107,7 @@ pub fn nemeses() -> String {
          and listed",
         scenarios(),
         Fault::ALL.map(Fault::name).join(", "),
-        or_list(&faults_where(|p| p.strikes())),
+        Fault::striking_names(),
         points(),
         At::default_point()
     )
@@ -132,7 +123,7 @@ pub fn at() -> String {
     format!(
         "Where {} strikes a worker: {}, or random (one per strike, seeded) [default: {}, \
          after the holder's last lease check, right before its write]",
-        or_list(&faults_where(|p| p.strikes())),
+        Fault::striking_names(),
         points(),
         At::default_point()
     )

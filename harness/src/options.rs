@@ -9,7 +9,9 @@ use crate::schedule_text::ScheduleText;
 use backend::node::Persistence;
 use backend::Backend;
 use clap::Args;
-use nemesis::{Aimed, At, FaultParams, Nemesis, Package, ScheduleSpec, Shape, Step, Targets};
+use nemesis::{
+    Aimed, At, Fault, FaultParams, Nemesis, Package, ScheduleSpec, Shape, Step, Targets,
+};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -521,8 +523,9 @@ impl RunOptions {
         self.check_faults_apply()?;
         if self.at.is_some() && !self.nemesis.any(|p| p.strikes()) {
             return Err(Refusal::Invalid(format!(
-                "--at places a fault that strikes a worker, and --nemesis {} has none: add pause, crash, delay or lose-reply, or drop --at",
-                self.nemesis
+                "--at places a fault that strikes a worker, and --nemesis {} has none: add {}, or drop --at",
+                self.nemesis,
+                Fault::striking_names()
             )));
         }
         if self.nodes.backend == Backend::Local && self.nodes.image.is_some() {
@@ -1247,6 +1250,19 @@ mod tests {
         assert!(StorageCmd::parse("  ")
             .unwrap_err()
             .contains("--storage-cmd is empty"));
+    }
+
+    #[test]
+    fn at_without_a_striking_fault_names_every_fault_that_strikes() {
+        let mut o = RunOptions::new(Config::Single, "kill".parse().unwrap());
+        o.at = Some("read".parse().unwrap());
+        let Err(Refusal::Invalid(why)) = o.resolve() else {
+            panic!("--at with kill was accepted");
+        };
+        assert!(
+            why.contains("add pause, crash, delay, lose-reply or terminate-session, or drop --at"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -110,7 +110,7 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
         .collect();
     let configs = parse_list(&args.configs, &all, |s| s.parse::<Config>())?;
     // `all` is what `Nemesis::each` lists; `+` joins one nemesis's faults,
-    // `@` names where a pause or crash strikes.
+    // `@` names where a striking fault (`Fault::striking`) strikes.
     let each: Vec<String> = Nemesis::each().iter().map(|n| n.to_string()).collect();
     let nemeses = parse_list(&args.nemeses, &each, |s| s.parse::<Aimed>())?;
     let shipped: Vec<String> = SHIPPED.iter().map(|s| s.name.to_string()).collect();
