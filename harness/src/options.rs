@@ -403,7 +403,9 @@ pub struct RunPlan {
     /// Fault name → the user's command for it (`--fault-cmd`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub fault_commands: std::collections::BTreeMap<String, String>,
-    #[serde(default, rename = "fault_cmd_wait_ms", with = "millis")]
+    /// Missing from an older run.json: the plan's default, as every field
+    /// (not `Duration`'s zero).
+    #[serde(rename = "fault_cmd_wait_ms", with = "millis")]
     pub fault_cmd_wait: Duration,
     /// `--tls-ca`, as given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1518,5 +1520,11 @@ mod plan_tests {
             (Config::Fenced, Duration::from_millis(2_000))
         );
         assert_eq!(old.nemesis.to_string(), "partition+clock");
+        let defaults = RunPlan {
+            config: Config::Fenced,
+            nemesis: "partition+clock".parse().unwrap(),
+            ..defaults_tests::plan_before()
+        };
+        assert_eq!(old, defaults, "every missing field reads as the default");
     }
 }
