@@ -486,10 +486,12 @@ fn parse_schedule(s: &str) -> Result<ScheduleText, String> {
     s.parse()
 }
 
-/// `lockstorm run` with no options.
+/// `lockstorm run` with no options. Parsed once: every run.json read
+/// starts from the default plan (older ones lack newer fields).
 impl Default for RunOptions {
     fn default() -> Self {
-        clap_defaults()
+        static DEFAULTS: std::sync::OnceLock<RunOptions> = std::sync::OnceLock::new();
+        DEFAULTS.get_or_init(clap_defaults).clone()
     }
 }
 
