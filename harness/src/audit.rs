@@ -10,9 +10,6 @@ use deployment::target::Target;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-/// The lease the timings are held to when `--ttl-ms` is not given.
-pub const DEFAULT_TTL_MS: u64 = 10_000;
-
 #[derive(clap::Args, Debug)]
 pub struct AuditArgs {
     /// The deployment: redis://host:port, sentinel://host:port[,host:port…]/<master>
@@ -20,8 +17,7 @@ pub struct AuditArgs {
     /// LOCKSTORM_REDIS_PASSWORD. Only read-only commands are sent
     #[arg(long)]
     pub target: String,
-    /// The lease your locks take, in ms: timings are held to it [default: 10000]
-    #[arg(long, value_name = "MS")]
+    #[arg(long, value_name = "MS", help = crate::ttl::audit_help())]
     pub ttl_ms: Option<u64>,
     /// PINGs per node for the latency rule
     #[arg(long, default_value_t = 50)]
@@ -68,7 +64,7 @@ pub fn audit(args: &AuditArgs) -> Result<Audited> {
         .map_err(Error::Runtime)?;
     let (reached, _bridges) =
         runtime.block_on(deployment::tls::bridge(&target, args.tls_ca.as_deref()))?;
-    let ttl_ms = args.ttl_ms.unwrap_or(DEFAULT_TTL_MS);
+    let ttl_ms = args.ttl_ms.unwrap_or(crate::ttl::AUDIT_MS);
     if ttl_ms == 0 || !(1..=10_000).contains(&args.pings) {
         return Err(Error::Usage(
             "--ttl-ms must be above 0 and --pings 1 to 10000".into(),
@@ -99,7 +95,10 @@ pub fn audit(args: &AuditArgs) -> Result<Audited> {
     };
     let ttl = match args.ttl_ms {
         Some(ms) => format!("TTL {ms} ms"),
-        None => format!("TTL {DEFAULT_TTL_MS} ms, the default: give yours with --ttl-ms"),
+        None => format!(
+            "TTL {} ms, the default: give yours with --ttl-ms",
+            crate::ttl::AUDIT_MS
+        ),
     };
     let title = format!("lockstorm audit {target} ({}; {ttl})", target.kind_name());
     let json = json.map(|p| p.display().to_string());

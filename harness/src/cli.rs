@@ -138,8 +138,7 @@ fn anomaly_names() -> clap::builder::PossibleValuesParser {
 struct ClientTestArgs {
     #[command(flatten)]
     client: ClientChoice,
-    /// The lease the adapter is given.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, value_name = "MS", default_value_t = crate::ttl::CLIENT_TEST_MS, help = crate::ttl::client_test_help())]
     ttl_ms: u64,
     #[command(flatten)]
     output: Output,

@@ -5,18 +5,9 @@
 //! config, fault, point or client appears in `--help` without editing prose.
 
 use checker::Point;
-use nemesis::{Action, At, Fault, Nemesis, Package, Targets};
+use nemesis::{or_list, Action, At, Fault, Nemesis, Package, Targets};
 use workloads::install::{self, Shipped};
 use workloads::Config;
-
-/// `a, b or c`.
-fn or_list(names: &[&str]) -> String {
-    match names {
-        [] => String::new(),
-        [one] => one.to_string(),
-        [rest @ .., last] => format!("{} or {last}", rest.join(", ")),
-    }
-}
 
 fn configs_where(pick: impl Fn(Config) -> bool) -> String {
     let names: Vec<&str> = Config::ALL
@@ -59,7 +50,7 @@ fn scenarios() -> String {
 }
 
 /// The faults that take seconds to act, which lengthen the default lease.
-fn slow() -> String {
+pub(crate) fn slow() -> String {
     or_list(&faults_where(|p| p.slow()))
 }
 
@@ -116,7 +107,7 @@ pub fn nemeses() -> String {
          and listed",
         scenarios(),
         Fault::ALL.map(Fault::name).join(", "),
-        or_list(&faults_where(|p| p.strikes())),
+        Fault::striking_names(),
         points(),
         At::default_point()
     )
@@ -132,7 +123,7 @@ pub fn at() -> String {
     format!(
         "Where {} strikes a worker: {}, or random (one per strike, seeded) [default: {}, \
          after the holder's last lease check, right before its write]",
-        or_list(&faults_where(|p| p.strikes())),
+        Fault::striking_names(),
         points(),
         At::default_point()
     )
@@ -146,25 +137,23 @@ pub fn targets() -> String {
     )
 }
 
-pub fn ttl_ms() -> String {
-    format!(
-        "Lock lease (TTL) in milliseconds [default: 2000; 6000 with {}]",
-        slow()
-    )
-}
-
 pub fn work_ms() -> String {
     format!(
-        "Time a holder spends between reading and writing the counter [default: 200, at most \
+        "Time a holder spends between reading and writing the counter [default: {}, at most \
          half the TTL; 2/3 of the TTL with {}, so the holder is still working when the lock is \
          granted again]",
+        crate::options::WORK_MS,
         slow()
     )
 }
 
 pub fn nemesis_interval_ms() -> String {
+    use crate::options::{MAX_DEFAULT_INTERVAL_MS as max, MIN_DEFAULT_INTERVAL_MS as min};
+    let (run, slow_run) = (crate::ttl::RUN_MS, crate::ttl::SLOW_RUN_MS);
     format!(
-        "Mean quiet time between faults [default: the TTL, within 1000–5000: 2000; 5000 with {}]",
+        "Mean quiet time between faults [default: the TTL, within {min}–{max}: {}; {} with {}]",
+        run.clamp(min, max),
+        slow_run.clamp(min, max),
         slow()
     )
 }

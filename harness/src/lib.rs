@@ -28,6 +28,7 @@ pub mod schedule_text;
 mod server;
 pub mod shrink;
 pub mod topology;
+mod ttl;
 mod workers;
 
 pub use error::{Error, Result};

@@ -9,7 +9,9 @@ use crate::schedule_text::ScheduleText;
 use backend::node::Persistence;
 use backend::Backend;
 use clap::Args;
-use nemesis::{Aimed, At, FaultParams, Nemesis, Package, ScheduleSpec, Shape, Step, Targets};
+use nemesis::{
+    Aimed, At, Fault, FaultParams, Nemesis, Package, ScheduleSpec, Shape, Step, Targets,
+};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -65,17 +67,20 @@ pub struct Nodes {
 
 impl Default for Nodes {
     fn default() -> Self {
-        Nodes {
-            backend: Backend::Auto,
-            image: None,
-            address_block: None,
-            target: None,
-            fault_cmd: Vec::new(),
-            fault_cmd_wait_ms: 30_000,
-            tls_ca: None,
-            storage_target: None,
-        }
+        clap_defaults()
     }
+}
+
+/// What clap gives a group of options when none is given. Each default is
+/// written once, in its `#[arg]`, and code that builds options without a
+/// command line (the matrix's runs, tests) starts from these, so the two
+/// cannot drift (`options_defaults.rs` pins them).
+fn clap_defaults<T: Args + clap::FromArgMatches>() -> T {
+    let command = T::augment_args(clap::Command::new("defaults"));
+    let matches = command
+        .try_get_matches_from(["defaults"])
+        .expect("no option of a group is required");
+    T::from_arg_matches(&matches).expect("every default parses")
 }
 
 /// Which lock client a command tests instead of the config's own: one home
@@ -112,9 +117,7 @@ pub const RESULTS: &str = "results";
 
 impl Default for Output {
     fn default() -> Self {
-        Output {
-            results: PathBuf::from(RESULTS),
-        }
+        clap_defaults()
     }
 }
 
@@ -123,17 +126,38 @@ impl Default for Output {
 #[derive(Clone, Copy, Debug, PartialEq, Args)]
 pub struct Timing {
     /// Seconds each run's workers run.
-    #[arg(long, default_value_t = TIME_LIMIT_S)]
+    #[arg(long, default_value_t = 30)]
     pub time_limit: u64,
 }
 
-const TIME_LIMIT_S: u64 = 30;
-
 impl Default for Timing {
     fn default() -> Self {
-        Timing {
-            time_limit: TIME_LIMIT_S,
-        }
+        clap_defaults()
+    }
+}
+
+/// The run options a matrix gives each of its runs as `run` takes them:
+/// one definition for both commands, so a matrix's runs are the runs `run`
+/// would make (beside [`Timing`], [`Output`] and [`Nodes`], which they
+/// share too). `--seed` is each command's own: a run's is random unless
+/// given, a matrix's (1) is its first run's.
+#[derive(Clone, Debug, PartialEq, Args)]
+pub struct Shared {
+    /// Where the shared counter lives: redis (a node of its own) or postgres
+    /// (a PostgreSQL server the run starts; fenced reads and writes are
+    /// conditional statements) [default: redis; postgres for the pg-*
+    /// configs, whose lock is PostgreSQL's].
+    #[arg(long, value_parser = parse_storage)]
+    pub storage: Option<StorageKind>,
+    #[arg(long, default_value = "majority", value_parser = parse_targets, help = help::targets())]
+    pub targets: Targets,
+    #[arg(long, help = help::nemesis_interval_ms())]
+    pub nemesis_interval_ms: Option<u64>,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        clap_defaults()
     }
 }
 
@@ -155,7 +179,7 @@ pub struct RunOptions {
     /// Worker processes contending for the lock.
     #[arg(long, default_value_t = 5)]
     pub workers: u64,
-    #[arg(long, help = help::ttl_ms())]
+    #[arg(long, value_name = "MS", help = crate::ttl::run_help())]
     pub ttl_ms: Option<u64>,
     #[arg(long, help = help::work_ms())]
     pub work_ms: Option<u64>,
@@ -179,12 +203,8 @@ pub struct RunOptions {
     /// What lock nodes keep across a restart.
     #[arg(long, value_enum, default_value = "none")]
     pub persistence: Persistence,
-    /// Where the shared counter lives: redis (a node of its own) or postgres
-    /// (a PostgreSQL server the run starts; fenced reads and writes are
-    /// conditional statements) [default: redis; postgres for the pg-*
-    /// configs, whose lock is PostgreSQL's].
-    #[arg(long, value_parser = parse_storage)]
-    pub storage: Option<StorageKind>,
+    #[command(flatten)]
+    pub shared: Shared,
     /// A setting for the run's PostgreSQL server, NAME=VALUE as
     /// `postgres -c` takes it (idle_session_timeout=500 ends a session idle
     /// that long); repeatable.
@@ -201,8 +221,6 @@ pub struct RunOptions {
     /// replicated: after acquiring, WAIT for this many replicas, else give the lock back.
     #[arg(long, default_value_t = 0)]
     pub wait_replicas: u32,
-    #[arg(long, default_value = "majority", value_parser = parse_targets, help = help::targets())]
-    pub targets: Targets,
     /// How far `clock` jumps node wall clocks (negative: back) [default: 2 × TTL].
     #[arg(long, allow_negative_numbers = true)]
     pub clock_jump_ms: Option<i64>,
@@ -219,8 +237,6 @@ pub struct RunOptions {
     /// replicated: Sentinel's failover-timeout.
     #[arg(long, default_value_t = 5000)]
     pub failover_timeout_ms: u64,
-    #[arg(long, help = help::nemesis_interval_ms())]
-    pub nemesis_interval_ms: Option<u64>,
     /// Workers write even when their own clock says the lease has expired.
     #[arg(long)]
     pub no_validity_check: bool,
@@ -387,7 +403,9 @@ pub struct RunPlan {
     /// Fault name → the user's command for it (`--fault-cmd`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub fault_commands: std::collections::BTreeMap<String, String>,
-    #[serde(default, rename = "fault_cmd_wait_ms", with = "millis")]
+    /// Missing from an older run.json: the plan's default, as every field
+    /// (not `Duration`'s zero).
+    #[serde(rename = "fault_cmd_wait_ms", with = "millis")]
     pub fault_cmd_wait: Duration,
     /// `--tls-ca`, as given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -468,9 +486,12 @@ fn parse_schedule(s: &str) -> Result<ScheduleText, String> {
     s.parse()
 }
 
+/// `lockstorm run` with no options. Parsed once: every run.json read
+/// starts from the default plan (older ones lack newer fields).
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions::new(Config::Single, Nemesis::none())
+        static DEFAULTS: std::sync::OnceLock<RunOptions> = std::sync::OnceLock::new();
+        DEFAULTS.get_or_init(clap_defaults).clone()
     }
 }
 
@@ -491,36 +512,8 @@ impl RunOptions {
     pub fn new(config: Config, nemesis: Nemesis) -> Self {
         RunOptions {
             config,
-            client: ClientChoice::default(),
             nemesis,
-            at: None,
-            timing: Timing::default(),
-            workers: 5,
-            ttl_ms: None,
-            work_ms: None,
-            seed: None,
-            nodes: Nodes::default(),
-            output: Output::default(),
-            pause_ms: None,
-            node_pause_ms: None,
-            restart_ms: 300,
-            persistence: Persistence::None,
-            storage: None,
-            postgres_settings: Vec::new(),
-            storage_cmd: None,
-            wait_replicas: 0,
-            targets: Targets::Majority,
-            clock_jump_ms: None,
-            holder_skew_ms: 0,
-            fault_ms: None,
-            down_after_ms: 1000,
-            failover_timeout_ms: 5000,
-            nemesis_interval_ms: None,
-            no_validity_check: false,
-            acquire_timeout_ms: None,
-            op_timeout_ms: 500,
-            latency_ms: None,
-            schedule: None,
+            ..RunOptions::default()
         }
     }
 
@@ -534,8 +527,9 @@ impl RunOptions {
         self.check_faults_apply()?;
         if self.at.is_some() && !self.nemesis.any(|p| p.strikes()) {
             return Err(Refusal::Invalid(format!(
-                "--at places a fault that strikes a worker, and --nemesis {} has none: add pause, crash, delay or lose-reply, or drop --at",
-                self.nemesis
+                "--at places a fault that strikes a worker, and --nemesis {} has none: add {}, or drop --at",
+                self.nemesis,
+                Fault::striking_names()
             )));
         }
         if self.nodes.backend == Backend::Local && self.nodes.image.is_some() {
@@ -558,15 +552,15 @@ impl RunOptions {
         // Kills and failovers only lose a lock whose holder is still in its
         // critical section when the lock is granted again.
         let slow = self.nemesis.any(|p| p.slow());
-        let ttl = self.ttl_ms.unwrap_or(if slow { 6_000 } else { 2_000 });
+        let ttl = self.ttl_ms.unwrap_or(crate::ttl::run_default(slow));
         // Work follows the lease, so a given TTL never leaves every hold
         // outliving its lease before any fault: two thirds of it when the
         // faults are slow (the holder is still working when a fault strikes),
-        // 200 ms (at most half the lease) otherwise.
+        // WORK_MS (at most half the lease) otherwise.
         let work = self.work_ms.unwrap_or(if slow {
             ttl * 2 / 3
         } else {
-            (ttl / 2).min(200)
+            (ttl / 2).min(WORK_MS)
         });
         // A paused primary must stay down long enough for Sentinel to act.
         let node_pause = match replicated {
@@ -586,6 +580,7 @@ impl RunOptions {
         let storage_target = self.storage_target()?;
         let storage = self.storage()?;
         let interval = self
+            .shared
             .nemesis_interval_ms
             .unwrap_or(ttl.clamp(MIN_DEFAULT_INTERVAL_MS, MAX_DEFAULT_INTERVAL_MS));
         let ms = Duration::from_millis;
@@ -610,7 +605,7 @@ impl RunOptions {
             postgres_settings: self.postgres_settings.clone(),
             storage_cmd: self.storage_cmd.clone(),
             wait_replicas: self.wait_replicas,
-            targets: self.targets,
+            targets: self.shared.targets,
             clock_jump_ms: self.clock_jump_ms.unwrap_or(2 * ttl as i64),
             holder_skew_ms: self.holder_skew_ms,
             fault: ms(self.fault_ms.unwrap_or(ttl)),
@@ -656,7 +651,7 @@ impl RunOptions {
     /// `--storage`, resolved: PostgreSQL's locks need PostgreSQL, and the
     /// fault proxy speaks only Redis's protocol.
     fn storage(&self) -> Result<StorageKind, Refusal> {
-        let storage = match (self.config.storage(), self.storage) {
+        let storage = match (self.config.storage(), self.shared.storage) {
             (Some(needed), Some(given)) if needed != given => {
                 return Err(Refusal::Inapplicable(format!(
                     "--config {} locks with {needed}, so its counter lives there: drop --storage {given}",
@@ -840,7 +835,8 @@ impl RunOptions {
     /// Every fault the nemesis names explicitly must act on this config
     /// (`all` offers every fault, and schedules those that apply).
     fn check_faults_apply(&self) -> Result<(), Refusal> {
-        if self.targets == Targets::Storage && self.nemesis.any(|p| !p.can_target_storage()) {
+        if self.shared.targets == Targets::Storage && self.nemesis.any(|p| !p.can_target_storage())
+        {
             return Err(Refusal::Inapplicable(format!(
                 "--targets storage aims kill and pause-node at the storage node, and --nemesis {} has other faults: run those without --targets storage",
                 self.nemesis
@@ -852,7 +848,7 @@ impl RunOptions {
         let commands: Vec<String> = self.fault_commands()?.into_keys().collect();
         let shape = shape(
             self.config,
-            self.targets,
+            self.shared.targets,
             self.nodes.target.is_none(),
             &commands,
         );
@@ -904,7 +900,7 @@ impl RunOptions {
             ),
             (
                 "--nemesis-interval-ms",
-                given(self.nemesis_interval_ms),
+                given(self.shared.nemesis_interval_ms),
                 1,
                 MAX_MS,
                 "ms",
@@ -1146,8 +1142,10 @@ const MAX_MS: u64 = 3_600_000;
 /// The longest run: a day.
 const MAX_TIME_LIMIT_S: u64 = 86_400;
 /// The default quiet between faults follows the TTL within these bounds.
-const MIN_DEFAULT_INTERVAL_MS: u64 = 1_000;
-const MAX_DEFAULT_INTERVAL_MS: u64 = 5_000;
+pub(crate) const MIN_DEFAULT_INTERVAL_MS: u64 = 1_000;
+pub(crate) const MAX_DEFAULT_INTERVAL_MS: u64 = 5_000;
+/// A holder's work when the faults are fast, unless half the TTL is less.
+pub(crate) const WORK_MS: u64 = 200;
 
 fn out_of_range(name: &str, value: u64, lo: u64, hi: u64, unit: &str) -> Refusal {
     Refusal::Invalid(format!(
@@ -1197,6 +1195,10 @@ fn in_proxy(config: Config, p: &dyn Package) -> bool {
 }
 
 #[cfg(test)]
+#[path = "options_defaults.rs"]
+pub(crate) mod defaults_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -1220,7 +1222,7 @@ mod tests {
     #[test]
     fn a_storage_cmd_is_kept_and_refused_beside_another_home_for_the_counter() {
         let mut o = RunOptions::new(Config::Fenced, Nemesis::none());
-        o.storage = Some(StorageKind::Postgres);
+        o.shared.storage = Some(StorageKind::Postgres);
         o.storage_cmd = Some(StorageCmd::parse("python3  storage.py --fast").unwrap());
         let plan = o.clone().resolve().unwrap();
         let argv = plan.storage_cmd.as_ref().map(|c| c.0.clone());
@@ -1236,7 +1238,7 @@ mod tests {
             .get("storage_cmd")
             .is_none());
         let mut target = o.clone();
-        target.storage = None;
+        target.shared.storage = None;
         target.nodes.target = Some("redis://127.0.0.1:1".into());
         target.nodes.storage_target = Some("redis://127.0.0.1:2".into());
         let Err(Refusal::Invalid(why)) = target.resolve() else {
@@ -1252,6 +1254,19 @@ mod tests {
         assert!(StorageCmd::parse("  ")
             .unwrap_err()
             .contains("--storage-cmd is empty"));
+    }
+
+    #[test]
+    fn at_without_a_striking_fault_names_every_fault_that_strikes() {
+        let mut o = RunOptions::new(Config::Single, "kill".parse().unwrap());
+        o.at = Some("read".parse().unwrap());
+        let Err(Refusal::Invalid(why)) = o.resolve() else {
+            panic!("--at with kill was accepted");
+        };
+        assert!(
+            why.contains("add pause, crash, delay, lose-reply or terminate-session, or drop --at"),
+            "{why}"
+        );
     }
 
     #[test]
@@ -1447,7 +1462,7 @@ mod plan_tests {
             short.clone().resolve().unwrap().nemesis_interval,
             Duration::from_millis(1_000)
         );
-        short.nemesis_interval_ms = Some(200);
+        short.shared.nemesis_interval_ms = Some(200);
         assert_eq!(
             short.resolve().unwrap().nemesis_interval,
             Duration::from_millis(200),
@@ -1457,7 +1472,7 @@ mod plan_tests {
         // 5 s (5 to 3 with seed 1).
         let pauses = |interval_ms| {
             let mut o = RunOptions::new(Config::Single, "pause".parse().unwrap());
-            (o.seed, o.nemesis_interval_ms) = (Some(1), interval_ms);
+            (o.seed, o.shared.nemesis_interval_ms) = (Some(1), interval_ms);
             o.resolve().unwrap().schedule().len()
         };
         assert!(
@@ -1507,5 +1522,11 @@ mod plan_tests {
             (Config::Fenced, Duration::from_millis(2_000))
         );
         assert_eq!(old.nemesis.to_string(), "partition+clock");
+        let defaults = RunPlan {
+            config: Config::Fenced,
+            nemesis: "partition+clock".parse().unwrap(),
+            ..defaults_tests::plan_before()
+        };
+        assert_eq!(old, defaults, "every missing field reads as the default");
     }
 }

@@ -8,6 +8,7 @@ use crate::crash::Crash;
 use crate::delay::{Delay, LoseReply};
 use crate::failover::Failover;
 use crate::kill::Kill;
+use crate::names::or_list;
 pub use crate::names::{Action, Fault};
 use crate::package::Package;
 use crate::partition::Partition;
@@ -35,6 +36,25 @@ impl Fault {
             Fault::LoseReply => &LoseReply,
             Fault::TerminateSession => &TerminateSession,
         }
+    }
+
+    /// The faults that strike a worker at a strike point (what `--at` and
+    /// `@point` place), as each one's package says.
+    pub fn striking() -> Vec<Fault> {
+        Fault::ALL
+            .into_iter()
+            .filter(|f| f.package().strikes())
+            .collect()
+    }
+
+    /// [`Fault::striking`] as prose: `pause, crash, … or …`.
+    pub fn striking_names() -> String {
+        or_list(
+            &Fault::striking()
+                .into_iter()
+                .map(Fault::name)
+                .collect::<Vec<_>>(),
+        )
     }
 }
 
@@ -126,7 +146,8 @@ impl FromStr for Aimed {
         let nemesis: Nemesis = nemesis.parse()?;
         if s.contains('@') && !nemesis.any(|p| p.strikes()) {
             return Err(format!(
-                "'{s}': @ places a fault that strikes a worker, and {nemesis} has none: use pause or crash"
+                "'{s}': @ places a fault that strikes a worker, and {nemesis} has none: use {}",
+                Fault::striking_names()
             ));
         }
         Ok(Aimed { nemesis, at })
@@ -400,14 +421,28 @@ mod tests {
             assert_eq!(aimed.to_string(), canonical, "{typed}");
             assert_eq!(canonical.parse::<Aimed>().unwrap(), aimed);
         }
-        assert!("kill@read"
-            .parse::<Aimed>()
-            .unwrap_err()
-            .contains("pause or crash"));
+        let refused = "kill@read".parse::<Aimed>().unwrap_err();
+        assert!(
+            refused.ends_with("use pause, crash, delay, lose-reply or terminate-session"),
+            "{refused}"
+        );
         assert!("pause@later"
             .parse::<Aimed>()
             .unwrap_err()
             .contains("later"));
+    }
+
+    #[test]
+    fn the_striking_faults_are_those_whose_package_strikes_a_worker() {
+        use Fault::*;
+        assert_eq!(
+            Fault::striking(),
+            [Pause, Crash, Delay, LoseReply, TerminateSession]
+        );
+        for f in Fault::ALL {
+            let aimed = format!("{f}@read").parse::<Aimed>();
+            assert_eq!(aimed.is_ok(), Fault::striking().contains(&f), "{f}");
+        }
     }
 
     #[test]

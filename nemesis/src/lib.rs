@@ -27,7 +27,7 @@ mod verify;
 
 pub use cluster::{Cluster, NodeRef, Source};
 pub use fault::{Action, Aimed, At, Fault, Nemesis, Targets};
-pub use names::Names;
+pub use names::{or_list, Names};
 pub use package::{applies, Package, Shape};
 pub use play::play;
 pub use runner::{AtPoint, Env, FaultParams, Holder, Journal, Live, WorkerControl};

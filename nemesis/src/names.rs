@@ -104,6 +104,15 @@ impl Action {
     }
 }
 
+/// Names as prose, for messages and help: `a, b or c`.
+pub fn or_list(names: &[&str]) -> String {
+    match names {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [rest @ .., last] => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
 /// A list of valid names, for messages: displayed as `one, two, three`.
 #[derive(Clone, Copy, Debug)]
 pub struct Names<T: 'static>(pub &'static [T]);

@@ -10,7 +10,7 @@ pub mod expect;
 use crate::clients::Client;
 use crate::error::{Context, Error, Result};
 use crate::interrupt::Interrupt;
-use crate::options::{Output, Refusal, RunOptions, RunPlan, Timing};
+use crate::options::{Output, Refusal, RunOptions, RunPlan, Shared, Timing};
 use checker::Validity;
 use expect::Expectations;
 use nemesis::{Aimed, Nemesis};
@@ -41,20 +41,13 @@ pub struct MatrixArgs {
     /// Runs per config × nemesis; run k uses seed `--seed` + k.
     #[arg(long, default_value_t = 1)]
     pub runs: u32,
-    /// Where every run's counter lives: redis or postgres (the pg-* configs'
-    /// is always postgres) [default: redis].
-    #[arg(long, value_parser = |s: &str| s.parse::<workloads::storage::StorageKind>())]
-    pub storage: Option<workloads::storage::StorageKind>,
-    #[arg(long, default_value = "majority", value_parser = |s: &str| s.parse::<nemesis::Targets>(), help = crate::help::targets())]
-    pub targets: nemesis::Targets,
+    #[command(flatten)]
+    pub shared: Shared,
     #[command(flatten)]
     pub timing: Timing,
     /// Seed of each pair's first run: a matrix is reproducible.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Mean quiet milliseconds between faults [default: as for `run`].
-    #[arg(long)]
-    pub nemesis_interval_ms: Option<u64>,
     /// TOML of expected verdicts; the matrix exits 0 only if all are met.
     #[arg(long)]
     pub expect: Option<PathBuf>,
@@ -117,7 +110,7 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
         .collect();
     let configs = parse_list(&args.configs, &all, |s| s.parse::<Config>())?;
     // `all` is what `Nemesis::each` lists; `+` joins one nemesis's faults,
-    // `@` names where a pause or crash strikes.
+    // `@` names where a striking fault (`Fault::striking`) strikes.
     let each: Vec<String> = Nemesis::each().iter().map(|n| n.to_string()).collect();
     let nemeses = parse_list(&args.nemeses, &each, |s| s.parse::<Aimed>())?;
     let shipped: Vec<String> = SHIPPED.iter().map(|s| s.name.to_string()).collect();
@@ -157,7 +150,7 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
                         config: crate::clients::setup_name(
                             config,
                             client.as_ref(),
-                            config.storage().or(args.storage).unwrap_or_default(),
+                            config.storage().or(args.shared.storage).unwrap_or_default(),
                         ),
                         nemesis: nemesis.to_string(),
                         reason,
@@ -431,9 +424,7 @@ fn options_for(args: &MatrixArgs, config: Config, nemesis: Nemesis) -> RunOption
     options.output = args.output.clone();
     options.seed = Some(args.seed);
     options.nodes = args.nodes.clone();
-    options.nemesis_interval_ms = args.nemesis_interval_ms;
-    options.storage = args.storage;
-    options.targets = args.targets;
+    options.shared = args.shared.clone();
     options
 }
 
@@ -516,6 +507,29 @@ mod tests {
         r.promise = checker::Promise::MutualExclusion;
         r.valid = checker::Validity::False;
         assert_eq!(brief(&r), "INVALID (lock-overlap 12)");
+    }
+
+    /// What each run of `lockstorm matrix` with no options was given
+    /// before its run options had one home: `run`'s defaults, seed 1.
+    #[test]
+    fn a_matrix_with_no_options_gives_each_run_the_defaults_it_always_had() {
+        use crate::options::defaults_tests::{before, parsed, plan_before};
+        let args: MatrixArgs = parsed(&["lockstorm", "matrix"]);
+        let expected = RunOptions {
+            seed: Some(1),
+            ..before()
+        };
+        assert_eq!(
+            options_for(&args, Config::Single, Nemesis::none()),
+            expected
+        );
+        let none = "none".parse().unwrap();
+        let runs = plans(&args, Config::Single, &None, &none).unwrap();
+        let plan = RunPlan {
+            seed: 1,
+            ..plan_before()
+        };
+        assert_eq!(runs, [plan]);
     }
 
     #[test]
