@@ -6,18 +6,21 @@ use crate::interrupt::Interrupt;
 use crate::journal::HistoryWriter;
 use crate::options::{RunOptions, RunPlan};
 use crate::record::RunRecord;
-use crate::topology::{Topology, STORAGE};
+use crate::topology::Topology;
 use crate::{logging, workers};
 use backend::Provisioner;
 use checker::history::{f, OpType, Process};
 use checker::History;
 use checker::{Results, Validity};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use store::{write_json, RunDir};
 use tokio::sync::watch;
+use tokio::time::Instant;
+use workloads::adapter::{AdapterSpec, Hello};
 use workloads::clock::RunClock;
 use workloads::install::Prepared;
 use workloads::storage::StorageKind;
@@ -148,14 +151,10 @@ async fn run_in(
     // Dropping a half-started topology kills its nodes and removes its chain.
     let nodes = dir.nodes();
     let started = std::time::Instant::now();
-    let topology = tokio::select! {
-        t = Topology::start(options, backend.clone(), &nodes) => Arc::new(t?),
-        _ = interrupt.wait() => return interrupted_at_startup(
-            options,
-            &*backend,
-            dir,
-            "the run was interrupted by a signal while its nodes started, before any worker ran",
-        ),
+    let starting = Topology::start(options, backend.clone(), &nodes);
+    let topology = match unless_interrupted(interrupt, "its nodes started", starting).await {
+        Ok(topology) => Arc::new(topology),
+        Err(halt) => return halted(options, &*backend, dir, halt),
     };
     tracing::info!(
         "{} nodes up on the {} backend in {:.2} s",
@@ -163,77 +162,203 @@ async fn run_in(
         backend.record().kind,
         started.elapsed().as_secs_f64()
     );
+    let run = Run {
+        options,
+        backend: &*backend,
+        dir,
+        topology: &topology,
+        interrupt,
+        client,
+    };
     // On a deployment lockstorm did not start, its keys are checked before
     // the first write and removed after the last, whatever ended the run;
     // keys it found there are not its own, and stay.
-    let mut servers = Default::default();
-    if let Some(target) = topology.target() {
-        // Read only, before the first write: what in the deployment can
-        // break a lock, beside the run that shows what does.
-        let audited = crate::audit::for_run(target, options.ttl, &dir.path).await;
-        match audited {
-            Ok(seen) => {
-                tracing::info!("audit of {target}: {}", seen.summary);
-                servers = seen.servers;
-            }
-            Err(e) => tracing::warn!("audit of {target} failed: {e}"),
+    let deployment = topology.deployment();
+    let outcome = match deployment.preflight(options, &dir.path).await {
+        Ok(servers) => {
+            let outcome = run.phases(servers).await;
+            deployment.clean(&options.keys).await;
+            outcome
         }
-        let nodes = crate::deployment::data_nodes(&topology.observed());
-        let mut checked = crate::deployment::preflight(target, nodes, &options.keys).await;
-        if let (Ok(()), Some(storage)) = (&checked, topology.storage_target()) {
-            let node = vec![(STORAGE.to_string(), storage.endpoints[0].clone())];
-            checked = crate::deployment::preflight(storage, node, &options.keys).await;
-        }
-        if let Err(e) = checked {
-            topology.shutdown().await;
-            return Err(e);
-        }
-    }
-    let outcome = run_workload(
-        options, client, &*backend, dir, &topology, interrupt, servers,
-    )
-    .await;
-    if let Some(target) = topology.target() {
-        let nodes = crate::deployment::data_nodes(&topology.observed());
-        let mut removed = crate::deployment::clean(target, nodes, &options.keys).await;
-        if let Some(storage) = topology.storage_target() {
-            let node = vec![(STORAGE.to_string(), storage.endpoints[0].clone())];
-            removed += crate::deployment::clean(storage, node, &options.keys).await;
-        }
-        tracing::info!(
-            "removed {removed} key(s) of {}* from {target}",
-            options.keys.prefix
-        );
-    }
+        Err(e) => Err(e),
+    };
     topology.shutdown().await;
     outcome
 }
 
-async fn run_workload(
-    options: &RunPlan,
+/// What the phases of one run share: its plan, its backend, its folder,
+/// its nodes, its stop signals and the client adapter it tests.
+struct Run<'a> {
+    options: &'a RunPlan,
+    backend: &'a dyn Provisioner,
+    dir: &'a RunDir,
+    topology: &'a Arc<Topology>,
+    interrupt: &'a Interrupt,
     client: Option<Prepared>,
+}
+
+/// Why a run ended before any worker ran.
+enum Halt {
+    Failed(Error),
+    /// A stop signal, while what it names was under way.
+    Interrupted(&'static str),
+}
+
+impl From<Error> for Halt {
+    fn from(e: Error) -> Halt {
+        Halt::Failed(e)
+    }
+}
+
+/// `work`, unless a stop signal comes first: then the work is dropped (a
+/// half-started topology kills its nodes) and the run ends before any
+/// worker ran, `during` saying while what.
+async fn unless_interrupted<T>(
+    interrupt: &Interrupt,
+    during: &'static str,
+    work: impl std::future::Future<Output = Result<T>>,
+) -> Result<T, Halt> {
+    tokio::select! {
+        biased;
+        done = work => Ok(done?),
+        _ = interrupt.wait() => Err(Halt::Interrupted(during)),
+    }
+}
+
+/// The outcome of a run that ended before any worker ran.
+fn halted(
+    options: &RunPlan,
     backend: &dyn Provisioner,
     dir: &RunDir,
-    topology: &Arc<Topology>,
-    interrupt: &Interrupt,
-    target_servers: std::collections::BTreeMap<String, String>,
+    halt: Halt,
 ) -> Result<RunOutcome> {
-    let steps = options.schedule();
-    let adapter = |name: &str| {
-        let client = client.as_ref()?;
-        let mut spec = client.spec(
-            options.config,
-            dir.path.join("clients").join(format!("{name}.stderr")),
-        );
-        crate::deployment::adapter_login(&mut spec, options);
-        Some(spec)
-    };
-    let mut client_record = None;
-    let mut storage_record = None;
-    // The key the adapter's library stores the lock under, if it prefixes
-    // the run's: what the observer watches.
-    let mut library_key = None;
-    if let Some(spec) = adapter("preflight") {
+    match halt {
+        Halt::Failed(e) => Err(e),
+        Halt::Interrupted(during) => {
+            let why = format!(
+                "the run was interrupted by a signal while {during}, before any worker ran"
+            );
+            interrupted_at_startup(options, backend, dir, &why)
+        }
+    }
+}
+
+/// What preparing the clients found, for the phases after it.
+#[derive(Default)]
+struct Clients {
+    client: Option<store::ClientRecord>,
+    storage: Option<store::StorageAdapterRecord>,
+    /// The key the adapter's library stores the lock under, if it prefixes
+    /// the run's: what the observer watches.
+    library_key: Option<String>,
+    /// The storage adapter's own instance, kept for the final read.
+    harness_storage: Option<crate::clients::HarnessStorage>,
+}
+
+/// The run under way: what starting the workers made, for the phases
+/// after it.
+struct Running {
+    clock: RunClock,
+    history: Arc<HistoryWriter>,
+    holders: watch::Receiver<nemesis::Holder>,
+    stalls: workloads::stall::Monitor,
+    net: Option<nemesis::proxy::Fabric>,
+    observer: Option<crate::observer::Observer>,
+    pool: workers::Pool,
+    record: RunRecord,
+    steps: Vec<nemesis::Step>,
+    harness_storage: Option<crate::clients::HarnessStorage>,
+    watchers: Watchers,
+}
+
+/// The watchers of Sentinel's failovers and of nodes that die by themselves.
+struct Watchers {
+    /// Turns true when they are to stop.
+    stop: Arc<AtomicBool>,
+    failovers: Option<std::thread::JoinHandle<()>>,
+    deaths: tokio::task::JoinHandle<()>,
+}
+
+impl Watchers {
+    fn start(topology: &Arc<Topology>, history: &Arc<HistoryWriter>) -> Watchers {
+        let stop = Arc::new(AtomicBool::new(false));
+        Watchers {
+            failovers: topology.watch_failovers(history.clone(), stop.clone()),
+            deaths: topology.watch_deaths(history.clone(), stop.clone()),
+            stop,
+        }
+    }
+
+    async fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(w) = self.failovers {
+            let _ = w.join();
+        }
+        let _ = self.deaths.await;
+    }
+}
+
+/// The nemesis at play, until it is told to heal.
+struct Faults {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Run<'_> {
+    /// The run after its nodes are up, as a chain of phases (Jepsen's
+    /// `core/run!`): prepare the clients, start the workers, play the
+    /// faults, stop, judge, store.
+    async fn phases(&self, servers: BTreeMap<String, String>) -> Result<RunOutcome> {
+        let clients = match self.prepare_clients().await {
+            Ok(clients) => clients,
+            Err(halt) => return halted(self.options, self.backend, self.dir, halt),
+        };
+        let mut running = self.start_workers(clients, servers).await?;
+        let faults = self.play_faults(&mut running).await;
+        let record = self.stop(running, faults).await?;
+        let (results, history) = self.judge(&record)?;
+        self.store(record, results, history)
+    }
+
+    /// Before any worker starts: the client adapter started once against
+    /// the nodes, and the storage adapter's own instance, which resets the
+    /// counter.
+    async fn prepare_clients(&self) -> Result<Clients, Halt> {
+        let mut clients = Clients::default();
+        if let Some(spec) = self.adapter("preflight") {
+            let hello = self.check_adapter(&spec).await?;
+            let chosen = self
+                .options
+                .client
+                .as_ref()
+                .expect("a prepared client was chosen");
+            clients.client = Some(crate::clients::record(chosen, &spec, &hello));
+            clients.library_key = hello.key.clone();
+        }
+        if let Some(spec) = self.storage_adapter("harness")? {
+            let storage = crate::clients::HarnessStorage {
+                spec,
+                init: workloads::adapter::StorageInit {
+                    worker: None,
+                    key: self.options.keys.counter(),
+                    node: self.topology.storage_addr.clone(),
+                    // Its one read, the final one, carries no fence.
+                    fenced: false,
+                },
+                op_timeout: self.options.op_timeout,
+                broken: Default::default(),
+            };
+            let named = self.reset_storage(&storage).await?;
+            clients.storage = Some(crate::clients::storage_record(&storage.spec, &named));
+            clients.harness_storage = Some(storage);
+        }
+        Ok(clients)
+    }
+
+    /// The client adapter's `init` against the running nodes, and what the
+    /// deployment asks of its lock while it holds it once.
+    async fn check_adapter(&self, spec: &AdapterSpec) -> Result<Hello, Halt> {
+        let (options, topology) = (self.options, self.topology);
         let init = spec.init(
             &topology.lock_addrs(),
             &topology.sentinel_addrs(),
@@ -244,336 +369,411 @@ async fn run_workload(
         );
         let checked = spec.clone();
         let leader = Arc::new(std::sync::atomic::AtomicU32::new(0));
-        // On a target that names a database, the adapter's lock must land
-        // there: one told `db` in init that ignores it writes among the
-        // user's keys in database 0.
-        let in_db = topology.target().filter(|t| t.db != 0).map(|t| {
-            (
-                t.clone(),
-                crate::deployment::data_nodes(&topology.observed()),
-            )
-        });
-        let keys = options.keys.clone();
+        let held = topology.deployment().adapter_key_check(&options.keys);
         let check = tokio::task::spawn_blocking({
             let leader = leader.clone();
             move || {
-                let held = in_db.as_ref().map(|(target, nodes)| {
-                    move || crate::deployment::holds_a_run_key(target, nodes, &keys)
-                });
                 let held = held
                     .as_ref()
                     .map(|h| h as &dyn Fn() -> std::result::Result<(), String>);
                 crate::clients::preflight(&checked, init, &leader, held)
             }
         });
+        let check = async {
+            check
+                .await
+                .map_err(|e| Error::Adapter(format!("the adapter check failed: {e}")))?
+        };
         // Left behind on a signal, the check's thread ends with the process
         // (the runtime does not wait for it); its adapter's group goes now.
-        let hello = tokio::select! {
-            biased;
-            hello = check => hello
-                .map_err(|e| Error::Adapter(format!("the adapter check failed: {e}")))??,
-            _ = async {
-                interrupt.wait().await;
-                match leader.load(Ordering::SeqCst) {
-                    0 => {}
-                    pid => { let _ = nemesis::process::kill_group(pid); }
+        let during = "its client adapter started";
+        unless_interrupted(self.interrupt, during, check)
+            .await
+            .inspect_err(|halt| {
+                let pid = leader.load(Ordering::SeqCst);
+                if matches!(halt, Halt::Interrupted(_)) && pid != 0 {
+                    let _ = nemesis::process::kill_group(pid);
                 }
-            } => return interrupted_at_startup(
-                options,
-                backend,
-                dir,
-                "the run was interrupted by a signal while its client adapter started, before any worker ran",
-            ),
-        };
-        let chosen = options
-            .client
-            .as_ref()
-            .expect("a prepared client was chosen");
-        client_record = Some(crate::clients::record(chosen, &spec, &hello));
-        library_key = hello.key.clone();
+            })
     }
-    // The storage adapter's own instance resets the counter before any
-    // worker starts, and is kept for the final read.
-    let storage_spec = |name: &str| match &options.storage_cmd {
-        Some(cmd) => cmd
-            .spec(dir.path.join("storage").join(format!("{name}.stderr")))
-            .map(Some),
-        None => Ok(None),
-    };
-    let mut harness_storage = None;
-    if let Some(spec) = storage_spec("harness")? {
-        let storage = crate::clients::HarnessStorage {
-            spec,
-            init: workloads::adapter::StorageInit {
-                worker: None,
-                key: options.keys.counter(),
-                node: topology.storage_addr.clone(),
-                // Its one read, the final one, carries no fence.
-                fenced: false,
-            },
-            op_timeout: options.op_timeout,
-            broken: Default::default(),
-        };
+
+    /// The storage adapter's own instance resets the counter: what storage
+    /// it named.
+    async fn reset_storage(
+        &self,
+        storage: &crate::clients::HarnessStorage,
+    ) -> Result<String, Halt> {
         let check = tokio::task::spawn_blocking({
             let storage = storage.clone();
             move || storage.reset()
         });
+        let check = async {
+            check
+                .await
+                .map_err(|e| Error::Adapter(format!("the storage adapter check failed: {e}")))?
+        };
         // Left behind on a signal, the check's thread ends with the process,
         // and its adapter (its own group) with the harness.
-        let named = tokio::select! {
-            biased;
-            named = check => named
-                .map_err(|e| Error::Adapter(format!("the storage adapter check failed: {e}")))??,
-            _ = interrupt.wait() => return interrupted_at_startup(
-                options,
-                backend,
-                dir,
-                "the run was interrupted by a signal while its storage adapter started, before any worker ran",
-            ),
-        };
-        storage_record = Some(crate::clients::storage_record(&storage.spec, &named));
-        harness_storage = Some(storage);
+        unless_interrupted(self.interrupt, "its storage adapter started", check).await
     }
-    let clock = RunClock::starting_now();
-    let (history, holders) = HistoryWriter::create(&dir.history(), clock, late_events(options))
-        .context(|| "creating history.jsonl".into())?;
-    let history = Arc::new(history);
-    let stalls = {
-        let history = history.clone();
-        let who = Process::harness().to_string();
-        workloads::stall::watch(who, clock, move |s| history.append(s.event(), None))
-    };
-    let exe = std::env::current_exe().context(|| "finding the lockstorm binary".into())?;
-    let net = crate::proxied::start(options, topology).await?;
-    let specs = (0..options.workers)
-        .map(|index| {
-            let name = checker::history::worker_name(index);
-            Ok(WorkerSpec {
-                adapter: adapter(&name),
-                storage_adapter: storage_spec(&name)?,
-                ..worker_spec(options, index, topology, clock)
-            })
-        })
-        .map(|spec| match &net {
-            Some(net) => spec.map(|spec| crate::proxied::route(spec, net, topology)),
-            None => spec,
-        })
-        .collect::<Result<_>>()?;
-    // The observer reads MONITOR and turns keyspace events on: on a
-    // deployment lockstorm did not start it would see its owner's traffic
-    // and change its config, so it watches only nodes lockstorm owns. A
-    // lock that is PostgreSQL's has no key to watch.
-    let observer = match options.target {
-        None if !topology.observed().is_empty() => {
-            let key = library_key.unwrap_or_else(|| options.keys.lock());
-            Some(start_observer(options, topology, key, history.clone()).await?)
-        }
-        _ => None,
-    };
-    let pool = workers::Pool::start(specs, &exe, &dir.path, history.clone())?;
 
-    let mut record = new_record(options, backend);
-    record.client = client_record;
-    record.storage_adapter = storage_record;
-    record.nodes = topology.records().await;
-    record.target_servers = target_servers;
-    record.worker_pids = pool.pids.snapshot();
-    record.schedule = Some(steps.clone());
-    write_json(&dir.run_json(), &record)?;
+    /// The client adapter's spec for `name` (a worker, or the preflight),
+    /// if the run tests one.
+    fn adapter(&self, name: &str) -> Option<AdapterSpec> {
+        let client = self.client.as_ref()?;
+        let stderr = self.dir.path.join("clients").join(format!("{name}.stderr"));
+        let mut spec = client.spec(self.options.config, stderr);
+        self.topology
+            .deployment()
+            .adapter_login(&mut spec, self.options);
+        Some(spec)
+    }
 
-    let watching = Arc::new(AtomicBool::new(false));
-    let watcher = topology.watch_failovers(history.clone(), watching.clone());
-    let deaths = topology.watch_deaths(history.clone(), watching.clone());
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let env = nemesis::Env {
-        workers: pool.pids.clone(),
-        worker_control: Arc::new(pool.controls.clone()),
-        parked: pool.parked(),
-        cluster: topology.clone(),
-        holders,
-        journal: history.clone(),
-        arm_timeout: options.nemesis_interval.max(options.ttl),
-        stop: stop_rx,
-        net: net.clone(),
-    };
-    // The schedule and the time limit start once every worker is ready, as
-    // Jepsen opens its clients before its generator runs: five adapters
-    // importing their libraries on a busy machine took seconds, and a fault
-    // due before any worker cycled found no one to strike.
-    let (go, started) = tokio::sync::oneshot::channel();
-    let params = options.fault_params();
-    let nemesis = tokio::spawn(async move {
-        if let Ok(start) = started.await {
-            nemesis::play(steps, env, params, start).await;
-        }
-    });
-
-    let title = options.name();
-    let mut broken = pool.broken();
-    let ready_at = std::cell::Cell::new(None);
-    let run = async {
-        let (took, late) = pool.ready(READY_WITHIN).await;
-        match late {
-            0 => tracing::info!("workers ready in {:.2} s", took.as_secs_f64()),
-            n => tracing::warn!(
-                "{n} of {} workers not ready after {:.0} s: starting the clock without them",
-                options.workers,
-                took.as_secs_f64()
-            ),
-        }
-        ready_at.set(Some(clock.now() / 1_000_000));
-        let _ = go.send(tokio::time::Instant::now());
-        crate::progress::wait(&title, options.time_limit, || history.snapshot()).await
-    };
-    tokio::select! {
-        _ = run => {}
-        _ = interrupt.wait() => record.interrupted_at_ms = Some(clock.now() / 1_000_000),
-        why = async {
-            match broken.wait_for(Option::is_some).await {
-                Ok(why) => why.clone().unwrap_or_default(),
-                // Every supervisor has ended: nothing more can break.
-                Err(_) => std::future::pending().await,
+    /// The storage adapter's spec for `name`, if the run keeps its counter
+    /// through one.
+    fn storage_adapter(&self, name: &str) -> Result<Option<AdapterSpec>> {
+        match &self.options.storage_cmd {
+            Some(cmd) => {
+                let stderr = self.dir.path.join("storage").join(format!("{name}.stderr"));
+                Ok(Some(cmd.spec(stderr)?))
             }
-        } => {
-            tracing::error!("an adapter broke the protocol: {why}; ending the run");
-            record.adapter_broken = Some(why);
+            None => Ok(None),
         }
     }
-    record.workers_ready_ms = ready_at.get();
 
-    if !interrupt.happened() {
-        tracing::info!("time limit reached: healing faults and stopping workers");
-    }
-    // Heal first, so no worker is left stopped and no node down, then let
-    // workers finish their cycles.
-    let _ = stop_tx.send(true);
-    nemesis.await.map_err(Error::NemesisTask)?;
-    stop_workers(pool, options, interrupt).await;
-    // After the workers' last releases, before the final read: the
-    // observer's events all fall inside the workers' part of the history.
-    if let Some(observer) = observer {
-        let _ = tokio::task::spawn_blocking(move || observer.stop()).await;
-    }
-    if let Some(net) = &net {
-        record.proxied_requests = Some(net.requests());
-        net.shutdown().await;
-    }
-    let storage_login = options.storage_target.as_ref().map(|t| t.login());
-    final_read(
-        &history,
-        options.storage,
-        &topology.storage_addr,
-        &options.keys,
-        storage_login,
-        harness_storage.clone(),
-    )
-    .await;
-    if let (None, Some(storage)) = (&record.adapter_broken, &harness_storage) {
-        record.adapter_broken = storage.broken.lock().map(|b| b.clone()).unwrap_or_default();
-    }
-    watching.store(true, Ordering::SeqCst);
-    if let Some(w) = watcher {
-        let _ = w.join();
-    }
-    let _ = deaths.await;
-    drop(stalls);
-    history
-        .finish()
-        .context(|| "writing history.jsonl".into())?;
+    /// The history and its stall watch, the fault proxy, the observer and
+    /// the workers; run.json as the run begins; the watchers of failovers
+    /// and of nodes that die by themselves.
+    async fn start_workers(
+        &self,
+        clients: Clients,
+        servers: BTreeMap<String, String>,
+    ) -> Result<Running> {
+        let (options, topology, dir) = (self.options, self.topology, self.dir);
+        let clock = RunClock::starting_now();
+        let (history, holders) = HistoryWriter::create(&dir.history(), clock, late_events(options))
+            .context(|| "creating history.jsonl".into())?;
+        let history = Arc::new(history);
+        let stalls = {
+            let history = history.clone();
+            let who = Process::harness().to_string();
+            workloads::stall::watch(who, clock, move |s| history.append(s.event(), None))
+        };
+        let exe = std::env::current_exe().context(|| "finding the lockstorm binary".into())?;
+        let net = crate::proxied::start(options, topology).await?;
+        let specs = self.worker_specs(clock, net.as_ref())?;
+        let observer = self.start_observer(clients.library_key, &history).await?;
+        let pool = workers::Pool::start(specs, &exe, &dir.path, history.clone())?;
 
-    // A signal during the stop or the check counts too: the run was cut short.
-    record.interrupted = interrupt.happened();
-    if record.interrupted && record.interrupted_at_ms.is_none() {
-        record.interrupted_at_ms = Some(clock.now() / 1_000_000);
-    }
-    let (results, history) = check_history(dir, &record)?;
-    write_json(&dir.results_json(), &results)?;
-    // Pictures are evidence, not the verdict: a failure to draw is logged.
-    let setup = report::plot::Setup {
-        workers: options.workers,
-        lease: record.lease(),
-    };
-    if let Err(e) = report::plot::render(&dir.path, &history, &results, setup, &options.heading()) {
-        tracing::warn!("drawing the run's pictures failed: {e:#}");
-    }
-    write_json(&dir.run_json(), &record)?;
-    tracing::info!("verdict {:?}", results.valid);
-    let first_breach = (results.valid == checker::Validity::False)
-        .then(|| crate::explain::first_breach(&history, &results, &record))
-        .flatten();
-    Ok(RunOutcome {
-        dir: dir.path.clone(),
-        record,
-        results,
-        first_breach,
-    })
-}
+        let steps = options.schedule();
+        let mut record = new_record(options, self.backend);
+        record.client = clients.client;
+        record.storage_adapter = clients.storage;
+        record.nodes = topology.records().await;
+        record.target_servers = servers;
+        record.worker_pids = pool.pids.snapshot();
+        record.schedule = Some(steps.clone());
+        write_json(&dir.run_json(), &record)?;
 
-/// The observer on every lock node, with each worker's address to name who
-/// sent what; its start waits for every node's setup, off the runtime's
-/// threads.
-async fn start_observer(
-    options: &RunPlan,
-    topology: &Topology,
-    key: String,
-    history: Arc<HistoryWriter>,
-) -> Result<crate::observer::Observer> {
-    let nodes = topology.observed();
-    let senders = crate::observer::Senders {
-        workers: (0..options.workers)
-            .map(|i| topology.addresses.worker(i))
-            .collect(),
-        nodes: nodes
-            .iter()
-            .filter_map(|n| match n.addr.ip() {
-                std::net::IpAddr::V4(ip) => Some(ip),
-                std::net::IpAddr::V6(_) => None,
+        Ok(Running {
+            watchers: Watchers::start(topology, &history),
+            clock,
+            history,
+            holders,
+            stalls,
+            net,
+            observer,
+            pool,
+            record,
+            steps,
+            harness_storage: clients.harness_storage,
+        })
+    }
+
+    /// Every worker's spec, through the fault proxy if the run has one.
+    fn worker_specs(
+        &self,
+        clock: RunClock,
+        net: Option<&nemesis::proxy::Fabric>,
+    ) -> Result<Vec<WorkerSpec>> {
+        (0..self.options.workers)
+            .map(|index| {
+                let name = checker::history::worker_name(index);
+                let spec = WorkerSpec {
+                    adapter: self.adapter(&name),
+                    storage_adapter: self.storage_adapter(&name)?,
+                    ..self.worker_spec(index, clock)
+                };
+                Ok(match net {
+                    Some(net) => crate::proxied::route(spec, net, self.topology),
+                    None => spec,
+                })
             })
-            .collect(),
-    };
-    let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
-    tracing::info!(target: "observer", "observing the lock key {key} on {}", names.join(", "));
-    tokio::task::spawn_blocking(move || {
-        crate::observer::Observer::start(nodes, key, senders, history)
-    })
-    .await
-    .map_err(|e| Error::Io {
-        context: "starting the observer".into(),
-        source: std::io::Error::other(e),
-    })
-}
+            .collect()
+    }
 
-fn worker_spec(options: &RunPlan, index: u64, topology: &Topology, clock: RunClock) -> WorkerSpec {
-    WorkerSpec {
-        config: options.config,
-        index,
-        workers: options.workers,
-        lock_nodes: topology.lock_addrs(),
-        lock_node_names: topology.lock_names(),
-        sentinels: topology.sentinel_addrs(),
-        master: options.master(),
-        login: options.target.as_ref().map(|t| t.login()),
-        storage_login: options.storage_target.as_ref().map(|t| t.login()),
-        wait_replicas: options.wait_replicas,
-        // A deployment lockstorm did not start is reached from the host's
-        // own address (protected mode takes 127.0.0.1, not 127.0.x.y).
-        source: options
-            .target
-            .is_none()
-            .then(|| topology.addresses.worker(index)),
-        storage_node: topology.storage_addr.clone(),
-        storage: options.storage,
-        keys: options.keys.clone(),
-        ttl_ms: millis(options.ttl),
-        work_ms: millis(options.work),
-        acquire_timeout_ms: millis(options.acquire_timeout),
-        op_timeout_ms: millis(options.op_timeout),
-        validity_check: !options.no_validity_check,
-        seed: options.seed,
-        run_start_ns: clock.start_ns(),
-        first_process: None,
-        adapter: None,
-        storage_adapter: None,
+    /// The observer on every lock node, with each worker's address to name
+    /// who sent what, on nodes the run may watch (a lock that is
+    /// PostgreSQL's or etcd's has no key to watch); its start waits for
+    /// every node's setup, off the runtime's threads.
+    async fn start_observer(
+        &self,
+        library_key: Option<String>,
+        history: &Arc<HistoryWriter>,
+    ) -> Result<Option<crate::observer::Observer>> {
+        let (options, topology) = (self.options, self.topology);
+        let nodes = topology.observed();
+        if !topology.deployment().owned() || nodes.is_empty() {
+            return Ok(None);
+        }
+        let key = library_key.unwrap_or_else(|| options.keys.lock());
+        let senders = crate::observer::Senders {
+            workers: (0..options.workers)
+                .map(|i| topology.addresses.worker(i))
+                .collect(),
+            nodes: nodes
+                .iter()
+                .filter_map(|n| match n.addr.ip() {
+                    std::net::IpAddr::V4(ip) => Some(ip),
+                    std::net::IpAddr::V6(_) => None,
+                })
+                .collect(),
+        };
+        let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+        tracing::info!(target: "observer", "observing the lock key {key} on {}", names.join(", "));
+        let history = history.clone();
+        tokio::task::spawn_blocking(move || {
+            crate::observer::Observer::start(nodes, key, senders, history)
+        })
+        .await
+        .map(Some)
+        .map_err(|e| Error::Io {
+            context: "starting the observer".into(),
+            source: std::io::Error::other(e),
+        })
+    }
+
+    /// The nemesis, set to play the schedule once every worker is ready,
+    /// and the run waited out; the nemesis is handed back still playing.
+    async fn play_faults(&self, running: &mut Running) -> Faults {
+        let (stop, stop_rx) = watch::channel(false);
+        let env = nemesis::Env {
+            workers: running.pool.pids.clone(),
+            worker_control: Arc::new(running.pool.controls.clone()),
+            parked: running.pool.parked(),
+            cluster: self.topology.clone(),
+            holders: running.holders.clone(),
+            journal: running.history.clone(),
+            arm_timeout: self.options.nemesis_interval.max(self.options.ttl),
+            stop: stop_rx,
+            net: running.net.clone(),
+        };
+        // The schedule and the time limit start once every worker is ready, as
+        // Jepsen opens its clients before its generator runs: five adapters
+        // importing their libraries on a busy machine took seconds, and a fault
+        // due before any worker cycled found no one to strike.
+        let (go, started) = tokio::sync::oneshot::channel();
+        let (steps, params) = (
+            std::mem::take(&mut running.steps),
+            self.options.fault_params(),
+        );
+        let task = tokio::spawn(async move {
+            if let Ok(start) = started.await {
+                nemesis::play(steps, env, params, start).await;
+            }
+        });
+        self.wait_out(running, go).await;
+        Faults { stop, task }
+    }
+
+    /// Until the time limit, counted from when every worker is ready (or
+    /// [`READY_WITHIN`] passed), unless a signal or an adapter that broke
+    /// the protocol ends the run first; the record says which.
+    async fn wait_out(&self, running: &mut Running, go: tokio::sync::oneshot::Sender<Instant>) {
+        let options = self.options;
+        let Running {
+            pool,
+            clock,
+            history,
+            record,
+            ..
+        } = running;
+        let title = options.name();
+        let mut broken = pool.broken();
+        let ready_at = std::cell::Cell::new(None);
+        let run = async {
+            let (took, late) = pool.ready(READY_WITHIN).await;
+            match late {
+                0 => tracing::info!("workers ready in {:.2} s", took.as_secs_f64()),
+                n => tracing::warn!(
+                    "{n} of {} workers not ready after {:.0} s: starting the clock without them",
+                    options.workers,
+                    took.as_secs_f64()
+                ),
+            }
+            ready_at.set(Some(clock.now() / 1_000_000));
+            let _ = go.send(Instant::now());
+            crate::progress::wait(&title, options.time_limit, || history.snapshot()).await
+        };
+        tokio::select! {
+            _ = run => {}
+            _ = self.interrupt.wait() => record.interrupted_at_ms = Some(clock.now() / 1_000_000),
+            why = async {
+                match broken.wait_for(Option::is_some).await {
+                    Ok(why) => why.clone().unwrap_or_default(),
+                    // Every supervisor has ended: nothing more can break.
+                    Err(_) => std::future::pending().await,
+                }
+            } => {
+                tracing::error!("an adapter broke the protocol: {why}; ending the run");
+                record.adapter_broken = Some(why);
+            }
+        }
+        record.workers_ready_ms = ready_at.get();
+    }
+
+    /// Heals first, so no worker is left stopped and no node down, then
+    /// lets the workers finish their cycles; the observer and the proxy
+    /// stop, the final read is taken, and the history is closed.
+    async fn stop(&self, running: Running, faults: Faults) -> Result<RunRecord> {
+        if !self.interrupt.happened() {
+            tracing::info!("time limit reached: healing faults and stopping workers");
+        }
+        let _ = faults.stop.send(true);
+        faults.task.await.map_err(Error::NemesisTask)?;
+        let Running {
+            clock,
+            history,
+            stalls,
+            net,
+            observer,
+            pool,
+            mut record,
+            harness_storage,
+            watchers,
+            ..
+        } = running;
+        stop_workers(pool, self.options, self.interrupt).await;
+        // After the workers' last releases, before the final read: the
+        // observer's events all fall inside the workers' part of the history.
+        if let Some(observer) = observer {
+            let _ = tokio::task::spawn_blocking(move || observer.stop()).await;
+        }
+        if let Some(net) = &net {
+            record.proxied_requests = Some(net.requests());
+            net.shutdown().await;
+        }
+        self.final_read(&history, harness_storage, &mut record)
+            .await;
+        watchers.stop().await;
+        drop(stalls);
+        history
+            .finish()
+            .context(|| "writing history.jsonl".into())?;
+        // A signal during the stop or the check counts too: the run was cut short.
+        record.interrupted = self.interrupt.happened();
+        if record.interrupted && record.interrupted_at_ms.is_none() {
+            record.interrupted_at_ms = Some(clock.now() / 1_000_000);
+        }
+        Ok(record)
+    }
+
+    /// The harness's read of the counter, once every worker has stopped;
+    /// a storage adapter that broke the protocol there is why the run ended.
+    async fn final_read(
+        &self,
+        history: &HistoryWriter,
+        harness_storage: Option<crate::clients::HarnessStorage>,
+        record: &mut RunRecord,
+    ) {
+        let (options, topology) = (self.options, self.topology);
+        read_counter(
+            history,
+            options.storage,
+            &topology.storage_addr,
+            &options.keys,
+            topology.deployment().storage_login(),
+            harness_storage.clone(),
+        )
+        .await;
+        if let (None, Some(storage)) = (&record.adapter_broken, &harness_storage) {
+            record.adapter_broken = storage.broken.lock().map(|b| b.clone()).unwrap_or_default();
+        }
+    }
+
+    /// Checks the history as stored on disk, the same way `lockstorm check`
+    /// does, and holds the verdict to what the run could show.
+    fn judge(&self, record: &RunRecord) -> Result<(Results, History)> {
+        let path = self.dir.history();
+        let file = std::fs::File::open(&path).context(|| format!("opening {}", path.display()))?;
+        let history =
+            History::from_jsonl(std::io::BufReader::new(file)).map_err(|e| Error::BadInput {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+        let mut results = checker::check(&history, record.settings());
+        crate::check::judge_run(&mut results, record);
+        Ok((results, history))
+    }
+
+    /// results.json, the pictures and run.json as the run ended; an invalid
+    /// run's first breach, told.
+    fn store(&self, record: RunRecord, results: Results, history: History) -> Result<RunOutcome> {
+        let (options, dir) = (self.options, self.dir);
+        write_json(&dir.results_json(), &results)?;
+        // Pictures are evidence, not the verdict: a failure to draw is logged.
+        let setup = report::plot::Setup {
+            workers: options.workers,
+            lease: record.lease(),
+        };
+        if let Err(e) =
+            report::plot::render(&dir.path, &history, &results, setup, &options.heading())
+        {
+            tracing::warn!("drawing the run's pictures failed: {e:#}");
+        }
+        write_json(&dir.run_json(), &record)?;
+        tracing::info!("verdict {:?}", results.valid);
+        let first_breach = (results.valid == checker::Validity::False)
+            .then(|| crate::explain::first_breach(&history, &results, &record))
+            .flatten();
+        Ok(RunOutcome {
+            dir: dir.path.clone(),
+            record,
+            results,
+            first_breach,
+        })
+    }
+
+    /// Worker `index`'s spec, its adapters apart.
+    fn worker_spec(&self, index: u64, clock: RunClock) -> WorkerSpec {
+        let (options, topology) = (self.options, self.topology);
+        let deployment = topology.deployment();
+        WorkerSpec {
+            config: options.config,
+            index,
+            workers: options.workers,
+            lock_nodes: topology.lock_addrs(),
+            lock_node_names: topology.lock_names(),
+            sentinels: topology.sentinel_addrs(),
+            master: options.master(),
+            login: deployment.login(),
+            storage_login: deployment.storage_login(),
+            wait_replicas: options.wait_replicas,
+            source: topology.worker_source(index),
+            storage_node: topology.storage_addr.clone(),
+            storage: options.storage,
+            keys: options.keys.clone(),
+            ttl_ms: millis(options.ttl),
+            work_ms: millis(options.work),
+            acquire_timeout_ms: millis(options.acquire_timeout),
+            op_timeout_ms: millis(options.op_timeout),
+            validity_check: !options.no_validity_check,
+            seed: options.seed,
+            run_start_ns: clock.start_ns(),
+            first_process: None,
+            adapter: None,
+            storage_adapter: None,
+        }
     }
 }
 
@@ -625,7 +825,7 @@ fn millis(d: Duration) -> u64 {
 /// The harness reads the counter once every worker has stopped: through a
 /// fresh instance of its storage adapter if the run has one, else from the
 /// storage node.
-async fn final_read(
+async fn read_counter(
     history: &HistoryWriter,
     kind: StorageKind,
     storage: &str,
@@ -719,18 +919,4 @@ fn new_record(options: &RunPlan, backend: &dyn Provisioner) -> RunRecord {
 fn mark_interrupted(results: &mut Results, why: &str) {
     results.notes.push(why.into());
     results.valid = Validity::Unknown;
-}
-
-/// Checks the history as stored on disk, the same way `lockstorm check` does.
-fn check_history(dir: &RunDir, record: &RunRecord) -> Result<(Results, History)> {
-    let path = dir.history();
-    let file = std::fs::File::open(&path).context(|| format!("opening {}", path.display()))?;
-    let history =
-        History::from_jsonl(std::io::BufReader::new(file)).map_err(|e| Error::BadInput {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-    let mut results = checker::check(&history, record.settings());
-    crate::check::judge_run(&mut results, record);
-    Ok((results, history))
 }

@@ -3,6 +3,7 @@
 //! own loopback address so a partition can cut the link between two of them.
 //! Implements [`nemesis::Cluster`], the faults' handle on the nodes.
 
+use crate::deployment::{Deployment, Theirs};
 use crate::error::Context;
 use crate::error::{Error, Result};
 use crate::options::RunPlan;
@@ -59,10 +60,9 @@ pub struct Topology {
     pub addresses: Addresses,
     /// The user's fault commands, on a deployment lockstorm did not start.
     commands: Option<Arc<crate::fault_command::Commands>>,
-    /// That deployment as the run reaches it (a TLS one through its bridges).
-    reached: Option<crate::target::Target>,
-    /// The user's storage node (`--storage-target`), as the run reaches it.
-    storage_target: Option<crate::target::Target>,
+    /// Where the nodes come from: lockstorm's own, or the user's
+    /// deployment as the run reaches it (a TLS one through its bridges).
+    deployment: Deployment,
     /// The TLS bridges (the target's, the storage's): held so they live as
     /// long as the topology.
     _bridges: Option<(
@@ -288,8 +288,7 @@ impl Topology {
             clocks,
             addresses,
             commands: None,
-            reached: None,
-            storage_target: None,
+            deployment: Deployment::Own,
             _bridges: None,
         })
     }
@@ -346,7 +345,8 @@ impl Topology {
                 (Some(node), addr, None)
             }
         };
-        Ok(Topology {
+        let storage_on = storage_bridges.as_ref().map(|(on, _)| on.clone());
+        let mut topology = Topology {
             addrs,
             nodes: Mutex::new(Vec::new()),
             sentinels,
@@ -365,21 +365,30 @@ impl Topology {
                 nodes_dir.to_path_buf(),
                 options.fault_cmd_wait,
             ))),
-            reached: Some(target.clone()),
-            storage_target: storage_bridges.as_ref().map(|(on, _)| on.clone()),
+            deployment: Deployment::Own,
             _bridges: Some((bridges, storage_bridges.map(|(_, b)| b))),
-        })
+        };
+        // Its data nodes as the checks before and after the run reach them.
+        topology.deployment = Deployment::Theirs(Theirs {
+            target: target.clone(),
+            storage: storage_on,
+            nodes: crate::deployment::data_nodes(&topology.observed()),
+        });
+        Ok(topology)
     }
 
-    /// The deployment lockstorm did not start, as the run reaches it.
-    pub fn target(&self) -> Option<&crate::target::Target> {
-        self.reached.as_ref()
+    /// Where the run's nodes come from, as the run asks it.
+    pub fn deployment(&self) -> &Deployment {
+        &self.deployment
     }
 
-    /// The user's node the counter lives on (`--storage-target`), as the
-    /// run reaches it.
-    pub fn storage_target(&self) -> Option<&crate::target::Target> {
-        self.storage_target.as_ref()
+    /// Where worker `index` connects from: its own address on lockstorm's
+    /// nodes; the host's own on a deployment lockstorm did not start
+    /// (protected mode takes 127.0.0.1, not 127.0.x.y).
+    pub fn worker_source(&self, index: u64) -> Option<Ipv4Addr> {
+        self.deployment
+            .owned()
+            .then(|| self.addresses.worker(index))
     }
 
     /// Addresses the lock clients talk to directly (none for `replicated`,
