@@ -138,6 +138,137 @@ async fn start_storage(
     })
 }
 
+/// The run's iptables chain, if it cuts links.
+fn firewall_for(options: &RunPlan) -> Result<Option<Firewall>> {
+    if needs_firewall(options)? {
+        return Ok(Some(Firewall::create().map_err(Error::Firewall)?));
+    }
+    // A crashed run may have left its rules; remove them whenever we can.
+    if nemesis::net::available().is_ok() {
+        let _ = nemesis::net::clean_stale();
+    }
+    Ok(None)
+}
+
+/// Data nodes run under the time shim when the clock nemesis may shift
+/// their wall clocks; each gets its own control file.
+struct NodeClocks {
+    shim: Option<PathBuf>,
+    nodes_dir: PathBuf,
+    /// Node name → its control file, as made.
+    made: Vec<(String, TimeControl)>,
+}
+
+impl NodeClocks {
+    fn for_run(options: &RunPlan, nodes_dir: &Path) -> Result<NodeClocks> {
+        let shim = match options.needs(|p| p.needs_time_shim()) {
+            true => Some(nemesis::clock::install_shim().map_err(|e| match e.kind() {
+                std::io::ErrorKind::InvalidInput => Error::Usage(e.to_string()),
+                _ => Error::Io {
+                    context: "installing the time shim".into(),
+                    source: e,
+                },
+            })?),
+            false => None,
+        };
+        Ok(NodeClocks {
+            shim,
+            nodes_dir: nodes_dir.to_path_buf(),
+            made: Vec::new(),
+        })
+    }
+
+    /// The clock node `name` runs on: its own control file under the shim,
+    /// or none when the run shifts no clock.
+    fn for_node(&mut self, name: &str) -> Result<Option<NodeClock>> {
+        let Some(shim) = &self.shim else {
+            return Ok(None);
+        };
+        let dir = self.nodes_dir.join(name);
+        std::fs::create_dir_all(&dir).context(|| format!("creating {}", dir.display()))?;
+        let control = dir.join("time.ctl");
+        let handle =
+            TimeControl::create(&control).context(|| format!("creating {}", control.display()))?;
+        self.made.push((name.to_string(), handle));
+        Ok(Some(NodeClock {
+            shim: shim.clone(),
+            control,
+        }))
+    }
+}
+
+/// The lock's Redis nodes: one per lock node, or for `replicated` a
+/// primary, two replicas in sync with it, and three Sentinels (not yet
+/// waited for); none when the lock is etcd's.
+async fn start_redis(
+    options: &RunPlan,
+    addresses: Addresses,
+    clocks: &mut NodeClocks,
+    nodes_dir: &Path,
+    backend: &Arc<dyn Provisioner>,
+) -> Result<Vec<RedisNode>> {
+    let spec = |name: &str, role: Role, ip: Ipv4Addr, clock: Option<NodeClock>| NodeSpec {
+        name: name.into(),
+        role,
+        ip,
+        persistence: options.persistence,
+        clock,
+    };
+    let start = |spec: NodeSpec| RedisNode::start(spec, nodes_dir, backend.clone());
+    let mut nodes = Vec::new();
+    let redis_locks = match options.config.locks_in_etcd() {
+        true => 0,
+        false => options.config.lock_nodes() as u8,
+    };
+    for n in 1..=redis_locks {
+        let name = format!("n{n}");
+        let clock = clocks.for_node(&name)?;
+        nodes.push(start(spec(&name, Role::Lock, addresses.data(n), clock)).await?);
+    }
+    if options.config == Config::Replicated {
+        let primary = nodes[0].addr();
+        for n in 2..=3 {
+            let role = Role::Replica {
+                primary: primary.clone(),
+            };
+            let name = format!("n{n}");
+            let clock = clocks.for_node(&name)?;
+            nodes.push(start(spec(&name, role, addresses.data(n), clock)).await?);
+        }
+        await_replication(&nodes[0], 2).await?;
+        for n in 1..=3 {
+            let role = Role::Sentinel {
+                primary: primary.clone(),
+                quorum: 2,
+                down_after_ms: options.down_after.as_millis() as u64,
+                failover_timeout_ms: options.failover_timeout.as_millis() as u64,
+            };
+            nodes.push(start(spec(&format!("s{n}"), role, addresses.sentinel(n), None)).await?);
+        }
+    }
+    Ok(nodes)
+}
+
+/// The lock's etcd members, a cluster of the run's own.
+async fn start_etcd(
+    options: &RunPlan,
+    addresses: Addresses,
+    clocks: &mut NodeClocks,
+    nodes_dir: &Path,
+    backend: &Arc<dyn Provisioner>,
+) -> Result<Vec<backend::etcd::EtcdMember>> {
+    let mut members = Vec::new();
+    for n in 1..=options.config.lock_nodes() as u8 {
+        let name = format!("n{n}");
+        // Go reads the clock without libc: the harness serves it.
+        let clock = clocks.for_node(&name)?.map(|c| c.control);
+        members.push((name, addresses.data(n), clock));
+    }
+    // The run's own cluster: no member of another run's may join it.
+    let token = format!("lockstorm-{}-{}", std::process::id(), addresses.block);
+    Ok(backend::etcd::start_cluster(&members, nodes_dir, backend.clone(), &token).await?)
+}
+
 /// Whether the run cuts links; if so, iptables must be there and usable.
 /// Checked before the run's folder is made, and again when the run starts.
 pub fn needs_firewall(options: &RunPlan) -> Result<bool> {
@@ -158,86 +289,26 @@ impl Topology {
         backend: Arc<dyn Provisioner>,
         nodes_dir: &Path,
     ) -> Result<Self> {
-        if let Some(target) = &options.target {
-            return Self::external(options, target, backend, nodes_dir).await;
+        match &options.target {
+            Some(target) => Self::external(options, target, backend, nodes_dir).await,
+            None => Self::own(options, backend, nodes_dir).await,
         }
-        let firewall = if needs_firewall(options)? {
-            Some(Firewall::create().map_err(Error::Firewall)?)
-        } else {
-            // A crashed run may have left its rules; remove them whenever we can.
-            if nemesis::net::available().is_ok() {
-                let _ = nemesis::net::clean_stale();
-            }
-            None
-        };
-        // Data nodes run under the time shim when the clock nemesis may
-        // shift their wall clocks; each gets its own control file.
-        let shim = match options.needs(|p| p.needs_time_shim()) {
-            true => Some(nemesis::clock::install_shim().map_err(|e| match e.kind() {
-                std::io::ErrorKind::InvalidInput => Error::Usage(e.to_string()),
-                _ => Error::Io {
-                    context: "installing the time shim".into(),
-                    source: e,
-                },
-            })?),
-            false => None,
-        };
+    }
+
+    /// lockstorm's own nodes, started on its backend: the lock's (Redis,
+    /// with replicas and Sentinels for `replicated`, or etcd members) and
+    /// the storage node.
+    async fn own(
+        options: &RunPlan,
+        backend: Arc<dyn Provisioner>,
+        nodes_dir: &Path,
+    ) -> Result<Self> {
+        let firewall = firewall_for(options)?;
+        let mut clocks = NodeClocks::for_run(options, nodes_dir)?;
         let addresses = Addresses {
             block: options.address_block,
         };
-        let mut clocks = Vec::new();
-        let mut clock_for = |name: &str| -> Result<Option<NodeClock>> {
-            let Some(shim) = &shim else { return Ok(None) };
-            let dir = nodes_dir.join(name);
-            std::fs::create_dir_all(&dir).context(|| format!("creating {}", dir.display()))?;
-            let control = dir.join("time.ctl");
-            let handle = TimeControl::create(&control)
-                .context(|| format!("creating {}", control.display()))?;
-            clocks.push((name.to_string(), handle));
-            Ok(Some(NodeClock {
-                shim: shim.clone(),
-                control,
-            }))
-        };
-        let spec = |name: &str, role: Role, ip: Ipv4Addr, clock: Option<NodeClock>| NodeSpec {
-            name: name.into(),
-            role,
-            ip,
-            persistence: options.persistence,
-            clock,
-        };
-        let start = |spec: NodeSpec| RedisNode::start(spec, nodes_dir, backend.clone());
-        let mut nodes = Vec::new();
-        let redis_locks = match options.config.locks_in_etcd() {
-            true => 0,
-            false => options.config.lock_nodes() as u8,
-        };
-        for n in 1..=redis_locks {
-            let name = format!("n{n}");
-            let clock = clock_for(&name)?;
-            nodes.push(start(spec(&name, Role::Lock, addresses.data(n), clock)).await?);
-        }
-        if options.config == Config::Replicated {
-            let primary = nodes[0].addr();
-            for n in 2..=3 {
-                let role = Role::Replica {
-                    primary: primary.clone(),
-                };
-                let name = format!("n{n}");
-                let clock = clock_for(&name)?;
-                nodes.push(start(spec(&name, role, addresses.data(n), clock)).await?);
-            }
-            await_replication(&nodes[0], 2).await?;
-            for n in 1..=3 {
-                let role = Role::Sentinel {
-                    primary: primary.clone(),
-                    quorum: 2,
-                    down_after_ms: options.down_after.as_millis() as u64,
-                    failover_timeout_ms: options.failover_timeout.as_millis() as u64,
-                };
-                nodes.push(start(spec(&format!("s{n}"), role, addresses.sentinel(n), None)).await?);
-            }
-        }
+        let nodes = start_redis(options, addresses, &mut clocks, nodes_dir, &backend).await?;
         let storage = start_storage(options, addresses, nodes_dir, backend.clone()).await?;
         let mut sentinels = Vec::new();
         for node in nodes
@@ -250,17 +321,7 @@ impl Topology {
         let mut nodes: Vec<Server> = nodes.into_iter().map(Server::Redis).collect();
         let mut peers = Vec::new();
         if options.config.locks_in_etcd() {
-            let mut members = Vec::new();
-            for n in 1..=options.config.lock_nodes() as u8 {
-                let name = format!("n{n}");
-                // Go reads the clock without libc: the harness serves it.
-                let clock = clock_for(&name)?.map(|c| c.control);
-                members.push((name, addresses.data(n), clock));
-            }
-            // The run's own cluster: no member of another run's may join it.
-            let token = format!("lockstorm-{}-{}", std::process::id(), addresses.block);
-            let members =
-                backend::etcd::start_cluster(&members, nodes_dir, backend.clone(), &token).await?;
+            let members = start_etcd(options, addresses, &mut clocks, nodes_dir, &backend).await?;
             peers = members
                 .iter()
                 .map(|m| (m.name().to_string(), m.peer()))
@@ -285,7 +346,7 @@ impl Topology {
             storage_addr: storage.addr(),
             storage: Mutex::new(Some(storage)),
             firewall,
-            clocks,
+            clocks: clocks.made,
             addresses,
             commands: None,
             deployment: Deployment::Own,
