@@ -91,9 +91,10 @@ impl Deployment {
         );
     }
 
-    /// Whether the run may watch its lock nodes (MONITOR, keyspace events,
-    /// a source address of each worker's own): on a deployment lockstorm did
-    /// not start it would see its owner's traffic and change its config.
+    /// Whether lockstorm owns the nodes: only then does the run watch them
+    /// (MONITOR and keyspace events would see a deployment owner's traffic
+    /// and change its config) and reach them from each worker's own address
+    /// (a deployment's protected mode takes 127.0.0.1, not 127.0.x.y).
     pub fn owned(&self) -> bool {
         matches!(self, Deployment::Own)
     }
