@@ -1,5 +1,5 @@
 //! `lockstorm explain`: each anomaly of a stored run told as the chain of
-//! events that proves it (`checker::explain`), and the first one `run`
+//! events that proves it (`story::explain`), and the first one `run`
 //! prints under the summary of an invalid run.
 
 use crate::check::{self, Format};

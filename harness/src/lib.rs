@@ -20,6 +20,7 @@ mod logging;
 pub mod matrix;
 mod observer;
 pub mod options;
+mod origin;
 mod progress;
 mod proxied;
 pub mod record;

@@ -6,6 +6,7 @@
 use crate::error::Context;
 use crate::error::{Error, Result};
 use crate::options::RunPlan;
+use crate::origin::{Deployment, Theirs};
 use crate::server::Server;
 use backend::node::{connect, NodeClock, NodeSpec, RedisNode, Role};
 use backend::Provisioner;
@@ -59,10 +60,9 @@ pub struct Topology {
     pub addresses: Addresses,
     /// The user's fault commands, on a deployment lockstorm did not start.
     commands: Option<Arc<deployment::fault_command::Commands>>,
-    /// That deployment as the run reaches it (a TLS one through its bridges).
-    reached: Option<deployment::target::Target>,
-    /// The user's storage node (`--storage-target`), as the run reaches it.
-    storage_target: Option<deployment::target::Target>,
+    /// Where the nodes come from: lockstorm's own, or the user's
+    /// deployment as the run reaches it (a TLS one through its bridges).
+    deployment: Deployment,
     /// The TLS bridges (the target's, the storage's): held so they live as
     /// long as the topology.
     _bridges: Option<(deployment::tls::Bridges, Option<deployment::tls::Bridges>)>,
@@ -135,6 +135,137 @@ async fn start_storage(
     })
 }
 
+/// The run's iptables chain, if it cuts links.
+fn firewall_for(options: &RunPlan) -> Result<Option<Firewall>> {
+    if needs_firewall(options)? {
+        return Ok(Some(Firewall::create().map_err(Error::Firewall)?));
+    }
+    // A crashed run may have left its rules; remove them whenever we can.
+    if nemesis::net::available().is_ok() {
+        let _ = nemesis::net::clean_stale();
+    }
+    Ok(None)
+}
+
+/// Data nodes run under the time shim when the clock nemesis may shift
+/// their wall clocks; each gets its own control file.
+struct NodeClocks {
+    shim: Option<PathBuf>,
+    nodes_dir: PathBuf,
+    /// Node name → its control file, as made.
+    made: Vec<(String, TimeControl)>,
+}
+
+impl NodeClocks {
+    fn for_run(options: &RunPlan, nodes_dir: &Path) -> Result<NodeClocks> {
+        let shim = match options.needs(|p| p.needs_time_shim()) {
+            true => Some(nemesis::clock::install_shim().map_err(|e| match e.kind() {
+                std::io::ErrorKind::InvalidInput => Error::Usage(e.to_string()),
+                _ => Error::Io {
+                    context: "installing the time shim".into(),
+                    source: e,
+                },
+            })?),
+            false => None,
+        };
+        Ok(NodeClocks {
+            shim,
+            nodes_dir: nodes_dir.to_path_buf(),
+            made: Vec::new(),
+        })
+    }
+
+    /// The clock node `name` runs on: its own control file under the shim,
+    /// or none when the run shifts no clock.
+    fn for_node(&mut self, name: &str) -> Result<Option<NodeClock>> {
+        let Some(shim) = &self.shim else {
+            return Ok(None);
+        };
+        let dir = self.nodes_dir.join(name);
+        std::fs::create_dir_all(&dir).context(|| format!("creating {}", dir.display()))?;
+        let control = dir.join("time.ctl");
+        let handle =
+            TimeControl::create(&control).context(|| format!("creating {}", control.display()))?;
+        self.made.push((name.to_string(), handle));
+        Ok(Some(NodeClock {
+            shim: shim.clone(),
+            control,
+        }))
+    }
+}
+
+/// The lock's Redis nodes: one per lock node, or for `replicated` a
+/// primary, two replicas in sync with it, and three Sentinels (not yet
+/// waited for); none when the lock is etcd's.
+async fn start_redis(
+    options: &RunPlan,
+    addresses: Addresses,
+    clocks: &mut NodeClocks,
+    nodes_dir: &Path,
+    backend: &Arc<dyn Provisioner>,
+) -> Result<Vec<RedisNode>> {
+    let spec = |name: &str, role: Role, ip: Ipv4Addr, clock: Option<NodeClock>| NodeSpec {
+        name: name.into(),
+        role,
+        ip,
+        persistence: options.persistence,
+        clock,
+    };
+    let start = |spec: NodeSpec| RedisNode::start(spec, nodes_dir, backend.clone());
+    let mut nodes = Vec::new();
+    let redis_locks = match options.config.locks_in_etcd() {
+        true => 0,
+        false => options.config.lock_nodes() as u8,
+    };
+    for n in 1..=redis_locks {
+        let name = format!("n{n}");
+        let clock = clocks.for_node(&name)?;
+        nodes.push(start(spec(&name, Role::Lock, addresses.data(n), clock)).await?);
+    }
+    if options.config == Config::Replicated {
+        let primary = nodes[0].addr();
+        for n in 2..=3 {
+            let role = Role::Replica {
+                primary: primary.clone(),
+            };
+            let name = format!("n{n}");
+            let clock = clocks.for_node(&name)?;
+            nodes.push(start(spec(&name, role, addresses.data(n), clock)).await?);
+        }
+        await_replication(&nodes[0], 2).await?;
+        for n in 1..=3 {
+            let role = Role::Sentinel {
+                primary: primary.clone(),
+                quorum: 2,
+                down_after_ms: options.down_after.as_millis() as u64,
+                failover_timeout_ms: options.failover_timeout.as_millis() as u64,
+            };
+            nodes.push(start(spec(&format!("s{n}"), role, addresses.sentinel(n), None)).await?);
+        }
+    }
+    Ok(nodes)
+}
+
+/// The lock's etcd members, a cluster of the run's own.
+async fn start_etcd(
+    options: &RunPlan,
+    addresses: Addresses,
+    clocks: &mut NodeClocks,
+    nodes_dir: &Path,
+    backend: &Arc<dyn Provisioner>,
+) -> Result<Vec<backend::etcd::EtcdMember>> {
+    let mut members = Vec::new();
+    for n in 1..=options.config.lock_nodes() as u8 {
+        let name = format!("n{n}");
+        // Go reads the clock without libc: the harness serves it.
+        let clock = clocks.for_node(&name)?.map(|c| c.control);
+        members.push((name, addresses.data(n), clock));
+    }
+    // The run's own cluster: no member of another run's may join it.
+    let token = format!("lockstorm-{}-{}", std::process::id(), addresses.block);
+    Ok(backend::etcd::start_cluster(&members, nodes_dir, backend.clone(), &token).await?)
+}
+
 /// Whether the run cuts links; if so, iptables must be there and usable.
 /// Checked before the run's folder is made, and again when the run starts.
 pub fn needs_firewall(options: &RunPlan) -> Result<bool> {
@@ -155,86 +286,26 @@ impl Topology {
         backend: Arc<dyn Provisioner>,
         nodes_dir: &Path,
     ) -> Result<Self> {
-        if let Some(target) = &options.target {
-            return Self::external(options, target, backend, nodes_dir).await;
+        match &options.target {
+            Some(target) => Self::external(options, target, backend, nodes_dir).await,
+            None => Self::own(options, backend, nodes_dir).await,
         }
-        let firewall = if needs_firewall(options)? {
-            Some(Firewall::create().map_err(Error::Firewall)?)
-        } else {
-            // A crashed run may have left its rules; remove them whenever we can.
-            if nemesis::net::available().is_ok() {
-                let _ = nemesis::net::clean_stale();
-            }
-            None
-        };
-        // Data nodes run under the time shim when the clock nemesis may
-        // shift their wall clocks; each gets its own control file.
-        let shim = match options.needs(|p| p.needs_time_shim()) {
-            true => Some(nemesis::clock::install_shim().map_err(|e| match e.kind() {
-                std::io::ErrorKind::InvalidInput => Error::Usage(e.to_string()),
-                _ => Error::Io {
-                    context: "installing the time shim".into(),
-                    source: e,
-                },
-            })?),
-            false => None,
-        };
+    }
+
+    /// lockstorm's own nodes, started on its backend: the lock's (Redis,
+    /// with replicas and Sentinels for `replicated`, or etcd members) and
+    /// the storage node.
+    async fn own(
+        options: &RunPlan,
+        backend: Arc<dyn Provisioner>,
+        nodes_dir: &Path,
+    ) -> Result<Self> {
+        let firewall = firewall_for(options)?;
+        let mut clocks = NodeClocks::for_run(options, nodes_dir)?;
         let addresses = Addresses {
             block: options.address_block,
         };
-        let mut clocks = Vec::new();
-        let mut clock_for = |name: &str| -> Result<Option<NodeClock>> {
-            let Some(shim) = &shim else { return Ok(None) };
-            let dir = nodes_dir.join(name);
-            std::fs::create_dir_all(&dir).context(|| format!("creating {}", dir.display()))?;
-            let control = dir.join("time.ctl");
-            let handle = TimeControl::create(&control)
-                .context(|| format!("creating {}", control.display()))?;
-            clocks.push((name.to_string(), handle));
-            Ok(Some(NodeClock {
-                shim: shim.clone(),
-                control,
-            }))
-        };
-        let spec = |name: &str, role: Role, ip: Ipv4Addr, clock: Option<NodeClock>| NodeSpec {
-            name: name.into(),
-            role,
-            ip,
-            persistence: options.persistence,
-            clock,
-        };
-        let start = |spec: NodeSpec| RedisNode::start(spec, nodes_dir, backend.clone());
-        let mut nodes = Vec::new();
-        let redis_locks = match options.config.locks_in_etcd() {
-            true => 0,
-            false => options.config.lock_nodes() as u8,
-        };
-        for n in 1..=redis_locks {
-            let name = format!("n{n}");
-            let clock = clock_for(&name)?;
-            nodes.push(start(spec(&name, Role::Lock, addresses.data(n), clock)).await?);
-        }
-        if options.config == Config::Replicated {
-            let primary = nodes[0].addr();
-            for n in 2..=3 {
-                let role = Role::Replica {
-                    primary: primary.clone(),
-                };
-                let name = format!("n{n}");
-                let clock = clock_for(&name)?;
-                nodes.push(start(spec(&name, role, addresses.data(n), clock)).await?);
-            }
-            await_replication(&nodes[0], 2).await?;
-            for n in 1..=3 {
-                let role = Role::Sentinel {
-                    primary: primary.clone(),
-                    quorum: 2,
-                    down_after_ms: options.down_after.as_millis() as u64,
-                    failover_timeout_ms: options.failover_timeout.as_millis() as u64,
-                };
-                nodes.push(start(spec(&format!("s{n}"), role, addresses.sentinel(n), None)).await?);
-            }
-        }
+        let nodes = start_redis(options, addresses, &mut clocks, nodes_dir, &backend).await?;
         let storage = start_storage(options, addresses, nodes_dir, backend.clone()).await?;
         let mut sentinels = Vec::new();
         for node in nodes
@@ -247,17 +318,7 @@ impl Topology {
         let mut nodes: Vec<Server> = nodes.into_iter().map(Server::Redis).collect();
         let mut peers = Vec::new();
         if options.config.locks_in_etcd() {
-            let mut members = Vec::new();
-            for n in 1..=options.config.lock_nodes() as u8 {
-                let name = format!("n{n}");
-                // Go reads the clock without libc: the harness serves it.
-                let clock = clock_for(&name)?.map(|c| c.control);
-                members.push((name, addresses.data(n), clock));
-            }
-            // The run's own cluster: no member of another run's may join it.
-            let token = format!("lockstorm-{}-{}", std::process::id(), addresses.block);
-            let members =
-                backend::etcd::start_cluster(&members, nodes_dir, backend.clone(), &token).await?;
+            let members = start_etcd(options, addresses, &mut clocks, nodes_dir, &backend).await?;
             peers = members
                 .iter()
                 .map(|m| (m.name().to_string(), m.peer()))
@@ -282,11 +343,10 @@ impl Topology {
             storage_addr: storage.addr(),
             storage: Mutex::new(Some(storage)),
             firewall,
-            clocks,
+            clocks: clocks.made,
             addresses,
             commands: None,
-            reached: None,
-            storage_target: None,
+            deployment: Deployment::Own,
             _bridges: None,
         })
     }
@@ -341,7 +401,8 @@ impl Topology {
                 (Some(node), addr, None)
             }
         };
-        Ok(Topology {
+        let storage_on = storage_bridges.as_ref().map(|(on, _)| on.clone());
+        let mut topology = Topology {
             addrs,
             nodes: Mutex::new(Vec::new()),
             sentinels,
@@ -360,21 +421,30 @@ impl Topology {
                 nodes_dir.to_path_buf(),
                 options.fault_cmd_wait,
             ))),
-            reached: Some(target.clone()),
-            storage_target: storage_bridges.as_ref().map(|(on, _)| on.clone()),
+            deployment: Deployment::Own,
             _bridges: Some((bridges, storage_bridges.map(|(_, b)| b))),
-        })
+        };
+        // Its data nodes as the checks before and after the run reach them.
+        topology.deployment = Deployment::Theirs(Theirs {
+            target: target.clone(),
+            storage: storage_on,
+            nodes: crate::observer::data_nodes(&topology.observed()),
+        });
+        Ok(topology)
     }
 
-    /// The deployment lockstorm did not start, as the run reaches it.
-    pub fn target(&self) -> Option<&deployment::target::Target> {
-        self.reached.as_ref()
+    /// Where the run's nodes come from, as the run asks it.
+    pub fn deployment(&self) -> &Deployment {
+        &self.deployment
     }
 
-    /// The user's node the counter lives on (`--storage-target`), as the
-    /// run reaches it.
-    pub fn storage_target(&self) -> Option<&deployment::target::Target> {
-        self.storage_target.as_ref()
+    /// Where worker `index` connects from: its own address on lockstorm's
+    /// nodes; the host's own on a deployment lockstorm did not start
+    /// (protected mode takes 127.0.0.1, not 127.0.x.y).
+    pub fn worker_source(&self, index: u64) -> Option<Ipv4Addr> {
+        self.deployment
+            .owned()
+            .then(|| self.addresses.worker(index))
     }
 
     /// Addresses the lock clients talk to directly (none for `replicated`,
