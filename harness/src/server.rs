@@ -8,6 +8,7 @@
 use backend::etcd::EtcdMember;
 use backend::node::{RedisNode, Role};
 use backend::postgres::PostgresNode;
+use backend::Server as _;
 
 pub enum Server {
     Redis(RedisNode),

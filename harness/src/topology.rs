@@ -9,6 +9,7 @@ use crate::options::RunPlan;
 use crate::server::Server;
 use backend::node::{connect, NodeClock, NodeSpec, RedisNode, Role};
 use backend::Provisioner;
+use backend::Server as _;
 use nemesis::clock::TimeControl;
 use nemesis::cluster::{BoxFuture, ClockReading};
 use nemesis::net::{Firewall, Link};
