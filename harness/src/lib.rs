@@ -27,7 +27,6 @@ mod proxied;
 pub mod record;
 pub mod run;
 pub mod schedule_text;
-mod server;
 pub mod shrink;
 pub mod target;
 mod tls_bridge;

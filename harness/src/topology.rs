@@ -6,10 +6,8 @@
 use crate::error::Context;
 use crate::error::{Error, Result};
 use crate::options::RunPlan;
-use crate::server::Server;
 use backend::node::{connect, NodeClock, NodeSpec, RedisNode, Role};
-use backend::Provisioner;
-use backend::Server as _;
+use backend::{Provisioner, Server};
 use nemesis::clock::TimeControl;
 use nemesis::cluster::{BoxFuture, ClockReading};
 use nemesis::net::{Firewall, Link};
@@ -37,7 +35,7 @@ const DEATH_POLL: Duration = Duration::from_millis(250);
 pub struct Topology {
     /// Lock nodes first (n1 is the first primary, or the first etcd
     /// member), then Sentinels.
-    nodes: Mutex<Vec<Server>>,
+    nodes: Mutex<Vec<Box<dyn Server>>>,
     /// Name → address, fixed for the run (a restart keeps both).
     addrs: Vec<(String, Ipv4Addr, u16)>,
     sentinels: Vec<String>,
@@ -51,7 +49,9 @@ pub struct Topology {
     /// a restart keeps addresses and ports).
     members: Vec<(String, nemesis::net::Member)>,
     /// lockstorm's own storage node (`None` with `--storage-target`).
-    storage: Mutex<Option<Server>>,
+    storage: Mutex<Option<Box<dyn Server>>>,
+    /// That storage node is PostgreSQL (a lock session can be ended on it).
+    storage_postgres: bool,
     /// The storage node's address (it never moves: no fault touches it).
     pub storage_addr: String,
     firewall: Option<Firewall>,
@@ -113,7 +113,7 @@ async fn start_storage(
     addresses: Addresses,
     nodes_dir: &Path,
     backend: Arc<dyn Provisioner>,
-) -> Result<Server> {
+) -> Result<Box<dyn Server>> {
     let ip = addresses.storage();
     Ok(match options.storage {
         workloads::storage::StorageKind::Redis => {
@@ -124,9 +124,9 @@ async fn start_storage(
                 persistence: options.persistence,
                 clock: None,
             };
-            Server::Redis(RedisNode::start(spec, nodes_dir, backend).await?)
+            Box::new(RedisNode::start(spec, nodes_dir, backend).await?)
         }
-        workloads::storage::StorageKind::Postgres => Server::Postgres(
+        workloads::storage::StorageKind::Postgres => Box::new(
             backend::postgres::PostgresNode::start(
                 STORAGE,
                 ip,
@@ -248,7 +248,10 @@ impl Topology {
             await_sentinel(node).await?;
             sentinels.push(node.addr());
         }
-        let mut nodes: Vec<Server> = nodes.into_iter().map(Server::Redis).collect();
+        let mut nodes: Vec<Box<dyn Server>> = nodes
+            .into_iter()
+            .map(|n| Box::new(n) as Box<dyn Server>)
+            .collect();
         let mut peers = Vec::new();
         if options.config.locks_in_etcd() {
             let mut members = Vec::new();
@@ -266,7 +269,7 @@ impl Topology {
                 .iter()
                 .map(|m| (m.name().to_string(), m.peer()))
                 .collect();
-            nodes.extend(members.into_iter().map(Server::Etcd));
+            nodes.extend(members.into_iter().map(|m| Box::new(m) as Box<dyn Server>));
         }
         Ok(Topology {
             addrs: nodes
@@ -285,6 +288,7 @@ impl Topology {
             members: peers,
             storage_addr: storage.addr(),
             storage: Mutex::new(Some(storage)),
+            storage_postgres: options.storage == workloads::storage::StorageKind::Postgres,
             firewall,
             clocks,
             addresses,
@@ -356,6 +360,8 @@ impl Topology {
             locks_in_etcd: false,
             members: Vec::new(),
             storage_addr,
+            storage_postgres: storage.is_some()
+                && options.storage == workloads::storage::StorageKind::Postgres,
             storage: Mutex::new(storage),
             firewall: None,
             clocks: Vec::new(),
@@ -474,7 +480,8 @@ impl Topology {
 
     pub async fn records(&self) -> Vec<NodeRecord> {
         let nodes = self.nodes.lock().await;
-        let record = |n: &Server| NodeRecord {
+        // The storage's role is "storage", whichever server it runs.
+        let record = |n: &dyn Server| NodeRecord {
             name: n.name().to_string(),
             role: n.role().into(),
             addr: n.addr(),
@@ -491,13 +498,11 @@ impl Topology {
                 addr: format!("{ip}:{port}"),
                 pid: 0,
             });
-        let storage = storage.as_ref().map(|n| NodeRecord {
-            name: n.name().to_string(),
-            role: "storage".into(),
-            addr: n.addr(),
-            pid: n.pid(),
-        });
-        let owned: Vec<NodeRecord> = nodes.iter().map(record).chain(storage).collect();
+        let owned: Vec<NodeRecord> = nodes
+            .iter()
+            .chain(storage.as_ref())
+            .map(|n| record(n.as_ref()))
+            .collect();
         external.chain(owned).collect()
     }
 
@@ -790,7 +795,7 @@ impl Cluster for Topology {
             if targets == Targets::Storage || self.locks_in_storage {
                 let storage = self.storage.lock().await;
                 let running = storage.as_ref().filter(|n| n.pid() != 0);
-                return running.map(Server::node_ref).into_iter().collect();
+                return running.map(|n| n.node_ref()).into_iter().collect();
             }
             if !self.sentinels.is_empty() {
                 return self.primary().await.into_iter().collect();
@@ -909,11 +914,7 @@ impl Cluster for Topology {
     fn end_lock_session(&self, worker: &str) -> BoxFuture<'_, Result<Vec<i32>, String>> {
         let (addr, worker) = (self.storage_addr.clone(), worker.to_string());
         Box::pin(async move {
-            let postgres = matches!(
-                self.storage.lock().await.as_ref(),
-                Some(Server::Postgres(_))
-            );
-            if !postgres {
+            if !self.storage_postgres {
                 return Err("the run's storage is not PostgreSQL".into());
             }
             tokio::task::spawn_blocking(move || {
