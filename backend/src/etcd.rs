@@ -255,14 +255,6 @@ impl EtcdMember {
         }
     }
 
-    pub fn ip(&self) -> Ipv4Addr {
-        self.core.ip
-    }
-
-    pub fn port(&self) -> u16 {
-        self.core.port
-    }
-
     /// The member as a cut between members names it: address, peer port
     /// and the group id it runs with.
     pub fn peer(&self) -> nemesis::net::Member {
