@@ -365,7 +365,6 @@ impl Topology {
             locks_in_etcd: false,
             members: Vec::new(),
             storage_addr,
-
             firewall: None,
             clocks: Vec::new(),
             addresses,
