@@ -261,3 +261,134 @@ pub(crate) fn free_port(ip: Ipv4Addr) -> Result<u16> {
         .and_then(|l| Ok(l.local_addr()?.port()))
         .map_err(crate::error::doing(format!("finding a free port on {ip}")))
 }
+
+/// A toy fourth kind, all in one place as a new kind would be: a `sleep`
+/// process. What it holds, how it starts, and when it is ready are its
+/// own; everything the tests below call is the shared bodies'.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provision::{Launch, Program, Provisioner};
+
+    struct Sleeper {
+        core: Managed,
+        /// Its readiness refuses the process (one that answers as another).
+        refuse: bool,
+        launches: u32,
+    }
+
+    impl Sleeper {
+        async fn start(nodes_dir: &Path) -> Sleeper {
+            let local = crate::local::Local::running(Path::new("sleep"));
+            let mut core = Managed::new("toy", Ipv4Addr::LOCALHOST, nodes_dir).unwrap();
+            core.port = free_port(Ipv4Addr::LOCALHOST).unwrap();
+            let data = core.dir.join("data");
+            std::fs::create_dir_all(&data).unwrap();
+            let pid_file = core.dir.join("toy.pid");
+            core.data = Some(DataFolder::reaped("toy", &data, &pid_file).unwrap());
+            let launch = Launch {
+                name: "toy".into(),
+                program: Program::Server,
+                args: vec!["600".into()],
+                env: Vec::new(),
+                dir: core.dir.clone(),
+                reads: Vec::new(),
+                writes: Vec::new(),
+                output: core.dir.join("output.log"),
+                served_clock: None,
+                user: None,
+            };
+            core.process = Some(local.launch(launch).await.unwrap());
+            let mut toy = Sleeper {
+                core,
+                refuse: false,
+                launches: 0,
+            };
+            toy.ready().await.unwrap();
+            toy
+        }
+    }
+
+    impl Server for Sleeper {
+        fn role(&self) -> &'static str {
+            "lock"
+        }
+    }
+
+    impl Kind for Sleeper {
+        fn core(&self) -> &Managed {
+            &self.core
+        }
+
+        fn core_mut(&mut self) -> &mut Managed {
+            &mut self.core
+        }
+
+        fn ready(&mut self) -> BoxFuture<'_, Result<()>> {
+            Box::pin(async move {
+                if let Some(status) = self.core.exited().await {
+                    return Err(self.error(&format!("exited at start ({status})")));
+                }
+                if self.refuse {
+                    return Err(self.error("answers as another"));
+                }
+                self.launches += 1;
+                self.core.identity = format!("launch {}", self.launches);
+                Ok(())
+            })
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_kind_is_killed_restarted_and_removed_by_the_shared_bodies() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut toy = Sleeper::start(tmp.path()).await;
+        let first = toy.pid();
+        assert_ne!(first, 0, "not running");
+        assert_eq!(toy.addr(), format!("127.0.0.1:{}", toy.core.port));
+        let seen = toy.node_ref();
+        assert_eq!((seen.name.as_str(), seen.pid), ("toy", first));
+        assert_eq!(seen.run_id, "launch 1");
+        assert_eq!(toy.died().await, None, "alive");
+
+        assert_eq!(toy.kill().await, Some(first));
+        assert_eq!(toy.pid(), 0, "killed, still counted up");
+        assert_eq!(toy.died().await, None, "a fault's kill is no death");
+        assert_eq!(toy.kill().await, None, "nothing left to kill");
+
+        toy.restart().await.unwrap();
+        let second = toy.pid();
+        assert!(second != 0 && second != first, "{first} then {second}");
+        assert_eq!(toy.node_ref().run_id, "launch 2", "the new identity");
+
+        // A death nobody here caused is seen, and said how it happened.
+        process::kill_now(second).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let died = loop {
+            match toy.died().await {
+                Some(status) => break status,
+                None if std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                None => panic!("its death was not seen"),
+            }
+        };
+        assert!(died.contains("signal: 9"), "{died}");
+
+        // A restart whose process is not ready leaves the server down.
+        toy.refuse = true;
+        let refused = toy.restart().await.unwrap_err().to_string();
+        assert!(refused.contains("answers as another"), "{refused}");
+        assert_eq!(toy.pid(), 0, "a refused process still counts as the server");
+
+        let data = toy.core.dir.join("data");
+        assert!(data.is_dir());
+        toy.remove().await;
+        assert!(!data.exists(), "its data outlived its removal");
+        let removed = toy.restart().await.unwrap_err().to_string();
+        assert!(
+            removed.contains("was removed and cannot restart"),
+            "{removed}"
+        );
+    }
+}
