@@ -4,12 +4,15 @@
 //! clients (and the JSON gateway), one for its peers. Its data folder
 //! (`data`, write-ahead log preallocated in 64 MB files) is in its folder
 //! and removed when the member is; a reaper removes it after a SIGKILL of
-//! the harness. A killed member restarts on its data and rejoins.
+//! the harness. A killed member restarts on its data and rejoins; its kill,
+//! restart and removal are every [`Server`]'s.
 
-use crate::error::{doing, Error, Result};
-use crate::provision::{Launch, NodeProcess, Program, Provisioner};
-use nemesis::cluster::ClockReading;
-use std::net::{Ipv4Addr, TcpListener};
+use crate::error::{Error, Result};
+use crate::provision::{Launch, Program, Provisioner};
+use crate::reaper::DataFolder;
+use crate::server::{free_port, Kind, Managed, Server};
+use nemesis::cluster::{BoxFuture, ClockReading};
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -115,22 +118,16 @@ pub async fn has_leader(addr: String) -> std::result::Result<bool, String> {
     .map_err(|e| e.to_string())?
 }
 
-/// One member of the run's etcd cluster.
+/// One member of the run's etcd cluster. Its core's port is its client
+/// port, and its identity when its process started, as its metrics say: a
+/// new one after a restart stands for Redis's `run_id`.
 pub struct EtcdMember {
-    name: String,
-    ip: Ipv4Addr,
-    client_port: u16,
+    core: Managed,
     peer_port: u16,
-    dir: PathBuf,
     /// Every member's peer URL, `name=http://ip:port`, joined by commas.
     cluster: String,
     /// The cluster's token: the run's, so no member joins another run's.
     token: String,
-    process: Option<Box<dyn NodeProcess>>,
-    /// When its process started, as its metrics say: a new one after a
-    /// restart stands for Redis's `run_id`.
-    started: String,
-    reaper: Option<std::process::Child>,
     /// Its time control file, when the harness serves its wall clock.
     clock: Option<PathBuf>,
 }
@@ -146,64 +143,48 @@ pub async fn start_cluster(
     token: &str,
 ) -> Result<Vec<EtcdMember>> {
     find()?;
-    let port = |ip: Ipv4Addr| {
-        TcpListener::bind((ip, 0))
-            .and_then(|l| Ok(l.local_addr()?.port()))
-            .map_err(doing(format!("finding a free port on {ip}")))
-    };
     let mut planned = Vec::new();
     for (name, ip, clock) in members {
-        let dir = std::path::absolute(nodes_dir.join(name))
-            .map_err(doing(format!("finding the folder of member {name}")))?;
-        std::fs::create_dir_all(&dir).map_err(doing(format!("creating {}", dir.display())))?;
-        planned.push((
-            name.clone(),
-            *ip,
-            port(*ip)?,
-            port(*ip)?,
-            dir,
-            clock.clone(),
-        ));
+        let mut core = Managed::new(name, *ip, nodes_dir)?;
+        core.port = free_port(*ip)?;
+        planned.push((core, free_port(*ip)?, clock.clone()));
     }
     let cluster = planned
         .iter()
-        .map(|(name, ip, _, peer, _, _)| format!("{name}=http://{ip}:{peer}"))
+        .map(|(core, peer, _)| format!("{}=http://{}:{peer}", core.name, core.ip))
         .collect::<Vec<_>>()
         .join(",");
     let mut started = Vec::new();
-    for (name, ip, client_port, peer_port, dir, clock) in planned {
-        let reaper = Some(start_reaper(&dir)?);
+    for (mut core, peer_port, clock) in planned {
+        // Removes the data once the harness is gone, however it ended.
+        let data = core.dir.join("data");
+        core.data = Some(DataFolder::reaped("etcd", &data, &core.dir.join(PID_FILE))?);
         let mut member = EtcdMember {
-            name,
-            ip,
-            client_port,
+            core,
             peer_port,
-            dir,
             clock,
             cluster: cluster.clone(),
             token: token.to_string(),
-            process: None,
-            started: String::new(),
-            reaper,
         };
-        member.process = Some(backend.launch(member.launch_spec()).await?);
+        member.core.process = Some(backend.launch(member.launch_spec()).await?);
         member.note_pid();
         started.push(member);
     }
     // A member is healthy only once a majority is up: all are started first.
     for member in &mut started {
-        member.ready().await?;
+        member.healthy().await?;
     }
     Ok(started)
 }
 
 impl EtcdMember {
     fn launch_spec(&self) -> Launch {
-        let client = format!("http://{}:{}", self.ip, self.client_port);
-        let peer = format!("http://{}:{}", self.ip, self.peer_port);
-        let data = self.data().display().to_string();
+        let (ip, name) = (self.core.ip, self.core.name.as_str());
+        let client = format!("http://{ip}:{}", self.core.port);
+        let peer = format!("http://{ip}:{}", self.peer_port);
+        let data = self.core.dir.join("data").display().to_string();
         let args = [
-            ("--name", self.name.as_str()),
+            ("--name", name),
             ("--data-dir", &data),
             ("--listen-client-urls", &client),
             ("--advertise-client-urls", &client),
@@ -216,11 +197,11 @@ impl EtcdMember {
             ("--log-outputs", "stderr"),
         ];
         Launch {
-            name: self.name.clone(),
+            name: self.core.name.clone(),
             program: Program::Etcd,
             args: args.iter().map(|(k, v)| format!("{k}={v}")).collect(),
             env: Vec::new(),
-            dir: self.dir.clone(),
+            dir: self.core.dir.clone(),
             reads: Vec::new(),
             writes: Vec::new(),
             output: self.output_log(),
@@ -230,29 +211,23 @@ impl EtcdMember {
             // only root may take one, and only root cuts links.
             user: nix::unistd::geteuid()
                 .is_root()
-                .then(|| (0, nemesis::net::member_gid(self.ip))),
+                .then(|| (0, nemesis::net::member_gid(ip))),
         }
-    }
-
-    fn data(&self) -> PathBuf {
-        self.dir.join("data")
     }
 
     /// Tells the reaper which process to wait for.
     fn note_pid(&self) {
-        let _ = std::fs::write(self.dir.join(PID_FILE), format!("{}\n", self.pid()));
+        let _ = std::fs::write(self.core.dir.join(PID_FILE), format!("{}\n", self.pid()));
     }
 
     /// Polls until the member says it is healthy and which process it is,
     /// or fails early if the process exited.
-    async fn ready(&mut self) -> Result<()> {
+    async fn healthy(&mut self) -> Result<()> {
         let deadline = Instant::now() + READY_TIMEOUT;
         let addr = self.addr();
         loop {
-            if let Some(process) = self.process.as_mut() {
-                if let Some(status) = process.exited().await {
-                    return Err(self.error(format!("exited at start ({status})")));
-                }
+            if let Some(status) = self.core.exited().await {
+                return Err(self.error(&format!("exited at start ({status})")));
             }
             let a = addr.clone();
             let seen = tokio::task::spawn_blocking(move || {
@@ -269,133 +244,54 @@ impl EtcdMember {
             .flatten();
             match seen {
                 Some(started) => {
-                    self.started = started;
+                    self.core.identity = started;
                     return Ok(());
                 }
                 None if Instant::now() > deadline => {
-                    return Err(self.error(format!("was not healthy within {READY_TIMEOUT:?}")))
+                    return Err(self.error(&format!("was not healthy within {READY_TIMEOUT:?}")))
                 }
                 None => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         }
     }
 
-    fn error(&self, message: impl Into<String>) -> Error {
-        let mut message = message.into();
-        let output = std::fs::read_to_string(self.output_log()).unwrap_or_default();
-        if let Some(last) = output.lines().rev().find(|l| !l.trim().is_empty()) {
-            message = format!("{message}: \"{}\"", last.trim());
-        }
-        Error::Node {
-            name: self.name.clone(),
-            message,
-            log: self.output_log(),
-        }
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    pub fn ip(&self) -> Ipv4Addr {
-        self.ip
-    }
-
-    pub fn port(&self) -> u16 {
-        self.client_port
-    }
-
     /// The member as a cut between members names it: address, peer port
     /// and the group id it runs with.
     pub fn peer(&self) -> nemesis::net::Member {
         nemesis::net::Member {
-            ip: self.ip,
+            ip: self.core.ip,
             peer_port: self.peer_port,
-            gid: nemesis::net::member_gid(self.ip),
+            gid: nemesis::net::member_gid(self.core.ip),
         }
-    }
-
-    /// Its client address (the gateway's): what the lock clients talk to.
-    pub fn addr(&self) -> String {
-        format!("{}:{}", self.ip, self.client_port)
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.process.as_ref().map_or(0, |p| p.pid())
-    }
-
-    /// The member's log (etcd writes it to its stderr).
-    pub fn output_log(&self) -> PathBuf {
-        self.dir.join("output.log")
-    }
-
-    /// How the member ended, if it did while counted as up.
-    pub async fn died(&mut self) -> Option<String> {
-        if self.pid() == 0 {
-            return None;
-        }
-        self.process.as_mut()?.exited().await
-    }
-
-    /// The member as a fault sees it; its start time stands for `run_id`.
-    pub fn node_ref(&self) -> nemesis::NodeRef {
-        nemesis::NodeRef {
-            name: self.name.clone(),
-            pid: self.pid(),
-            run_id: self.started.clone(),
-        }
-    }
-
-    /// SIGKILLs the member: a crash. Returns the PID it had.
-    pub async fn kill(&mut self) -> Option<u32> {
-        let pid = self.pid();
-        self.process.as_mut()?.kill().await;
-        (pid != 0).then_some(pid)
-    }
-
-    /// Starts the member again on its data: it replays its log and rejoins
-    /// (etcd fsyncs every entry before acknowledging it). Healthy again
-    /// means its cluster has a leader, so a restart of a majority's last
-    /// member waits for the election.
-    pub async fn restart(&mut self) -> Result<()> {
-        self.kill().await;
-        let Some(process) = self.process.as_mut() else {
-            return Err(self.error("was removed and cannot restart"));
-        };
-        let mut launched = process.restart().await;
-        if launched.is_ok() {
-            self.note_pid();
-            launched = self.ready().await;
-        }
-        if launched.is_err() {
-            self.kill().await;
-        }
-        launched
-    }
-
-    /// Ends the member for good and removes its data; its log stays in the
-    /// run's folder.
-    pub async fn remove(&mut self) {
-        if let Some(process) = self.process.take() {
-            process.remove().await;
-        }
-        let _ = std::fs::remove_dir_all(self.data());
-        crate::reaper::dismiss(self.reaper.take());
     }
 }
 
-impl Drop for EtcdMember {
-    fn drop(&mut self) {
-        // The process ends as it drops (its own Drop); the data goes too.
-        self.process = None;
-        let _ = std::fs::remove_dir_all(self.data());
-        crate::reaper::dismiss(self.reaper.take());
+impl Server for EtcdMember {
+    fn role(&self) -> &'static str {
+        "lock"
     }
 }
 
-/// Removes the member's data once the harness is gone, however it ended.
-fn start_reaper(dir: &Path) -> Result<std::process::Child> {
-    crate::reaper::start("etcd", &dir.join("data"), &dir.join(PID_FILE))
+/// A restart starts the member again on its data: it replays its log and
+/// rejoins (etcd fsyncs every entry before acknowledging it). Healthy again
+/// means its cluster has a leader, so a restart of a majority's last member
+/// waits for the election.
+impl Kind for EtcdMember {
+    fn core(&self) -> &Managed {
+        &self.core
+    }
+
+    fn core_mut(&mut self) -> &mut Managed {
+        &mut self.core
+    }
+
+    fn ready(&mut self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(self.healthy())
+    }
+
+    fn relaunched(&mut self) {
+        self.note_pid();
+    }
 }
 
 /// The file in a member's folder that names its current process, for its reaper.

@@ -3,10 +3,13 @@
 //! [`provision()`] picks one for `--backend`) with two implementations:
 //! [`local`] (child processes) and, with the `docker` feature, [`docker`]
 //! (containers through testcontainers, with host networking and the host's
-//! PID namespace); and the node itself
-//! ([`node`]: its settings, readiness and logs). Everything above it (the
-//! topology, the nemeses, the workers, the checker) sees a node as an
-//! address and a host PID, and never asks which backend runs it.
+//! PID namespace); and the servers themselves, one interface ([`Server`]:
+//! a name, an address, a PID, a kill, a restart and a removal, written once
+//! in a private module with the core every kind embeds) with three kinds:
+//! [`node`] (Redis: its settings, readiness and logs), [`postgres`] and
+//! [`etcd`]. Everything above it (the topology, the nemeses, the workers,
+//! the checker) sees a node as an address and a host PID, and never asks
+//! which backend runs it.
 
 #![forbid(unsafe_code)]
 
@@ -19,9 +22,11 @@ pub mod node;
 pub mod postgres;
 pub mod provision;
 mod reaper;
+mod server;
 
 pub use error::{Error, Result};
 pub use provision::{Launch, NodeProcess, Program, Provisioner};
+pub use server::Server;
 
 use clap::ValueEnum;
 

@@ -27,6 +27,16 @@ impl Local {
     pub fn server(&self) -> &Path {
         &self.server
     }
+
+    /// A backend whose `Program::Server` is `server`, whatever it is: for
+    /// the tests of what every server shares, on a process that is not Redis.
+    #[cfg(test)]
+    pub(crate) fn running(server: &Path) -> Self {
+        Local {
+            server: server.to_path_buf(),
+            sentinel: None,
+        }
+    }
 }
 
 impl Provisioner for Local {

@@ -1,13 +1,16 @@
 //! One Redis node (`redis-server`, or `redis-sentinel`) on its own loopback
 //! address and port, in its own folder under the run with its own log: its
 //! settings, its readiness, and the proof that the process answering is the
-//! one we started. Where the process runs is a [`Provisioner`]'s business.
+//! one we started. Where the process runs is a [`Provisioner`]'s business;
+//! its kill, restart and removal are every [`Server`]'s.
 
 use crate::error::{doing, Error, Result};
-use crate::provision::{Launch, NodeProcess, Program, Provisioner};
+use crate::provision::{Launch, Program, Provisioner};
+use crate::server::{Kind, Managed, Server};
 use clap::ValueEnum;
+use nemesis::cluster::BoxFuture;
 use serde::{Deserialize, Serialize};
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -65,28 +68,14 @@ pub struct NodeClock {
 }
 
 /// A running node. Dropping it ends the process (each backend's process
-/// does so when dropped); [`RedisNode::remove`] does it in order.
+/// does so when dropped); [`Server::remove`] does it in order. Its
+/// identity is the `run_id` our process answered with when it became ready.
 pub struct RedisNode {
     pub spec: NodeSpec,
-    pub port: u16,
-    /// Absolute (the run folder is), like every path in the node's arguments.
-    pub dir: PathBuf,
+    core: Managed,
     backend: Arc<dyn Provisioner>,
-    process: Option<Box<dyn NodeProcess>>,
     /// Where this launch's output begins in each of [`RedisNode::logs`].
     marks: [u64; 2],
-    /// The `run_id` our process answered with when it became ready.
-    run_id: String,
-}
-
-impl std::fmt::Debug for RedisNode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisNode")
-            .field("name", &self.spec.name)
-            .field("addr", &self.addr())
-            .field("pid", &self.pid())
-            .finish()
-    }
 }
 
 impl RedisNode {
@@ -96,23 +85,16 @@ impl RedisNode {
         nodes_dir: &Path,
         backend: Arc<dyn Provisioner>,
     ) -> Result<Self> {
-        let dir = std::path::absolute(nodes_dir.join(&spec.name))
-            .map_err(doing(format!("finding the folder of node {}", spec.name)))?;
-        std::fs::create_dir_all(&dir).map_err(doing(format!("creating {}", dir.display())))?;
+        let mut node = RedisNode {
+            core: Managed::new(&spec.name, spec.ip, nodes_dir)?,
+            spec,
+            backend,
+            marks: [0; 2],
+        };
         // A free port can be taken by someone else before redis binds it: retry.
         let mut last = None;
         for _ in 0..5 {
-            let port =
-                free_port(spec.ip).map_err(doing(format!("finding a free port on {}", spec.ip)))?;
-            let mut node = RedisNode {
-                spec: spec.clone(),
-                port,
-                dir: dir.clone(),
-                backend: backend.clone(),
-                process: None,
-                marks: [0; 2],
-                run_id: String::new(),
-            };
+            node.core.port = crate::server::free_port(node.spec.ip)?;
             match node.launch().await {
                 Ok(()) => return Ok(node),
                 Err(e) => {
@@ -131,32 +113,6 @@ impl RedisNode {
         Err(last.expect("the loop ran"))
     }
 
-    /// Starts the node again after a kill, on the same address and port.
-    /// Without persistence it comes back empty: even a replica's synced
-    /// dump is removed, since a real node without persistence keeps nothing.
-    pub async fn restart(&mut self) -> Result<()> {
-        self.kill().await;
-        if self.spec.persistence == Persistence::None {
-            let _ = std::fs::remove_file(self.dir.join("dump.rdb"));
-            let _ = std::fs::remove_dir_all(self.dir.join("appendonlydir"));
-        }
-        self.marks = self
-            .logs()
-            .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()));
-        let Some(process) = self.process.as_mut() else {
-            return Err(self.error("was removed and cannot restart"));
-        };
-        let mut launched = process.restart().await;
-        if launched.is_ok() {
-            launched = self.ready().await;
-        }
-        if launched.is_err() {
-            // Not our node: stop it so the node counts as down (pid 0).
-            self.kill().await;
-        }
-        launched
-    }
-
     async fn launch(&mut self) -> Result<()> {
         let launch = Launch {
             name: self.spec.name.clone(),
@@ -169,23 +125,24 @@ impl RedisNode {
                 Some(clock) => nemesis::clock::env_for(&clock.control, &clock.shim).to_vec(),
                 None => Vec::new(),
             },
-            dir: self.dir.clone(),
+            dir: self.core.dir.clone(),
             reads: self.spec.clock.iter().map(|c| c.shim.clone()).collect(),
             writes: Vec::new(),
             output: self.output_log(),
             served_clock: None,
             user: None,
         };
+        self.mark_logs();
+        self.core.process = Some(self.backend.launch(launch).await?);
+        self.wait_ready().await?;
+        self.check_shim()
+    }
+
+    /// This launch's output begins here.
+    fn mark_logs(&mut self) {
         self.marks = self
             .logs()
             .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()));
-        self.process = Some(self.backend.launch(launch).await?);
-        self.ready().await
-    }
-
-    async fn ready(&mut self) -> Result<()> {
-        self.wait_ready().await?;
-        self.check_shim()
     }
 
     /// A node the clock nemesis cannot move is a fault that would silently
@@ -199,7 +156,7 @@ impl RedisNode {
         ))?;
         match maps.contains(&*clock.shim.to_string_lossy()) {
             true => Ok(()),
-            false => Err(self.error(format!(
+            false => Err(self.error(&format!(
                 "runs without the time shim {}",
                 clock.shim.display()
             ))),
@@ -214,7 +171,7 @@ impl RedisNode {
             args.push(format!("--{k}"));
             args.push(v.to_string());
         };
-        set("port", &self.port.to_string());
+        set("port", &self.core.port.to_string());
         set("bind", &ip);
         // Other 127.0.0.x addresses are not "local" to protected mode.
         set("protected-mode", "no");
@@ -236,7 +193,7 @@ impl RedisNode {
                  sentinel failover-timeout lockstorm {failover_timeout_ms}\n\
                  sentinel parallel-syncs lockstorm 1\n"
             );
-            let path = self.dir.join("sentinel.conf");
+            let path = self.core.dir.join("sentinel.conf");
             std::fs::write(&path, conf).map_err(doing(format!("writing {}", path.display())))?;
             args.insert(0, path.display().to_string());
             return Ok(args);
@@ -272,36 +229,8 @@ impl RedisNode {
         Ok(args)
     }
 
-    pub fn name(&self) -> &str {
-        &self.spec.name
-    }
-
-    pub fn addr(&self) -> String {
-        format!("{}:{}", self.spec.ip, self.port)
-    }
-
-    /// The live process's PID (0 while the node is down).
-    pub fn pid(&self) -> u32 {
-        self.process.as_ref().map_or(0, |p| p.pid())
-    }
-
-    /// How the node's process ended, if it did while the harness counted it
-    /// as up: a fault's kill takes the process first (PID 0), so this is a
-    /// death nobody here caused.
-    pub async fn died(&mut self) -> Option<String> {
-        if self.pid() == 0 {
-            return None;
-        }
-        self.process.as_mut()?.exited().await
-    }
-
     pub fn log(&self) -> PathBuf {
-        self.dir.join("redis.log")
-    }
-
-    /// The node's stdout and stderr.
-    pub fn output_log(&self) -> PathBuf {
-        self.dir.join("output.log")
+        self.core.dir.join("redis.log")
     }
 
     fn logs(&self) -> [PathBuf; 2] {
@@ -314,30 +243,6 @@ impl RedisNode {
         [read_from(&a, self.marks[0]), read_from(&b, self.marks[1])]
     }
 
-    /// A node error that quotes the node's own reason, when it gave one in
-    /// this launch's output.
-    fn error(&self, message: impl Into<String>) -> Error {
-        let mut message = message.into();
-        let words = self.this_launch().iter().find_map(|out| last_words(out));
-        if let Some(words) = words {
-            message = format!("{message}: \"{words}\"");
-        }
-        Error::Node {
-            name: self.spec.name.clone(),
-            message,
-            log: self.log(),
-        }
-    }
-
-    /// The node as a fault sees it.
-    pub fn node_ref(&self) -> nemesis::NodeRef {
-        nemesis::NodeRef {
-            name: self.spec.name.clone(),
-            pid: self.pid(),
-            run_id: self.run_id.clone(),
-        }
-    }
-
     /// Polls PING until the node answers, or fails early if it exited; then
     /// checks that the answer came from our child, not from another server
     /// that holds the address (a restart on a taken port exits, and an
@@ -346,11 +251,7 @@ impl RedisNode {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             let pid = self.pid();
-            let exited = match self.process.as_mut() {
-                Some(process) => process.exited().await,
-                None => Some("was removed".into()),
-            };
-            if let Some(status) = exited {
+            if let Some(status) = self.core.exited().await {
                 let mut why = format!("exited at start ({status})");
                 if ping(&self.addr()).await {
                     let who = match self.answering().await {
@@ -358,16 +259,16 @@ impl RedisNode {
                     };
                     why.push_str(&format!("; {} is held by {who}", self.addr()));
                 }
-                return Err(self.error(why));
+                return Err(self.error(&why));
             }
             if ping(&self.addr()).await {
                 match self.answering().await {
                     Ok((_, Some((their, run_id)))) if their == pid => {
-                        self.run_id = run_id;
+                        self.core.identity = run_id;
                         return Ok(());
                     }
                     Ok((who, _)) => {
-                        return Err(self.error(format!(
+                        return Err(self.error(&format!(
                             "{} is answered by {who}, not by the node we started (pid {pid}): something else listens there",
                             self.addr(),
                         )))
@@ -376,7 +277,7 @@ impl RedisNode {
                     // a node starting on a busy machine can miss the read's
                     // timeout. Ask again until the deadline.
                     Err(who) if Instant::now() > deadline => {
-                        return Err(self.error(format!(
+                        return Err(self.error(&format!(
                             "{} is answered by {who} within {READY_TIMEOUT:?}",
                             self.addr(),
                         )))
@@ -385,7 +286,7 @@ impl RedisNode {
                 }
             }
             if Instant::now() > deadline {
-                return Err(self.error(format!("no answer to PING within {READY_TIMEOUT:?}")));
+                return Err(self.error(&format!("no answer to PING within {READY_TIMEOUT:?}")));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -417,21 +318,59 @@ impl RedisNode {
         );
         Ok((who, pid.zip(run_id)))
     }
+}
 
-    /// SIGKILLs the node and waits until it is gone (SIGKILL also ends a
-    /// stopped process). Returns the PID it had, if it was running.
-    pub async fn kill(&mut self) -> Option<u32> {
-        let pid = self.pid();
-        let process = self.process.as_mut()?;
-        process.kill().await;
-        (pid != 0).then_some(pid)
+impl Server for RedisNode {
+    fn role(&self) -> &'static str {
+        match self.spec.role {
+            Role::Lock => "lock",
+            Role::Replica { .. } => "replica",
+            Role::Sentinel { .. } => "sentinel",
+            Role::Storage => "storage",
+        }
+    }
+}
+
+impl Kind for RedisNode {
+    fn core(&self) -> &Managed {
+        &self.core
     }
 
-    /// Kills the node for good and removes what held it (its container).
-    pub async fn remove(&mut self) {
-        if let Some(process) = self.process.take() {
-            process.remove().await;
+    fn core_mut(&mut self) -> &mut Managed {
+        &mut self.core
+    }
+
+    fn ready(&mut self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            self.wait_ready().await?;
+            self.check_shim()
+        })
+    }
+
+    /// A node error that quotes the node's own reason, when it gave one in
+    /// this launch's output.
+    fn error(&self, message: &str) -> Error {
+        let mut message = message.to_string();
+        let words = self.this_launch().iter().find_map(|out| last_words(out));
+        if let Some(words) = words {
+            message = format!("{message}: \"{words}\"");
         }
+        Error::Node {
+            name: self.spec.name.clone(),
+            message,
+            log: self.log(),
+        }
+    }
+
+    /// Without persistence a node comes back empty: even a replica's
+    /// synced dump is removed, since a real node without persistence
+    /// keeps nothing.
+    fn before_restart(&mut self) {
+        if self.spec.persistence == Persistence::None {
+            let _ = std::fs::remove_file(self.core.dir.join("dump.rdb"));
+            let _ = std::fs::remove_dir_all(self.core.dir.join("appendonlydir"));
+        }
+        self.mark_logs();
     }
 }
 
@@ -472,10 +411,6 @@ fn last_words(output: &str) -> Option<String> {
         words.push('…');
     }
     Some(words)
-}
-
-fn free_port(ip: Ipv4Addr) -> std::io::Result<u16> {
-    Ok(TcpListener::bind((ip, 0))?.local_addr()?.port())
 }
 
 async fn ping(addr: &str) -> bool {

@@ -1,13 +1,18 @@
 //! A PostgreSQL server as a node: the storage of `--storage postgres`, and
 //! the lock of the configs that lock with the database. Like a Redis node it
 //! has its own loopback address and port, its own folder in the run and its
-//! log there, and it is killed as a process group. Its data folder is a copy
-//! of a template `initdb` makes once per machine and version (a copy costs a
-//! tenth of an `initdb`). PostgreSQL refuses to run as root: when lockstorm
-//! runs as root, the server runs as the `postgres` user.
+//! log there, and it is killed as a process group, after an immediate
+//! shutdown ([`Stop::Quit`]); its kill, restart and removal are every
+//! [`Server`]'s. Its data folder is a copy of a template `initdb` makes
+//! once per machine and version (a copy costs a tenth of an `initdb`).
+//! PostgreSQL refuses to run as root: when lockstorm runs as root, the
+//! server runs as the `postgres` user.
 
 use crate::error::{doing, Error, Result};
-use crate::provision::{Launch, NodeProcess, Program, Provisioner};
+use crate::provision::{Launch, Program, Provisioner};
+use crate::reaper::DataFolder;
+use crate::server::{Kind, Managed, Server, Stop};
+use nemesis::cluster::BoxFuture;
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -279,38 +284,17 @@ fn reachable(dir: &Path, (uid, gid): (u32, u32)) -> bool {
     })
 }
 
-/// How long an immediate shutdown may take before the server is killed.
-const SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// A running PostgreSQL server.
+/// A running PostgreSQL server. Its identity is
+/// `pg_postmaster_start_time()` of our process when it became ready: a
+/// restarted server answers with a new one.
 pub struct PostgresNode {
-    name: String,
-    ip: Ipv4Addr,
-    port: u16,
-    /// Its folder in the run (log, output).
-    pub dir: PathBuf,
-    /// Its data folder: `data` in `dir`, or beside the template when the
-    /// server's user cannot reach the run's folder (removed at the end).
+    core: Managed,
+    /// Its data folder: `data` in its folder, or beside the template when
+    /// the server's user cannot reach the run's folder (removed at the
+    /// end, as the core's data folder).
     data: PathBuf,
-    backend: Arc<dyn Provisioner>,
-    process: Option<Box<dyn NodeProcess>>,
     /// The user's `-c` settings, after lockstorm's own.
     settings: Vec<(String, String)>,
-    /// `pg_postmaster_start_time()` of our process when it became ready:
-    /// a restarted server answers with a new one.
-    started: String,
-    /// Removes the data folder if the harness dies without doing it.
-    reaper: Option<std::process::Child>,
-}
-
-impl std::fmt::Debug for PostgresNode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PostgresNode")
-            .field("name", &self.name)
-            .field("addr", &self.addr())
-            .field("pid", &self.pid())
-            .finish()
-    }
 }
 
 impl PostgresNode {
@@ -325,9 +309,9 @@ impl PostgresNode {
     ) -> Result<Self> {
         let programs = Programs::find()?;
         let user = server_user()?;
-        let dir = std::path::absolute(nodes_dir.join(name))
-            .map_err(doing(format!("finding the folder of node {name}")))?;
-        std::fs::create_dir_all(&dir).map_err(doing(format!("creating {}", dir.display())))?;
+        let mut core = Managed::new(name, ip, nodes_dir)?;
+        core.stop = Stop::Quit;
+        let dir = core.dir.clone();
         let template = tokio::task::spawn_blocking(move || programs.template(user))
             .await
             .map_err(|e| Error::Usage(format!("making the PostgreSQL template: {e}")))??;
@@ -355,30 +339,22 @@ impl PostgresNode {
         if let Some((uid, gid)) = user {
             chown(&dir, uid, gid)?;
         }
-        let mut reaper = Some(start_reaper(&data)?);
+        // Removes the data folder if the harness dies without doing it.
+        core.data = Some(DataFolder::reaped(
+            "postgres",
+            &data,
+            &data.join("postmaster.pid"),
+        )?);
+        let mut node = PostgresNode {
+            core,
+            data,
+            settings: settings.to_vec(),
+        };
         let mut last = None;
         for _ in 0..5 {
-            let port = TcpListener::bind((ip, 0))
-                .and_then(|l| Ok(l.local_addr()?.port()))
-                .map_err(doing(format!("finding a free port on {ip}")))?;
-            let mut node = PostgresNode {
-                name: name.into(),
-                ip,
-                port,
-                dir: dir.clone(),
-                data: data.clone(),
-                backend: backend.clone(),
-                process: None,
-                settings: settings.to_vec(),
-                started: String::new(),
-                reaper: None,
-            };
-            node.reaper = reaper.take();
+            node.core.port = crate::server::free_port(ip)?;
             let launch = node.launch_spec(user);
-            match node.backend.launch(launch).await {
-                Ok(process) => node.process = Some(process),
-                Err(e) => return Err(e),
-            }
+            node.core.process = Some(backend.launch(launch).await?);
             match node.ready().await {
                 Ok(()) => {
                     let addr = node.addr();
@@ -388,15 +364,15 @@ impl PostgresNode {
                     .await;
                     return match schema {
                         Ok(Ok(())) => Ok(node),
-                        Ok(Err(e)) => Err(node.error(format!("refused the schema: {e:?}"))),
-                        Err(e) => Err(node.error(format!("refused the schema: {e}"))),
+                        Ok(Err(e)) => Err(node.error(&format!("refused the schema: {e:?}"))),
+                        Err(e) => Err(node.error(&format!("refused the schema: {e}"))),
                     };
                 }
                 Err(e) => {
                     let in_use = std::fs::read_to_string(node.output_log())
                         .is_ok_and(|out| out.contains("Address already in use"));
-                    node.stop().await;
-                    reaper = node.reaper.take();
+                    // Ended, its data kept for the next port.
+                    node.core.end().await;
                     if !in_use {
                         return Err(e);
                     }
@@ -408,11 +384,11 @@ impl PostgresNode {
     }
 
     fn launch_spec(&self, user: Option<(u32, u32)>) -> Launch {
-        let ip = self.ip.to_string();
+        let ip = self.core.ip.to_string();
         let mut args: Vec<String> = vec!["-D".into(), self.data.display().to_string()];
         let settings = [
             ("listen_addresses", ip.as_str()),
-            ("port", &self.port.to_string()),
+            ("port", &self.core.port.to_string()),
             // No socket file: the run's folder path may be too long for one.
             ("unix_socket_directories", ""),
             ("fsync", "on"),
@@ -429,13 +405,13 @@ impl PostgresNode {
             args.push(format!("{k}={v}"));
         }
         Launch {
-            name: self.name.clone(),
+            name: self.core.name.clone(),
             program: Program::Postgres,
             args,
             env: Vec::new(),
-            dir: self.dir.clone(),
+            dir: self.core.dir.clone(),
             reads: Vec::new(),
-            writes: match self.data.starts_with(&self.dir) {
+            writes: match self.data.starts_with(&self.core.dir) {
                 true => Vec::new(),
                 false => vec![self.data.clone()],
             },
@@ -447,16 +423,14 @@ impl PostgresNode {
 
     /// Polls until the server answers and says its data folder is ours, or
     /// fails early if the process exited.
-    async fn ready(&mut self) -> Result<()> {
+    async fn answers(&mut self) -> Result<()> {
         let deadline = Instant::now() + READY_TIMEOUT;
         let (addr, data) = (self.addr(), self.data.display().to_string());
         loop {
-            if let Some(process) = self.process.as_mut() {
-                if let Some(status) = process.exited().await {
-                    return Err(self
-                        .refused_setting()
-                        .unwrap_or_else(|| self.error(format!("exited at start ({status})"))));
-                }
+            if let Some(status) = self.core.exited().await {
+                return Err(self
+                    .refused_setting()
+                    .unwrap_or_else(|| self.error(&format!("exited at start ({status})"))));
             }
             let a = addr.clone();
             let seen = tokio::task::spawn_blocking(move || {
@@ -467,16 +441,16 @@ impl PostgresNode {
             .and_then(Result::ok);
             match seen {
                 Some((dir, started)) if dir == data => {
-                    self.started = started;
+                    self.core.identity = started;
                     return Ok(());
                 }
                 Some((dir, _)) => {
-                    return Err(self.error(format!(
+                    return Err(self.error(&format!(
                         "another server answers on {addr} (its data folder is {dir})"
                     )))
                 }
                 None if Instant::now() > deadline => {
-                    return Err(self.error(format!("did not answer within {READY_TIMEOUT:?}")))
+                    return Err(self.error(&format!("did not answer within {READY_TIMEOUT:?}")))
                 }
                 None => tokio::time::sleep(Duration::from_millis(50)).await,
             }
@@ -498,134 +472,29 @@ impl PostgresNode {
             "--postgres-setting {name}: PostgreSQL would not start with it ({said}): fix or drop it"
         )))
     }
+}
 
-    fn error(&self, message: impl Into<String>) -> Error {
-        let mut message = message.into();
-        let output = std::fs::read_to_string(self.output_log()).unwrap_or_default();
-        if let Some(last) = output.lines().rev().find(|l| !l.trim().is_empty()) {
-            message = format!("{message}: \"{}\"", last.trim());
-        }
-        Error::Node {
-            name: self.name.clone(),
-            message,
-            log: self.output_log(),
-        }
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    pub fn addr(&self) -> String {
-        format!("{}:{}", self.ip, self.port)
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.process.as_ref().map_or(0, |p| p.pid())
-    }
-
-    /// The server's log (PostgreSQL writes it to its stderr).
-    pub fn output_log(&self) -> PathBuf {
-        self.dir.join("output.log")
-    }
-
-    /// How the server ended, if it did while counted as up.
-    pub async fn died(&mut self) -> Option<String> {
-        if self.pid() == 0 {
-            return None;
-        }
-        self.process.as_mut()?.exited().await
-    }
-
-    /// The node as a fault sees it; its start time stands for Redis's `run_id`.
-    pub fn node_ref(&self) -> nemesis::NodeRef {
-        nemesis::NodeRef {
-            name: self.name.clone(),
-            pid: self.pid(),
-            run_id: self.started.clone(),
-        }
-    }
-
-    /// SIGKILLs the server with its backends (its process group): a crash.
-    /// Returns the PID it had.
-    pub async fn kill(&mut self) -> Option<u32> {
-        let pid = self.pid();
-        self.process.as_mut()?.kill().await;
-        (pid != 0).then_some(pid)
-    }
-
-    /// Starts the server again on its data (PostgreSQL recovers from its
-    /// WAL: what it committed survives, `fsync` being on).
-    pub async fn restart(&mut self) -> Result<()> {
-        self.kill().await;
-        let Some(process) = self.process.as_mut() else {
-            return Err(self.error("was removed and cannot restart"));
-        };
-        let mut launched = process.restart().await;
-        if launched.is_ok() {
-            launched = self.ready().await;
-        }
-        if launched.is_err() {
-            self.kill().await;
-        }
-        launched
-    }
-
-    /// Ends the server for good: an immediate shutdown first (SIGQUIT,
-    /// and SIGCONT in case it is paused), so that the server removes its
-    /// shared memory as it exits, then what every node's removal does
-    /// (SIGKILL of what is left). A SIGKILLed postmaster leaves its System V
-    /// segment and its dynamic segments in `/dev/shm` behind: one of each per
-    /// run, until the machine's limit of segments (4096 by default) stops
-    /// every later server from starting. Immediate: no checkpoint, as the
-    /// data goes next.
-    async fn stop(&mut self) {
-        let Some(process) = self.process.take() else {
-            return;
-        };
-        let (pid, name) = (process.pid(), self.name.clone());
-        let _ = tokio::task::spawn_blocking(move || shut_down(&name, pid)).await;
-        process.remove().await;
-    }
-
-    /// Ends the server for good and removes its data folder; its log stays
-    /// in the run's folder.
-    pub async fn remove(&mut self) {
-        self.stop().await;
-        let _ = std::fs::remove_dir_all(&self.data);
-        crate::reaper::dismiss(self.reaper.take());
+impl Server for PostgresNode {
+    /// The storage, also when the lock lives there.
+    fn role(&self) -> &'static str {
+        "storage"
     }
 }
 
-impl Drop for PostgresNode {
-    fn drop(&mut self) {
-        // The process ends as it drops (its own Drop), after its shutdown;
-        // the data goes too.
-        if let Some(process) = self.process.take() {
-            shut_down(&self.name, process.pid());
-        }
-        let _ = std::fs::remove_dir_all(&self.data);
-        crate::reaper::dismiss(self.reaper.take());
+/// A restart starts the server again on its data: PostgreSQL recovers from
+/// its WAL, and what it committed survives, `fsync` being on.
+impl Kind for PostgresNode {
+    fn core(&self) -> &Managed {
+        &self.core
     }
-}
 
-/// An immediate shutdown of the server `pid` (0: none runs), waited for
-/// up to [`SHUTDOWN`]; see [`PostgresNode::stop`].
-fn shut_down(name: &str, pid: u32) {
-    if pid == 0 || process::quit(pid).is_err() {
-        return;
+    fn core_mut(&mut self) -> &mut Managed {
+        &mut self.core
     }
-    let _ = process::resume(pid);
-    if !process::wait_gone(&[pid], SHUTDOWN) {
-        tracing::warn!(
-            "node {name}: no immediate shutdown within {SHUTDOWN:?}: killed, its shared memory may be left"
-        );
-    }
-}
 
-/// Removes the data folder once the harness is gone, however it ended.
-fn start_reaper(data: &Path) -> Result<std::process::Child> {
-    crate::reaper::start("postgres", data, &data.join("postmaster.pid"))
+    fn ready(&mut self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(self.answers())
+    }
 }
 
 #[cfg(test)]

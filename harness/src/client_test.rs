@@ -8,6 +8,7 @@ use crate::options::Nodes;
 use crate::topology::Addresses;
 use backend::node::Persistence;
 use backend::node::{NodeSpec, RedisNode, Role};
+use backend::Server;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use workloads::adapter::{self, AdapterSpec, Answer, Failure, Group, Hello, Op, Reply, Session};

@@ -26,7 +26,6 @@ mod proxied;
 pub mod record;
 pub mod run;
 pub mod schedule_text;
-mod server;
 pub mod shrink;
 pub mod topology;
 mod ttl;

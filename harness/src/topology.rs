@@ -7,9 +7,8 @@ use crate::error::Context;
 use crate::error::{Error, Result};
 use crate::options::RunPlan;
 use crate::origin::{Deployment, Theirs};
-use crate::server::Server;
 use backend::node::{connect, NodeClock, NodeSpec, RedisNode, Role};
-use backend::Provisioner;
+use backend::{Provisioner, Server};
 use nemesis::clock::TimeControl;
 use nemesis::cluster::{BoxFuture, ClockReading};
 use nemesis::net::{Firewall, Link};
@@ -35,9 +34,11 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const DEATH_POLL: Duration = Duration::from_millis(250);
 
 pub struct Topology {
-    /// Lock nodes first (n1 is the first primary, or the first etcd
-    /// member), then Sentinels.
-    nodes: Mutex<Vec<Server>>,
+    /// The servers of ours, each found by its name: lock nodes first (n1
+    /// is the first primary, or the first etcd member), then Sentinels,
+    /// then lockstorm's own storage node ([`STORAGE`]; none with
+    /// `--storage-target`).
+    servers: Mutex<Vec<Box<dyn Server>>>,
     /// Name → address, fixed for the run (a restart keeps both).
     addrs: Vec<(String, Ipv4Addr, u16)>,
     sentinels: Vec<String>,
@@ -50,8 +51,9 @@ pub struct Topology {
     /// Those members as a cut between them names them (fixed for the run:
     /// a restart keeps addresses and ports).
     members: Vec<(String, nemesis::net::Member)>,
-    /// lockstorm's own storage node (`None` with `--storage-target`).
-    storage: Mutex<Option<Server>>,
+    /// lockstorm's own storage node is PostgreSQL (a lock session can be
+    /// ended on it).
+    storage_postgres: bool,
     /// The storage node's address (it never moves: no fault touches it).
     pub storage_addr: String,
     firewall: Option<Firewall>,
@@ -109,7 +111,7 @@ async fn start_storage(
     addresses: Addresses,
     nodes_dir: &Path,
     backend: Arc<dyn Provisioner>,
-) -> Result<Server> {
+) -> Result<Box<dyn Server>> {
     let ip = addresses.storage();
     Ok(match options.storage {
         workloads::storage::StorageKind::Redis => {
@@ -120,9 +122,9 @@ async fn start_storage(
                 persistence: options.persistence,
                 clock: None,
             };
-            Server::Redis(RedisNode::start(spec, nodes_dir, backend).await?)
+            Box::new(RedisNode::start(spec, nodes_dir, backend).await?)
         }
-        workloads::storage::StorageKind::Postgres => Server::Postgres(
+        workloads::storage::StorageKind::Postgres => Box::new(
             backend::postgres::PostgresNode::start(
                 STORAGE,
                 ip,
@@ -315,7 +317,10 @@ impl Topology {
             await_sentinel(node).await?;
             sentinels.push(node.addr());
         }
-        let mut nodes: Vec<Server> = nodes.into_iter().map(Server::Redis).collect();
+        let mut nodes: Vec<Box<dyn Server>> = nodes
+            .into_iter()
+            .map(|n| Box::new(n) as Box<dyn Server>)
+            .collect();
         let mut peers = Vec::new();
         if options.config.locks_in_etcd() {
             let members = start_etcd(options, addresses, &mut clocks, nodes_dir, &backend).await?;
@@ -323,25 +328,28 @@ impl Topology {
                 .iter()
                 .map(|m| (m.name().to_string(), m.peer()))
                 .collect();
-            nodes.extend(members.into_iter().map(Server::Etcd));
+            nodes.extend(members.into_iter().map(|m| Box::new(m) as Box<dyn Server>));
         }
+        let addrs = nodes
+            .iter()
+            .map(|n| {
+                let at: std::net::SocketAddrV4 =
+                    n.addr().parse().expect("a node listens on ip:port");
+                (n.name().to_string(), *at.ip(), at.port())
+            })
+            .collect();
+        let storage_addr = storage.addr();
+        nodes.push(storage);
         Ok(Topology {
-            addrs: nodes
-                .iter()
-                .map(|n| {
-                    let at: std::net::SocketAddrV4 =
-                        n.addr().parse().expect("a node listens on ip:port");
-                    (n.name().to_string(), *at.ip(), at.port())
-                })
-                .collect(),
-            nodes: Mutex::new(nodes),
+            addrs,
+            servers: Mutex::new(nodes),
             sentinels,
             master: options.master(),
             locks_in_storage: options.config.locks_in_storage(),
             locks_in_etcd: options.config.locks_in_etcd(),
             members: peers,
-            storage_addr: storage.addr(),
-            storage: Mutex::new(Some(storage)),
+            storage_addr,
+            storage_postgres: options.storage == workloads::storage::StorageKind::Postgres,
             firewall,
             clocks: clocks.made,
             addresses,
@@ -404,14 +412,15 @@ impl Topology {
         let storage_on = storage_bridges.as_ref().map(|(on, _)| on.clone());
         let mut topology = Topology {
             addrs,
-            nodes: Mutex::new(Vec::new()),
+            storage_postgres: storage.is_some()
+                && options.storage == workloads::storage::StorageKind::Postgres,
+            servers: Mutex::new(storage.into_iter().collect()),
             sentinels,
             master: options.master(),
             locks_in_storage: options.config.locks_in_storage(),
             locks_in_etcd: false,
             members: Vec::new(),
             storage_addr,
-            storage: Mutex::new(storage),
             firewall: None,
             clocks: Vec::new(),
             addresses,
@@ -537,41 +546,31 @@ impl Topology {
     }
 
     pub async fn records(&self) -> Vec<NodeRecord> {
-        let nodes = self.nodes.lock().await;
-        let record = |n: &Server| NodeRecord {
-            name: n.name().to_string(),
-            role: n.role().into(),
-            addr: n.addr(),
-            pid: n.pid(),
-        };
-        let storage = self.storage.lock().await;
+        let servers = self.servers.lock().await;
         // A deployment's nodes are nobody's process here: pid 0.
         let external = self
             .data_nodes()
-            .filter(|(name, _, _)| !nodes.iter().any(|n| n.name() == name))
+            .filter(|(name, _, _)| !servers.iter().any(|n| n.name() == name))
             .map(|(name, ip, port)| NodeRecord {
                 name: name.clone(),
                 role: "target".into(),
                 addr: format!("{ip}:{port}"),
                 pid: 0,
             });
-        let storage = storage.as_ref().map(|n| NodeRecord {
+        // The storage's role is "storage", whichever server it runs.
+        let owned = servers.iter().map(|n| NodeRecord {
             name: n.name().to_string(),
-            role: "storage".into(),
+            role: n.role().into(),
             addr: n.addr(),
             pid: n.pid(),
         });
-        let owned: Vec<NodeRecord> = nodes.iter().map(record).chain(storage).collect();
         external.chain(owned).collect()
     }
 
     /// Removes every node and the run's iptables chain.
     pub async fn shutdown(&self) {
-        for node in self.nodes.lock().await.iter_mut() {
-            node.remove().await;
-        }
-        if let Some(storage) = self.storage.lock().await.as_mut() {
-            storage.remove().await;
+        for server in self.servers.lock().await.iter_mut() {
+            server.remove().await;
         }
         if let Some(fw) = &self.firewall {
             let _ = fw.heal();
@@ -613,16 +612,10 @@ impl Topology {
             let mut reported = std::collections::HashSet::new();
             while !stop.load(Ordering::SeqCst) {
                 let mut dead = Vec::new();
-                for node in topology.nodes.lock().await.iter_mut() {
-                    let pid = node.pid();
-                    if let Some(status) = node.died().await {
-                        dead.push((node.name().to_string(), pid, status));
-                    }
-                }
-                if let Some(storage) = topology.storage.lock().await.as_mut() {
-                    let pid = storage.pid();
-                    if let Some(status) = storage.died().await {
-                        dead.push((storage.name().to_string(), pid, status));
+                for server in topology.servers.lock().await.iter_mut() {
+                    let pid = server.pid();
+                    if let Some(status) = server.died().await {
+                        dead.push((server.name().to_string(), pid, status));
                     }
                 }
                 for (name, pid, status) in dead {
@@ -718,7 +711,7 @@ impl Cluster for Topology {
             if self.commands.is_some() {
                 return self.external_ref(&name).await;
             }
-            let nodes = self.nodes.lock().await;
+            let nodes = self.servers.lock().await;
             let node = nodes.iter().find(|n| n.name() == name)?;
             (node.pid() != 0).then(|| node.node_ref())
         })
@@ -741,15 +734,8 @@ impl Cluster for Topology {
                     .map_err(std::io::Error::other)?;
             }
             let not_running = || std::io::Error::other(format!("node {name} is not running"));
-            if name == STORAGE {
-                let mut storage = self.storage.lock().await;
-                let node = storage.as_mut().ok_or_else(not_running)?;
-                let was = node.node_ref();
-                node.kill().await.ok_or_else(not_running)?;
-                return Ok(was);
-            }
-            let mut nodes = self.nodes.lock().await;
-            let node = nodes
+            let mut servers = self.servers.lock().await;
+            let node = servers
                 .iter_mut()
                 .find(|n| n.name() == name)
                 .ok_or_else(not_running)?;
@@ -768,17 +754,14 @@ impl Cluster for Topology {
                     .await
                     .map_err(|e| e.to_string())?;
             }
-            if name == STORAGE {
-                let mut storage = self.storage.lock().await;
-                let node = storage.as_mut().ok_or("no storage node of ours")?;
-                node.restart().await.map_err(|e| e.to_string())?;
-                return Ok(node.node_ref());
-            }
-            let mut nodes = self.nodes.lock().await;
-            let node = nodes
+            let mut servers = self.servers.lock().await;
+            let node = servers
                 .iter_mut()
                 .find(|n| n.name() == name)
-                .ok_or_else(|| format!("no node {name}"))?;
+                .ok_or_else(|| match name == STORAGE {
+                    true => "no storage node of ours".to_string(),
+                    false => format!("no node {name}"),
+                })?;
             node.restart().await.map_err(|e| e.to_string())?;
             Ok(node.node_ref())
         })
@@ -852,9 +835,10 @@ impl Cluster for Topology {
     fn targets(&self, targets: Targets) -> BoxFuture<'_, Vec<NodeRef>> {
         Box::pin(async move {
             if targets == Targets::Storage || self.locks_in_storage {
-                let storage = self.storage.lock().await;
-                let running = storage.as_ref().filter(|n| n.pid() != 0);
-                return running.map(Server::node_ref).into_iter().collect();
+                let servers = self.servers.lock().await;
+                let storage = servers.iter().find(|n| n.name() == STORAGE);
+                let running = storage.filter(|n| n.pid() != 0);
+                return running.map(|n| n.node_ref()).into_iter().collect();
             }
             if !self.sentinels.is_empty() {
                 return self.primary().await.into_iter().collect();
@@ -867,7 +851,7 @@ impl Cluster for Topology {
                 }
                 return found;
             }
-            let nodes = self.nodes.lock().await;
+            let nodes = self.servers.lock().await;
             names
                 .into_iter()
                 .filter_map(|name| Some(nodes.iter().find(|n| n.name() == name)?.node_ref()))
@@ -973,11 +957,7 @@ impl Cluster for Topology {
     fn end_lock_session(&self, worker: &str) -> BoxFuture<'_, Result<Vec<i32>, String>> {
         let (addr, worker) = (self.storage_addr.clone(), worker.to_string());
         Box::pin(async move {
-            let postgres = matches!(
-                self.storage.lock().await.as_ref(),
-                Some(Server::Postgres(_))
-            );
-            if !postgres {
+            if !self.storage_postgres {
                 return Err("the run's storage is not PostgreSQL".into());
             }
             tokio::task::spawn_blocking(move || {

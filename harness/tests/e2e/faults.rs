@@ -6,6 +6,7 @@ use crate::common;
 use backend::local::{find_redis_server, Local};
 use backend::node::Persistence;
 use backend::node::{NodeSpec, RedisNode, Role};
+use backend::Server;
 use checker::Validity;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
@@ -90,15 +91,16 @@ async fn a_restart_answered_by_a_foreign_server_is_an_error_naming_it() {
     assert!(!node.node_ref().run_id.is_empty(), "no run id kept");
     node.kill().await.expect("it was running");
 
-    let (ip, port) = (node.spec.ip.to_string(), node.port.to_string());
+    let addr = node.addr();
+    let (ip, port) = addr.split_once(':').expect("an ip:port address");
     let intruder_dir = tmp.path().join("intruder");
     std::fs::create_dir_all(&intruder_dir).unwrap();
     let mut intruder = Command::new(&server)
         .args([
             "--bind",
-            &ip,
+            ip,
             "--port",
-            &port,
+            port,
             "--save",
             "",
             "--appendonly",
