@@ -148,3 +148,7 @@ fn the_declared_minimum_rust_version_covers_every_dependency() {
         "{toolchain} is older than the declared {declared}"
     );
 }
+
+mod imports;
+mod rules;
+mod source;
