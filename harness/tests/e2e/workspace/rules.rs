@@ -1,5 +1,6 @@
 //! ARCHITECTURE.md's rules that a grep of the sources can hold: signals
-//! only from the `process` crate, SQL only in `workloads/src/pg.rs`.
+//! only from the `process` crate, unsafe code only where it is named, SQL
+//! only in `workloads/src/pg.rs`.
 
 use super::source::{self, Source};
 
@@ -113,4 +114,23 @@ fn sql_lives_in_workloads_pg_only() {
     );
     assert!(!sql("SELECT {db} refused") && !sql("SELECT") && !sql("SET lockstorm:counter 9"));
     assert!(!sql("no -----BEGIN CERTIFICATE----- block") && sql("COMMIT") && sql("BEGIN; SET x"));
+}
+
+#[test]
+fn unsafe_code_is_allowed_only_where_the_map_names_it() {
+    let allowed = [
+        "nemesis/src/clock.rs",
+        "nemesis/src/served_clock.rs",
+        "process/src/lib.rs",
+    ];
+    let allowing: Vec<String> = source::CRATES
+        .iter()
+        .flat_map(|k| source::files(k))
+        .filter(|s| s.code.contains("allow(unsafe_code)"))
+        .map(|s| s.path)
+        .collect();
+    assert_eq!(
+        allowing, allowed,
+        "the files that allow unsafe code; ARCHITECTURE.md names each (process) with its reason"
+    );
 }
