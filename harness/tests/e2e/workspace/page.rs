@@ -1,7 +1,9 @@
 //! ARCHITECTURE.md stays true where a test can see it: every path it names
-//! exists, and it stays a map (at most 300 lines), not an inventory.
+//! exists, its arrows are the crates' dependencies as cargo has them, and
+//! it stays a map (at most 300 lines), not an inventory.
 
 use super::source;
+use std::collections::BTreeMap;
 
 /// Every backticked path in ARCHITECTURE.md: a token with a `/` (a path
 /// from the workspace's root) or a file name ending in `.rs`, without
@@ -47,5 +49,38 @@ fn the_map_names_only_paths_that_exist_and_stays_short() {
     assert!(
         lines <= 300,
         "ARCHITECTURE.md has {lines} lines: it is a map, keep it under 300 (detail goes in the modules' `//!` headers)"
+    );
+}
+
+#[test]
+fn the_maps_arrows_are_the_crates_dependencies() {
+    let page = std::fs::read_to_string(source::root().join("ARCHITECTURE.md")).unwrap();
+    let block = page
+        .split("## Code map")
+        .nth(1)
+        .and_then(|s| s.split("```").nth(1))
+        .expect("the code map opens with a block of arrows");
+    // `name (package) → a, b` and `a, b, c: no workspace crate`.
+    let mut drawn: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in block.lines() {
+        if let Some((from, to)) = line.split_once('→') {
+            let package = from.split_whitespace().last().unwrap();
+            let package = package.trim_matches(|c| c == '(' || c == ')');
+            let mut to: Vec<String> = to.split(',').map(|t| t.trim().to_string()).collect();
+            to.sort();
+            drawn.insert(package.to_string(), to);
+        } else if let Some((leaves, _)) = line.split_once(": no workspace crate") {
+            for leaf in leaves.split(',') {
+                drawn.insert(leaf.trim().to_string(), Vec::new());
+            }
+        }
+    }
+    let mut edges = super::workspace_edges(&super::metadata());
+    edges.values_mut().for_each(|deps| deps.sort());
+    // testkit is drawn as a dev-dependency, on a line of its own.
+    edges.remove("testkit");
+    assert_eq!(
+        drawn, edges,
+        "ARCHITECTURE.md's arrows (left) differ from cargo metadata (right)"
     );
 }
