@@ -219,10 +219,7 @@ impl Programs {
         let addr = format!("127.0.0.1:{port}");
         let slimmed = workloads::pg::slim_cluster(&addr, READY_TIMEOUT);
         // SIGINT: a fast shutdown, which checkpoints what was done.
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGINT,
-        );
+        let _ = process::interrupt(child.id());
         let stopped = child.wait_with_output();
         match (slimmed, stopped) {
             (Ok(()), Ok(out)) if out.status.success() => Ok(()),

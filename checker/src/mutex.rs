@@ -1,6 +1,10 @@
 //! Mutual-exclusion anomalies found from lock holds: `lock-overlap`,
 //! `unsafe-action` and `foreign-release`.
 //!
+//! An anomaly needs a certain order: ops are intervals, and B's grant counts
+//! as after A's only when B could not have taken effect first (its winning
+//! attempt was sent after A's `ok`: `attempt_sent`, or else its invoke).
+//!
 //! Fed events in time order (see [`crate::feed`]). Only the holds still open
 //! are kept, each with the first other lock granted after it started, so
 //! memory follows the concurrency (plus holds that never end), not the

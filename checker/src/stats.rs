@@ -1,4 +1,6 @@
-//! Throughput and outcome counts for the report.
+//! Throughput and outcome counts for the summary and the pictures
+//! ([`Stats`]), and [`AcquiringStrikes`]: how strikes at `acquiring` inside
+//! a client adapter landed, before or after the library's decision.
 
 use crate::availability::Availability;
 use crate::exposure::Exposure;

@@ -7,7 +7,7 @@
 //! command that fails, hangs, or whose effect is not seen in time leaves
 //! the fault unverified, and the run unknown.
 
-use crate::audit::facts::Role;
+use crate::role::Role;
 use crate::target::{Endpoint, Target};
 use nemesis::NodeRef;
 use std::collections::{BTreeMap, HashMap};

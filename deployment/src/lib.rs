@@ -9,6 +9,7 @@ pub mod audit;
 pub mod fault_command;
 pub mod own_keys;
 pub mod reach;
+pub mod role;
 pub mod target;
 pub mod tls;
 

@@ -4,7 +4,7 @@
 //! an adapter is told of the login. The node's `ROLE` and `run_id` are read
 //! here for the preflight, the cleanup and the fault commands alike.
 
-use crate::audit::facts::Role;
+use crate::role::Role;
 use crate::target::{Endpoint, Target};
 use crate::{Error, Result};
 use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};

@@ -17,7 +17,7 @@ pub struct AuditArgs {
     /// LOCKSTORM_REDIS_PASSWORD. Only read-only commands are sent
     #[arg(long)]
     pub target: String,
-    #[arg(long, value_name = "MS", help = crate::ttl::audit_help())]
+    #[arg(long, value_name = "MS", help = crate::help::ttl_audit())]
     pub ttl_ms: Option<u64>,
     /// PINGs per node for the latency rule
     #[arg(long, default_value_t = 50)]
@@ -64,7 +64,7 @@ pub fn audit(args: &AuditArgs) -> Result<Audited> {
         .map_err(Error::Runtime)?;
     let (reached, _bridges) =
         runtime.block_on(deployment::tls::bridge(&target, args.tls_ca.as_deref()))?;
-    let ttl_ms = args.ttl_ms.unwrap_or(crate::ttl::AUDIT_MS);
+    let ttl_ms = args.ttl_ms.unwrap_or(crate::defaults::AUDIT_MS);
     if ttl_ms == 0 || !(1..=10_000).contains(&args.pings) {
         return Err(Error::Usage(
             "--ttl-ms must be above 0 and --pings 1 to 10000".into(),
@@ -97,7 +97,7 @@ pub fn audit(args: &AuditArgs) -> Result<Audited> {
         Some(ms) => format!("TTL {ms} ms"),
         None => format!(
             "TTL {} ms, the default: give yours with --ttl-ms",
-            crate::ttl::AUDIT_MS
+            crate::defaults::AUDIT_MS
         ),
     };
     let title = format!("lockstorm audit {target} ({}; {ttl})", target.kind_name());

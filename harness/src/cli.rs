@@ -138,7 +138,7 @@ fn anomaly_names() -> clap::builder::PossibleValuesParser {
 struct ClientTestArgs {
     #[command(flatten)]
     client: ClientChoice,
-    #[arg(long, value_name = "MS", default_value_t = crate::ttl::CLIENT_TEST_MS, help = crate::ttl::client_test_help())]
+    #[arg(long, value_name = "MS", default_value_t = crate::defaults::CLIENT_TEST_MS, help = crate::help::ttl_client_test())]
     ttl_ms: u64,
     #[command(flatten)]
     output: Output,

@@ -4,6 +4,7 @@
 //! (`Point::ALL`) and the shipped clients (`install::SHIPPED`). A new
 //! config, fault, point or client appears in `--help` without editing prose.
 
+use crate::defaults;
 use checker::Point;
 use nemesis::{or_list, Action, At, Fault, Nemesis, Package, Targets};
 use workloads::install::{self, Shipped};
@@ -142,19 +143,47 @@ pub fn work_ms() -> String {
         "Time a holder spends between reading and writing the counter [default: {}, at most \
          half the TTL; 2/3 of the TTL with {}, so the holder is still working when the lock is \
          granted again]",
-        crate::options::WORK_MS,
+        defaults::WORK_MS,
         slow()
     )
 }
 
 pub fn nemesis_interval_ms() -> String {
-    use crate::options::{MAX_DEFAULT_INTERVAL_MS as max, MIN_DEFAULT_INTERVAL_MS as min};
-    let (run, slow_run) = (crate::ttl::RUN_MS, crate::ttl::SLOW_RUN_MS);
+    let (min, max) = (defaults::MIN_INTERVAL_MS, defaults::MAX_INTERVAL_MS);
+    let (run, slow_run) = (defaults::RUN_MS, defaults::SLOW_RUN_MS);
     format!(
         "Mean quiet time between faults [default: the TTL, within {min}–{max}: {}; {} with {}]",
         run.clamp(min, max),
         slow_run.clamp(min, max),
         slow()
+    )
+}
+
+/// The help's first words, the same in every command.
+fn ttl_help(whose: &str) -> String {
+    format!("The lock's lease (TTL), in ms: {whose}")
+}
+
+pub fn ttl_run() -> String {
+    format!(
+        "{} [default: {}; {} with {}]",
+        ttl_help("the lease each worker's lock takes"),
+        defaults::RUN_MS,
+        defaults::SLOW_RUN_MS,
+        slow()
+    )
+}
+
+/// clap adds the default ([`defaults::CLIENT_TEST_MS`]).
+pub fn ttl_client_test() -> String {
+    ttl_help("the lease the adapter's locks take in each step")
+}
+
+pub fn ttl_audit() -> String {
+    format!(
+        "{}, which the deployment's timings are held to [default: {}]",
+        ttl_help("the lease your locks take"),
+        defaults::AUDIT_MS
     )
 }
 

@@ -1,5 +1,7 @@
 //! Writes `history.jsonl` as events arrive: each event gets the next `index`
-//! and is flushed at once, so a crash leaves a readable prefix.
+//! and is flushed at once, so a crash leaves a readable prefix. It also
+//! feeds the live tally and tells the nemesis when a holder is in its
+//! critical section ([`nemesis::Holder`]).
 
 use crate::progress::{Snapshot, Tally};
 use checker::history::{f, Event, OpType, Process};

@@ -9,6 +9,7 @@ pub mod check;
 pub mod cli;
 pub mod client_test;
 pub mod clients;
+mod defaults;
 pub mod error;
 pub mod exit;
 pub mod explain;
@@ -28,7 +29,6 @@ pub mod run;
 pub mod schedule_text;
 pub mod shrink;
 pub mod topology;
-mod ttl;
 mod workers;
 
 pub use error::{Error, Result};

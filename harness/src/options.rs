@@ -4,8 +4,8 @@
 
 use crate::clients::{Client, StorageCmd};
 use crate::error::Error;
-use crate::help;
 use crate::schedule_text::ScheduleText;
+use crate::{defaults, help};
 use backend::node::Persistence;
 use backend::Backend;
 use clap::Args;
@@ -179,7 +179,7 @@ pub struct RunOptions {
     /// Worker processes contending for the lock.
     #[arg(long, default_value_t = 5)]
     pub workers: u64,
-    #[arg(long, value_name = "MS", help = crate::ttl::run_help())]
+    #[arg(long, value_name = "MS", help = help::ttl_run())]
     pub ttl_ms: Option<u64>,
     #[arg(long, help = help::work_ms())]
     pub work_ms: Option<u64>,
@@ -552,7 +552,7 @@ impl RunOptions {
         // Kills and failovers only lose a lock whose holder is still in its
         // critical section when the lock is granted again.
         let slow = self.nemesis.any(|p| p.slow());
-        let ttl = self.ttl_ms.unwrap_or(crate::ttl::run_default(slow));
+        let ttl = self.ttl_ms.unwrap_or(defaults::run_default(slow));
         // Work follows the lease, so a given TTL never leaves every hold
         // outliving its lease before any fault: two thirds of it when the
         // faults are slow (the holder is still working when a fault strikes),
@@ -560,7 +560,7 @@ impl RunOptions {
         let work = self.work_ms.unwrap_or(if slow {
             ttl * 2 / 3
         } else {
-            (ttl / 2).min(WORK_MS)
+            (ttl / 2).min(defaults::WORK_MS)
         });
         // A paused primary must stay down long enough for Sentinel to act.
         let node_pause = match replicated {
@@ -582,7 +582,7 @@ impl RunOptions {
         let interval = self
             .shared
             .nemesis_interval_ms
-            .unwrap_or(ttl.clamp(MIN_DEFAULT_INTERVAL_MS, MAX_DEFAULT_INTERVAL_MS));
+            .unwrap_or(ttl.clamp(defaults::MIN_INTERVAL_MS, defaults::MAX_INTERVAL_MS));
         let ms = Duration::from_millis;
         let mut plan = RunPlan {
             config: self.config,
@@ -1142,10 +1142,6 @@ const MAX_MS: u64 = 3_600_000;
 /// The longest run: a day.
 const MAX_TIME_LIMIT_S: u64 = 86_400;
 /// The default quiet between faults follows the TTL within these bounds.
-pub(crate) const MIN_DEFAULT_INTERVAL_MS: u64 = 1_000;
-pub(crate) const MAX_DEFAULT_INTERVAL_MS: u64 = 5_000;
-/// A holder's work when the faults are fast, unless half the TTL is less.
-pub(crate) const WORK_MS: u64 = 200;
 
 fn out_of_range(name: &str, value: u64, lo: u64, hi: u64, unit: &str) -> Refusal {
     Refusal::Invalid(format!(

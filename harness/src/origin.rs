@@ -10,7 +10,6 @@
 //! `own_keys` does each).
 
 use crate::error::Result;
-use crate::topology::STORAGE;
 use deployment::own_keys::{clean, holds_a_run_key, preflight, DataNodes};
 use deployment::target::Target;
 use std::collections::BTreeMap;
@@ -33,8 +32,9 @@ pub enum Deployment {
 /// through its bridges).
 pub struct Theirs {
     pub target: Target,
-    /// The user's node the counter lives on (`--storage-target`).
-    pub storage: Option<Target>,
+    /// The user's node the counter lives on (`--storage-target`), and that
+    /// node named as the run names it.
+    pub storage: Option<(Target, DataNodes)>,
     /// The target's data nodes, named as the run names them.
     pub nodes: DataNodes,
 }
@@ -63,8 +63,8 @@ impl Deployment {
             Err(e) => tracing::warn!("audit of {target} failed: {e}"),
         }
         preflight(target, theirs.nodes.clone(), &plan.keys).await?;
-        if let Some(storage) = &theirs.storage {
-            preflight(storage, storage_node(storage), &plan.keys).await?;
+        if let Some((storage, node)) = &theirs.storage {
+            preflight(storage, node.clone(), &plan.keys).await?;
         }
         Ok(servers)
     }
@@ -77,8 +77,8 @@ impl Deployment {
             return;
         };
         let mut removed = clean(&theirs.target, theirs.nodes.clone(), keys).await;
-        if let Some(storage) = &theirs.storage {
-            removed += clean(storage, storage_node(storage), keys).await;
+        if let Some((storage, node)) = &theirs.storage {
+            removed += clean(storage, node.clone(), keys).await;
         }
         tracing::info!(
             "removed {removed} key(s) of {}* from {}",
@@ -109,7 +109,7 @@ impl Deployment {
     pub fn storage_login(&self) -> Option<Login> {
         match self {
             Deployment::Own => None,
-            Deployment::Theirs(theirs) => theirs.storage.as_ref().map(Target::login),
+            Deployment::Theirs(theirs) => theirs.storage.as_ref().map(|(on, _)| on.login()),
         }
     }
 
@@ -142,9 +142,4 @@ impl Deployment {
         let keys = keys.clone();
         Some(move || holds_a_run_key(&target, &nodes, &keys))
     }
-}
-
-/// The storage node of a `--storage-target`, named as the run names it.
-fn storage_node(storage: &Target) -> DataNodes {
-    vec![(STORAGE.to_string(), storage.endpoints[0].clone())]
 }

@@ -436,7 +436,10 @@ impl Topology {
         // Its data nodes as the checks before and after the run reach them.
         topology.deployment = Deployment::Theirs(Theirs {
             target: target.clone(),
-            storage: storage_on,
+            storage: storage_on.map(|on| {
+                let node = vec![(STORAGE.to_string(), on.endpoints[0].clone())];
+                (on, node)
+            }),
             nodes: crate::observer::data_nodes(&topology.observed()),
         });
         Ok(topology)

@@ -6,7 +6,7 @@
 //! Only the node's `CLOCK_REALTIME`-derived time moves (`clock_gettime` with
 //! `CLOCK_REALTIME`/`_COARSE`/`_ALARM`/`CLOCK_TAI`, `gettimeofday`, `time`,
 //! `timespec_get`); `CLOCK_MONOTONIC` and the history clock never do (see
-//! ARCHITECTURE.md, "Invariants").
+//! ARCHITECTURE.md, `workloads`).
 //!
 //! Usage: [`install_shim`] once, one [`TimeControl`] per
 //! node created *before* the node starts, [`env_for`] added to the node's

@@ -1,4 +1,8 @@
-//! Runs a schedule against a live run and heals every fault before returning.
+//! What a fault's package acts through: [`Env`] (the cluster, the workers'
+//! PIDs in [`Live`], [`WorkerControl`], the [`Journal`] its events go to,
+//! the proxy), [`FaultParams`], and what the harness tells it of the
+//! workers ([`AtPoint`], a parked worker; [`Holder`]). It imports none of
+//! the faults, so every package can import it. `play.rs` runs the schedule.
 
 use crate::cluster::Cluster;
 use crate::cluster::Targets;

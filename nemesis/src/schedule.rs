@@ -1,5 +1,6 @@
 //! The fault schedule: a pure function of the seed, so the same seed gives the
-//! same faults at the same offsets.
+//! same faults at the same offsets; [`place_strikes`] gives each striking
+//! step its point from a stream of its own, leaving the faults the seed's.
 
 use crate::fault::{Action, At};
 #[cfg(test)]

@@ -1,4 +1,6 @@
-//! The short human summary printed at the end of a run or a check.
+//! The short human summary printed at the end of a run or a check: the
+//! verdict, the faults and what they led to, then each anomaly found with
+//! what its count counts (the registry's `meaning`).
 
 use checker::{Anomaly, Availability, Results, Validity};
 use std::fmt::Write;

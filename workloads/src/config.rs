@@ -1,4 +1,6 @@
-//! The lock setups lockstorm can test, and what each promises.
+//! The lock setups lockstorm can test ([`Config`]), and for each what it
+//! promises, how many lock nodes it needs, and the storage it needs
+//! (PostgreSQL for the `pg-*` configs, whose lock lives there).
 
 use crate::storage::StorageKind;
 use checker::Promise;

@@ -9,7 +9,7 @@
 mod prepared;
 mod step;
 
-use crate::adapter::AdapterSpec;
+use crate::adapter::{AdapterSpec, ETCD};
 use crate::config::Config;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -48,10 +48,6 @@ impl std::fmt::Display for SetupFailed {
 }
 
 impl std::error::Error for SetupFailed {}
-
-/// The topology of three etcd members, for an adapter of an etcd lock
-/// client: its `nodes` are the members' client addresses.
-pub const ETCD: &str = "etcd";
 
 /// The topology an adapter's `init` names for a config, if the config is a
 /// topology and not a lock of lockstorm's own.

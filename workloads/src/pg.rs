@@ -35,6 +35,17 @@ pub const FENCED_READ: &str = "UPDATE counter SET fence = $1::text::numeric \
 /// `pg-row-lock`: the row lock is the transaction's, taken by its read.
 pub const ROW_LOCK: &str = "SELECT value FROM counter WHERE id = 1 FOR UPDATE";
 
+/// `pg-row-lock`'s transaction: opened with the acquire's wait for the row,
+/// committed by the release (with the write inside it), rolled back when the
+/// acquisition failed.
+pub fn begin_waiting(wait: Duration) -> String {
+    format!("BEGIN; SET LOCAL lock_timeout = {}", wait.as_millis())
+}
+pub const COMMIT: &str = "COMMIT";
+pub const ROLLBACK: &str = "ROLLBACK";
+/// A statement that only asks whether the session is still there.
+pub const ALIVE: &str = "SELECT 1";
+
 /// The advisory lock's key (one lock per server: lockstorm owns it).
 pub const ADVISORY_KEY: i64 = 1;
 pub const ADVISORY_LOCK: &str = "SELECT pg_try_advisory_lock($1)";
@@ -226,7 +237,7 @@ pub fn slim_cluster(addr: &str, timeout: Duration) -> Result<(), Failure> {
     let mut initial = Session::to_database(addr, "postgres", "lockstorm-template", timeout);
     // The server was just started: wait until it takes connections.
     let deadline = std::time::Instant::now() + timeout;
-    while let Err(e) = initial.call(|c| c.batch_execute("SELECT 1")) {
+    while let Err(e) = initial.call(|c| c.batch_execute(ALIVE)) {
         let starting = matches!(&e, Failure::Connect(_))
             || matches!(&e, Failure::Refused { code, .. } if code == CANNOT_CONNECT_NOW);
         if !starting || std::time::Instant::now() > deadline {

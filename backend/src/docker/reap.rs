@@ -208,7 +208,7 @@ impl Reaper {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let _ = self.child.kill();
+        let _ = process::kill_now(self.child.id());
         let _ = self.child.wait();
     }
 }

@@ -1,6 +1,13 @@
-//! The workspace's own rules, read from `cargo metadata`: which crate may
-//! depend on which (each crate's description says what it must not), and
-//! the minimum Rust version the manifest declares.
+//! The workspace's own rules, ARCHITECTURE.md's "keeping this page true":
+//! here, what `cargo metadata` says (which crate may depend on which, each
+//! crate's description saying what it must not; the pure crates' lack of
+//! I/O crates; the minimum Rust version); in the modules below, what the
+//! sources and the page say. None of them needs a server.
+
+mod imports;
+mod page;
+mod rules;
+mod source;
 
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -76,6 +83,44 @@ fn no_crate_depends_on_one_it_must_not() {
         assert!(
             forbidden.is_empty(),
             "{krate} depends on {forbidden:?}; it may use only {may:?} of the workspace (see ARCHITECTURE.md)"
+        );
+    }
+}
+
+#[test]
+fn the_pure_crates_use_no_io_crate() {
+    // What makes a stored run re-checkable and these crates' tests fast:
+    // no runtime, no server client, no system calls of their own.
+    let io = [
+        "tokio",
+        "redis",
+        "postgres",
+        "nix",
+        "libc",
+        "hyper",
+        "bollard",
+        "testcontainers",
+        "socket2",
+    ];
+    let meta = metadata();
+    for krate in ["checker", "store", "report"] {
+        let package = meta["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == krate)
+            .unwrap_or_else(|| panic!("no package {krate}"));
+        let used: Vec<&str> = package["dependencies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["kind"].is_null())
+            .map(|d| d["name"].as_str().unwrap())
+            .filter(|d| io.contains(d))
+            .collect();
+        assert!(
+            used.is_empty(),
+            "{krate} depends on {used:?}; it must stay pure (see ARCHITECTURE.md)"
         );
     }
 }

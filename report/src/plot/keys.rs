@@ -3,7 +3,7 @@
 //! `key-deleted` or the next `key-set`). A history without them (a run
 //! before the observer, a Jepsen history) has no such rows.
 
-use super::scene::Rows;
+use super::shared::Rows;
 use checker::history::{key, worker_name};
 use checker::{Event, History, OpType};
 use std::collections::HashMap;

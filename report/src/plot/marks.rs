@@ -2,7 +2,7 @@
 //! every lost update, from every occurrence's witness time in the results
 //! (not only the examples), placed by the event that witnessed it.
 
-use super::scene::Rows;
+use super::shared::Rows;
 use checker::anomaly::{LOST_UPDATE, UNSAFE_ACTION};
 use checker::history::{f, fault};
 use checker::{Event, History, OpType, Results};

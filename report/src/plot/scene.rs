@@ -3,7 +3,7 @@
 
 use super::keys::{key_spans, merge_keys, KeySpan};
 use super::marks::{marks, Mark};
-use super::shared::end_time;
+use super::shared::{end_time, Rows};
 use checker::{History, Hold, Process, Results};
 use std::collections::{HashMap, HashSet};
 
@@ -237,60 +237,6 @@ pub(super) fn merge(holds: &[Hold], rows: &Rows, ns_per_px: f64, cap: usize) -> 
             return (spans, gap_px);
         }
         gap_px *= 2;
-    }
-}
-
-/// Maps process ids to picture rows: one per worker, since a worker that
-/// saw an `info` carries on as process `p + workers`.
-pub struct Rows {
-    workers: u64,
-    /// When the worker count is unknown: every client process id, sorted.
-    ids: Vec<u64>,
-}
-
-impl Rows {
-    pub(super) fn new(history: &History, workers: u64) -> Self {
-        let mut ids = Vec::new();
-        if workers == 0 {
-            ids = history
-                .events
-                .iter()
-                .filter_map(|e| match e.process {
-                    Process::Client(p) => Some(p),
-                    Process::Named(_) => None,
-                })
-                .collect();
-            ids.sort_unstable();
-            ids.dedup();
-        }
-        Rows { workers, ids }
-    }
-
-    pub fn len(&self) -> usize {
-        if self.workers > 0 {
-            self.workers as usize
-        } else {
-            self.ids.len()
-        }
-    }
-
-    pub fn of(&self, process: &Process) -> Option<usize> {
-        let Process::Client(p) = *process else {
-            return None;
-        };
-        if self.workers > 0 {
-            Some((p % self.workers) as usize)
-        } else {
-            self.ids.binary_search(&p).ok()
-        }
-    }
-
-    pub fn label(&self, row: usize) -> String {
-        if self.workers > 0 {
-            format!("worker {row}")
-        } else {
-            format!("process {}", self.ids[row])
-        }
     }
 }
 

@@ -1,11 +1,11 @@
 //! What the pictures share: what they need to know of the run that the
 //! history does not say ([`Setup`]), what they read off a history (its
-//! faults, its completed ops, the end of its time axis), a sample of many
-//! items, and their colours. It imports none of the pictures.
+//! faults, its completed ops, the end of its time axis, its rows), a sample
+//! of many items, and their colours. It imports none of the pictures.
 
 use checker::history::fault;
 use checker::Pairs;
-use checker::{History, OpType};
+use checker::{History, OpType, Process};
 use plotters::style::RGBColor;
 use std::collections::HashMap;
 
@@ -153,4 +153,58 @@ pub(super) fn mix(x: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+/// Maps process ids to picture rows: one per worker, since a worker that
+/// saw an `info` carries on as process `p + workers`.
+pub struct Rows {
+    workers: u64,
+    /// When the worker count is unknown: every client process id, sorted.
+    ids: Vec<u64>,
+}
+
+impl Rows {
+    pub(super) fn new(history: &History, workers: u64) -> Self {
+        let mut ids = Vec::new();
+        if workers == 0 {
+            ids = history
+                .events
+                .iter()
+                .filter_map(|e| match e.process {
+                    Process::Client(p) => Some(p),
+                    Process::Named(_) => None,
+                })
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+        }
+        Rows { workers, ids }
+    }
+
+    pub fn len(&self) -> usize {
+        if self.workers > 0 {
+            self.workers as usize
+        } else {
+            self.ids.len()
+        }
+    }
+
+    pub fn of(&self, process: &Process) -> Option<usize> {
+        let Process::Client(p) = *process else {
+            return None;
+        };
+        if self.workers > 0 {
+            Some((p % self.workers) as usize)
+        } else {
+            self.ids.binary_search(&p).ok()
+        }
+    }
+
+    pub fn label(&self, row: usize) -> String {
+        if self.workers > 0 {
+            format!("worker {row}")
+        } else {
+            format!("process {}", self.ids[row])
+        }
+    }
 }

@@ -24,6 +24,13 @@ pub type GiveUp = Arc<dyn Fn(String) + Send + Sync>;
 /// Called with what the harness's log should say of an adapter that goes on.
 pub type Warn = Arc<dyn Fn(String) + Send + Sync>;
 
+/// The topology of three etcd members, for an adapter of an etcd lock
+/// client: its `nodes` are the members' client addresses. Here, beside
+/// `AdapterSpec::topology`, so the shipped adapters (`install`) and the lock
+/// client over an adapter (`lock::adapter`) both name it without importing
+/// each other.
+pub const ETCD: &str = "etcd";
+
 /// An `ok: null` without an error.
 pub const UNSAID: &str = "unknown: the adapter did not say";
 

@@ -3,6 +3,10 @@
 //! starting one. The protocol itself is docs/protocol.md, whose examples
 //! these types are held to (`harness/tests/e2e/protocol.rs` for the lock
 //! adapters', `harness/tests/e2e/storage_cmd.rs` for the storage adapters').
+//!
+//! An answer is never upgraded: `ok: null` is `info`, and only what the
+//! library reports becomes `ok` or `fail` (a release it cannot confirm must
+//! not read as one, or the checker would find a `foreign-release`).
 
 use serde::{Serialize, Serializer};
 use serde_json::Value;

@@ -326,7 +326,7 @@ impl Session {
         let _ = match self.group {
             Group::Own => process::kill_group(self.pid()),
             // Its group is its worker's; what it left in it goes when the worker ends.
-            Group::Worker => self.child.kill(),
+            Group::Worker => process::kill_now(self.pid()),
         };
         let status = self
             .child

@@ -47,7 +47,7 @@ impl Adapter {
         );
         // etcd's members speak no Redis: nothing to watch, and a strike at
         // `acquiring` lands when the grant arrives, after the decision.
-        let watch = match spec.topology == crate::install::ETCD {
+        let watch = match spec.topology == crate::adapter::ETCD {
             true => Vec::new(),
             false => params
                 .nodes

@@ -40,11 +40,11 @@ impl PgRowLock {
 
 impl LockClient for PgRowLock {
     fn try_acquire(&mut self, _token: &str) -> Outcome<Option<Grant>> {
-        let wait_ms = self.acquire_timeout.as_millis();
+        let begin = pg::begin_waiting(self.acquire_timeout);
         let mut session = self.session();
         session.unpin();
         let locked = session.call(|c| {
-            c.batch_execute(&format!("BEGIN; SET LOCAL lock_timeout = {wait_ms}"))?;
+            c.batch_execute(&begin)?;
             c.query_one(pg::ROW_LOCK, &[])
         });
         match locked {
@@ -56,7 +56,7 @@ impl LockClient for PgRowLock {
             }
             Err(failure) => {
                 // The transaction is aborted (or gone): end it either way.
-                let _ = session.call(|c| c.batch_execute("ROLLBACK"));
+                let _ = session.call(|c| c.batch_execute(pg::ROLLBACK));
                 match failure.waited_out() {
                     true => Outcome::Ok(None),
                     false => failure.outcome(),
@@ -70,7 +70,7 @@ impl LockClient for PgRowLock {
     /// `COMMIT` rolls it back, which releases the row as well.
     fn release(&mut self, _token: &str) -> Outcome<()> {
         let mut session = self.session();
-        let committed = session.run(|c| c.batch_execute("COMMIT"));
+        let committed = session.run(|c| c.batch_execute(pg::COMMIT));
         session.unpin();
         committed
     }
@@ -80,7 +80,7 @@ impl LockClient for PgRowLock {
     fn own_view(&mut self) -> Option<Outcome<bool>> {
         Some(
             self.session()
-                .run(|c| c.query_one("SELECT 1", &[]))
+                .run(|c| c.query_one(pg::ALIVE, &[]))
                 .map(|_| true),
         )
     }

@@ -1,8 +1,11 @@
-//! `--ttl-ms`: the lock's lease (TTL), in ms. One meaning in every command
-//! that takes it (`run`, and each run of a `matrix`, which resolves it as
-//! `run` does; `client-test`; `audit`); what differs is each command's
-//! default, as each does something else with the lease. The defaults live
-//! here with their reasons, and so does the help that shows them.
+//! The numbers a command fills in when a flag is not given and clap cannot
+//! say it alone (it depends on the faults, or on another flag), each with
+//! its reason; `help.rs` shows them, `options.rs` resolves with them.
+//!
+//! `--ttl-ms` is the lock's lease (TTL), in ms, with one meaning in every
+//! command that takes it (`run`, and each run of a `matrix`, which resolves
+//! it as `run` does; `client-test`; `audit`); what differs is each
+//! command's default, as each does something else with the lease.
 
 /// `run`: a lease short enough that a 30 s run sees many of the faults
 /// that outlast it (a pause is 1.5 × TTL).
@@ -28,30 +31,14 @@ pub fn run_default(slow_faults: bool) -> u64 {
     }
 }
 
-/// The help's first words, the same in every command.
-fn help(whose: &str) -> String {
-    format!("The lock's lease (TTL), in ms: {whose}")
-}
+/// The quietest and busiest default fault intervals: the interval follows
+/// the TTL within these, so short leases still leave the workers time
+/// between faults and long ones still see a few.
+pub const MIN_INTERVAL_MS: u64 = 1_000;
+pub const MAX_INTERVAL_MS: u64 = 5_000;
 
-pub fn run_help() -> String {
-    format!(
-        "{} [default: {RUN_MS}; {SLOW_RUN_MS} with {}]",
-        help("the lease each worker's lock takes"),
-        crate::help::slow()
-    )
-}
-
-/// clap adds the default ([`CLIENT_TEST_MS`]).
-pub fn client_test_help() -> String {
-    help("the lease the adapter's locks take in each step")
-}
-
-pub fn audit_help() -> String {
-    format!(
-        "{}, which the deployment's timings are held to [default: {AUDIT_MS}]",
-        help("the lease your locks take")
-    )
-}
+/// A holder's work when the faults are fast, unless half the TTL is less.
+pub const WORK_MS: u64 = 200;
 
 #[cfg(test)]
 mod tests {
