@@ -1141,7 +1141,6 @@ fn shape(config: Config, targets: Targets, owned: bool, commands: &[String]) -> 
 const MAX_MS: u64 = 3_600_000;
 /// The longest run: a day.
 const MAX_TIME_LIMIT_S: u64 = 86_400;
-/// The default quiet between faults follows the TTL within these bounds.
 
 fn out_of_range(name: &str, value: u64, lo: u64, hi: u64, unit: &str) -> Refusal {
     Refusal::Invalid(format!(

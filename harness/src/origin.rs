@@ -25,7 +25,7 @@ pub enum Deployment {
     /// Docker): fresh, empty, and the run's alone.
     Own,
     /// A deployment the user named (`--target`), shared with its owner.
-    Theirs(Theirs),
+    Theirs(Box<Theirs>),
 }
 
 /// A deployment lockstorm did not start, as the run reaches it (a TLS one

@@ -434,14 +434,14 @@ impl Topology {
             _bridges: Some((bridges, storage_bridges.map(|(_, b)| b))),
         };
         // Its data nodes as the checks before and after the run reach them.
-        topology.deployment = Deployment::Theirs(Theirs {
+        topology.deployment = Deployment::Theirs(Box::new(Theirs {
             target: target.clone(),
             storage: storage_on.map(|on| {
                 let node = vec![(STORAGE.to_string(), on.endpoints[0].clone())];
                 (on, node)
             }),
             nodes: crate::observer::data_nodes(&topology.observed()),
-        });
+        }));
         Ok(topology)
     }
 
