@@ -219,6 +219,36 @@ enum OwnerKey {
 /// [`crate::ops::InFlight`]'s rule: a completion belongs to its process's
 /// op in flight if it does the same.
 fn prepare((processes, tokens): (usize, usize), events: &[LockEvent]) -> Prepared {
+    let completion_of = completions(events, processes);
+    let deadline = kept_id_deadlines(events, &completion_of, processes);
+    let mut p = Preparing::new(tokens);
+    for (pos, e) in events.iter().enumerate() {
+        if e.dead != NONE {
+            p.crash(pos, e);
+            continue;
+        }
+        let kind = match (e.kind, e.does) {
+            (OpType::Invoke, Does::Acquire) => Kind::Acquire,
+            (OpType::Invoke, Does::Release) => Kind::Release,
+            _ => continue,
+        };
+        let completion = Some(completion_of[pos])
+            .filter(|&c| c != NIL)
+            .map(|c| &events[c as usize]);
+        p.lock_op(
+            pos,
+            e,
+            kind,
+            completion,
+            deadline.get(&(pos as u32)).copied(),
+        );
+    }
+    p.finish()
+}
+
+/// For each invocation (by position), the position of its completion, or
+/// `NIL`.
+fn completions(events: &[LockEvent], processes: usize) -> Vec<u32> {
     let mut completion_of = vec![NIL; events.len()];
     let mut in_flight: Vec<Option<(Does, u32)>> = vec![None; processes];
     for (pos, e) in events.iter().enumerate() {
@@ -232,61 +262,81 @@ fn prepare((processes, tokens): (usize, usize), events: &[LockEvent]) -> Prepare
             }
         }
     }
-    drop(in_flight);
-    let deadline = kept_id_deadlines(events, &completion_of, processes);
-    let mut loose = Vec::new();
-    let mut reaches_back = None;
+    completion_of
+}
 
-    let mut ids: FxHashMap<OwnerKey, u32> = FxHashMap::default();
-    let mut owners: Vec<OwnerInfo> = Vec::new();
-    let mut intern = |key: OwnerKey, owners: &mut Vec<OwnerInfo>| -> u32 {
-        *ids.entry(key).or_insert_with(|| {
+/// [`prepare`]'s state as it goes through the events.
+#[derive(Default)]
+struct Preparing {
+    ids: FxHashMap<OwnerKey, u32>,
+    owners: Vec<OwnerInfo>,
+    ops: Vec<Op>,
+    loose: Vec<u32>,
+    reaches_back: Option<&'static str>,
+    /// Per token, whether an acquire carries it.
+    acquire_tokens: Vec<bool>,
+    /// The owners of releases by token, with their token.
+    release_tokens: Vec<(u32, u32)>,
+    /// Per process, the owners of its acquires so far: what a crash releases.
+    acquired: FxHashMap<u32, Vec<u32>>,
+    /// Per owner, when its latest acquire was invoked, and whether it was
+    /// granted (`ok`): where a lost hold's release may have taken effect
+    /// from, and whether there was a hold at all.
+    hold_from: FxHashMap<u32, (u64, bool)>,
+}
+
+impl Preparing {
+    fn new(tokens: usize) -> Self {
+        Preparing {
+            acquire_tokens: vec![false; tokens],
+            ..Preparing::default()
+        }
+    }
+
+    fn intern(&mut self, key: OwnerKey) -> u32 {
+        let owners = &mut self.owners;
+        *self.ids.entry(key).or_insert_with(|| {
             owners.push(OwnerInfo::default());
             u32::try_from(owners.len() - 1).expect("fewer than 4 G owners")
         })
-    };
-    let mut ops = Vec::new();
-    let mut acquire_tokens = vec![false; tokens];
-    let mut release_tokens: Vec<(u32, u32)> = Vec::new();
-    // Per process, the owners of its acquires so far: what a crash releases.
-    let mut acquired: FxHashMap<u32, Vec<u32>> = FxHashMap::default();
-    // Per owner, when its latest acquire was invoked, and whether it was
-    // granted (`ok`): where a lost hold's release may have taken effect
-    // from, and whether there was a hold at all.
-    let mut hold_from: FxHashMap<u32, (u64, bool)> = FxHashMap::default();
-    for (pos, e) in events.iter().enumerate() {
-        if e.dead != NONE {
-            let mut held = acquired.remove(&e.dead).unwrap_or_default();
-            held.push(intern(OwnerKey::Process(e.dead), &mut owners));
-            if e.token != NONE {
-                held.push(intern(OwnerKey::Token(e.token), &mut owners));
-            }
-            held.sort_unstable();
-            held.dedup();
-            loose.push(pos as u32);
-            ops.extend(held.into_iter().map(|owner| Op {
-                kind: Kind::Release,
-                owner,
-                invoke: e.time,
-                done: u64::MAX,
-                index: e.index,
-                soft: false,
-            }));
-            continue;
+    }
+
+    /// The crash at `pos`: an uncertain release of every lock its dead
+    /// process may hold.
+    fn crash(&mut self, pos: usize, e: &LockEvent) {
+        let mut held = self.acquired.remove(&e.dead).unwrap_or_default();
+        held.push(self.intern(OwnerKey::Process(e.dead)));
+        if e.token != NONE {
+            held.push(self.intern(OwnerKey::Token(e.token)));
         }
-        let kind = match (e.kind, e.does) {
-            (OpType::Invoke, Does::Acquire) => Kind::Acquire,
-            (OpType::Invoke, Does::Release) => Kind::Release,
-            _ => continue,
-        };
-        let completion = Some(completion_of[pos])
-            .filter(|&c| c != NIL)
-            .map(|c| &events[c as usize]);
+        held.sort_unstable();
+        held.dedup();
+        self.loose.push(pos as u32);
+        self.ops.extend(held.into_iter().map(|owner| Op {
+            kind: Kind::Release,
+            owner,
+            invoke: e.time,
+            done: u64::MAX,
+            index: e.index,
+            soft: false,
+        }));
+    }
+
+    /// The lock op invoked at `pos` (`e`), with its completion if any and
+    /// its kept-id deadline if any. A refused op is left out.
+    fn lock_op(
+        &mut self,
+        pos: usize,
+        e: &LockEvent,
+        kind: Kind,
+        completion: Option<&LockEvent>,
+        deadline: Option<u64>,
+    ) {
         let (done, index) = match completion {
             // A lost hold: it ended by the refusal (certain once its owner
             // is known to have held, below).
             Some(c) if c.kind == OpType::Fail && c.lost => (c.time, c.index),
-            Some(c) if c.kind == OpType::Fail => continue,
+            Some(c) if c.kind == OpType::Fail => return,
             Some(c) if c.kind == OpType::Ok => (c.time, c.index),
             _ => (u64::MAX, e.index),
         };
@@ -295,33 +345,15 @@ fn prepare((processes, tokens): (usize, usize), events: &[LockEvent]) -> Prepare
             .map(|c| c.token)
             .filter(|&t| t != NONE)
             .unwrap_or(e.token);
-        let owner = match token {
-            NONE if kind == Kind::Acquire && done == u64::MAX => {
-                let id = intern(OwnerKey::Wild(e.process), &mut owners);
-                let proc_owner = intern(OwnerKey::Process(e.process), &mut owners);
-                owners[id as usize].wild = true;
-                owners[id as usize].proc_owner = proc_owner;
-                owners[proc_owner as usize].wild_twin = id;
-                id
-            }
-            NONE => intern(OwnerKey::Process(e.process), &mut owners),
-            t => {
-                let id = intern(OwnerKey::Token(t), &mut owners);
-                match kind {
-                    Kind::Acquire => acquire_tokens[t as usize] = true,
-                    Kind::Release => release_tokens.push((id, t)),
-                }
-                id
-            }
-        };
+        let owner = self.owner(kind, token, e.process, done == u64::MAX);
         if kind == Kind::Acquire {
-            acquired.entry(e.process).or_default().push(owner);
+            self.acquired.entry(e.process).or_default().push(owner);
             // Keyed by who releases it: a wild hold, by its process.
-            let info = owners[owner as usize];
+            let info = self.owners[owner as usize];
             let releaser = if info.wild { info.proc_owner } else { owner };
-            hold_from.insert(releaser, (e.time, done != u64::MAX));
+            self.hold_from.insert(releaser, (e.time, done != u64::MAX));
         }
-        let (invoke, index, soft) = match (lost, hold_from.get(&owner)) {
+        let (invoke, index, soft) = match (lost, self.hold_from.get(&owner)) {
             // A granted hold ended, certainly, between its acquire and the
             // refusal.
             (true, Some(&(from, true))) => (from.min(e.time), index, false),
@@ -329,7 +361,7 @@ fn prepare((processes, tokens): (usize, usize), events: &[LockEvent]) -> Prepare
             // it ended by the refusal; if not, there was nothing to end.
             (true, found) => {
                 if found.is_none() {
-                    reaches_back = Some("a refusal not-held of a hold granted before");
+                    self.reaches_back = Some("a refusal not-held of a hold granted before");
                 }
                 (e.time, e.index, true)
             }
@@ -337,14 +369,14 @@ fn prepare((processes, tokens): (usize, usize), events: &[LockEvent]) -> Prepare
         };
         // An uncertain op whose process went on under the same id: if it
         // took effect, it did so by its process's next answered op.
-        let (done, soft) = match deadline.get(&(pos as u32)) {
-            Some(&by) if done == u64::MAX => (by, true),
+        let (done, soft) = match deadline {
+            Some(by) if done == u64::MAX => (by, true),
             _ => (done, soft),
         };
         if done == u64::MAX {
-            loose.push(pos as u32);
+            self.loose.push(pos as u32);
         }
-        ops.push(Op {
+        self.ops.push(Op {
             kind,
             owner,
             invoke,
@@ -353,17 +385,46 @@ fn prepare((processes, tokens): (usize, usize), events: &[LockEvent]) -> Prepare
             soft,
         });
     }
-    for (id, t) in release_tokens {
-        owners[id as usize].orphan = !acquire_tokens[t as usize];
-        if owners[id as usize].orphan {
-            reaches_back = Some("a release of a token no acquire since carries");
+
+    /// Who a `kind` op by `process` with `token` acts for; `uncertain`: it
+    /// may not have happened. A tokenless uncertain acquire is its
+    /// process's wild owner.
+    fn owner(&mut self, kind: Kind, token: u32, process: u32, uncertain: bool) -> u32 {
+        match token {
+            NONE if kind == Kind::Acquire && uncertain => {
+                let id = self.intern(OwnerKey::Wild(process));
+                let proc_owner = self.intern(OwnerKey::Process(process));
+                self.owners[id as usize].wild = true;
+                self.owners[id as usize].proc_owner = proc_owner;
+                self.owners[proc_owner as usize].wild_twin = id;
+                id
+            }
+            NONE => self.intern(OwnerKey::Process(process)),
+            t => {
+                let id = self.intern(OwnerKey::Token(t));
+                match kind {
+                    Kind::Acquire => self.acquire_tokens[t as usize] = true,
+                    Kind::Release => self.release_tokens.push((id, t)),
+                }
+                id
+            }
         }
     }
-    Prepared {
-        ops,
-        owners,
-        loose,
-        reaches_back,
+
+    /// Marks the orphan tokens, now that every acquire is known.
+    fn finish(mut self) -> Prepared {
+        for (id, t) in std::mem::take(&mut self.release_tokens) {
+            self.owners[id as usize].orphan = !self.acquire_tokens[t as usize];
+            if self.owners[id as usize].orphan {
+                self.reaches_back = Some("a release of a token no acquire since carries");
+            }
+        }
+        Prepared {
+            ops: self.ops,
+            owners: self.owners,
+            loose: self.loose,
+            reaches_back: self.reaches_back,
+        }
     }
 }
 

@@ -495,6 +495,52 @@ impl Default for RunOptions {
     }
 }
 
+/// The timings (ms) that follow the lease unless given.
+struct Times {
+    ttl: u64,
+    work: u64,
+    node_pause: u64,
+    interval: u64,
+}
+
+impl Times {
+    fn of(options: &RunOptions) -> Self {
+        // Kills and failovers only lose a lock whose holder is still in its
+        // critical section when the lock is granted again.
+        let slow = options.nemesis.any(|p| p.slow());
+        let ttl = options.ttl_ms.unwrap_or(defaults::run_default(slow));
+        // Work follows the lease, so a given TTL never leaves every hold
+        // outliving its lease before any fault: two thirds of it when the
+        // faults are slow (the holder is still working when a fault strikes),
+        // WORK_MS (at most half the lease) otherwise.
+        let work = options.work_ms.unwrap_or(if slow {
+            ttl * 2 / 3
+        } else {
+            (ttl / 2).min(defaults::WORK_MS)
+        });
+        // A paused primary must stay down long enough for Sentinel to act.
+        let node_pause = match options.config == Config::Replicated {
+            true => (ttl * 3 / 2).max(options.down_after_ms + 3000),
+            false => ttl * 3 / 2,
+        };
+        // A fault's effects play out within a lease (a frozen holder's
+        // lease runs out, a stale key expires), so about one lease of quiet
+        // lets the lock recover before the next: faults come as often as
+        // the TTL allows, never closer than 0.5 s nor, with slow faults'
+        // long leases, rarer than every 2.5–7.5 s.
+        let interval = options
+            .shared
+            .nemesis_interval_ms
+            .unwrap_or(ttl.clamp(defaults::MIN_INTERVAL_MS, defaults::MAX_INTERVAL_MS));
+        Times {
+            ttl,
+            work,
+            node_pause,
+            interval,
+        }
+    }
+}
+
 /// The defaults of a plan that a `run.json` field missing from an older
 /// run reads as.
 impl Default for RunPlan {
@@ -519,12 +565,49 @@ impl RunOptions {
 
     /// Fills every default that depends on other options and checks the
     /// combination, so `run.json` records exactly what ran.
-    pub fn resolve(self) -> Result<RunPlan, Refusal> {
+    pub fn resolve(mut self) -> Result<RunPlan, Refusal> {
         self.check_ranges()?;
         self.check_storage_cmd()?;
         self.check_etcd()?;
         self.check_client()?;
         self.check_faults_apply()?;
+        self.check_combination()?;
+        let times = Times::of(&self);
+        let target = match &self.nodes.target {
+            Some(raw) => Some(self.check_target(raw)?),
+            None => None,
+        };
+        let fault_commands = self.fault_commands()?;
+        let storage_target = self.storage_target()?;
+        let storage = self.storage()?;
+        let schedule = self.schedule.take();
+        let mut plan = self.plan(times, storage);
+        plan.fault_commands = fault_commands;
+        plan.storage_target = storage_target;
+        if target.is_some() {
+            // The run's name and seed name its keys: a matrix's cells never
+            // share a prefix, and a rerun of a killed run finds its
+            // leftovers (until they expire) and is refused.
+            // Long enough for the run, its settling and its check; a
+            // killed run's keys go by themselves a few minutes later.
+            let expire = 2 * plan.time_limit + Duration::from_secs(120);
+            let run_id = format!("{}:{}", plan.name(), plan.seed);
+            plan.keys = workloads::Keys::for_run(&run_id, expire.as_millis() as u64);
+            plan.target = target;
+        }
+        match schedule {
+            Some(text) => {
+                let steps = text.steps(&plan.schedule_spec(), plan.at);
+                plan.steps = Some(steps.map_err(Refusal::Invalid)?);
+            }
+            None => plan.check_schedule_fits()?,
+        }
+        Ok(plan)
+    }
+
+    /// `--at`, `--image` and `--wait-replicas` against the options they
+    /// need.
+    fn check_combination(&self) -> Result<(), Refusal> {
         if self.at.is_some() && !self.nemesis.any(|p| p.strikes()) {
             return Err(Refusal::Invalid(format!(
                 "--at places a fault that strikes a worker, and --nemesis {} has none: add {}, or drop --at",
@@ -537,8 +620,7 @@ impl RunOptions {
                 "--image chooses the Docker backend's image, and --backend is local: use --backend docker, or drop --image".into(),
             ));
         }
-        let replicated = self.config == Config::Replicated;
-        if self.wait_replicas > 0 && !replicated {
+        if self.wait_replicas > 0 && self.config != Config::Replicated {
             return Err(Refusal::Invalid(
                 "--wait-replicas needs replicas: use it with --config replicated".into(),
             ));
@@ -549,42 +631,20 @@ impl RunOptions {
                 self.wait_replicas
             )));
         }
-        // Kills and failovers only lose a lock whose holder is still in its
-        // critical section when the lock is granted again.
-        let slow = self.nemesis.any(|p| p.slow());
-        let ttl = self.ttl_ms.unwrap_or(defaults::run_default(slow));
-        // Work follows the lease, so a given TTL never leaves every hold
-        // outliving its lease before any fault: two thirds of it when the
-        // faults are slow (the holder is still working when a fault strikes),
-        // WORK_MS (at most half the lease) otherwise.
-        let work = self.work_ms.unwrap_or(if slow {
-            ttl * 2 / 3
-        } else {
-            (ttl / 2).min(defaults::WORK_MS)
-        });
-        // A paused primary must stay down long enough for Sentinel to act.
-        let node_pause = match replicated {
-            true => (ttl * 3 / 2).max(self.down_after_ms + 3000),
-            false => ttl * 3 / 2,
-        };
-        // A fault's effects play out within a lease (a frozen holder's
-        // lease runs out, a stale key expires), so about one lease of quiet
-        // lets the lock recover before the next: faults come as often as
-        // the TTL allows, never closer than 0.5 s nor, with slow faults'
-        // long leases, rarer than every 2.5–7.5 s.
-        let target = match &self.nodes.target {
-            Some(raw) => Some(self.check_target(raw)?),
-            None => None,
-        };
-        let fault_commands = self.fault_commands()?;
-        let storage_target = self.storage_target()?;
-        let storage = self.storage()?;
-        let interval = self
-            .shared
-            .nemesis_interval_ms
-            .unwrap_or(ttl.clamp(defaults::MIN_INTERVAL_MS, defaults::MAX_INTERVAL_MS));
+        Ok(())
+    }
+
+    /// The plan of these checked options, with `times` and `storage`
+    /// resolved; no target, fault commands or schedule yet.
+    fn plan(self, times: Times, storage: StorageKind) -> RunPlan {
+        let Times {
+            ttl,
+            work,
+            node_pause,
+            interval,
+        } = times;
         let ms = Duration::from_millis;
-        let mut plan = RunPlan {
+        RunPlan {
             config: self.config,
             client: self.client.chosen().cloned(),
             nemesis: self.nemesis,
@@ -624,30 +684,8 @@ impl RunOptions {
             fault_cmd_wait: ms(self.nodes.fault_cmd_wait_ms),
             tls_ca: self.nodes.tls_ca.clone(),
             storage_target: None,
-        };
-        plan.fault_commands = fault_commands;
-        plan.storage_target = storage_target;
-        if target.is_some() {
-            // The run's name and seed name its keys: a matrix's cells never
-            // share a prefix, and a rerun of a killed run finds its
-            // leftovers (until they expire) and is refused.
-            // Long enough for the run, its settling and its check; a
-            // killed run's keys go by themselves a few minutes later.
-            let expire = 2 * plan.time_limit + Duration::from_secs(120);
-            let run_id = format!("{}:{}", plan.name(), plan.seed);
-            plan.keys = workloads::Keys::for_run(&run_id, expire.as_millis() as u64);
-            plan.target = target;
         }
-        match &self.schedule {
-            Some(text) => {
-                let steps = text.steps(&plan.schedule_spec(), plan.at);
-                plan.steps = Some(steps.map_err(Refusal::Invalid)?);
-            }
-            None => plan.check_schedule_fits()?,
-        }
-        Ok(plan)
     }
-
     /// `--storage`, resolved: PostgreSQL's locks need PostgreSQL, and the
     /// fault proxy speaks only Redis's protocol.
     fn storage(&self) -> Result<StorageKind, Refusal> {

@@ -198,142 +198,198 @@ const ACQUIRE_TIMEOUT: u64 = 2 * TTL;
 /// left out (the linearizability model has no TTL, but with no certain op
 /// acting while a lost grant's key lives, leaving it out is the same).
 pub fn contended_history(seed: u64, shape: Contended) -> History {
-    let mut rng = Rng(seed);
-    let mut events: Vec<Event> = Vec::new();
-    let n = shape.processes as usize;
-    let mut ids: Vec<u64> = (0..shape.processes).collect();
-    let mut cycles = vec![0u64; n];
-    let mut acquiring = vec![Acquiring::default(); n];
+    let mut lock = Contention::new(seed, shape);
     // (time, worker, what): events come out in time order; the worker breaks
     // ties, so a seed always gives the same history.
     let mut queue: BinaryHeap<Reverse<(u64, usize, Next)>> = BinaryHeap::new();
-    for w in 0..n {
-        queue.push(Reverse((1 + rng.next() % MS, w, Next::Acquire)));
+    for w in 0..lock.ids.len() {
+        queue.push(Reverse((1 + lock.rng.next() % MS, w, Next::Acquire)));
     }
-    let mut holder: Option<usize> = None;
-    // A grant whose reply was lost holds the key until then.
-    let mut lost_key_until = 0;
-    let (mut grants, mut counter, mut lock_ops) = (0u64, 0i64, 0u64);
     while let Some(Reverse((time, w, next))) = queue.pop() {
-        let p = ids[w];
-        let token = format!("{p}-{}", cycles[w]);
-        let fence = Some(grants);
-        let mut between = |lo: u64, hi: u64| lo + rng.next() % (hi - lo + 1);
-        // A round trip to the lock, in ns.
-        let trip = between(50_000, 500_000);
-        let (then, after) = match next {
-            Next::Acquire if lock_ops >= shape.lock_ops => continue,
+        // A round trip to the lock, in ns: drawn for every step, so the
+        // draws after it stay where a seed puts them.
+        let trip = lock.rng.between(50_000, 500_000);
+        if next == Next::Acquire && lock.lock_ops >= shape.lock_ops {
+            continue;
+        }
+        let (then, after) = lock.step(time, w, next, trip);
+        queue.push(Reverse((time + after.max(1), w, then)));
+    }
+    lock.finish()
+}
+
+/// A [`contended_history`] being simulated: the workers, the lock and the
+/// counter, and the events so far.
+struct Contention {
+    shape: Contended,
+    rng: Rng,
+    events: Vec<Event>,
+    /// Per worker, its process id now and its cycle under that id.
+    ids: Vec<u64>,
+    cycles: Vec<u64>,
+    acquiring: Vec<Acquiring>,
+    holder: Option<usize>,
+    /// A grant whose reply was lost holds the key until then.
+    lost_key_until: u64,
+    grants: u64,
+    counter: i64,
+    lock_ops: u64,
+}
+
+impl Contention {
+    fn new(seed: u64, shape: Contended) -> Self {
+        let n = shape.processes as usize;
+        Contention {
+            shape,
+            rng: Rng(seed),
+            events: Vec::new(),
+            ids: (0..shape.processes).collect(),
+            cycles: vec![0; n],
+            acquiring: vec![Acquiring::default(); n],
+            holder: None,
+            lost_key_until: 0,
+            grants: 0,
+            counter: 0,
+            lock_ops: 0,
+        }
+    }
+
+    /// Worker `w`'s token for its current acquire.
+    fn token(&self, w: usize) -> Option<String> {
+        Some(format!("{}-{}", self.ids[w], self.cycles[w]))
+    }
+
+    /// Does worker `w`'s `next` at `time`: what it does after, and when
+    /// (ns from now).
+    fn step(&mut self, time: u64, w: usize, next: Next, trip: u64) -> (Next, u64) {
+        let p = self.ids[w];
+        let fence = Some(self.grants);
+        match next {
             Next::Acquire => {
-                lock_ops += 1;
-                emit(&mut events, time, p, OpType::Invoke, f::ACQUIRE).token = Some(token);
-                let lost = rng.chance(shape.info_acquire_per_mille);
-                acquiring[w] = Acquiring {
+                self.lock_ops += 1;
+                emit(&mut self.events, time, p, OpType::Invoke, f::ACQUIRE).token = self.token(w);
+                let lost = self.rng.chance(self.shape.info_acquire_per_mille);
+                self.acquiring[w] = Acquiring {
                     invoked: time,
                     attempts: 0,
-                    lost_at: if lost { 1 + (rng.next() % 4) as u32 } else { 0 },
+                    lost_at: if lost {
+                        1 + (self.rng.next() % 4) as u32
+                    } else {
+                        0
+                    },
                 };
                 (Next::Attempt, trip / 2)
             }
-            Next::Attempt => {
-                let a = &mut acquiring[w];
-                a.attempts += 1;
-                let free = holder.is_none() && time >= lost_key_until;
-                // A doomed op loses the reply to its first attempt that is
-                // granted, or to its `lost_at`th, whichever comes first.
-                let lose = a.lost_at != 0 && (free || a.attempts == a.lost_at);
-                let timed_out = time - a.invoked >= ACQUIRE_TIMEOUT;
-                match (lose, free) {
-                    (true, true) => {
-                        lost_key_until = time + TTL;
-                        (Next::Acquired(Ended::Lost), trip)
-                    }
-                    (true, false) => (Next::Acquired(Ended::Lost), trip),
-                    (false, true) => {
-                        holder = Some(w);
-                        grants += 1;
-                        // Sent half a trip ago, but not before the op began.
-                        let sent = time.saturating_sub(trip / 2).max(a.invoked);
-                        (Next::Acquired(Ended::Granted(sent)), trip / 2)
-                    }
-                    (false, false) if timed_out => (Next::Acquired(Ended::Refused), trip / 2),
-                    (false, false) => (Next::Attempt, between(10 * MS, 50 * MS)),
-                }
-            }
-            Next::Acquired(attempt) => {
-                let kind = match attempt {
-                    Ended::Granted(_) => OpType::Ok,
-                    Ended::Refused => OpType::Fail,
-                    Ended::Lost => OpType::Info,
-                };
-                let e = emit(&mut events, time, p, kind, f::ACQUIRE);
-                e.token = Some(token);
-                match attempt {
-                    Ended::Granted(sent) => {
-                        e.fence = fence;
-                        e.value = serde_json::json!({ ATTEMPT_SENT: sent });
-                        (Next::Read, trip)
-                    }
-                    Ended::Refused => {
-                        e.error = Some(error::LOCK_BUSY.into());
-                        cycles[w] += 1;
-                        (Next::Acquire, between(10 * MS, 300 * MS))
-                    }
-                    Ended::Lost => {
-                        e.error = Some(error::TIMEOUT.into());
-                        ids[w] += shape.processes;
-                        cycles[w] = 0;
-                        (Next::Acquire, between(10 * MS, 300 * MS))
-                    }
-                }
-            }
+            Next::Attempt => self.attempt(time, w, trip),
+            Next::Acquired(ended) => self.acquired(time, w, ended, trip),
             Next::Read => {
-                emit(&mut events, time, p, OpType::Invoke, f::READ).fence = fence;
+                emit(&mut self.events, time, p, OpType::Invoke, f::READ).fence = fence;
                 (Next::ReadDone, trip)
             }
             Next::ReadDone => {
-                let e = emit(&mut events, time, p, OpType::Ok, f::READ);
-                (e.fence, e.value) = (fence, counter.into());
+                let e = emit(&mut self.events, time, p, OpType::Ok, f::READ);
+                (e.fence, e.value) = (fence, self.counter.into());
                 // The work under the lock.
-                (Next::Write, between(150 * MS, 250 * MS))
+                (Next::Write, self.rng.between(150 * MS, 250 * MS))
             }
             Next::Write | Next::WriteDone => {
                 let kind = [OpType::Invoke, OpType::Ok][usize::from(next == Next::WriteDone)];
-                let e = emit(&mut events, time, p, kind, f::WRITE);
-                (e.fence, e.value) = (fence, (counter + 1).into());
+                let e = emit(&mut self.events, time, p, kind, f::WRITE);
+                (e.fence, e.value) = (fence, (self.counter + 1).into());
                 if next == Next::Write {
                     (Next::WriteDone, trip)
                 } else {
-                    counter += 1;
+                    self.counter += 1;
                     (Next::Release, trip / 10)
                 }
             }
             Next::Release => {
-                lock_ops += 1;
-                emit(&mut events, time, p, OpType::Invoke, f::RELEASE).token = Some(token);
+                self.lock_ops += 1;
+                emit(&mut self.events, time, p, OpType::Invoke, f::RELEASE).token = self.token(w);
                 (Next::ApplyRelease, trip / 2)
             }
             Next::ApplyRelease => {
-                holder = None;
+                self.holder = None;
                 (Next::Released, trip / 2)
             }
             Next::Released => {
-                emit(&mut events, time, p, OpType::Ok, f::RELEASE).token = Some(token);
-                cycles[w] += 1;
+                emit(&mut self.events, time, p, OpType::Ok, f::RELEASE).token = self.token(w);
+                self.cycles[w] += 1;
                 (Next::Acquire, trip / 10)
             }
-        };
-        queue.push(Reverse((time + after.max(1), w, then)));
-    }
-    let end = events.last().map_or(0, |e| e.time);
-    for (k, kind) in [OpType::Invoke, OpType::Ok].into_iter().enumerate() {
-        let mut e = Event::new(end + 1 + k as u64, Process::harness(), kind, f::READ);
-        e.index = events.len() as u64;
-        if kind == OpType::Ok {
-            e.value = counter.into();
         }
-        events.push(e);
     }
-    History::new(events)
+
+    /// One attempt of worker `w`'s acquire reaches the lock.
+    fn attempt(&mut self, time: u64, w: usize, trip: u64) -> (Next, u64) {
+        self.acquiring[w].attempts += 1;
+        let a = self.acquiring[w];
+        let free = self.holder.is_none() && time >= self.lost_key_until;
+        // A doomed op loses the reply to its first attempt that is
+        // granted, or to its `lost_at`th, whichever comes first.
+        let lose = a.lost_at != 0 && (free || a.attempts == a.lost_at);
+        let timed_out = time - a.invoked >= ACQUIRE_TIMEOUT;
+        match (lose, free) {
+            (true, true) => {
+                self.lost_key_until = time + TTL;
+                (Next::Acquired(Ended::Lost), trip)
+            }
+            (true, false) => (Next::Acquired(Ended::Lost), trip),
+            (false, true) => {
+                self.holder = Some(w);
+                self.grants += 1;
+                // Sent half a trip ago, but not before the op began.
+                let sent = time.saturating_sub(trip / 2).max(a.invoked);
+                (Next::Acquired(Ended::Granted(sent)), trip / 2)
+            }
+            (false, false) if timed_out => (Next::Acquired(Ended::Refused), trip / 2),
+            (false, false) => (Next::Attempt, self.rng.between(10 * MS, 50 * MS)),
+        }
+    }
+
+    /// Worker `w`'s acquire op completes as it `ended`.
+    fn acquired(&mut self, time: u64, w: usize, ended: Ended, trip: u64) -> (Next, u64) {
+        let kind = match ended {
+            Ended::Granted(_) => OpType::Ok,
+            Ended::Refused => OpType::Fail,
+            Ended::Lost => OpType::Info,
+        };
+        let (token, fence) = (self.token(w), Some(self.grants));
+        let e = emit(&mut self.events, time, self.ids[w], kind, f::ACQUIRE);
+        e.token = token;
+        match ended {
+            Ended::Granted(sent) => {
+                e.fence = fence;
+                e.value = serde_json::json!({ ATTEMPT_SENT: sent });
+                (Next::Read, trip)
+            }
+            Ended::Refused => {
+                e.error = Some(error::LOCK_BUSY.into());
+                self.cycles[w] += 1;
+                (Next::Acquire, self.rng.between(10 * MS, 300 * MS))
+            }
+            Ended::Lost => {
+                e.error = Some(error::TIMEOUT.into());
+                self.ids[w] += self.shape.processes;
+                self.cycles[w] = 0;
+                (Next::Acquire, self.rng.between(10 * MS, 300 * MS))
+            }
+        }
+    }
+
+    /// The history: the events, and the harness's final read of the counter.
+    fn finish(mut self) -> History {
+        let end = self.events.last().map_or(0, |e| e.time);
+        for (k, kind) in [OpType::Invoke, OpType::Ok].into_iter().enumerate() {
+            let mut e = Event::new(end + 1 + k as u64, Process::harness(), kind, f::READ);
+            e.index = self.events.len() as u64;
+            if kind == OpType::Ok {
+                e.value = self.counter.into();
+            }
+            self.events.push(e);
+        }
+        History::new(self.events)
+    }
 }
 
 /// Appends client `p`'s event, numbered next, and hands it back to be filled in.

@@ -2,7 +2,7 @@
 //! write counter+1 → release, emitting every step as a history event on
 //! stdout. A separate process per worker so SIGSTOP freezes it like a GC pause.
 
-use crate::adapter::{AdapterSpec, Group, StorageInit};
+use crate::adapter::{AdapterSpec, GiveUp, Group, StorageInit, Warn};
 use crate::clock::{monotonic_ns, LockClock, RunClock};
 use crate::lock::{self, Grant, LockClient, LockParams, Renewal};
 use crate::recorder::Recorder;
@@ -315,7 +315,6 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
     // Before the adapter starts, so no child of it can miss the signal.
     kill_group_when_orphaned();
     let harness = nix::unistd::getppid();
-    let op_timeout = Duration::from_millis(spec.op_timeout_ms);
     let first = spec.first_process();
     let out = Arc::new(Mutex::new(out));
     let run_clock = RunClock::from_start(spec.run_start_ns);
@@ -324,92 +323,14 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
         out: out.clone(),
         clock: run_clock,
     };
-    let strike: Hook = {
-        let announce = emitter();
-        Hook::new(strikes, move |parked| {
-            announce.line(&WorkerLine::Parked(parked))
-        })
-    };
+    let calls = Callbacks::new(emitter, strikes);
     let renewals = emitter();
-    let give_up = {
-        let announce = emitter();
-        Arc::new(move |why: String| {
-            eprintln!("{why}");
-            announce.line(&WorkerLine::AdapterBroken { why });
-            std::process::exit(ADAPTER_BROKEN);
-        })
-    };
-    let warn = {
-        let announce = emitter();
-        Arc::new(move |warning: String| {
-            eprintln!("{warning}");
-            announce.line(&WorkerLine::Warning { warning });
-        })
-    };
-    let params = LockParams {
-        nodes: spec.lock_nodes.clone(),
-        storage_node: spec.storage_node.clone(),
-        keys: spec.keys.clone(),
-        login: spec.login.clone(),
-        sentinels: spec.sentinels.clone(),
-        master: spec.master.clone(),
-        ttl: Duration::from_millis(spec.ttl_ms),
-        op_timeout,
-        acquire_timeout: Duration::from_millis(spec.acquire_timeout_ms),
-        wait_replicas: spec.wait_replicas,
-        clock: clock.clone(),
-        source: spec.source,
-        strike: strike.clone(),
-        worker: spec.index,
-        recorder: Recorder::new(run_clock, move |e| renewals.emit(e)),
-        adapter: spec.adapter.clone(),
-        give_up: give_up.clone(),
-        warn: warn.clone(),
-    };
-    let lock = lock::client(spec.config, &params);
-    // A library that hands out fencing tokens gets the storage that checks
-    // them, as the fenced config does: a stale token is refused there, not
-    // accepted and then reported as stale-fence-accepted.
-    let fenced = spec.config.fenced() || lock.fences();
-    let storage = lock
-        .storage()
-        .unwrap_or_else(|| match &spec.storage_adapter {
-            Some(adapter) => {
-                let init = StorageInit {
-                    worker: Some(spec.index),
-                    key: spec.keys.counter(),
-                    node: spec.storage_node.clone(),
-                    fenced,
-                };
-                // In the worker's group, as its lock adapter: a pause or crash
-                // of the worker strikes its storage client too.
-                let started = AdapterStorage::start(
-                    adapter,
-                    init,
-                    op_timeout,
-                    Group::Worker,
-                    give_up.clone(),
-                    warn,
-                );
-                match started {
-                    Ok(storage) => Box::new(storage),
-                    Err(f) => {
-                        give_up(f.to_string());
-                        // `give_up` ends the process; this is for one that did not.
-                        panic!("the storage adapter did not start: {f}");
-                    }
-                }
-            }
-            None => storage::open(
-                spec.storage,
-                &spec.storage_node,
-                &spec.keys,
-                op_timeout,
-                spec.storage_login.clone(),
-                fenced,
-                &spec.name(),
-            ),
-        });
+    let recorder = Recorder::new(run_clock, move |e| renewals.emit(e));
+    let lock = lock::client(
+        spec.config,
+        &lock_params(&spec, clock.clone(), &calls, recorder),
+    );
+    let storage = open_storage(&spec, lock.as_ref(), &calls);
     let stalls = emitter();
     let _monitor = crate::stall::watch(spec.name(), run_clock, move |s| stalls.emit(s.event()));
     emitter().line(&WorkerLine::Ready);
@@ -423,7 +344,7 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
         clock,
         errored: false,
         backoff: Backoff::default(),
-        strike,
+        strike: calls.strike,
         emitter: Emitter {
             out,
             clock: run_clock,
@@ -443,6 +364,122 @@ pub fn run(spec: WorkerSpec, out: impl Write + Send + 'static, control: Control)
         // not kill the group, and its SIGTERM may not have been handled yet.
         kill_own_group();
     }
+}
+
+/// What a worker's clients call back: parking at an armed strike point,
+/// giving up on a broken adapter, and warning. Each says so on stdout.
+struct Callbacks {
+    strike: Hook,
+    give_up: GiveUp,
+    warn: Warn,
+}
+
+impl Callbacks {
+    fn new<W: Write + Send + 'static>(emitter: impl Fn() -> Emitter<W>, strikes: Strikes) -> Self {
+        let strike = {
+            let announce = emitter();
+            Hook::new(strikes, move |parked| {
+                announce.line(&WorkerLine::Parked(parked))
+            })
+        };
+        let give_up: GiveUp = {
+            let announce = emitter();
+            Arc::new(move |why: String| {
+                eprintln!("{why}");
+                announce.line(&WorkerLine::AdapterBroken { why });
+                std::process::exit(ADAPTER_BROKEN);
+            })
+        };
+        let warn: Warn = {
+            let announce = emitter();
+            Arc::new(move |warning: String| {
+                eprintln!("{warning}");
+                announce.line(&WorkerLine::Warning { warning });
+            })
+        };
+        Callbacks {
+            strike,
+            give_up,
+            warn,
+        }
+    }
+}
+
+/// What the lock client of `spec`'s worker is made with.
+fn lock_params(
+    spec: &WorkerSpec,
+    clock: Arc<LockClock>,
+    calls: &Callbacks,
+    recorder: Recorder,
+) -> LockParams {
+    LockParams {
+        nodes: spec.lock_nodes.clone(),
+        storage_node: spec.storage_node.clone(),
+        keys: spec.keys.clone(),
+        login: spec.login.clone(),
+        sentinels: spec.sentinels.clone(),
+        master: spec.master.clone(),
+        ttl: Duration::from_millis(spec.ttl_ms),
+        op_timeout: Duration::from_millis(spec.op_timeout_ms),
+        acquire_timeout: Duration::from_millis(spec.acquire_timeout_ms),
+        wait_replicas: spec.wait_replicas,
+        clock,
+        source: spec.source,
+        strike: calls.strike.clone(),
+        worker: spec.index,
+        recorder,
+        adapter: spec.adapter.clone(),
+        give_up: calls.give_up.clone(),
+        warn: calls.warn.clone(),
+    }
+}
+
+/// The storage the worker writes the counter to: the lock's own if it
+/// brings one, else the storage adapter's or lockstorm's.
+fn open_storage(spec: &WorkerSpec, lock: &dyn LockClient, calls: &Callbacks) -> Box<dyn Storage> {
+    // A library that hands out fencing tokens gets the storage that checks
+    // them, as the fenced config does: a stale token is refused there, not
+    // accepted and then reported as stale-fence-accepted.
+    let fenced = spec.config.fenced() || lock.fences();
+    let op_timeout = Duration::from_millis(spec.op_timeout_ms);
+    lock.storage()
+        .unwrap_or_else(|| match &spec.storage_adapter {
+            Some(adapter) => {
+                let init = StorageInit {
+                    worker: Some(spec.index),
+                    key: spec.keys.counter(),
+                    node: spec.storage_node.clone(),
+                    fenced,
+                };
+                // In the worker's group, as its lock adapter: a pause or crash
+                // of the worker strikes its storage client too.
+                let started = AdapterStorage::start(
+                    adapter,
+                    init,
+                    op_timeout,
+                    Group::Worker,
+                    calls.give_up.clone(),
+                    calls.warn.clone(),
+                );
+                match started {
+                    Ok(storage) => Box::new(storage),
+                    Err(f) => {
+                        (calls.give_up)(f.to_string());
+                        // `give_up` ends the process; this is for one that did not.
+                        panic!("the storage adapter did not start: {f}");
+                    }
+                }
+            }
+            None => storage::open(
+                spec.storage,
+                &spec.storage_node,
+                &spec.keys,
+                op_timeout,
+                spec.storage_login.clone(),
+                fenced,
+                &spec.name(),
+            ),
+        })
 }
 
 /// A worker leads its own process group, its client adapter in it, and

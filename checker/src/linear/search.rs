@@ -85,6 +85,28 @@ fn state(hash: u128, holder: u32) -> u128 {
     hash ^ (u128::from(splitmix(h)) << 64 | u128::from(splitmix(h ^ 1 << 62)))
 }
 
+/// The search gave up, saying why.
+fn unknown(why: String, states: usize) -> Outcome {
+    Outcome {
+        valid: Validity::Unknown,
+        witness: Vec::new(),
+        witness_time: None,
+        reason: Some(why),
+        states,
+    }
+}
+
+/// An order explains every op.
+fn valid(states: usize) -> Outcome {
+    Outcome {
+        valid: Validity::True,
+        witness: Vec::new(),
+        witness_time: None,
+        reason: None,
+        states,
+    }
+}
+
 fn to_u32(n: usize) -> u32 {
     u32::try_from(n)
         .ok()
@@ -268,20 +290,6 @@ impl Search {
         let mut found = false;
         let mut steps: u64 = 0;
         let mut e = self.entries[0].next;
-        let unknown = |why: String, states: usize| Outcome {
-            valid: Validity::Unknown,
-            witness: Vec::new(),
-            witness_time: None,
-            reason: Some(why),
-            states,
-        };
-        let valid = |states: usize| Outcome {
-            valid: Validity::True,
-            witness: Vec::new(),
-            witness_time: None,
-            reason: None,
-            states,
-        };
         loop {
             steps += 1;
             if steps & 1023 == 0 && started.elapsed() > self.budget.max_time {
@@ -310,14 +318,7 @@ impl Search {
             let i = entry.op;
             if entry.call {
                 if !self.p.ops[i as usize].certain() && self.dead(i, holder) {
-                    self.lift_op(e);
-                    self.count(i, false);
-                    self.pruned.push(e);
-                    // Past its own deadline entry, lifted with it.
-                    e = match entry.next == entry.ret && entry.ret != NIL {
-                        true => self.entries[entry.ret as usize].next,
-                        false => entry.next,
-                    };
+                    e = self.prune(e, entry);
                     continue;
                 }
                 if let Some(next_holder) = self.p.step(holder, &self.p.ops[i as usize]) {
@@ -346,26 +347,14 @@ impl Search {
             // A soft op's deadline passed with it not linearized: it did
             // not happen (in this branch), and cannot any more.
             if self.p.ops[i as usize].soft {
-                let call = self.call_of[i as usize];
-                self.lift_op(call);
-                self.count(i, false);
-                self.pruned.push(call);
+                self.prune_op(self.call_of[i as usize], i);
                 e = entry.next;
                 continue;
             }
             // The return of an op not yet linearized: this branch fails.
             let time = self.p.ops[i as usize].ret().unwrap_or(u64::MAX);
             if worst.is_none_or(|(t, _, _)| time > t) {
-                let setter = (holder != NIL)
-                    .then(|| {
-                        stack
-                            .iter()
-                            .rev()
-                            .find(|f| self.p.ops[f.op as usize].kind == Kind::Acquire)
-                            .map(|f| f.op)
-                    })
-                    .flatten();
-                worst = Some((time, i, setter));
+                worst = Some((time, i, self.setter(&stack, holder)));
             }
             let Some(frame) = stack.pop() else {
                 if found {
@@ -378,6 +367,40 @@ impl Search {
             holder = frame.holder;
             e = self.undo(frame);
         }
+    }
+
+    /// Lifts uncertain op `i`, whose call entry is `call`, as dead for the
+    /// rest of the branch.
+    #[inline]
+    fn prune_op(&mut self, call: u32, i: u32) {
+        self.lift_op(call);
+        self.count(i, false);
+        self.pruned.push(call);
+    }
+
+    /// Prunes the op of call entry `e` (`entry`): the entry to go on from,
+    /// past its own deadline entry if that came next, lifted with it.
+    #[inline]
+    fn prune(&mut self, e: u32, entry: Entry) -> u32 {
+        self.prune_op(e, entry.op);
+        match entry.next == entry.ret && entry.ret != NIL {
+            true => self.entries[entry.ret as usize].next,
+            false => entry.next,
+        }
+    }
+
+    /// The op that set `holder`, if one holds: the latest acquire in the
+    /// order so far.
+    fn setter(&self, stack: &[Frame], holder: u32) -> Option<u32> {
+        (holder != NIL)
+            .then(|| {
+                stack
+                    .iter()
+                    .rev()
+                    .find(|f| self.p.ops[f.op as usize].kind == Kind::Acquire)
+                    .map(|f| f.op)
+            })
+            .flatten()
     }
 
     /// Takes `frame`'s op back out of the order, with what was pruned

@@ -98,30 +98,7 @@ pub struct MatrixOutcome {
 }
 
 pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
-    // A client adapter brings its own lock: `all` means every Redis
-    // topology (a Redis library cannot speak to etcd: `etcd` is named).
-    let all: Vec<String> = Config::ALL
-        .into_iter()
-        .filter(|&c| {
-            let adapter = args.clients.is_some() || args.client_cmd.is_some();
-            !adapter || (workloads::install::topology(c).is_some() && !c.locks_in_etcd())
-        })
-        .map(|c| c.to_string())
-        .collect();
-    let configs = parse_list(&args.configs, &all, |s| s.parse::<Config>())?;
-    // `all` is what `Nemesis::each` lists; `+` joins one nemesis's faults,
-    // `@` names where a striking fault (`Fault::striking`) strikes.
-    let each: Vec<String> = Nemesis::each().iter().map(|n| n.to_string()).collect();
-    let nemeses = parse_list(&args.nemeses, &each, |s| s.parse::<Aimed>())?;
-    let shipped: Vec<String> = SHIPPED.iter().map(|s| s.name.to_string()).collect();
-    let clients: Vec<Option<Client>> = match &args.clients {
-        None if args.client_cmd.is_some() => vec![args.client_cmd.clone()],
-        None => vec![None],
-        Some(list) => parse_list(list, &shipped, Client::shipped)?
-            .into_iter()
-            .map(Some)
-            .collect(),
-    };
+    let chosen = Chosen::of(&args)?;
     if args.runs == 0 {
         return Err(Error::Usage("--runs 0 runs nothing: use at least 1".into()));
     }
@@ -129,37 +106,12 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     options_for(&args, Config::Single, Nemesis::none()).resolve()?;
     let expectations = args.expect.as_deref().map(load).transpose()?;
     // Fail before the first run if the nodes have nowhere to run.
-    let replicated = configs.contains(&Config::Replicated);
+    let replicated = chosen.configs.contains(&Config::Replicated);
     let backend =
         backend::provision(args.nodes.backend, args.nodes.image.as_deref(), replicated).await?;
     backend.finish().await;
 
-    let mut plan = Vec::new();
-    let mut skipped = Vec::new();
-    for client in &clients {
-        for &config in &configs {
-            // `--configs all` with clients means each client's own topologies.
-            let all_configs = args.configs.trim() == "all";
-            if all_configs && client.as_ref().is_some_and(|c| c.refusal(config).is_some()) {
-                continue;
-            }
-            for nemesis in &nemeses {
-                match plans(&args, config, client, nemesis) {
-                    Ok(runs) => plan.push(runs),
-                    Err(Refusal::Inapplicable(reason)) => skipped.push(Skipped {
-                        config: crate::clients::setup_name(
-                            config,
-                            client.as_ref(),
-                            config.storage().or(args.shared.storage).unwrap_or_default(),
-                        ),
-                        nemesis: nemesis.to_string(),
-                        reason,
-                    }),
-                    Err(refusal) => return Err(refusal.into()),
-                }
-            }
-        }
-    }
+    let (plan, mut skipped) = chosen.plan(&args)?;
     let pairs: Vec<String> = plan
         .iter()
         .map(|runs| format!("{} × {}", runs[0].setup(), runs[0].aimed()))
@@ -174,23 +126,7 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
         }
         None => plan.into_iter().enumerate().collect(),
     };
-    if pairs.is_empty() {
-        let why: Vec<String> = skipped
-            .iter()
-            .map(|s| format!("{} × {}: {}", s.config, s.nemesis, s.reason))
-            .collect();
-        return Err(Error::Usage(format!(
-            "nothing to run, every pair was refused ({}): choose other --configs, --nemeses or options",
-            why.join("; ")
-        )));
-    }
-    if plan.is_empty() {
-        let shard = args.shard.map(|s| s.to_string()).unwrap_or_default();
-        return Err(Error::Usage(format!(
-            "--shard {shard} has no pair: the matrix has {n} pair(s), so use at most {n} shards",
-            n = pairs.len()
-        )));
-    }
+    refuse_empty(&pairs, &plan, &skipped, &args)?;
     print_plan(&plan, pairs.len(), &skipped, &args);
     // Listened for from the start, so a signal between or during the
     // startup of runs still stops the matrix as interrupted.
@@ -217,6 +153,134 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
         until_invalid: args.until_invalid,
         ..Summary::default()
     };
+    let mut rows = run_lanes(&args, plan, &blocks, &stop).await?;
+    let interrupted = stop.happened();
+    rows.sort_by_key(|(i, _)| *i);
+    summary.rows = rows.into_iter().map(|(_, row)| row).collect();
+    summary.interrupted = interrupted;
+    summary.wall_s = wall.elapsed().as_secs_f64();
+    if let Some(expectations) = &expectations {
+        expectations.judge(&mut summary);
+    }
+    report::write_matrix(&dir, &summary)?;
+    Ok(MatrixOutcome {
+        dir,
+        summary,
+        interrupted,
+    })
+}
+
+/// The configs, nemeses and clients the matrix crosses.
+struct Chosen {
+    configs: Vec<Config>,
+    nemeses: Vec<Aimed>,
+    clients: Vec<Option<Client>>,
+}
+
+impl Chosen {
+    /// The lists given, each checked against what there is.
+    fn of(args: &MatrixArgs) -> Result<Self> {
+        // A client adapter brings its own lock: `all` means every Redis
+        // topology (a Redis library cannot speak to etcd: `etcd` is named).
+        let all: Vec<String> = Config::ALL
+            .into_iter()
+            .filter(|&c| {
+                let adapter = args.clients.is_some() || args.client_cmd.is_some();
+                !adapter || (workloads::install::topology(c).is_some() && !c.locks_in_etcd())
+            })
+            .map(|c| c.to_string())
+            .collect();
+        let configs = parse_list(&args.configs, &all, |s| s.parse::<Config>())?;
+        // `all` is what `Nemesis::each` lists; `+` joins one nemesis's faults,
+        // `@` names where a striking fault (`Fault::striking`) strikes.
+        let each: Vec<String> = Nemesis::each().iter().map(|n| n.to_string()).collect();
+        let nemeses = parse_list(&args.nemeses, &each, |s| s.parse::<Aimed>())?;
+        let shipped: Vec<String> = SHIPPED.iter().map(|s| s.name.to_string()).collect();
+        let clients: Vec<Option<Client>> = match &args.clients {
+            None if args.client_cmd.is_some() => vec![args.client_cmd.clone()],
+            None => vec![None],
+            Some(list) => parse_list(list, &shipped, Client::shipped)?
+                .into_iter()
+                .map(Some)
+                .collect(),
+        };
+        Ok(Chosen {
+            configs,
+            nemeses,
+            clients,
+        })
+    }
+
+    /// Each pair's runs, client by client, config by config, in the order
+    /// given; and the pairs refused as inapplicable, with why.
+    fn plan(&self, args: &MatrixArgs) -> Result<(Vec<Vec<RunPlan>>, Vec<Skipped>)> {
+        let mut plan = Vec::new();
+        let mut skipped = Vec::new();
+        for client in &self.clients {
+            for &config in &self.configs {
+                // `--configs all` with clients means each client's own topologies.
+                let all_configs = args.configs.trim() == "all";
+                if all_configs && client.as_ref().is_some_and(|c| c.refusal(config).is_some()) {
+                    continue;
+                }
+                for nemesis in &self.nemeses {
+                    match plans(args, config, client, nemesis) {
+                        Ok(runs) => plan.push(runs),
+                        Err(Refusal::Inapplicable(reason)) => skipped.push(Skipped {
+                            config: crate::clients::setup_name(
+                                config,
+                                client.as_ref(),
+                                config.storage().or(args.shared.storage).unwrap_or_default(),
+                            ),
+                            nemesis: nemesis.to_string(),
+                            reason,
+                        }),
+                        Err(refusal) => return Err(refusal.into()),
+                    }
+                }
+            }
+        }
+        Ok((plan, skipped))
+    }
+}
+
+/// A usage error if no pair is left to run: every pair was refused, or
+/// this shard has none.
+fn refuse_empty(
+    pairs: &[String],
+    plan: &[(usize, Vec<RunPlan>)],
+    skipped: &[Skipped],
+    args: &MatrixArgs,
+) -> Result<()> {
+    if pairs.is_empty() {
+        let why: Vec<String> = skipped
+            .iter()
+            .map(|s| format!("{} × {}: {}", s.config, s.nemesis, s.reason))
+            .collect();
+        return Err(Error::Usage(format!(
+            "nothing to run, every pair was refused ({}): choose other --configs, --nemeses or options",
+            why.join("; ")
+        )));
+    }
+    if plan.is_empty() {
+        let shard = args.shard.map(|s| s.to_string()).unwrap_or_default();
+        return Err(Error::Usage(format!(
+            "--shard {shard} has no pair: the matrix has {n} pair(s), so use at most {n} shards",
+            n = pairs.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Runs the planned pairs, one lane per address block, until all are
+/// done or `stop`: each pair's row with its place in the plan. The first
+/// fatal error stops every lane and is the matrix's.
+async fn run_lanes(
+    args: &MatrixArgs,
+    plan: Vec<(usize, Vec<RunPlan>)>,
+    blocks: &[crate::blocks::Claim],
+    stop: &Interrupt,
+) -> Result<Vec<(usize, Row)>> {
     let total = plan.len() * args.runs as usize;
     // Pairs wait in plan order; each lane takes the next when it is free.
     let queue: std::collections::VecDeque<_> = plan.into_iter().enumerate().collect();
@@ -260,23 +324,10 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
             }
         }
     }
-    if let Some(e) = fatal {
-        return Err(e);
+    match fatal {
+        Some(e) => Err(e),
+        None => Ok(rows),
     }
-    let interrupted = stop.happened();
-    rows.sort_by_key(|(i, _)| *i);
-    summary.rows = rows.into_iter().map(|(_, row)| row).collect();
-    summary.interrupted = interrupted;
-    summary.wall_s = wall.elapsed().as_secs_f64();
-    if let Some(expectations) = &expectations {
-        expectations.judge(&mut summary);
-    }
-    report::write_matrix(&dir, &summary)?;
-    Ok(MatrixOutcome {
-        dir,
-        summary,
-        interrupted,
-    })
 }
 
 /// A pair waiting for a lane: its place in this matrix's plan, and its

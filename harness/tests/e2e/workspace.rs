@@ -5,6 +5,7 @@
 //! sources and the page say. None of them needs a server.
 
 mod imports;
+mod lengths;
 mod page;
 mod rules;
 mod source;

@@ -7,6 +7,7 @@ use super::scene::Scene;
 use super::shared::{end_time, faults, secs, Setup, FAULT_ALPHA, FAULT_COLOR, FAULT_TEXT};
 use checker::anomaly::{LOCK_OVERLAP, LOST_UPDATE, UNSAFE_ACTION};
 use checker::{History, Results};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -154,24 +155,15 @@ where
 {
     root.fill(&WHITE)?;
     let (main, footer) = root.split_vertically(root.dim_in_pixel().1 - FOOTER_PX);
-    let count = |name: &str| results.anomalies.get(name).map_or(0, |a| a.count);
-    let title = format!(
-        "who believed it held the lock, who held the key, what went wrong: {} holds, {} lock-overlap, {} unsafe-action, {} lost-update",
-        scene.total,
-        count(LOCK_OVERLAP),
-        count(UNSAFE_ACTION),
-        count(LOST_UPDATE)
-    );
     let layout = Layout::of(scene);
-    let fence_row = layout.fence;
-    let n = layout.rows();
+    let rows = Rows(layout.rows());
     let end_s = secs(end_time(history));
     let mut chart = ChartBuilder::on(&main)
-        .caption(title, (FAMILY, 24))
+        .caption(title(scene, results), (FAMILY, 24))
         .margin(14)
         .x_label_area_size(50)
         .y_label_area_size(100)
-        .build_cartesian_2d(0.0..end_s, 0.0..n as f64)?;
+        .build_cartesian_2d(0.0..end_s, 0.0..rows.0 as f64)?;
     chart
         .configure_mesh()
         .disable_y_mesh()
@@ -180,12 +172,120 @@ where
         .label_style((FAMILY, 15))
         .x_desc("time since run start (s)")
         .draw()?;
-    // Row `r` (0 = faults) spans y in [top(r) - 1, top(r)], top row first.
-    let top = |r: usize| (n - r) as f64;
-    let center = |r: usize| top(r) - 0.5;
     let grid = RGBColor(220, 220, 220);
-    chart.draw_series((1..n).map(|r| PathElement::new([(0.0, top(r)), (end_s, top(r))], grid)))?;
+    let lines =
+        (1..rows.0).map(|r| PathElement::new([(0.0, rows.top(r)), (end_s, rows.top(r))], grid));
+    chart.draw_series(lines)?;
+    draw_bands(&mut chart, history, scene, rows)?;
+    let (x0, x1) = (
+        chart.backend_coord(&(0.0, 0.0)).0,
+        chart.backend_coord(&(end_s, 0.0)).0,
+    );
+    let scale = Scale::of(f64::from((x1 - x0).max(1)) / end_s);
+    draw_holds(&mut chart, scene, rows, scale)?;
+    if let Some(r) = layout.fence {
+        draw_fences(&mut chart, scene, rows, r, scale)?;
+    }
+    draw_keys(&mut chart, scene, &layout, rows, scale)?;
+    draw_marks(root, &chart, scene, rows.center(layout.unsafe_row), scale)?;
+    let dagger = (FAMILY, 22)
+        .into_font()
+        .style(FontStyle::Bold)
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Center, VPos::Center));
+    chart.draw_series(
+        scene.crashes.iter().map(|&(t, row)| {
+            Text::new(CRASH_MARK, (secs(t), rows.center(row + 1)), dagger.clone())
+        }),
+    )?;
+    draw_row_labels(root, &chart, scene, &layout, rows)?;
+    draw_footer(&footer, &Legend::of(scene, history), &scene.notes)?;
+    root.present()?;
+    Ok(())
+}
 
+/// The timeline's chart: seconds across, one unit of height per row.
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// The caption: what the picture shows, and the run's anomaly counts.
+fn title(scene: &Scene, results: &Results) -> String {
+    let count = |name: &str| results.anomalies.get(name).map_or(0, |a| a.count);
+    format!(
+        "who believed it held the lock, who held the key, what went wrong: {} holds, {} lock-overlap, {} unsafe-action, {} lost-update",
+        scene.total,
+        count(LOCK_OVERLAP),
+        count(UNSAFE_ACTION),
+        count(LOST_UPDATE)
+    )
+}
+
+/// The chart's rows, by count: row `r` (0 = faults) spans y in
+/// [top(r) - 1, top(r)], top row first.
+#[derive(Clone, Copy)]
+struct Rows(usize);
+
+impl Rows {
+    fn top(self, r: usize) -> f64 {
+        (self.0 - r) as f64
+    }
+
+    fn center(self, r: usize) -> f64 {
+        self.top(r) - 0.5
+    }
+
+    /// Where a bar in row `r` lies (y): most of the row, a gap either side.
+    fn bar(self, r: usize) -> (f64, f64) {
+        (self.top(r) - 0.85, self.top(r) - 0.15)
+    }
+}
+
+/// How time maps to the picture's pixels.
+#[derive(Clone, Copy)]
+struct Scale {
+    px_per_s: f64,
+    /// A bar narrower than a pixel would vanish from the picture.
+    min_width_s: f64,
+}
+
+impl Scale {
+    fn of(px_per_s: f64) -> Self {
+        Scale {
+            px_per_s,
+            min_width_s: 1.5 / px_per_s,
+        }
+    }
+
+    /// `start`..`end` (ns) in seconds, at least `min_width_s` wide.
+    fn span(self, start: u64, end: u64) -> (f64, f64) {
+        (secs(start), secs(end).max(secs(start) + self.min_width_s))
+    }
+
+    /// Whether `label` fits inside a bar `s`..`e` (s): only there is it
+    /// drawn; elsewhere it is clutter.
+    fn fits(self, label: &str, s: f64, e: f64) -> bool {
+        (e - s) * self.px_per_s >= 8.0 * label.len() as f64 + 6.0
+    }
+}
+
+/// A number or name written white in the middle of its bar.
+fn bar_font() -> TextStyle<'static> {
+    (FAMILY, 14)
+        .into_font()
+        .color(&WHITE)
+        .pos(Pos::new(HPos::Center, VPos::Center))
+}
+
+/// The fault bands, then the deadlock bands, each named in the fault row.
+fn draw_bands<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    history: &History,
+    scene: &Scene,
+    rows: Rows,
+) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let height = rows.0 as f64;
     let band = FAULT_COLOR.mix(FAULT_ALPHA).filled();
     let fault_font = (FAMILY, 16)
         .into_font()
@@ -193,41 +293,39 @@ where
         .pos(Pos::new(HPos::Left, VPos::Center));
     for f in faults(history) {
         let (s, e) = (secs(f.start), secs(f.end));
-        chart.draw_series([Rectangle::new([(s, 0.0), (e, n as f64)], band)])?;
-        chart.draw_series([
-            EmptyElement::at((s, center(0))) + Text::new(f.name, (3, 0), fault_font.clone())
-        ])?;
+        chart.draw_series([Rectangle::new([(s, 0.0), (e, height)], band)])?;
+        chart
+            .draw_series([EmptyElement::at((s, rows.center(0)))
+                + Text::new(f.name, (3, 0), fault_font.clone())])?;
     }
-
     let stuck = DEADLOCK_COLOR.mix(DEADLOCK_ALPHA).filled();
-    let stuck_font = fault_font.clone().color(&DEADLOCK_COLOR);
+    let stuck_font = fault_font.color(&DEADLOCK_COLOR);
     for &(start, end) in &scene.stuck {
         let (s, e) = (secs(start), secs(end));
-        chart.draw_series([Rectangle::new([(s, 0.0), (e, n as f64)], stuck)])?;
-        chart
-            .draw_series([EmptyElement::at((s, center(0)))
-                + Text::new("deadlock", (3, 0), stuck_font.clone())])?;
+        chart.draw_series([Rectangle::new([(s, 0.0), (e, height)], stuck)])?;
+        chart.draw_series([EmptyElement::at((s, rows.center(0)))
+            + Text::new("deadlock", (3, 0), stuck_font.clone())])?;
     }
+    Ok(())
+}
 
-    let (x0, x1) = (
-        chart.backend_coord(&(0.0, 0.0)).0,
-        chart.backend_coord(&(end_s, 0.0)).0,
-    );
-    let px_per_s = f64::from((x1 - x0).max(1)) / end_s;
-    // A bar narrower than a pixel would vanish from the picture.
-    let min_width_s = 1.5 / px_per_s;
-    let fence_font = (FAMILY, 14)
-        .into_font()
-        .color(&WHITE)
-        .pos(Pos::new(HPos::Center, VPos::Center));
+/// The worker rows: the spans, then each hold in its colour, thin past
+/// its lease, with its fence inside where it fits.
+fn draw_holds<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    scene: &Scene,
+    rows: Rows,
+    scale: Scale,
+) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
     for span in &scene.spans {
-        let (s, e) = (
-            secs(span.start),
-            secs(span.end).max(secs(span.start) + min_width_s),
-        );
-        let (y0, y1) = (top(span.row + 1) - 0.85, top(span.row + 1) - 0.15);
+        let (s, e) = scale.span(span.start, span.end);
+        let (y0, y1) = rows.bar(span.row + 1);
         chart.draw_series([Rectangle::new([(s, y0), (e, y1)], HOLD_COLOR.filled())])?;
     }
+    let fence_font = bar_font();
     for h in &scene.holds {
         let Some(row) = scene.rows.of(&h.process) else {
             continue;
@@ -240,15 +338,15 @@ where
         } else {
             OPEN_HOLD_COLOR
         };
-        let (s, e) = (secs(h.start), secs(h.end).max(secs(h.start) + min_width_s));
+        let (s, e) = scale.span(h.start, h.end);
         // A worker's next hold often starts within a pixel of the last one
         // ending; a sliver of white keeps them two bars.
-        let e = if (e - s) * px_per_s > 4.0 {
-            e - 1.0 / px_per_s
+        let e = if (e - s) * scale.px_per_s > 4.0 {
+            e - 1.0 / scale.px_per_s
         } else {
             e
         };
-        let (y0, y1) = (top(row + 1) - 0.85, top(row + 1) - 0.15);
+        let (y0, y1) = rows.bar(row + 1);
         // Past the TTL after its grant the key had expired for certain:
         // from there on the worker only believed it held the lock, so that
         // part is drawn thin.
@@ -259,51 +357,88 @@ where
         let full_until = past.unwrap_or(e);
         chart.draw_series([Rectangle::new([(s, y0), (full_until, y1)], color.filled())])?;
         if let Some(past) = past {
-            let (t0, t1) = (center(row + 1) - 0.1, center(row + 1) + 0.1);
+            let (t0, t1) = (rows.center(row + 1) - 0.1, rows.center(row + 1) + 0.1);
             chart.draw_series([Rectangle::new([(past, t0), (e, t1)], color.filled())])?;
         }
         let Some(fence) = h.fence else { continue };
         let label = fence.to_string();
-        // Only where the number fits inside its bar; elsewhere it is clutter.
-        if (full_until - s) * px_per_s >= 8.0 * label.len() as f64 + 6.0 {
-            let at = ((s + full_until) / 2.0, center(row + 1));
+        if scale.fits(&label, s, full_until) {
+            let at = ((s + full_until) / 2.0, rows.center(row + 1));
             chart.draw_series([Text::new(label, at, fence_font.clone())])?;
         }
     }
+    Ok(())
+}
 
-    if let Some(r) = fence_row {
-        for (k, f) in scene.fences.iter().enumerate() {
-            let (s, e) = (secs(f.start), secs(f.end).max(secs(f.start) + min_width_s));
-            // Alternating shades keep neighbouring tokens apart.
-            let shade = if k % 2 == 0 { FENCE_A } else { FENCE_B };
-            let (y0, y1) = (top(r) - 0.85, top(r) - 0.15);
-            chart.draw_series([Rectangle::new([(s, y0), (e, y1)], shade.filled())])?;
-            let label = f.fence.to_string();
-            if (e - s) * px_per_s >= 8.0 * label.len() as f64 + 6.0 {
-                let at = ((s + e) / 2.0, center(r));
-                chart.draw_series([Text::new(label, at, fence_font.clone())])?;
-            }
+/// The storage's fence row, `r`: each accepted fence while it was the
+/// highest.
+fn draw_fences<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    scene: &Scene,
+    rows: Rows,
+    r: usize,
+    scale: Scale,
+) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let fence_font = bar_font();
+    for (k, f) in scene.fences.iter().enumerate() {
+        let (s, e) = scale.span(f.start, f.end);
+        // Alternating shades keep neighbouring tokens apart.
+        let shade = if k % 2 == 0 { FENCE_A } else { FENCE_B };
+        let (y0, y1) = rows.bar(r);
+        chart.draw_series([Rectangle::new([(s, y0), (e, y1)], shade.filled())])?;
+        let label = f.fence.to_string();
+        if scale.fits(&label, s, e) {
+            let at = ((s + e) / 2.0, rows.center(r));
+            chart.draw_series([Text::new(label, at, fence_font.clone())])?;
         }
     }
+    Ok(())
+}
 
+/// The key rows: who held the key on each observed node, by owner colour.
+fn draw_keys<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    scene: &Scene,
+    layout: &Layout,
+    rows: Rows,
+    scale: Scale,
+) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let owner_font = bar_font();
     for span in &scene.keys {
         let r = layout.key_row(span.node);
-        let (s, e) = (
-            secs(span.start),
-            secs(span.end).max(secs(span.start) + min_width_s),
-        );
+        let (s, e) = scale.span(span.start, span.end);
         let color = span.owner.map_or(KEY_UNKNOWN, owner_color);
-        let (y0, y1) = (top(r) - 0.85, top(r) - 0.15);
+        let (y0, y1) = rows.bar(r);
         chart.draw_series([Rectangle::new([(s, y0), (e, y1)], color.filled())])?;
         if let Some(owner) = span.owner {
             let label = format!("w{owner}");
-            if (e - s) * px_per_s >= 8.0 * label.len() as f64 + 6.0 {
-                let at = ((s + e) / 2.0, center(r));
-                chart.draw_series([Text::new(label, at, fence_font.clone())])?;
+            if scale.fits(&label, s, e) {
+                let at = ((s + e) / 2.0, rows.center(r));
+                chart.draw_series([Text::new(label, at, owner_font.clone())])?;
             }
         }
     }
+    Ok(())
+}
 
+/// The unsafe row, centred at `row_y`: a ● per lost update, then a ✗ per
+/// unsafe action, each named by worker and fence while few.
+fn draw_marks<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    chart: &Chart<'_, DB>,
+    scene: &Scene,
+    row_y: f64,
+    scale: Scale,
+) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
     let cross = (FAMILY, 24)
         .into_font()
         .style(FontStyle::Bold)
@@ -319,16 +454,13 @@ where
         .pos(Pos::new(HPos::Left, VPos::Top));
     // Names under the marks only while they cannot pile up.
     let named = scene.unsafe_actions.len() + scene.lost_updates.len() <= 40;
-    let u = layout.unsafe_row;
-    // A loss usually lands with the unsafe write that made it: the ● sits
-    // in the row's upper part, the ✗ in its lower part, so both show.
     // A loss usually lands with the unsafe write that made it: then the ●
     // sits just left of the ✗, and the two share the ✗'s label.
     let beside = |m: &super::marks::Mark| {
         scene
             .unsafe_actions
             .iter()
-            .find(|a| (secs(a.time) - secs(m.time)).abs() * px_per_s < 10.0)
+            .find(|a| (secs(a.time) - secs(m.time)).abs() * scale.px_per_s < 10.0)
             .map(|a| (a.worker, a.fence) == (m.worker, m.fence))
     };
     for (marks, glyph, font) in [
@@ -336,7 +468,7 @@ where
         (&scene.unsafe_actions, "✗", &cross),
     ] {
         for m in marks {
-            let (mut x, y) = chart.backend_coord(&(secs(m.time), center(u)));
+            let (mut x, y) = chart.backend_coord(&(secs(m.time), row_y));
             let shared = match glyph {
                 LOST_MARK => beside(m),
                 _ => None,
@@ -356,28 +488,29 @@ where
             }
         }
     }
+    Ok(())
+}
 
-    let dagger = (FAMILY, 22)
-        .into_font()
-        .style(FontStyle::Bold)
-        .color(&BLACK)
-        .pos(Pos::new(HPos::Center, VPos::Center));
-    chart.draw_series(
-        scene
-            .crashes
-            .iter()
-            .map(|&(t, row)| Text::new(CRASH_MARK, (secs(t), center(row + 1)), dagger.clone())),
-    )?;
-
+/// Each row's name, right-aligned left of the time axis.
+fn draw_row_labels<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    chart: &Chart<'_, DB>,
+    scene: &Scene,
+    layout: &Layout,
+    rows: Rows,
+) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
     let row_font = (FAMILY, 16)
         .into_font()
         .color(&BLACK)
         .pos(Pos::new(HPos::Right, VPos::Center));
-    for r in 0..n {
-        let (x, y) = chart.backend_coord(&(0.0, center(r)));
+    for r in 0..rows.0 {
+        let (x, y) = chart.backend_coord(&(0.0, rows.center(r)));
         let label = match r {
             0 => "faults".to_string(),
-            r if Some(r) == fence_row => "storage fence".to_string(),
+            r if Some(r) == layout.fence => "storage fence".to_string(),
             r if r == layout.unsafe_row => "unsafe".to_string(),
             r if r > layout.workers => {
                 format!("key on {}", scene.key_nodes[r - 1 - layout.workers])
@@ -386,8 +519,6 @@ where
         };
         root.draw(&Text::new(label, (x - 8, y), row_font.clone()))?;
     }
-    draw_footer(&footer, &Legend::of(scene, history), &scene.notes)?;
-    root.present()?;
     Ok(())
 }
 

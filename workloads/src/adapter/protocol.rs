@@ -173,133 +173,168 @@ fn quoted(line: &str) -> String {
 /// Judges one line of the adapter's stdout as the reply to `expected`.
 /// The error names the line and what is wrong with it.
 pub fn parse_reply(line: &str, expected: &Request) -> Result<Reply, String> {
-    let bad = |why: String| {
-        Err(format!(
-            "{why}, in reply to {}: {}",
-            brief(expected),
-            quoted(line)
-        ))
-    };
+    judge(line, expected)
+        .map_err(|why| format!("{why}, in reply to {}: {}", brief(expected), quoted(line)))
+}
+
+/// [`parse_reply`]'s verdict, the error saying only what is wrong.
+fn judge(line: &str, expected: &Request) -> Result<Reply, String> {
     let Ok(value) = serde_json::from_str::<Value>(line) else {
-        return bad("a line that is not JSON".into());
+        return Err("a line that is not JSON".into());
     };
     let Value::Object(map) = value else {
-        return bad("a reply that is not a JSON object".into());
+        return Err("a reply that is not a JSON object".into());
     };
     match map.get("id").and_then(Value::as_u64) {
         Some(id) if id == expected.id => {}
-        Some(id) => return bad(format!("a reply with id {id}, not {}", expected.id)),
-        None => return bad("a reply without a numeric \"id\"".into()),
+        Some(id) => return Err(format!("a reply with id {id}, not {}", expected.id)),
+        None => return Err("a reply without a numeric \"id\"".into()),
     }
     let answer = match map.get("ok") {
         Some(Value::Bool(true)) => Answer::Yes,
         Some(Value::Bool(false)) => Answer::No,
         Some(Value::Null) => Answer::Unknown,
-        _ => return bad("a reply whose \"ok\" is not true, false or null".into()),
+        _ => return Err("a reply whose \"ok\" is not true, false or null".into()),
     };
-    // Every known field has one type; a `null` is the field left out. A
-    // field of another type is the adapter's bug, never to be read as absent
-    // (a fence dropped so would test a fenced client as unfenced).
-    let field = |key: &str| map.get(key).filter(|v| !v.is_null());
-    let text = |key: &str| match field(key) {
-        None => Ok(None),
-        Some(Value::String(s)) if s.len() > MAX_TEXT_BYTES => Err(format!(
-            "a reply whose {key:?} is {} bytes long, more than {MAX_TEXT_BYTES}",
-            s.len()
-        )),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(format!("a reply whose {key:?} is not a string")),
-    };
-    let fields = (|| {
-        Ok::<_, String>(Reply {
-            answer: Some(answer),
-            error: text("error")?,
-            token: text("token")?,
-            fence: match field("fence") {
-                None => None,
-                Some(v) => Some(fence(v).ok_or_else(|| {
+    let reply = fields(&Fields(&map), answer)?;
+    if answer == Answer::Yes {
+        if let Some(why) = missing(&reply, &expected.op) {
+            return Err(why);
+        }
+    }
+    Ok(reply)
+}
+
+/// A reply's fields. Every known field has one type; a `null` is the
+/// field left out. A field of another type is the adapter's bug, never to
+/// be read as absent (a fence dropped so would test a fenced client as
+/// unfenced).
+struct Fields<'a>(&'a serde_json::Map<String, Value>);
+
+impl Fields<'_> {
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.0.get(key).filter(|v| !v.is_null())
+    }
+
+    fn text(&self, key: &str) -> Result<Option<String>, String> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) if s.len() > MAX_TEXT_BYTES => Err(format!(
+                "a reply whose {key:?} is {} bytes long, more than {MAX_TEXT_BYTES}",
+                s.len()
+            )),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(format!("a reply whose {key:?} is not a string")),
+        }
+    }
+
+    fn fence(&self) -> Result<Option<u64>, String> {
+        self.get("fence")
+            .map(|v| {
+                fence(v).ok_or_else(|| {
                     format!(
                         "a reply whose \"fence\" is not an integer from 0 to {} \
                          (a JSON integer, or a string of decimal digits)",
                         u64::MAX
                     )
-                })?),
-            },
-            valid: match field("valid") {
-                None => None,
-                Some(Value::Bool(b)) => Some(*b),
-                Some(_) => return Err("a reply whose \"valid\" is not true or false".into()),
-            },
-            client: text("client")?,
-            features: match field("features") {
-                None => Vec::new(),
-                Some(Value::Array(f)) => f
-                    .iter()
-                    .map(|f| f.as_str().map(String::from))
-                    .collect::<Option<_>>()
-                    .ok_or("a reply whose \"features\" is not a list of strings")?,
-                Some(_) => return Err("a reply whose \"features\" is not a list of strings".into()),
-            },
-            options: match field("options") {
-                None => Default::default(),
-                Some(Value::Object(o)) => o
-                    .iter()
-                    .map(|(k, v)| match v {
-                        Value::String(s) => Some((k.clone(), s.clone())),
-                        Value::Number(_) | Value::Bool(_) => Some((k.clone(), v.to_string())),
-                        _ => None,
-                    })
-                    .collect::<Option<_>>()
-                    .ok_or("a reply whose \"options\" has a value that is not a string, number or boolean")?,
-                Some(_) => return Err("a reply whose \"options\" is not an object".into()),
-            },
-            key: text("key")?,
-            storage: text("storage")?,
-            value: match field("value") {
-                None => None,
-                Some(v) => Some(v.as_i64().ok_or_else(|| {
+                })
+            })
+            .transpose()
+    }
+
+    fn valid(&self) -> Result<Option<bool>, String> {
+        match self.get("valid") {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(_) => Err("a reply whose \"valid\" is not true or false".into()),
+        }
+    }
+
+    fn features(&self) -> Result<Vec<String>, String> {
+        const NOT_STRINGS: &str = "a reply whose \"features\" is not a list of strings";
+        match self.get("features") {
+            None => Ok(Vec::new()),
+            Some(Value::Array(f)) => f
+                .iter()
+                .map(|f| f.as_str().map(String::from))
+                .collect::<Option<_>>()
+                .ok_or(NOT_STRINGS.into()),
+            Some(_) => Err(NOT_STRINGS.into()),
+        }
+    }
+
+    fn options(&self) -> Result<std::collections::BTreeMap<String, String>, String> {
+        match self.get("options") {
+            None => Ok(Default::default()),
+            Some(Value::Object(o)) => o
+                .iter()
+                .map(|(k, v)| match v {
+                    Value::String(s) => Some((k.clone(), s.clone())),
+                    Value::Number(_) | Value::Bool(_) => Some((k.clone(), v.to_string())),
+                    _ => None,
+                })
+                .collect::<Option<_>>()
+                .ok_or(
+                    "a reply whose \"options\" has a value that is not a string, number or boolean"
+                        .into(),
+                ),
+            Some(_) => Err("a reply whose \"options\" is not an object".into()),
+        }
+    }
+
+    fn value(&self) -> Result<Option<i64>, String> {
+        self.get("value")
+            .map(|v| {
+                v.as_i64().ok_or_else(|| {
                     format!(
                         "a reply whose \"value\" is not an integer from {} to {}",
                         i64::MIN,
                         i64::MAX
                     )
-                })?),
-            },
-        })
-    })();
-    let reply = match fields {
-        Ok(reply) => reply,
-        Err(why) => return bad(why),
-    };
-    if answer == Answer::Yes {
-        match &expected.op {
-            Op::Init(_) if reply.client.is_none() => {
-                return bad("an init reply without \"client\"".into())
-            }
-            Op::Init(_) => {
-                if let Some(f) = reply
-                    .features
-                    .iter()
-                    .find(|f| !FEATURES.contains(&f.as_str()))
-                {
-                    return bad(format!(
-                        "an unknown feature {f:?} (known: check, token, fence)"
-                    ));
-                }
-            }
-            Op::Check if reply.valid.is_none() => {
-                return bad("a check reply without a boolean \"valid\"".into())
-            }
-            Op::StorageInit(_) if reply.storage.is_none() => {
-                return bad("a storage init reply without \"storage\"".into())
-            }
-            Op::Read { .. } if reply.value.is_none() => {
-                return bad("a read reply without an integer \"value\"".into())
-            }
-            _ => {}
-        }
+                })
+            })
+            .transpose()
     }
-    Ok(reply)
+}
+
+/// The reply's fields, read in this order: the first that is wrong is the
+/// one the error names.
+fn fields(f: &Fields, answer: Answer) -> Result<Reply, String> {
+    Ok(Reply {
+        answer: Some(answer),
+        error: f.text("error")?,
+        token: f.text("token")?,
+        fence: f.fence()?,
+        valid: f.valid()?,
+        client: f.text("client")?,
+        features: f.features()?,
+        options: f.options()?,
+        key: f.text("key")?,
+        storage: f.text("storage")?,
+        value: f.value()?,
+    })
+}
+
+/// What a `true` reply to `op` lacks that the op needs, if anything.
+fn missing(reply: &Reply, op: &Op) -> Option<String> {
+    match op {
+        Op::Init(_) if reply.client.is_none() => Some("an init reply without \"client\"".into()),
+        Op::Init(_) => reply
+            .features
+            .iter()
+            .find(|f| !FEATURES.contains(&f.as_str()))
+            .map(|f| format!("an unknown feature {f:?} (known: check, token, fence)")),
+        Op::Check if reply.valid.is_none() => {
+            Some("a check reply without a boolean \"valid\"".into())
+        }
+        Op::StorageInit(_) if reply.storage.is_none() => {
+            Some("a storage init reply without \"storage\"".into())
+        }
+        Op::Read { .. } if reply.value.is_none() => {
+            Some("a read reply without an integer \"value\"".into())
+        }
+        _ => None,
+    }
 }
 
 /// A fence as JSON carries it, or as a string of decimal digits (a

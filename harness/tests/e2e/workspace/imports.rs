@@ -129,7 +129,7 @@ fn paths(code: &str, module: &Module) -> Vec<(Module, Vec<String>)> {
     while i < b.len() {
         let rest = &code[i..];
         if rest.starts_with("#[cfg(test)]") {
-            i = skip_item(b, i + "#[cfg(test)]".len());
+            i = source::skip_item(b, i + "#[cfg(test)]".len());
             continue;
         }
         match b[i] {
@@ -168,30 +168,6 @@ fn paths(code: &str, module: &Module) -> Vec<(Module, Vec<String>)> {
         i += 1;
     }
     out
-}
-
-/// Past the item after a `#[cfg(test)]` (its other attributes, then to its
-/// `;` or its body's closing brace).
-fn skip_item(b: &[u8], mut i: usize) -> usize {
-    let mut depth = 0usize;
-    let mut brackets = 0usize;
-    while i < b.len() {
-        match b[i] {
-            b'[' => brackets += 1,
-            b']' => brackets = brackets.saturating_sub(1),
-            b';' if depth == 0 && brackets == 0 => return i + 1,
-            b'{' => depth += 1,
-            b'}' => {
-                depth -= 1;
-                if depth == 0 {
-                    return i + 1;
-                }
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    i
 }
 
 /// A use tree from `i` (`a::b::{c, d::{self, e}}`): its paths, each from its

@@ -252,3 +252,27 @@ fn the_lexer_blanks_comments_and_literals_and_keeps_offsets() {
         [(1, "x{\\\"y".to_string()), (2, "a\"b".to_string())]
     );
 }
+
+/// Past the item after a `#[cfg(test)]` (its other attributes, then to its
+/// `;` or its body's closing brace).
+pub fn skip_item(b: &[u8], mut i: usize) -> usize {
+    let mut depth = 0usize;
+    let mut brackets = 0usize;
+    while i < b.len() {
+        match b[i] {
+            b'[' => brackets += 1,
+            b']' => brackets = brackets.saturating_sub(1),
+            b';' if depth == 0 && brackets == 0 => return i + 1,
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    i
+}
