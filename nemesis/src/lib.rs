@@ -4,25 +4,16 @@
 
 pub mod clock;
 pub mod cluster;
-mod crash;
-mod delay;
-mod failover;
 pub mod fault;
-mod kill;
 mod names;
 pub mod net;
 mod package;
-pub mod partition;
-mod pause;
 mod play;
 pub use process;
 pub use proxy;
 pub mod runner;
-mod scenario;
 pub mod schedule;
 pub mod served_clock;
-mod skew;
-mod terminate;
 mod verify;
 
 pub use cluster::{Cluster, NodeRef, Source};

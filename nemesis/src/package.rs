@@ -6,8 +6,8 @@
 //!
 //! Adding a fault: a [`Fault`](crate::Fault) variant (its name, and the
 //! `start-…`/`stop-…` names of its events, come from the variant), a module
-//! with a unit struct implementing [`Package`] whose `name` is the
-//! variant's, and its line in `Fault::package`. A scenario (faults that act
+//! under `fault/` with a unit struct implementing [`Package`] whose `name`
+//! is the variant's, and its `mod` and line in `Fault::package`. A scenario (faults that act
 //! together) is an [`Action`](crate::Action) the same way.
 
 use crate::cluster::BoxFuture;

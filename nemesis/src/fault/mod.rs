@@ -1,25 +1,37 @@
 //! The faults lockstorm can inject, `--nemesis` parsing, node targets, and
 //! the scheduled actions (single faults, and scenarios that combine them).
 //! Their names live in `names.rs`; what each fault is and does lives in its
-//! [`Package`], which this module maps it to.
+//! [`Package`], one child module of this one each, which this module maps
+//! it to. Adding a fault is three files: its variant in `names.rs`, its
+//! package here, and its `mod` and line in [`Fault::package`] below.
+
+mod crash;
+mod delay;
+mod failover;
+mod kill;
+pub mod partition;
+mod pause;
+mod scenario;
+mod skew;
+mod terminate;
 
 pub use crate::cluster::Targets;
-use crate::crash::Crash;
-use crate::delay::{Delay, LoseReply};
-use crate::failover::Failover;
-use crate::kill::Kill;
 use crate::names::or_list;
 pub use crate::names::{Action, Fault};
 use crate::package::Package;
-use crate::partition::Partition;
-use crate::pause::{Pause, PauseNode};
-use crate::scenario::{KillClock, SplitClock};
-use crate::skew::Clock;
-use crate::terminate::TerminateSession;
 use checker::Point;
+use crash::Crash;
+use delay::{Delay, LoseReply};
+use failover::Failover;
+use kill::Kill;
+use partition::Partition;
+use pause::{Pause, PauseNode};
+use scenario::{KillClock, SplitClock};
 use serde::{Deserialize, Serialize};
+use skew::Clock;
 use std::fmt;
 use std::str::FromStr;
+use terminate::TerminateSession;
 
 impl Fault {
     /// Everything else about the fault: the one line to add with a variant.

@@ -3,10 +3,10 @@
 //! node of it away with a clock jump.
 
 use crate::cluster::BoxFuture;
+use crate::fault::skew::jump_nodes;
 use crate::names::{skip_event, Action, Fault};
 use crate::package::{Package, Shape, RESTART_MARGIN};
 use crate::runner::{Env, FaultParams, Holder};
-use crate::skew::jump_nodes;
 use crate::verify;
 use serde_json::json;
 use std::time::Duration;
@@ -98,14 +98,15 @@ async fn split_clock(env: &mut Env, ttl: Duration, jump_ns: i64, hold: Duration)
             lost.into_iter().map(move |n| (w, n.clone()))
         })
         .collect();
-    let Some(net) = crate::partition::start(env, SplitClock.name(), &links, json!({})).await else {
+    let Some(net) = crate::fault::partition::start(env, SplitClock.name(), &links, json!({})).await
+    else {
         return;
     };
     env.sleep(ttl).await;
     if let Some(holder) = env.await_holder(SplitClock.name()).await {
         jump_one_node(env, &nodes[2], jump_ns, holder, hold).await;
     }
-    crate::partition::heal(env, &net, &links);
+    crate::fault::partition::heal(env, &net, &links);
 }
 
 /// The holder has its key on all five nodes; n1 and n2 are killed and
@@ -136,7 +137,7 @@ async fn kill_clock(env: &mut Env, down: Duration, jump_ns: i64, hold: Duration)
         .record_at(began, &Fault::Kill.start_event(), value, None);
     tokio::time::sleep(down).await;
     for was in &killed {
-        crate::kill::restart(env, was, &Fault::Kill.stop_event()).await;
+        crate::fault::kill::restart(env, was, &Fault::Kill.stop_event()).await;
     }
     jump_one_node(env, &nodes[2], jump_ns, holder, hold).await;
 }

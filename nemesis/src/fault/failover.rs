@@ -11,7 +11,7 @@
 //! still have from before it has then expired, and cannot hide the race.
 
 use crate::cluster::BoxFuture;
-use crate::kill::restart;
+use crate::fault::kill::restart;
 use crate::names::{skip_event, Fault};
 use crate::package::{Package, Shape, RESTART_MARGIN};
 use crate::runner::{Env, FaultParams};
