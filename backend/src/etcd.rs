@@ -8,7 +8,7 @@
 //! restart and removal are every [`Server`]'s.
 
 use crate::error::{Error, Result};
-use crate::provision::{Launch, Program, Provisioner};
+use crate::provision::{Found, Launch, Program, Provisioner};
 use crate::reaper::DataFolder;
 use crate::server::{free_port, Kind, Managed, Server};
 use nemesis::cluster::{BoxFuture, ClockReading};
@@ -20,8 +20,19 @@ use std::time::{Duration, Instant};
 use workloads::etcd::{self, Gateway};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// The Docker backend's image of a member (`lockstorm image import`).
+pub const IMAGE: &str = "lockstorm/etcd:local";
 /// Where `LOCKSTORM_ETCD_BIN` points: the folder of `etcd`.
 const BIN_ENV: &str = "LOCKSTORM_ETCD_BIN";
+
+/// etcd as a member runs it: found here, and in its own image.
+fn program() -> Result<Found> {
+    Ok(Found {
+        path: find()?,
+        image: Some((IMAGE, "etcd; apt-get install -y etcd-server")),
+        quits: false,
+    })
+}
 
 /// etcd on this machine: `$LOCKSTORM_ETCD_BIN/etcd`, else `etcd` on PATH.
 pub fn find() -> Result<PathBuf> {
@@ -123,6 +134,7 @@ pub async fn has_leader(addr: String) -> std::result::Result<bool, String> {
 /// new one after a restart stands for Redis's `run_id`.
 pub struct EtcdMember {
     core: Managed,
+    program: Found,
     peer_port: u16,
     /// Every member's peer URL, `name=http://ip:port`, joined by commas.
     cluster: String,
@@ -142,7 +154,7 @@ pub async fn start_cluster(
     backend: Arc<dyn Provisioner>,
     token: &str,
 ) -> Result<Vec<EtcdMember>> {
-    find()?;
+    let program = program()?;
     let mut planned = Vec::new();
     for (name, ip, clock) in members {
         let mut core = Managed::new(name, *ip, nodes_dir)?;
@@ -161,6 +173,7 @@ pub async fn start_cluster(
         core.data = Some(DataFolder::reaped("etcd", &data, &core.dir.join(PID_FILE))?);
         let mut member = EtcdMember {
             core,
+            program: program.clone(),
             peer_port,
             clock,
             cluster: cluster.clone(),
@@ -198,7 +211,7 @@ impl EtcdMember {
         ];
         Launch {
             name: self.core.name.clone(),
-            program: Program::Etcd,
+            program: Program::Found(self.program.clone()),
             args: args.iter().map(|(k, v)| format!("{k}={v}")).collect(),
             env: Vec::new(),
             dir: self.core.dir.clone(),

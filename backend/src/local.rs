@@ -42,13 +42,12 @@ impl Local {
 impl Provisioner for Local {
     fn launch(&self, launch: Launch) -> BoxFuture<'_, Result<Box<dyn NodeProcess>>> {
         Box::pin(async move {
-            let program = match launch.program {
+            let program = match &launch.program {
                 Program::Server => self.server.clone(),
                 Program::Sentinel => self.sentinel.clone().ok_or_else(|| {
                     Error::Usage("this run did not look for redis-sentinel".into())
                 })?,
-                Program::Postgres => crate::postgres::Programs::find()?.server(),
-                Program::Etcd => crate::etcd::find()?,
+                Program::Found(found) => found.path.clone(),
             };
             let mut node = LocalProcess {
                 launch,
@@ -120,9 +119,8 @@ impl LocalProcess {
             use std::os::unix::process::CommandExt;
             cmd.uid(uid).gid(gid);
         }
-        match l.program {
-            // Its shared memory goes with it only if it shuts down.
-            Program::Postgres => process::isolate_quitting(&mut cmd),
+        match &l.program {
+            Program::Found(found) if found.quits => process::isolate_quitting(&mut cmd),
             _ => process::isolate(&mut cmd),
         }
         // Last: from here the child's wall-clock reads wait for this thread.

@@ -9,7 +9,7 @@
 //! server runs as the `postgres` user.
 
 use crate::error::{doing, Error, Result};
-use crate::provision::{Launch, Program, Provisioner};
+use crate::provision::{Found, Launch, Program, Provisioner};
 use crate::reaper::DataFolder;
 use crate::server::{Kind, Managed, Server, Stop};
 use nemesis::cluster::BoxFuture;
@@ -20,6 +20,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// The Docker backend's image of a server (`lockstorm image import`).
+pub const IMAGE: &str = "lockstorm/postgres:local";
 use crate::PROBE_WITHIN;
 /// `initdb` takes a few seconds; far longer, it hangs.
 const INITDB_WITHIN: Duration = Duration::from_secs(120);
@@ -286,6 +288,9 @@ fn reachable(dir: &Path, (uid, gid): (u32, u32)) -> bool {
 /// restarted server answers with a new one.
 pub struct PostgresNode {
     core: Managed,
+    /// `postgres`, found here and in its own image; asked to shut down
+    /// (its shared memory goes with it only then).
+    program: Found,
     /// Its data folder: `data` in its folder, or beside the template when
     /// the server's user cannot reach the run's folder (removed at the
     /// end, as the core's data folder).
@@ -305,6 +310,11 @@ impl PostgresNode {
         backend: Arc<dyn Provisioner>,
     ) -> Result<Self> {
         let programs = Programs::find()?;
+        let program = Found {
+            path: programs.server(),
+            image: Some((IMAGE, "PostgreSQL; apt-get install -y postgresql")),
+            quits: true,
+        };
         let user = server_user()?;
         let mut core = Managed::new(name, ip, nodes_dir)?;
         core.stop = Stop::Quit;
@@ -344,6 +354,7 @@ impl PostgresNode {
         )?);
         let mut node = PostgresNode {
             core,
+            program,
             data,
             settings: settings.to_vec(),
         };
@@ -403,7 +414,7 @@ impl PostgresNode {
         }
         Launch {
             name: self.core.name.clone(),
-            program: Program::Postgres,
+            program: Program::Found(self.program.clone()),
             args,
             env: Vec::new(),
             dir: self.core.dir.clone(),

@@ -9,15 +9,28 @@ use std::path::PathBuf;
 use store::BackendRecord;
 
 /// The program a node runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Program {
+    /// `redis-server`, as the backend found it.
     Server,
     /// Sentinel: its config file is the first argument.
     Sentinel,
-    /// A PostgreSQL server (`postgres`), the storage of `--storage postgres`.
-    Postgres,
-    /// An etcd member, the lock of the `etcd` configs.
-    Etcd,
+    /// A program its server kind found on this host (PostgreSQL, etcd): a
+    /// new kind names its own here, and no backend needs a line for it.
+    Found(Found),
+}
+
+/// A server kind's program, as the kind found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    /// Where it is on this host (and in the kind's image: the same path).
+    pub path: PathBuf,
+    /// The local image its containers run, and what `image import` builds
+    /// it from; `None`: the kind runs on the local backend only.
+    pub image: Option<(&'static str, &'static str)>,
+    /// It is asked to shut down (SIGQUIT) before it is killed: PostgreSQL's
+    /// shared memory goes with it only then.
+    pub quits: bool,
 }
 
 /// Everything needed to start one node's process, and to start it again.

@@ -26,12 +26,12 @@ pub const LOCAL_IMAGE: &str = "lockstorm/redis:local";
 /// The label `lockstorm image import` gives its image: the Redis it holds.
 pub const VERSION_LABEL: &str = "lockstorm.redis-version";
 /// The image of the PostgreSQL nodes (`--storage postgres`, the `pg-*` configs).
-pub const POSTGRES_IMAGE: &str = "lockstorm/postgres:local";
+pub const POSTGRES_IMAGE: &str = crate::postgres::IMAGE;
 /// The label of [`POSTGRES_IMAGE`]: the PostgreSQL it holds.
 pub const POSTGRES_VERSION_LABEL: &str = "lockstorm.postgres-version";
 
 /// The image of the etcd members (the `etcd` configs and topology).
-pub const ETCD_IMAGE: &str = "lockstorm/etcd:local";
+pub const ETCD_IMAGE: &str = crate::etcd::IMAGE;
 /// The label of [`ETCD_IMAGE`]: the etcd it holds.
 pub const ETCD_VERSION_LABEL: &str = "lockstorm.etcd-version";
 

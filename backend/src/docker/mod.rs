@@ -31,7 +31,7 @@ pub use api::{connect_daemon, route_testcontainers};
 use image::{split_image, VERSION_LABEL};
 
 use crate::error::{doing, Error, Result};
-use crate::provision::{Launch, NodeProcess, Program, Provisioner};
+use crate::provision::{Found, Launch, NodeProcess, Program, Provisioner};
 use bollard::models::ContainerState;
 use bollard::query_parameters::{
     CreateImageOptionsBuilder, KillContainerOptionsBuilder, RemoveContainerOptionsBuilder,
@@ -190,21 +190,22 @@ impl Docker {
     /// The image and entrypoint of `program`'s containers. PostgreSQL's
     /// and etcd's images must have been imported: nothing to pull them from.
     /// Each holds its program at the path the local backend finds it at.
-    async fn image_of(&self, program: Program) -> Result<(String, String)> {
+    async fn image_of(&self, program: &Program) -> Result<(String, String)> {
         let (image, from, entrypoint) = match program {
             Program::Server | Program::Sentinel => {
                 return Ok((self.image.clone(), "redis-server".into()))
             }
-            Program::Postgres => (
-                image::POSTGRES_IMAGE,
-                "PostgreSQL; apt-get install -y postgresql",
-                crate::postgres::Programs::find()?.server(),
-            ),
-            Program::Etcd => (
-                image::ETCD_IMAGE,
-                "etcd; apt-get install -y etcd-server",
-                crate::etcd::find()?,
-            ),
+            Program::Found(Found {
+                image: Some((image, from)),
+                path,
+                ..
+            }) => (*image, *from, path),
+            Program::Found(found) => {
+                return Err(Error::Usage(format!(
+                    "{} runs on the local backend only: add --backend local",
+                    found.path.display()
+                )))
+            }
         };
         let what = format!("an inspect of image {image}");
         let found = self
@@ -229,7 +230,7 @@ impl Provisioner for Docker {
                     launch.name
                 )));
             }
-            let (image, program) = self.image_of(launch.program).await?;
+            let (image, program) = self.image_of(&launch.program).await?;
             let container = self
                 .request(&launch, &image, &program)
                 .start()
