@@ -15,6 +15,7 @@
 
 #[cfg(feature = "docker")]
 pub mod docker;
+pub mod docker_cli;
 mod error;
 pub mod etcd;
 pub mod local;
@@ -80,7 +81,5 @@ async fn docker(image: Option<&str>) -> Result<Arc<dyn Provisioner>> {
 
 #[cfg(not(feature = "docker"))]
 async fn docker(_image: Option<&str>) -> Result<Arc<dyn Provisioner>> {
-    Err(Error::Usage(
-        "this lockstorm was built without the Docker backend: build it with `cargo build --features docker` (a default feature)".into(),
-    ))
+    Err(Error::Usage(docker_cli::LEFT_OUT.into()))
 }

@@ -301,20 +301,9 @@ fn run_to_end<T>(run: impl std::future::Future<Output = Result<T>>) -> Result<T>
     outcome
 }
 
-/// testcontainers finds the daemon through `DOCKER_HOST`, which may only
-/// change before the runtime's threads start.
-fn route_docker(backend: backend::Backend) {
-    #[cfg(feature = "docker")]
-    if backend != backend::Backend::Local {
-        backend::docker::route_testcontainers();
-    }
-    #[cfg(not(feature = "docker"))]
-    let _ = backend;
-}
-
 fn run_command(options: RunOptions) -> Result<Validity> {
     logging::init();
-    route_docker(options.nodes.backend);
+    backend::docker_cli::route(options.nodes.backend);
     let outcome = run_to_end(run::run(options))?;
     let title = outcome.record.options.heading();
     let path = outcome.dir.display().to_string();
@@ -339,7 +328,7 @@ fn run_command(options: RunOptions) -> Result<Validity> {
 /// could not complete, else 0 (without --expect the verdicts are the output).
 fn matrix_command(args: MatrixArgs) -> Result<Validity> {
     logging::init();
-    route_docker(args.nodes.backend);
+    backend::docker_cli::route(args.nodes.backend);
     let outcome = runtime()?.block_on(matrix::matrix(args))?;
     let s = &outcome.summary;
     say(&format!(
@@ -418,7 +407,7 @@ fn client_test_command(args: ClientTestArgs) -> Result<Validity> {
         )));
     }
     let ttl = std::time::Duration::from_millis(args.ttl_ms);
-    route_docker(args.nodes.backend);
+    backend::docker_cli::route(args.nodes.backend);
     let report = runtime()?.block_on(crate::client_test::client_test(
         client,
         ttl,
@@ -512,96 +501,19 @@ fn clients_command(args: ClientsArgs) -> Result<Validity> {
     Ok(Validity::True)
 }
 
-#[cfg(feature = "docker")]
 fn image_command(args: ImageArgs) -> Result<Validity> {
-    use backend::docker::image;
     let ImageCommand::Import { tag } = args.command;
-    let server = backend::local::find_redis_server()?;
-    let postgres = backend::postgres::Programs::find();
-    let etcd = backend::etcd::find();
-    runtime()?.block_on(async {
-        let api = backend::docker::connect_daemon().await?;
-        let from = server.clone();
-        let redis = image::import(&api, move || image::redis(&from), &tag).await;
-        say(&imported_line(&redis.map_err(Error::Usage)?, &server))?;
-        let pg_from = |p: &backend::postgres::Programs| p.server();
-        let pg_plan = |p: &backend::postgres::Programs| image::postgres(p);
-        import_or_skip(
-            &api,
-            postgres,
-            pg_from,
-            pg_plan,
-            image::POSTGRES_IMAGE,
-            "PostgreSQL",
-        )
-        .await?;
-        let etcd_plan = |p: &std::path::PathBuf| image::etcd(p);
-        import_or_skip(
-            &api,
-            etcd,
-            Clone::clone,
-            etcd_plan,
-            image::ETCD_IMAGE,
-            "etcd members",
-        )
-        .await
-    })?;
+    let said = runtime()?.block_on(backend::docker_cli::import_images(&tag))?;
+    say(&said)?;
     Ok(Validity::True)
-}
-
-/// Imports `image` from what was `found` (`from` names its program for the
-/// line), or says why it skipped it: Redis-only machines are fine, and the
-/// line says what the runs that need the image lack.
-#[cfg(feature = "docker")]
-async fn import_or_skip<T: Send + 'static>(
-    api: &backend::docker::api::Api,
-    found: std::result::Result<T, backend::Error>,
-    from: impl Fn(&T) -> std::path::PathBuf,
-    plan: fn(&T) -> std::result::Result<backend::docker::image::Plan, String>,
-    image: &str,
-    runs: &str,
-) -> Result<()> {
-    match found {
-        Ok(found) => {
-            let program = from(&found);
-            let imported = backend::docker::image::import(api, move || plan(&found), image).await;
-            say(&imported_line(&imported.map_err(Error::Usage)?, &program))
-        }
-        Err(why) => say(&format!(
-            "skipped {image}, which --backend docker runs {runs} from: {why}\n"
-        )),
-    }
-}
-
-#[cfg(feature = "docker")]
-fn imported_line(imported: &backend::docker::image::Imported, from: &std::path::Path) -> String {
-    format!(
-        "imported {} ({}, {} files, {:.1} MB) from {} in {:.1} s\n",
-        imported.image,
-        imported.version,
-        imported.files,
-        imported.bytes as f64 / 1e6,
-        from.display(),
-        imported.took.as_secs_f64()
-    )
-}
-
-#[cfg(not(feature = "docker"))]
-fn image_command(_args: ImageArgs) -> Result<Validity> {
-    Err(Error::Usage(
-        "this lockstorm was built without the Docker backend: build it with `cargo build --features docker` (a default feature)".into(),
-    ))
 }
 
 /// `lockstorm reap`: exit 0 once the run's containers are removed.
 fn reap(daemon: &std::path::Path, run: &str) -> ExitCode {
-    #[cfg(feature = "docker")]
-    if let Err(e) = backend::docker::reap::reap(daemon, run) {
+    if let Err(e) = backend::docker_cli::reap(daemon, run) {
         complain(&format!("lockstorm reap: {e}"));
         return ExitCode::from(exit::HARNESS_FAILED);
     }
-    #[cfg(not(feature = "docker"))]
-    let _ = (daemon, run);
     ExitCode::SUCCESS
 }
 
@@ -620,7 +532,7 @@ fn cell(plan: &str) -> ExitCode {
     crate::progress::report_ticks_to(|tick| {
         matrix::cell::report(&matrix::cell::Line::Progress(tick))
     });
-    route_docker(plan.backend);
+    backend::docker_cli::route(plan.backend);
     let outcome = run_to_end(run::run_plan(plan));
     matrix::cell::report(&matrix::cell::outcome_line(&outcome));
     match outcome {
