@@ -197,3 +197,22 @@ fn the_declared_minimum_rust_version_covers_every_dependency() {
         "{toolchain} is older than the declared {declared}"
     );
 }
+
+/// The lockfile picks idna's unicode-rs back end (`idna_adapter` 1.1), as
+/// its maintainers document for a shorter build: ICU4X's default (1.2)
+/// adds two dozen crates, a tenth of the first `cargo run`, for host names
+/// lockstorm only ever reads from a `--target` URL.
+#[test]
+fn the_lockfile_keeps_the_light_idna_back_end() {
+    let lock =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.lock")).unwrap();
+    let version = lock
+        .split("[[package]]")
+        .find(|p| p.contains("name = \"idna_adapter\""))
+        .and_then(|p| p.lines().find_map(|l| l.strip_prefix("version = ")))
+        .expect("idna_adapter is in the lockfile");
+    assert!(
+        version.trim_matches('"').starts_with("1.1."),
+        "idna_adapter {version}: run `cargo update -p idna_adapter --precise 1.1.0`"
+    );
+}
