@@ -678,7 +678,7 @@ mod tests {
     }
 
     #[tokio::test]
-    #[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --lib docker:: -- --ignored)"]
+    #[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p backend --features docker --lib docker:: -- --ignored)"]
     async fn an_import_makes_images_that_start_redis_server_postgres_and_etcd() {
         // Asked for by --ignored: no daemon (DOCKER_HOST, else the default
         // socket) fails it below rather than passing.

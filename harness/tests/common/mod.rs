@@ -319,7 +319,28 @@ fn busy_share(over: Duration) -> f64 {
 }
 
 /// A slot for one end-to-end run, held (a `flock` on its file) until dropped.
-pub struct Slot(File);
+pub struct Slot {
+    _lock: File,
+    taken: std::time::Instant,
+}
+
+/// With `LOCKSTORM_TEST_SLOT_LOG` naming a file, each slot appends the
+/// test that held it and for how long when it is freed: where the suite's
+/// run time goes (a test's own time includes its wait for a slot).
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let Some(path) = std::env::var_os("LOCKSTORM_TEST_SLOT_LOG") else {
+            return;
+        };
+        let line = format!(
+            "{:.2}\t{}\n",
+            self.taken.elapsed().as_secs_f64(),
+            std::thread::current().name().unwrap_or("?")
+        );
+        let log = File::options().create(true).append(true).open(path);
+        let _ = log.and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+    }
+}
 
 /// A counting semaphore made of `n` lock files in `dir`: a slot is free
 /// while no process holds a `flock` on its file.
@@ -343,7 +364,10 @@ impl Slots {
     /// A free slot, if there is one now.
     pub fn try_take(&mut self) -> Option<Slot> {
         let free = self.0.iter().position(|f| f.try_lock().is_ok())?;
-        Some(Slot(self.0.swap_remove(free)))
+        Some(Slot {
+            _lock: self.0.swap_remove(free),
+            taken: std::time::Instant::now(),
+        })
     }
 
     /// A free slot, waiting for one if none is: whichever is freed first.

@@ -8,7 +8,7 @@
 //! These tests need a Docker daemon, so they are ignored by a plain
 //! `cargo test`; `.ci/run` starts one, imports the image and runs them with
 //! `--ignored`, where a missing daemon fails them rather than skipping them:
-//! `cargo test -p lockstorm --test e2e docker:: -- --ignored` (with `DOCKER_HOST`
+//! `cargo test -p lockstorm --features docker --test e2e docker:: -- --ignored` (with `DOCKER_HOST`
 //! naming the daemon's socket, if not the default).
 
 use crate::common;
@@ -114,7 +114,7 @@ const PAUSE: &[&str] = &[
 ];
 
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --features docker --test e2e docker:: -- --ignored)"]
 fn single_under_pause_breaks_in_containers_too() {
     let tmp = common::tmp();
     let extra = [PAUSE, &["--at", "read"]].concat();
@@ -125,7 +125,7 @@ fn single_under_pause_breaks_in_containers_too() {
 }
 
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --features docker --test e2e docker:: -- --ignored)"]
 fn fenced_under_pause_keeps_the_data_safe_in_containers_too() {
     let tmp = common::tmp();
     let (out, results, dir) = docker_run(tmp.path(), "fenced", "pause", "15", "7", PAUSE);
@@ -143,7 +143,7 @@ fn fenced_under_pause_keeps_the_data_safe_in_containers_too() {
 /// The fault proxy sits between the workers and containers on the host
 /// network as it does between workers and local processes.
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --features docker --test e2e docker:: -- --ignored)"]
 fn a_write_delayed_in_the_proxy_lands_behind_the_next_holder_in_containers_too() {
     let tmp = common::tmp();
     let (out, results, dir) = docker_run(tmp.path(), "single", "delay", "12", "3", &[]);
@@ -158,7 +158,7 @@ fn a_write_delayed_in_the_proxy_lands_behind_the_next_holder_in_containers_too()
 }
 
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --features docker --test e2e docker:: -- --ignored)"]
 fn a_primary_container_restarted_empty_loses_the_lock() {
     let tmp = common::tmp();
     let (out, results, dir) = docker_run(tmp.path(), "replicated", "kill", "15", "1", &[]);
@@ -175,7 +175,7 @@ fn a_primary_container_restarted_empty_loses_the_lock() {
 }
 
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --features docker --test e2e docker:: -- --ignored)"]
 fn clock_jumps_on_a_majority_of_containers_break_redlock() {
     let tmp = common::tmp();
     let extra = ["--targets", "majority"];
@@ -215,7 +215,7 @@ fn assert_postgres_ran_in_its_container(dir: &Path) -> u32 {
 }
 
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --features docker --test e2e docker:: -- --ignored)"]
 fn fenced_writes_to_postgres_in_a_container_refuse_the_stale_holder() {
     // The server's user (postgres, when the tests run as root) must reach
     // the run's folder, for the data folder to be in it.
@@ -234,7 +234,7 @@ fn fenced_writes_to_postgres_in_a_container_refuse_the_stale_holder() {
 }
 
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --features docker --test e2e docker:: -- --ignored)"]
 fn a_row_lock_survives_its_postgres_container_killed_and_restarted() {
     let tmp = common::open_tmp();
     let (out, results, dir) = docker_run(tmp.path(), "pg-row-lock", "kill", "12", "29", &[]);
@@ -258,7 +258,7 @@ fn a_row_lock_survives_its_postgres_container_killed_and_restarted() {
 /// local backend. While the run goes, a watcher sees its three members'
 /// containers (no other test runs that image).
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --features docker --test e2e docker:: -- --ignored)"]
 fn etcd_members_in_containers_killed_and_restarted_keep_the_fenced_data() {
     use std::sync::atomic::{AtomicBool, Ordering};
     let done = std::sync::Arc::new(AtomicBool::new(false));
@@ -378,7 +378,7 @@ fn run_of(harness: u32) -> String {
 }
 
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --features docker --test e2e docker:: -- --ignored)"]
 fn ctrl_c_removes_every_container_of_the_run() {
     let _slot = common::e2e_slot();
     let tmp = common::tmp();
@@ -404,7 +404,7 @@ fn ctrl_c_removes_every_container_of_the_run() {
 }
 
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --features docker --test e2e docker:: -- --ignored)"]
 fn a_killed_harness_leaves_no_container() {
     let _slot = common::e2e_slot();
     let tmp = common::tmp();
@@ -425,7 +425,7 @@ fn a_killed_harness_leaves_no_container() {
 }
 
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --features docker --test e2e docker:: -- --ignored)"]
 fn a_later_start_removes_containers_of_runs_that_are_gone() {
     // A container as a run whose harness and reaper both died would leave it:
     // its owner a process that has exited.
@@ -499,7 +499,7 @@ fn docker_run_keep(results: &Path) -> (common::Run, checker::Results, PathBuf) {
 }
 
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --features docker --test e2e docker:: -- --ignored)"]
 fn auto_picks_local_then_docker_then_says_how_to_fix_neither() {
     let none = [
         "--config",
@@ -553,7 +553,7 @@ fn auto_picks_local_then_docker_then_says_how_to_fix_neither() {
 }
 
 #[test]
-#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --test e2e docker:: -- --ignored)"]
+#[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --features docker --test e2e docker:: -- --ignored)"]
 fn an_image_that_cannot_be_pulled_is_one_line_naming_image_import() {
     let tmp = common::tmp();
     let args = [

@@ -144,6 +144,10 @@ fn a_partition_without_root_is_one_line_and_leaves_nothing() {
 /// `image import` and `--backend docker` without a daemon, and `image
 /// import` without a `redis-server`: one line naming the fix, exit 254.
 #[test]
+#[cfg_attr(
+    not(feature = "docker"),
+    ignore = "the Docker backend is a cargo feature: .ci/run runs this with --features lockstorm/docker"
+)]
 fn docker_without_a_daemon_or_a_redis_server_says_how_to_fix_it() {
     let tmp = crate::common::tmp();
     let nowhere = format!("unix://{}/no-docker.sock", tmp.path().display());
@@ -181,12 +185,46 @@ fn docker_without_a_daemon_or_a_redis_server_says_how_to_fix_it() {
         &["--backend", "docker"],
     );
     assert_clean_failure(&tcp, 254, "not a Unix socket", &results);
+}
+
+/// `--image` is the Docker backend's: with the local one it is refused.
+#[test]
+fn an_image_without_the_docker_backend_is_refused() {
+    let tmp = crate::common::tmp();
+    let results = tmp.path().join("results");
     let local = run(
         &mut lockstorm(),
         &results,
         &["--backend", "local", "--image", "redis:7.2"],
     );
     assert_clean_failure(&local, 254, "--image", &results);
+}
+
+/// A build without the Docker backend (the default, and the README's tests')
+/// answers `--backend docker` and `image import` with one line saying how to
+/// build it in, exit 254, before it looks for a daemon.
+#[cfg(not(feature = "docker"))]
+#[test]
+fn a_build_without_the_docker_backend_says_how_to_build_it_in() {
+    let tmp = crate::common::tmp();
+    let results = tmp.path().join("results");
+    let nowhere = format!("unix://{}/no-docker.sock", tmp.path().display());
+    let f = run(
+        lockstorm().env("DOCKER_HOST", &nowhere),
+        &results,
+        &["--backend", "docker"],
+    );
+    assert_clean_failure(&f, 254, "--features docker", &results);
+    let out = lockstorm()
+        .args(["image", "import"])
+        .env("DOCKER_HOST", &nowhere)
+        .output()
+        .unwrap();
+    let import = Failed {
+        code: out.status.code().unwrap(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert_clean_failure(&import, 254, "--features docker", &results);
 }
 
 /// A Unix socket that accepts every connection and never answers, as a
@@ -255,6 +293,10 @@ fn processes_naming(needle: &str) -> Vec<String> {
 /// all), and leaves no folder, process or bridge socket behind. Each is
 /// killed and the test failed if it is still running after `BOUND`.
 #[test]
+#[cfg_attr(
+    not(feature = "docker"),
+    ignore = "the Docker backend is a cargo feature: .ci/run runs this with --features lockstorm/docker"
+)]
 fn a_docker_socket_that_never_answers_is_one_line_not_a_hang() {
     use std::os::unix::process::CommandExt;
     use std::time::{Duration, Instant};

@@ -13,18 +13,24 @@ mod source;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-fn metadata() -> Value {
+/// What `cargo <args>` prints, run at the workspace's root.
+fn cargo(args: &[&str]) -> Vec<u8> {
     let out = std::process::Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--locked"])
+        .args(args)
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .output()
-        .expect("cargo metadata runs");
+        .unwrap_or_else(|e| panic!("cargo {args:?} cannot start: {e}"));
     assert!(
         out.status.success(),
-        "{}",
+        "cargo {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON")
+    out.stdout
+}
+
+fn metadata() -> Value {
+    serde_json::from_slice(&cargo(&["metadata", "--format-version", "1", "--locked"]))
+        .expect("cargo metadata prints JSON")
 }
 
 /// Each workspace crate and the workspace crates it depends on (normal
@@ -214,5 +220,44 @@ fn the_lockfile_keeps_the_light_idna_back_end() {
     assert!(
         version.trim_matches('"').starts_with("1.1."),
         "idna_adapter {version}: run `cargo update -p idna_adapter --precise 1.1.0`"
+    );
+}
+
+/// Each dependency in a build and the features it is built with, from
+/// `cargo tree` (`name version` → `[features]`).
+fn built_features(args: &[&str]) -> BTreeMap<String, String> {
+    let tree = ["tree", "--locked", "--prefix", "none", "-f", "{p} [{f}]"];
+    String::from_utf8(cargo(&[&tree[..], args].concat()))
+        .unwrap()
+        .lines()
+        .filter_map(|line| {
+            let (package, features) = line.trim_end_matches(" (*)").split_once(" [")?;
+            Some((package.to_string(), features.to_string()))
+        })
+        .collect()
+}
+
+/// The README's `cargo test --workspace` after the first `cargo run`
+/// compiles the workspace's crates and the test-only ones, not the
+/// dependencies again: every dependency both builds share is resolved with
+/// the same features. A dev-dependency that asks a shared crate for more
+/// (criterion's serde `alloc` and zerocopy `derive` did) rebuilds everything
+/// above it, about two minutes on 2 cores.
+#[test]
+fn the_tests_build_reuses_every_dependency_the_cli_build_compiled() {
+    let cli = built_features(&["-p", "lockstorm", "-e", "normal,build"]);
+    let tests = built_features(&["--workspace", "-e", "normal,build,dev"]);
+    let differ: Vec<String> = cli
+        .iter()
+        .filter_map(|(package, features)| {
+            let other = tests.get(package)?;
+            (other != features)
+                .then(|| format!("{package}: [{features} in the CLI's, [{other} in the tests'"))
+        })
+        .collect();
+    assert!(cli.len() > 100, "cargo tree listed {} packages", cli.len());
+    assert!(
+        differ.is_empty(),
+        "the tests' build would rebuild these with other features (give the CLI's dependency the feature, or keep the dev-dependency that asks for it out of `cargo test`): {differ:#?}"
     );
 }
