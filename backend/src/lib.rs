@@ -5,9 +5,9 @@
 //! (containers through testcontainers, with host networking and the host's
 //! PID namespace); and the servers themselves, one interface ([`Server`]:
 //! a name, an address, a PID, a kill, a restart and a removal, written once
-//! in a private module with the core every kind embeds) with three kinds:
-//! [`node`] (Redis: its settings, readiness and logs), [`postgres`] and
-//! [`etcd`]. Everything above it (the topology, the nemeses, the workers,
+//! in a private module with the core every kind embeds) with four kinds:
+//! [`node`] (Redis: its settings, readiness and logs), [`postgres`],
+//! [`etcd`] and [`zookeeper`]. Everything above it (the topology, the nemeses, the workers,
 //! the checker) sees a node as an address and a host PID, and never asks
 //! which backend runs it.
 
@@ -24,6 +24,7 @@ pub mod postgres;
 pub mod provision;
 mod reaper;
 mod server;
+pub mod zookeeper;
 
 pub use error::{Error, Result};
 pub use provision::{Launch, NodeProcess, Program, Provisioner};

@@ -5,7 +5,7 @@
 //! process, what that process said of itself, its folders, and how it ends);
 //! and [`Kind`] is what a kind gives the shared bodies (its readiness, its
 //! errors, what a restart does besides). The kinds are [`crate::node`]
-//! (Redis), [`crate::postgres`] and [`crate::etcd`].
+//! (Redis), [`crate::postgres`], [`crate::etcd`] and [`crate::zookeeper`].
 //!
 //! `Kind` and `Managed` are public only in name: this module is private
 //! and the crate root re-exports `Server` alone, so only this crate can

@@ -569,6 +569,7 @@ impl RunOptions {
         self.check_ranges()?;
         self.check_storage_cmd()?;
         self.check_etcd()?;
+        self.check_zookeeper()?;
         self.check_client()?;
         self.check_faults_apply()?;
         self.check_combination()?;
@@ -754,6 +755,38 @@ impl RunOptions {
         Ok(())
     }
 
+    /// ZooKeeper's lock runs on lockstorm's own members, on the local
+    /// backend, struck by the faults that act on a process: the fault proxy
+    /// speaks Redis's protocol, a cut between members and a member's clock
+    /// are etcd's so far.
+    fn check_zookeeper(&self) -> Result<(), Refusal> {
+        if !self.config.locks_in_zookeeper() {
+            return Ok(());
+        }
+        if self.nodes.target.is_some() {
+            return Err(Refusal::Invalid(format!(
+                "--target names your Redis deployment, and --config {} starts its own ZooKeeper ensemble: drop one",
+                self.config
+            )));
+        }
+        let unbuilt = self.nemesis.any(|p| {
+            p.needs_proxy() || p.needs_firewall() || p.cuts_members() || p.needs_time_shim()
+        });
+        if unbuilt || self.latency_ms.is_some() {
+            return Err(Refusal::Inapplicable(format!(
+                "--nemesis {} does not reach ZooKeeper's members yet (the fault proxy speaks Redis's protocol; cuts and clocks are etcd's so far): with --config {} choose pause, crash, kill or pause-node",
+                self.nemesis, self.config
+            )));
+        }
+        if self.nodes.backend == Backend::Docker {
+            return Err(Refusal::Inapplicable(format!(
+                "--config {} runs its ZooKeeper members on the local backend only: add --backend local",
+                self.config
+            )));
+        }
+        Ok(())
+    }
+
     /// `--storage-cmd` puts the counter in the adapter's storage: not on
     /// the user's node too, nor outside the lock's own transaction.
     fn check_storage_cmd(&self) -> Result<(), Refusal> {
@@ -820,7 +853,11 @@ impl RunOptions {
         // What a config's lock needs of the nodes, against what the target has.
         let runs_on = |config: Config| match target.kind {
             Kind::Single => config.lock_nodes() == 1 && config != Config::Replicated,
-            Kind::Redlock => config.lock_nodes() > 1 && config != Config::Replicated,
+            Kind::Redlock => {
+                config.lock_nodes() > 1
+                    && config != Config::Replicated
+                    && !config.locks_in_members()
+            }
             Kind::Sentinel { .. } => config == Config::Replicated,
         };
         if !runs_on(self.config) {

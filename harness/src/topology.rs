@@ -46,8 +46,9 @@ pub struct Topology {
     master: String,
     /// The lock is PostgreSQL's, on the storage node: node faults hit it.
     locks_in_storage: bool,
-    /// The lock lives on etcd members: no Redis key to observe.
-    locks_in_etcd: bool,
+    /// The lock lives on a consensus store's members (etcd's or
+    /// ZooKeeper's): no Redis key to observe.
+    lock_members: Option<LockMembers>,
     /// Those members as a cut between them names them (fixed for the run:
     /// a restart keeps addresses and ports).
     members: Vec<(String, nemesis::net::Member)>,
@@ -215,7 +216,7 @@ async fn start_redis(
     };
     let start = |spec: NodeSpec| RedisNode::start(spec, nodes_dir, backend.clone());
     let mut nodes = Vec::new();
-    let redis_locks = match options.config.locks_in_etcd() {
+    let redis_locks = match options.config.locks_in_members() {
         true => 0,
         false => options.config.lock_nodes() as u8,
     };
@@ -246,6 +247,38 @@ async fn start_redis(
         }
     }
     Ok(nodes)
+}
+
+/// Whose members hold the lock, when a consensus store's do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LockMembers {
+    Etcd,
+    ZooKeeper,
+}
+
+impl LockMembers {
+    fn of(config: Config) -> Option<LockMembers> {
+        if config.locks_in_etcd() {
+            Some(LockMembers::Etcd)
+        } else if config.locks_in_zookeeper() {
+            Some(LockMembers::ZooKeeper)
+        } else {
+            None
+        }
+    }
+}
+
+/// The lock's ZooKeeper members, an ensemble of the run's own.
+async fn start_zookeeper(
+    options: &RunPlan,
+    addresses: Addresses,
+    nodes_dir: &Path,
+    backend: &Arc<dyn Provisioner>,
+) -> Result<Vec<backend::zookeeper::ZkMember>> {
+    let members: Vec<_> = (1..=options.config.lock_nodes() as u8)
+        .map(|n| (format!("n{n}"), addresses.data(n)))
+        .collect();
+    Ok(backend::zookeeper::start_ensemble(&members, nodes_dir, backend.clone()).await?)
 }
 
 /// The lock's etcd members, a cluster of the run's own.
@@ -322,6 +355,10 @@ impl Topology {
             .map(|n| Box::new(n) as Box<dyn Server>)
             .collect();
         let mut peers = Vec::new();
+        if options.config.locks_in_zookeeper() {
+            let members = start_zookeeper(options, addresses, nodes_dir, &backend).await?;
+            nodes.extend(members.into_iter().map(|m| Box::new(m) as Box<dyn Server>));
+        }
         if options.config.locks_in_etcd() {
             let members = start_etcd(options, addresses, &mut clocks, nodes_dir, &backend).await?;
             peers = members
@@ -346,7 +383,7 @@ impl Topology {
             sentinels,
             master: options.master(),
             locks_in_storage: options.config.locks_in_storage(),
-            locks_in_etcd: options.config.locks_in_etcd(),
+            lock_members: LockMembers::of(options.config),
             members: peers,
             storage_addr,
             storage_postgres: options.storage == workloads::storage::StorageKind::Postgres,
@@ -418,7 +455,7 @@ impl Topology {
             sentinels,
             master: options.master(),
             locks_in_storage: options.config.locks_in_storage(),
-            locks_in_etcd: false,
+            lock_members: None,
             members: Vec::new(),
             storage_addr,
             firewall: None,
@@ -515,7 +552,7 @@ impl Topology {
     /// Every data node, named, with its address: what the observer watches
     /// (on `replicated`, the primary and its replicas, whichever is primary).
     pub fn observed(&self) -> Vec<crate::observer::Node> {
-        if self.locks_in_etcd {
+        if self.lock_members.is_some() {
             return Vec::new();
         }
         self.data_nodes()
@@ -775,7 +812,7 @@ impl Cluster for Topology {
             .firewall
             .as_ref()
             .ok_or_else(|| std::io::Error::other("this run has no firewall"))?;
-        if self.locks_in_etcd {
+        if self.lock_members == Some(LockMembers::Etcd) {
             let member = |n: &str| {
                 self.members
                     .iter()
@@ -820,17 +857,21 @@ impl Cluster for Topology {
     }
 
     fn consensus(&self) -> bool {
-        self.locks_in_etcd
+        self.lock_members.is_some()
     }
 
     fn has_leader(&self, node: &str) -> BoxFuture<'_, Result<bool, String>> {
         let addr = self
             .socket_of(node)
             .map(|(ip, port)| format!("{ip}:{port}"));
+        let members = self.lock_members;
         Box::pin(async move {
-            match addr {
-                Ok(addr) => backend::etcd::has_leader(addr).await,
-                Err(e) => Err(e.to_string()),
+            match (addr, members) {
+                (Ok(addr), Some(LockMembers::ZooKeeper)) => {
+                    backend::zookeeper::has_leader(addr).await
+                }
+                (Ok(addr), _) => backend::etcd::has_leader(addr).await,
+                (Err(e), _) => Err(e.to_string()),
             }
         })
     }
@@ -897,7 +938,8 @@ impl Cluster for Topology {
     fn wall_clock(&self, node: &str) -> BoxFuture<'_, Result<ClockReading, String>> {
         let target = self.socket_of(node);
         let name = node.to_string();
-        let member = self.locks_in_etcd && self.lock_nodes().contains(&name);
+        let member =
+            self.lock_members == Some(LockMembers::Etcd) && self.lock_nodes().contains(&name);
         Box::pin(async move {
             let (ip, port) = target.map_err(|e| e.to_string())?;
             let addr = format!("{ip}:{port}");

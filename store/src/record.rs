@@ -64,6 +64,9 @@ pub struct RunRecord<P: Plan> {
     /// etcd's version (`etcd --version`), when the lock was etcd's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd: Option<String>,
+    /// ZooKeeper's version, when the lock was ZooKeeper's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zookeeper: Option<String>,
     /// Where the nodes ran (older runs: not recorded, always local).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<BackendRecord>,

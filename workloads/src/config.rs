@@ -43,6 +43,13 @@ pub enum Config {
     /// `etcd` plus its fence, the key's `create_revision`, checked by the
     /// storage.
     EtcdFenced,
+    /// ZooKeeper's lock recipe on a three-member ensemble: an ephemeral
+    /// sequential node under the lock's path, the lowest holds; the
+    /// session's timeout is the lease, kept alive by the client's pings.
+    Zookeeper,
+    /// `zookeeper` plus its fence, the lock node's creation zxid (`czxid`),
+    /// checked by the storage.
+    ZookeeperFenced,
     /// Negative control: release with a plain `DEL`.
     UnsafeDel,
     /// Negative control: release as `GET`, compare in the client, `DEL`.
@@ -69,7 +76,10 @@ impl Config {
     pub fn fenced(self) -> bool {
         matches!(
             self,
-            Config::Fenced | Config::PgAdvisoryFenced | Config::EtcdFenced
+            Config::Fenced
+                | Config::PgAdvisoryFenced
+                | Config::EtcdFenced
+                | Config::ZookeeperFenced
         )
     }
 
@@ -99,7 +109,9 @@ impl Config {
             | Config::PgAdvisory
             | Config::PgAdvisoryFenced
             | Config::Etcd
-            | Config::EtcdFenced => false,
+            | Config::EtcdFenced
+            | Config::Zookeeper
+            | Config::ZookeeperFenced => false,
             Config::UnsafeDel
             | Config::UnsafeGetDel
             | Config::UnsafeSetnx
@@ -121,18 +133,31 @@ impl Config {
     }
 
     /// A hold's key lives at most one TTL after it was granted. Not so for
-    /// `watchdog` and etcd's lock, which keep it alive while held, nor
+    /// `watchdog`, etcd's lock and ZooKeeper's, which keep it alive while
+    /// held, nor
     /// without a lock node, nor for PostgreSQL's locks, which last as long
     /// as their session or transaction.
     pub fn lease_is_ttl(self) -> bool {
         self.has_lock_node()
-            && !matches!(self, Config::Watchdog | Config::Etcd | Config::EtcdFenced)
+            && !matches!(self, Config::Watchdog)
+            && !self.locks_in_members()
             && !self.locks_in_storage()
     }
 
     /// The lock lives on etcd members, not Redis nodes.
     pub fn locks_in_etcd(self) -> bool {
         matches!(self, Config::Etcd | Config::EtcdFenced)
+    }
+
+    /// The lock lives on ZooKeeper members, not Redis nodes.
+    pub fn locks_in_zookeeper(self) -> bool {
+        matches!(self, Config::Zookeeper | Config::ZookeeperFenced)
+    }
+
+    /// The lock lives on the members of a consensus store (etcd's or
+    /// ZooKeeper's), which the run starts instead of Redis lock nodes.
+    pub fn locks_in_members(self) -> bool {
+        self.locks_in_etcd() || self.locks_in_zookeeper()
     }
 
     /// The lock is the storage's own (PostgreSQL's), not a Redis node's.
@@ -160,7 +185,7 @@ impl Config {
         match self {
             Config::NoLock | Config::PgRowLock | Config::PgAdvisory | Config::PgAdvisoryFenced => 0,
             Config::Redlock | Config::RedlockRslock => 5,
-            Config::Etcd | Config::EtcdFenced => 3,
+            Config::Etcd | Config::EtcdFenced | Config::Zookeeper | Config::ZookeeperFenced => 3,
             _ => 1,
         }
     }
@@ -192,7 +217,7 @@ mod tests {
         assert!(
             err.contains(
                 "single, replicated, redlock, redlock-rslock, fenced, watchdog, pg-row-lock, \
-                 pg-advisory, pg-advisory-fenced, etcd, etcd-fenced, unsafe-del, unsafe-get-del, \
+                 pg-advisory, pg-advisory-fenced, etcd, etcd-fenced, zookeeper, zookeeper-fenced, unsafe-del, unsafe-get-del, \
                  unsafe-setnx, \
                  unsafe-key-per-worker, no-lock"
             ),

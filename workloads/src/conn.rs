@@ -139,6 +139,26 @@ fn short(e: &RedisError) -> String {
     e.to_string().lines().next().unwrap_or_default().to_string()
 }
 
+/// A TCP connection to `target` from `source` (a worker's own loopback
+/// address, so a partition can single it out), without Nagle's delay, each
+/// read and write bounded by `timeout`.
+pub(crate) fn tcp_from(
+    target: SocketAddr,
+    source: Option<Ipv4Addr>,
+    timeout: Duration,
+) -> std::io::Result<TcpStream> {
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    if let Some(ip) = source {
+        socket.bind(&SocketAddr::from((ip, 0)).into())?;
+    }
+    socket.connect_timeout(&target.into(), timeout)?;
+    socket.set_tcp_nodelay(true)?;
+    let stream: TcpStream = socket.into();
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    Ok(stream)
+}
+
 /// One TCP connection speaking RESP through redis-rs' own command encoding
 /// and reply parser; only the socket is ours, because redis-rs cannot bind a
 /// source address.
@@ -153,15 +173,7 @@ impl Link {
         let target: SocketAddr = addr
             .parse()
             .map_err(|e| std::io::Error::other(format!("bad address {addr}: {e}")))?;
-        let socket = Socket::new(Domain::IPV4, Type::STREAM, None)?;
-        if let Some(ip) = source {
-            socket.bind(&SocketAddr::from((ip, 0)).into())?;
-        }
-        socket.connect_timeout(&target.into(), timeout)?;
-        socket.set_tcp_nodelay(true)?;
-        let stream: TcpStream = socket.into();
-        stream.set_read_timeout(Some(timeout))?;
-        stream.set_write_timeout(Some(timeout))?;
+        let stream = tcp_from(target, source, timeout)?;
         Ok(Link {
             stream: BufReader::new(stream),
             parser: Parser::new(),

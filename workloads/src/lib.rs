@@ -17,6 +17,7 @@ pub mod stall;
 pub mod storage;
 pub mod strike;
 pub mod worker;
+pub mod zookeeper;
 
 pub use config::Config;
 pub use keys::Keys;

@@ -295,6 +295,10 @@ fn new_record(options: &RunPlan, backend: &dyn Provisioner) -> RunRecord {
             backend::postgres::Programs::find().map_or_else(|e| e.to_string(), |p| p.version())
         }),
         etcd: options.config.locks_in_etcd().then(backend::etcd::version),
+        zookeeper: options
+            .config
+            .locks_in_zookeeper()
+            .then(backend::zookeeper::version),
         backend: Some(backend.record()),
         started: chrono::Utc::now().to_rfc3339(),
         promise: options.config.promise(),

@@ -506,6 +506,71 @@ pub fn matrix_summary(results: &Path) -> serde_json::Value {
 }
 
 /// The one line on stderr of a command refused as bad input (exit 254).
+/// `lockstorm run --config <config>` with the server program the test
+/// hides through `env` (`[(VAR, a path that is not there)]`): refused
+/// before it starts, in one line that names the Debian package to install
+/// and the variable.
+pub fn missing_server_line(config: &str, env: (&str, &str), package: &str) -> String {
+    let tmp = tmp();
+    let results = tmp.path().to_str().unwrap();
+    let args = [
+        "run",
+        "--config",
+        config,
+        "--time-limit",
+        "2",
+        "--results",
+        results,
+    ];
+    let line = one_line_254(&lockstorm_with(&args, &[env]));
+    assert!(
+        line.contains(&format!("apt-get install -y {package}")),
+        "{line}"
+    );
+    assert!(line.contains(env.0), "{line}");
+    line
+}
+
+/// A run of a consensus store's `config` (three members) under `nemesis`
+/// (seed 5) for `seconds`, in a folder of its own: its results, its folder
+/// and its `results.json`. No member's data folder outlives it.
+pub fn members_run(
+    config: &str,
+    nemesis: &str,
+    seconds: &str,
+    extra: &[&str],
+) -> (tempfile::TempDir, Results, PathBuf, serde_json::Value) {
+    let tmp = open_tmp();
+    let (_, results, dir) = run_short(tmp.path(), config, nemesis, seconds, "5", extra);
+    for n in 1..=3 {
+        let data = dir.join(format!("nodes/n{n}/data"));
+        assert!(!data.exists(), "{} outlived the run", data.display());
+    }
+    let text = std::fs::read_to_string(dir.join("results.json")).unwrap();
+    (tmp, results, dir, serde_json::from_str(&text).unwrap())
+}
+
+/// A run of `config` whose holder is paused for a minute, faults every
+/// 200 ms: a harness signalled once the first pause is in the history is
+/// signalled mid-fault.
+pub fn paused_for_a_minute(config: &str) -> [&str; 13] {
+    [
+        "run",
+        "--config",
+        config,
+        "--nemesis",
+        "pause",
+        "--pause-ms",
+        "60000",
+        "--time-limit",
+        "120",
+        "--seed",
+        "3",
+        "--nemesis-interval-ms",
+        "200",
+    ]
+}
+
 pub fn one_line_254(out: &Run) -> String {
     assert_eq!(out.code, 254, "{}{}", out.stdout, out.stderr);
     let lines: Vec<&str> = out

@@ -10,28 +10,10 @@ use common::events;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-/// A run of `config` under `nemesis` (seed 5) for `seconds`, in a folder
-/// of its own.
-fn etcd_run(
-    config: &str,
-    nemesis: &str,
-    seconds: &str,
-    extra: &[&str],
-) -> (tempfile::TempDir, checker::Results, PathBuf, Value) {
-    let tmp = common::open_tmp();
-    let (_, results, dir) = common::run_short(tmp.path(), config, nemesis, seconds, "5", extra);
-    for n in 1..=3 {
-        let data = dir.join(format!("nodes/n{n}/data"));
-        assert!(!data.exists(), "{} outlived the run", data.display());
-    }
-    let text = std::fs::read_to_string(dir.join("results.json")).unwrap();
-    (tmp, results, dir, serde_json::from_str(&text).unwrap())
-}
-
 #[test]
 fn etcds_lock_breaks_under_a_pause_and_its_revision_fence_keeps_the_data() {
     common::long_test();
-    let (_tmp, results, dir, _) = etcd_run("etcd", "pause", "8", &[]);
+    let (_tmp, results, dir, _) = common::members_run("etcd", "pause", "8", &[]);
     assert_eq!(results.valid, Validity::False, "{}", dir.display());
     assert!(
         common::count(&results, "lock-overlap") >= 1,
@@ -46,7 +28,7 @@ fn etcds_lock_breaks_under_a_pause_and_its_revision_fence_keeps_the_data() {
         "run.json names etcd's version: {}",
         record["etcd"]
     );
-    let (_tmp, results, dir, json) = etcd_run("etcd-fenced", "pause", "8", &[]);
+    let (_tmp, results, dir, json) = common::members_run("etcd-fenced", "pause", "8", &[]);
     common::assert_valid(&results, &dir);
     let refused = json["checkers"]["counter"]["stale_fence_rejected"]["writes"]
         .as_u64()
@@ -57,7 +39,7 @@ fn etcds_lock_breaks_under_a_pause_and_its_revision_fence_keeps_the_data() {
 #[test]
 fn a_crashed_holders_lease_runs_out_and_keep_alives_renew_it_while_held() {
     // Work past a third of the TTL: each hold's lease is kept alive.
-    let (_tmp, results, dir, _) = etcd_run("etcd", "crash", "8", &["--work-ms", "1500"]);
+    let (_tmp, results, dir, _) = common::members_run("etcd", "crash", "8", &["--work-ms", "1500"]);
     common::assert_valid(&results, &dir);
     common::assert_verified(&dir, "stop-crash");
     // The keep-alive thread renewed each lease while it was held.
@@ -81,7 +63,7 @@ fn a_crashed_holders_lease_runs_out_and_keep_alives_renew_it_while_held() {
 fn the_revision_fence_survives_a_killed_majority_of_members() {
     // Two of the three members (a majority) killed and restarted on their data.
     let majority = ["--targets", "majority"];
-    let (_tmp, results, dir, json) = etcd_run("etcd-fenced", "kill", "10", &majority);
+    let (_tmp, results, dir, json) = common::members_run("etcd-fenced", "kill", "10", &majority);
     common::assert_valid(&results, &dir);
     common::assert_verified(&dir, "start-kill");
     common::assert_verified(&dir, "stop-kill");
@@ -179,7 +161,7 @@ fn a_users_etcd_lock_client_is_caught_under_a_pause_and_its_fence_keeps_the_data
 fn a_member_cut_off_from_the_others_loses_its_leader_and_the_fence_keeps_the_data() {
     // The default --targets majority: n1 and n2 on one side, n3 alone.
     let (_tmp, results, dir, _) =
-        etcd_run("etcd-fenced", "partition", "10", &["--fault-ms", "2000"]);
+        common::members_run("etcd-fenced", "partition", "10", &["--fault-ms", "2000"]);
     common::assert_valid(&results, &dir);
     common::assert_verified(&dir, "start-partition");
     common::assert_verified(&dir, "stop-partition");
@@ -205,7 +187,7 @@ fn a_member_cut_off_from_the_others_loses_its_leader_and_the_fence_keeps_the_dat
 /// Redis key expires (`redlock`'s clock tests).
 #[test]
 fn a_wall_clock_jump_on_the_members_moves_their_time_not_their_leases() {
-    let (_tmp, results, dir, _) = etcd_run("etcd", "clock", "10", &[]);
+    let (_tmp, results, dir, _) = common::members_run("etcd", "clock", "10", &[]);
     common::assert_valid(&results, &dir);
     assert_eq!(common::count(&results, "lock-overlap"), 0);
     let jumps = events(&dir, "start-clock");
@@ -230,22 +212,7 @@ fn a_wall_clock_jump_on_the_members_moves_their_time_not_their_leases() {
 
 #[test]
 fn no_member_or_data_folder_outlives_an_interrupted_or_killed_harness() {
-    // A holder paused for a minute: the harness is signalled mid-fault.
-    let run = [
-        "run",
-        "--config",
-        "etcd",
-        "--nemesis",
-        "pause",
-        "--pause-ms",
-        "60000",
-        "--time-limit",
-        "120",
-        "--seed",
-        "3",
-        "--nemesis-interval-ms",
-        "200",
-    ];
+    let run = common::paused_for_a_minute("etcd");
     common::nothing_outlives_a_signalled_harness(&run, "etcd-pause", "start-pause", |dir| {
         (1..=3)
             .map(|n| dir.join(format!("nodes/n{n}/data/member")))
@@ -255,22 +222,11 @@ fn no_member_or_data_folder_outlives_an_interrupted_or_killed_harness() {
 
 #[test]
 fn a_missing_etcd_is_one_line_saying_how_to_install_it() {
-    let tmp = common::tmp();
-    let out = common::lockstorm_with(
-        &[
-            "run",
-            "--config",
-            "etcd",
-            "--time-limit",
-            "2",
-            "--results",
-            tmp.path().to_str().unwrap(),
-        ],
-        &[("LOCKSTORM_ETCD_BIN", "/nonexistent/etcd/bin")],
+    common::missing_server_line(
+        "etcd",
+        ("LOCKSTORM_ETCD_BIN", "/nonexistent/etcd/bin"),
+        "etcd-server",
     );
-    let line = common::one_line_254(&out);
-    assert!(line.contains("apt-get install -y etcd-server"), "{line}");
-    assert!(line.contains("LOCKSTORM_ETCD_BIN"), "{line}");
 }
 
 #[test]

@@ -39,3 +39,4 @@ mod target;
 mod target_bounds;
 mod verdicts;
 mod workspace;
+mod zookeeper;

@@ -186,22 +186,11 @@ fn a_setting_postgresql_refuses_is_one_line_naming_it() {
 
 #[test]
 fn a_missing_postgresql_is_one_line_saying_how_to_install_it() {
-    let tmp = common::tmp();
-    let out = common::lockstorm_with(
-        &[
-            "run",
-            "--config",
-            "pg-row-lock",
-            "--time-limit",
-            "2",
-            "--results",
-            tmp.path().to_str().unwrap(),
-        ],
-        &[("LOCKSTORM_POSTGRES_BIN", "/nonexistent/postgresql/bin")],
+    common::missing_server_line(
+        "pg-row-lock",
+        ("LOCKSTORM_POSTGRES_BIN", "/nonexistent/postgresql/bin"),
+        "postgresql",
     );
-    let line = common::one_line_254(&out);
-    assert!(line.contains("apt-get install -y postgresql"), "{}", line);
-    assert!(line.contains("LOCKSTORM_POSTGRES_BIN"), "{}", line);
 }
 
 /// A `postgres` that hangs when asked its version is killed at the probe's

@@ -20,6 +20,7 @@ mod unsafe_get_del;
 mod unsafe_key_per_worker;
 mod unsafe_setnx;
 mod watchdog;
+mod zookeeper;
 
 pub use crate::adapter::{GiveUp, Warn};
 
@@ -181,6 +182,8 @@ pub fn client(config: Config, params: &LockParams) -> Box<dyn LockClient> {
         Config::PgAdvisoryFenced => Box::new(pg_advisory::PgAdvisory::new(params, true)),
         Config::Etcd => Box::new(etcd::Etcd::new(params, false)),
         Config::EtcdFenced => Box::new(etcd::Etcd::new(params, true)),
+        Config::Zookeeper => Box::new(zookeeper::ZooKeeper::new(params, false)),
+        Config::ZookeeperFenced => Box::new(zookeeper::ZooKeeper::new(params, true)),
         Config::NoLock => Box::new(no_lock::NoLock),
     }
 }
