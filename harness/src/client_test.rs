@@ -71,11 +71,10 @@ pub async fn client_test(
     }
     let backend = backend::provision(nodes.backend, nodes.image.as_deref(), false).await?;
     let block = crate::blocks::claim_one(nodes.address_block)?;
-    let ip = Addresses {
+    let addresses = Addresses {
         block: block.block(),
-    }
-    .data(1);
-    let report = client_test_on(client, prepared, ttl, results, ip, backend.clone()).await;
+    };
+    let report = client_test_on(client, prepared, ttl, results, addresses, backend.clone()).await;
     backend.finish().await;
     report
 }
@@ -85,28 +84,51 @@ async fn client_test_on(
     prepared: workloads::install::Prepared,
     ttl: Duration,
     results: &Path,
-    ip: std::net::Ipv4Addr,
+    addresses: Addresses,
     backend: std::sync::Arc<dyn backend::Provisioner>,
 ) -> Result<Report> {
     let folder =
         store::layout::unique_dir(results, &format!("client-test-{}", store::layout::stamp()))?;
     std::fs::create_dir_all(&folder).context(|| format!("creating {}", folder.display()))?;
-    let spec = NodeSpec {
-        name: "n1".into(),
-        role: Role::Lock,
-        ip,
-        persistence: Persistence::None,
-        clock: None,
+    let config = client.tested_on();
+    let nodes_dir = folder.join("nodes");
+    let mut servers: Vec<Box<dyn Server>> = match config.locks_in_zookeeper() {
+        true => {
+            let members: Vec<_> = (1..=3)
+                .map(|n| (format!("n{n}"), addresses.data(n)))
+                .collect();
+            let ensemble =
+                backend::zookeeper::start_ensemble(&members, &nodes_dir, backend).await?;
+            ensemble
+                .into_iter()
+                .map(|m| Box::new(m) as Box<dyn Server>)
+                .collect()
+        }
+        false => {
+            let spec = NodeSpec {
+                name: "n1".into(),
+                role: Role::Lock,
+                ip: addresses.data(1),
+                persistence: Persistence::None,
+                clock: None,
+            };
+            vec![Box::new(RedisNode::start(spec, &nodes_dir, backend).await?)]
+        }
     };
-    let mut node = RedisNode::start(spec, &folder.join("nodes"), backend).await?;
-    let addr = node.addr();
-    let mut spec = prepared.spec(Config::Single, folder.join("adapter.stderr"));
+    let nodes: Vec<String> = servers.iter().map(|s| s.addr()).collect();
+    let mut spec = prepared.spec(config, folder.join("adapter.stderr"));
     // lockstorm's own node has no password, whatever the shell holds.
     spec.env
         .insert(workloads::conn::PASSWORD_ENV.into(), String::new());
-    let label = format!("{client} (`{}`) on one node at {addr}", spec.command());
-    let steps = steps_on(spec, addr, workloads::Keys::default(), ttl).await;
-    node.remove().await;
+    let on = match nodes.len() {
+        1 => format!("one node at {}", nodes[0]),
+        _ => format!("the {} members at {}", spec.topology, nodes.join(", ")),
+    };
+    let label = format!("{client} (`{}`) on {on}", spec.command());
+    let steps = steps_on(spec, nodes, workloads::Keys::default(), ttl).await;
+    for server in &mut servers {
+        server.remove().await;
+    }
     Ok(Report {
         client: label,
         folder,
@@ -147,7 +169,7 @@ async fn client_test_on_target(
             .insert(deployment::reach::USER_ENV.into(), user.clone());
     }
     let label = format!("{client} (`{}`) on {target}", spec.command());
-    let steps = steps_on(spec, addr, keys.clone(), ttl).await;
+    let steps = steps_on(spec, vec![addr], keys.clone(), ttl).await;
     deployment::own_keys::clean(&target, nodes, &keys).await;
     Ok(Report {
         client: label,
@@ -160,18 +182,19 @@ async fn client_test_on_target(
 /// thread that started it.
 async fn steps_on(
     spec: AdapterSpec,
-    addr: String,
+    nodes: Vec<String>,
     keys: workloads::Keys,
     ttl: Duration,
 ) -> Result<Vec<Step>> {
-    tokio::task::spawn_blocking(move || Steps::new(spec, addr, keys, ttl).run())
+    tokio::task::spawn_blocking(move || Steps::new(spec, nodes, keys, ttl).run())
         .await
         .map_err(|e| Error::Adapter(format!("the client test failed: {e}")))?
 }
 
 struct Steps {
     spec: AdapterSpec,
-    addr: String,
+    /// The lock's nodes, as `init` names them.
+    nodes: Vec<String>,
     /// The lock's key is `keys.lock()`.
     keys: workloads::Keys,
     ttl: Duration,
@@ -201,10 +224,10 @@ fn budget(op: &Op) -> Duration {
 const BUSY_WAIT: Duration = Duration::from_millis(300);
 
 impl Steps {
-    fn new(spec: AdapterSpec, addr: String, keys: workloads::Keys, ttl: Duration) -> Self {
+    fn new(spec: AdapterSpec, nodes: Vec<String>, keys: workloads::Keys, ttl: Duration) -> Self {
         Steps {
             spec,
-            addr,
+            nodes,
             keys,
             ttl,
             done: Vec::new(),
@@ -233,7 +256,7 @@ impl Steps {
 
     fn start(&self, worker: u64) -> std::result::Result<(Session, Hello), Failure> {
         let init = self.spec.init(
-            std::slice::from_ref(&self.addr),
+            &self.nodes,
             &[],
             self.ttl.as_millis() as u64,
             (self.ttl * 2).as_millis() as u64,

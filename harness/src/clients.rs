@@ -50,11 +50,28 @@ impl Client {
         words(cmd, "--client-cmd", "the adapter's").map(Client::Cmd)
     }
 
+    /// The config `client-test` runs it on: one Redis node, or the
+    /// ensemble for a shipped ZooKeeper client (a command is tested as a
+    /// Redis client).
+    pub fn tested_on(&self) -> Config {
+        let shipped = match self {
+            Client::Shipped(name) => Shipped::find(name),
+            Client::Cmd(_) => None,
+        };
+        let runs_on = |config| {
+            topology(config).is_some_and(|t| shipped.is_some_and(|s| s.topologies.contains(&t)))
+        };
+        match !runs_on(Config::Single) && runs_on(Config::Zookeeper) {
+            true => Config::Zookeeper,
+            false => Config::Single,
+        }
+    }
+
     /// Why this client cannot run on `config`, if it cannot.
     pub fn refusal(&self, config: Config) -> Option<String> {
         let Some(topology) = topology(config) else {
             return Some(format!(
-                "--config {config} is a built-in lock; a client adapter brings its own: use --config single, replicated or redlock (etcd for an etcd client)"
+                "--config {config} is a built-in lock; a client adapter brings its own: use --config single, replicated or redlock (etcd or zookeeper for a client of those)"
             ));
         };
         match self {
@@ -437,7 +454,7 @@ mod tests {
         assert!(Client::command(" ").unwrap_err().contains("empty"));
         let err = Client::shipped("redlock").unwrap_err();
         assert!(
-            err.contains("redis-py, pottery, python-redis-lock, portalocker, aioredlock, node-redlock, redis-semaphore, sesamecare-redlock"),
+            err.contains("redis-py, pottery, python-redis-lock, portalocker, aioredlock, kazoo, node-redlock, redis-semaphore, sesamecare-redlock"),
             "{err}"
         );
         assert_eq!(Client::shipped("pottery").unwrap().to_string(), "pottery");

@@ -28,7 +28,7 @@ fn faults_where(need: impl Fn(&dyn Package) -> bool) -> Vec<&'static str> {
         .collect()
 }
 
-/// The configs a client adapter can run on: `single, replicated, redlock or etcd`.
+/// The configs a client adapter can run on: `single, replicated, redlock, etcd or zookeeper`.
 fn topologies() -> String {
     let names: Vec<&str> = Config::ALL
         .into_iter()
@@ -201,6 +201,9 @@ mod tests {
         assert_eq!(or_list(&["a"]), "a");
         assert_eq!(or_list(&["a", "b", "c"]), "a, b or c");
         assert_eq!(and_list(&["a", "b"]), "a and b");
-        assert_eq!(topologies(), "single, replicated, redlock or etcd");
+        assert_eq!(
+            topologies(),
+            "single, replicated, redlock, etcd or zookeeper"
+        );
     }
 }

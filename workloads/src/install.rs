@@ -9,7 +9,7 @@
 mod prepared;
 mod step;
 
-use crate::adapter::{AdapterSpec, ETCD};
+use crate::adapter::{AdapterSpec, ETCD, ZOOKEEPER};
 use crate::config::Config;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -57,6 +57,7 @@ pub fn topology(config: Config) -> Option<&'static str> {
         Config::Replicated => Some("replicated"),
         Config::Redlock => Some("redlock"),
         Config::Etcd => Some(ETCD),
+        Config::Zookeeper => Some(ZOOKEEPER),
         _ => None,
     }
 }
@@ -77,7 +78,7 @@ pub struct Shipped {
 }
 
 /// Every shipped adapter (`workloads/clients/<name>/`).
-pub const SHIPPED: [Shipped; 8] = [
+pub const SHIPPED: [Shipped; 9] = [
     Shipped {
         name: "redis-py",
         family: Family::Python,
@@ -102,6 +103,11 @@ pub const SHIPPED: [Shipped; 8] = [
         name: "aioredlock",
         family: Family::Python,
         topologies: &["redlock", "single"],
+    },
+    Shipped {
+        name: "kazoo",
+        family: Family::Python,
+        topologies: &["zookeeper"],
     },
     Shipped {
         name: "node-redlock",
@@ -146,6 +152,7 @@ const PYTHON_FILES: &[(&str, &str)] = files![
     "python-redis-lock/adapter.py",
     "portalocker/adapter.py",
     "aioredlock/adapter.py",
+    "kazoo/adapter.py",
 ];
 
 const NODE_FILES: &[(&str, &str)] = files![

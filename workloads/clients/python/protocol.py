@@ -119,6 +119,9 @@ class Adapter:
     def token(self, lock):
         return None
 
+    def fence(self, lock):  # -> the grant's fencing token (an int), for a "fence" adapter
+        return None
+
     def check(self, lock):
         raise NotImplementedError
 
@@ -163,8 +166,13 @@ def _handle(adapter, req, state):
         if lock is None:
             return {"ok": False, "error": "lock-busy"}
         state["lock"] = lock
+        reply = {"ok": True}
         token = adapter.token(lock)
-        return {"ok": True, "token": token} if token is not None else {"ok": True}
+        if token is not None:
+            reply["token"] = token
+        if "fence" in state["features"]:
+            reply["fence"] = adapter.fence(lock)
+        return reply
     if op == "check" and "check" in state["features"]:
         lock = state.get("lock")
         return {"ok": True, "valid": lock is not None and bool(adapter.check(lock))}

@@ -31,6 +31,16 @@ pub type Warn = Arc<dyn Fn(String) + Send + Sync>;
 /// each other.
 pub const ETCD: &str = "etcd";
 
+/// The topology of three ZooKeeper members, for an adapter of a ZooKeeper
+/// lock client: its `nodes` are the members' client addresses.
+pub const ZOOKEEPER: &str = "zookeeper";
+
+/// Whether a topology's nodes are a consensus store's members, which speak
+/// no Redis (nothing there for an adapter's watch to read).
+pub fn speaks_redis(topology: &str) -> bool {
+    topology != ETCD && topology != ZOOKEEPER
+}
+
 /// An `ok: null` without an error.
 pub const UNSAID: &str = "unknown: the adapter did not say";
 

@@ -45,11 +45,12 @@ impl Adapter {
             params.worker,
             params.keys.lock(),
         );
-        // etcd's members speak no Redis: nothing to watch, and a strike at
-        // `acquiring` lands when the grant arrives, after the decision.
-        let watch = match spec.topology == crate::adapter::ETCD {
-            true => Vec::new(),
-            false => params
+        // etcd's and ZooKeeper's members speak no Redis: nothing to watch,
+        // and a strike at `acquiring` lands when the grant arrives, after
+        // the decision.
+        let watch = match crate::adapter::speaks_redis(&spec.topology) {
+            false => Vec::new(),
+            true => params
                 .nodes
                 .iter()
                 .map(|n| (n.clone(), params.connect(n, params.op_timeout)))
