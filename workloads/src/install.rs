@@ -67,7 +67,14 @@ pub fn topology(config: Config) -> Option<&'static str> {
 enum Family {
     Python,
     Node,
+    /// Compiled with `javac` against Debian's jars at set-up: no registry.
+    Java,
 }
+
+/// Curator's recipes jar, whose manifest names the jars it needs (the
+/// framework, the client, ZooKeeper's, Guava): Debian's
+/// `libcurator-recipes-java`.
+const CURATOR_JAR: &str = "/usr/share/java/curator-recipes.jar";
 
 /// A shipped adapter.
 pub struct Shipped {
@@ -78,7 +85,7 @@ pub struct Shipped {
 }
 
 /// Every shipped adapter (`workloads/clients/<name>/`).
-pub const SHIPPED: [Shipped; 9] = [
+pub const SHIPPED: [Shipped; 10] = [
     Shipped {
         name: "redis-py",
         family: Family::Python,
@@ -107,6 +114,11 @@ pub const SHIPPED: [Shipped; 9] = [
     Shipped {
         name: "kazoo",
         family: Family::Python,
+        topologies: &["zookeeper"],
+    },
+    Shipped {
+        name: "curator",
+        family: Family::Java,
         topologies: &["zookeeper"],
     },
     Shipped {
@@ -155,6 +167,8 @@ const PYTHON_FILES: &[(&str, &str)] = files![
     "kazoo/adapter.py",
 ];
 
+const JAVA_FILES: &[(&str, &str)] = files!["java/Protocol.java", "curator/Adapter.java"];
+
 const NODE_FILES: &[(&str, &str)] = files![
     "node/package.json",
     "node/package-lock.json",
@@ -170,6 +184,7 @@ impl Family {
         match self {
             Family::Python => "python",
             Family::Node => "node",
+            Family::Java => "java",
         }
     }
 
@@ -177,6 +192,7 @@ impl Family {
         match self {
             Family::Python => PYTHON_FILES,
             Family::Node => NODE_FILES,
+            Family::Java => JAVA_FILES,
         }
     }
 
@@ -199,6 +215,7 @@ impl Family {
         match self {
             Family::Python => prepared::python(),
             Family::Node => prepared::node_modules(),
+            Family::Java => None,
         }
     }
 
@@ -229,7 +246,7 @@ impl Family {
             self.check(&env, &dir)?;
             let variable = match self {
                 Family::Python => "LOCKSTORM_PYTHON",
-                Family::Node => "LOCKSTORM_NODE_MODULES",
+                Family::Node | Family::Java => "LOCKSTORM_NODE_MODULES",
             };
             return Ok(done(How::Prepared {
                 variable,
@@ -329,6 +346,20 @@ impl Family {
                 ]),
                 dir.join("node"),
             )],
+            // Each adapter into its own classes folder, with the helper.
+            Family::Java => SHIPPED
+                .iter()
+                .filter(|s| s.family == Family::Java)
+                .map(|s| {
+                    let classes = format!("{}/classes", s.name);
+                    let adapter = format!("{}/Adapter.java", s.name);
+                    let argv = ["javac", "-d", &classes, "-cp", CURATOR_JAR];
+                    (
+                        words(&[&argv[..], &["java/Protocol.java", &adapter]].concat()),
+                        dir.to_path_buf(),
+                    )
+                })
+                .collect(),
         }
     }
 
@@ -358,14 +389,20 @@ impl Family {
                     _ => "(npm's registry)".into(),
                 }
             }
+            Family::Java => "none (Debian's jars, compiled here)".into(),
         }
     }
 
     /// What to do where the registry cannot be reached.
     fn way_out(self) -> String {
+        if self == Family::Java {
+            return format!(
+                "install javac and Curator's jars ({CURATOR_JAR}): apt-get install -y default-jdk-headless libcurator-recipes-java"
+            );
+        }
         let prepared = match self {
             Family::Python => "LOCKSTORM_PYTHON to a Python that has the pinned packages",
-            Family::Node => {
+            Family::Node | Family::Java => {
                 "LOCKSTORM_NODE_MODULES to a node_modules folder that has the pinned packages"
             }
         };
@@ -378,6 +415,7 @@ impl Family {
     fn check(self, env: &Path, dir: &Path) -> Result<(), SetupFailed> {
         match self {
             Family::Python => prepared::check_python(env, &dir.join("python/requirements.txt")),
+            Family::Java => Ok(()),
             Family::Node => {
                 let (path, lock) = NODE_FILES
                     .iter()
@@ -413,7 +451,7 @@ pub enum How {
 /// Sets up every family of shipped adapters (`lockstorm clients setup`),
 /// stopping at the first that fails.
 pub fn set_up_all() -> Result<Vec<SetUp>, SetupFailed> {
-    [Family::Python, Family::Node]
+    [Family::Python, Family::Node, Family::Java]
         .into_iter()
         .map(Family::set_up)
         .collect()
@@ -465,6 +503,20 @@ impl Shipped {
                     prepared.unwrap_or_else(|| path("node/node_modules")),
                 )]),
             },
+            // A small heap and the quick compiler: five JVMs start in
+            // seconds on two cores.
+            Family::Java => Prepared {
+                argv: words(&[
+                    "java",
+                    "-Xmx128m",
+                    "-XX:+UseSerialGC",
+                    "-XX:TieredStopAtLevel=1",
+                    "-cp",
+                    &format!("{}:{CURATOR_JAR}", path(&format!("{name}/classes"))),
+                    "Adapter",
+                ]),
+                env: BTreeMap::new(),
+            },
         })
     }
 }
@@ -499,12 +551,13 @@ mod tests {
     #[test]
     fn every_shipped_adapter_has_its_files_and_a_first_topology() {
         for s in &SHIPPED {
-            let (dir, ext) = match s.family {
-                Family::Python => ("python", "py"),
-                Family::Node => ("node", "js"),
+            let (dir, file) = match s.family {
+                Family::Python => ("python", "adapter.py"),
+                Family::Node => ("node", "adapter.js"),
+                Family::Java => ("java", "Adapter.java"),
             };
             let files = s.family.files();
-            let adapter = format!("{}/adapter.{ext}", s.name);
+            let adapter = format!("{}/{file}", s.name);
             assert!(
                 files.iter().any(|(p, _)| *p == adapter),
                 "{} lacks {adapter}",

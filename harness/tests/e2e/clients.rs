@@ -238,6 +238,15 @@ fn kazoo_passes_client_test_on_an_ensemble_and_is_caught_under_pause() {
     passes_client_test_and_is_caught_under_pause("kazoo", "zookeeper", &["--time-limit", "12"]);
 }
 
+/// Curator's `InterProcessMutex` in Java, as kazoo's recipe: its check
+/// follows Curator's documented rule (a SUSPENDED connection is a lost
+/// lock), and a holder frozen past its session's timeout still wakes
+/// CONNECTED, so it overlaps the next.
+#[test]
+fn curator_passes_client_test_on_an_ensemble_and_is_caught_under_pause() {
+    passes_client_test_and_is_caught_under_pause("curator", "zookeeper", &["--time-limit", "12"]);
+}
+
 /// portalocker's lock is a subscription with no TTL: a contender whose probe
 /// goes unanswered for 1 s kills the silent holder's connection, but only if
 /// the channel's subscriber count held still meanwhile. With five workers,
