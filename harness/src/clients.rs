@@ -454,7 +454,7 @@ mod tests {
         assert!(Client::command(" ").unwrap_err().contains("empty"));
         let err = Client::shipped("redlock").unwrap_err();
         assert!(
-            err.contains("redis-py, pottery, python-redis-lock, portalocker, aioredlock, kazoo, node-redlock, redis-semaphore, sesamecare-redlock"),
+            err.contains("redis-py, pottery, python-redis-lock, portalocker, aioredlock, kazoo, curator, node-redlock, redis-semaphore, sesamecare-redlock"),
             "{err}"
         );
         assert_eq!(Client::shipped("pottery").unwrap().to_string(), "pottery");
