@@ -31,7 +31,7 @@ const DEBIAN_JAR: &str = "/usr/share/java/zookeeper.jar";
 const SLF4J_SIMPLE: &str = "/usr/share/java/slf4j-simple.jar";
 /// The ensemble's heartbeat. A session's timeout must lie between 2 and 20
 /// ticks; 100 ms lets a 1 s lease be a session's timeout.
-pub const TICK_MS: u64 = 100;
+const TICK_MS: u64 = 100;
 
 /// Java and ZooKeeper's jar on this machine.
 #[derive(Clone, Debug)]
@@ -107,7 +107,7 @@ fn reported_version(jvm: &Jvm) -> String {
 
 /// Sends a four-letter word to `addr` and returns the answer, which the
 /// member writes before it closes the connection.
-pub fn four_letters(addr: SocketAddr, word: &str, within: Duration) -> std::io::Result<String> {
+fn four_letters(addr: SocketAddr, word: &str, within: Duration) -> std::io::Result<String> {
     let mut stream = TcpStream::connect_timeout(&addr, within)?;
     stream.set_read_timeout(Some(within))?;
     stream.set_write_timeout(Some(within))?;
@@ -119,7 +119,7 @@ pub fn four_letters(addr: SocketAddr, word: &str, within: Duration) -> std::io::
 
 /// The member's mode from its `srvr` answer (`leader`, `follower`), or
 /// `None` when it serves no requests (it has no quorum).
-pub fn mode(srvr: &str) -> Option<&str> {
+fn mode(srvr: &str) -> Option<&str> {
     srvr.lines()
         .find_map(|l| l.strip_prefix("Mode: "))
         .map(str::trim)

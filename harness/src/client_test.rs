@@ -94,11 +94,9 @@ async fn client_test_on(
     let nodes_dir = folder.join("nodes");
     let mut servers: Vec<Box<dyn Server>> = match config.locks_in_zookeeper() {
         true => {
-            let members: Vec<_> = (1..=3)
-                .map(|n| (format!("n{n}"), addresses.data(n)))
-                .collect();
+            let count = config.lock_nodes();
             let ensemble =
-                backend::zookeeper::start_ensemble(&members, &nodes_dir, backend).await?;
+                crate::topology::start_zookeeper(count, addresses, &nodes_dir, &backend).await?;
             ensemble
                 .into_iter()
                 .map(|m| Box::new(m) as Box<dyn Server>)

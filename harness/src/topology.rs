@@ -268,14 +268,15 @@ impl LockMembers {
     }
 }
 
-/// The lock's ZooKeeper members, an ensemble of the run's own.
-async fn start_zookeeper(
-    options: &RunPlan,
+/// The lock's ZooKeeper members (n1…n`count`), an ensemble of the run's
+/// own (or of `client-test`'s).
+pub(crate) async fn start_zookeeper(
+    count: usize,
     addresses: Addresses,
     nodes_dir: &Path,
     backend: &Arc<dyn Provisioner>,
 ) -> Result<Vec<backend::zookeeper::ZkMember>> {
-    let members: Vec<_> = (1..=options.config.lock_nodes() as u8)
+    let members: Vec<_> = (1..=count as u8)
         .map(|n| (format!("n{n}"), addresses.data(n)))
         .collect();
     Ok(backend::zookeeper::start_ensemble(&members, nodes_dir, backend.clone()).await?)
@@ -356,7 +357,8 @@ impl Topology {
             .collect();
         let mut peers = Vec::new();
         if options.config.locks_in_zookeeper() {
-            let members = start_zookeeper(options, addresses, nodes_dir, &backend).await?;
+            let count = options.config.lock_nodes();
+            let members = start_zookeeper(count, addresses, nodes_dir, &backend).await?;
             nodes.extend(members.into_iter().map(|m| Box::new(m) as Box<dyn Server>));
         }
         if options.config.locks_in_etcd() {

@@ -210,11 +210,13 @@ impl Family {
             .join(format!("{}-{hash:016x}", self.name()))
     }
 
-    /// The environment the user prepared for this family, if they named one.
-    fn prepared(self) -> Option<PathBuf> {
+    /// The environment the user prepared for this family, if they named
+    /// one: the variable that names it, and where it is. Java's has none
+    /// (its jars are Debian's).
+    fn prepared(self) -> Option<(&'static str, PathBuf)> {
         match self {
-            Family::Python => prepared::python(),
-            Family::Node => prepared::node_modules(),
+            Family::Python => prepared::python().map(|p| ("LOCKSTORM_PYTHON", p)),
+            Family::Node => prepared::node_modules().map(|p| ("LOCKSTORM_NODE_MODULES", p)),
             Family::Java => None,
         }
     }
@@ -242,12 +244,8 @@ impl Family {
         let _held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
             .map_err(|(_, e)| failed(format!("cannot lock it: {e}")))?;
         self.write_files(&dir).map_err(failed)?;
-        if let Some(env) = prepared {
+        if let Some((variable, env)) = prepared {
             self.check(&env, &dir)?;
-            let variable = match self {
-                Family::Python => "LOCKSTORM_PYTHON",
-                Family::Node | Family::Java => "LOCKSTORM_NODE_MODULES",
-            };
             return Ok(done(How::Prepared {
                 variable,
                 path: env,
@@ -395,15 +393,15 @@ impl Family {
 
     /// What to do where the registry cannot be reached.
     fn way_out(self) -> String {
-        if self == Family::Java {
-            return format!(
-                "install javac and Curator's jars ({CURATOR_JAR}): apt-get install -y default-jdk-headless libcurator-recipes-java"
-            );
-        }
         let prepared = match self {
             Family::Python => "LOCKSTORM_PYTHON to a Python that has the pinned packages",
-            Family::Node | Family::Java => {
+            Family::Node => {
                 "LOCKSTORM_NODE_MODULES to a node_modules folder that has the pinned packages"
+            }
+            Family::Java => {
+                return format!(
+                    "install javac and Curator's jars ({CURATOR_JAR}): apt-get install -y default-jdk-headless libcurator-recipes-java"
+                )
             }
         };
         format!(

@@ -49,13 +49,12 @@ pub const NO_NODE: i32 = -101;
 pub const NODE_EXISTS: i32 = -110;
 const SESSION_EXPIRED: i32 = -112;
 
-/// The parts of a node's `Stat` the lock reads.
+/// The part of a node's `Stat` the lock reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stat {
     /// The zxid of the transaction that created the node: totally ordered
     /// across the ensemble and never reused.
     pub czxid: i64,
-    pub ephemeral_owner: i64,
 }
 
 /// Request types (ZooDefs.OpCode).
@@ -136,13 +135,10 @@ impl In<'_> {
     }
     fn stat(&mut self) -> Result<Stat, String> {
         let czxid = self.long()?;
-        self.take(8 + 8 + 8 + 4 + 4 + 4)?; // mzxid, ctime, mtime, versions
-        let ephemeral_owner = self.long()?;
-        self.take(4 + 4 + 8)?; // dataLength, numChildren, pzxid
-        Ok(Stat {
-            czxid,
-            ephemeral_owner,
-        })
+        // mzxid, ctime, mtime, the three versions, ephemeralOwner,
+        // dataLength, numChildren, pzxid: read past, all 68 bytes checked.
+        self.take(8 + 8 + 8 + 4 + 4 + 4 + 8 + 4 + 4 + 8)?;
+        Ok(Stat { czxid })
     }
 }
 
@@ -450,14 +446,14 @@ mod tests {
     }
 
     #[test]
-    fn a_stat_is_read_for_its_creation_zxid_and_owner() {
+    fn a_stat_is_read_for_its_creation_zxid() {
         let mut stat = Vec::new();
         stat.extend(7i64.to_be_bytes());
         stat.extend([0; 36]);
         stat.extend(42i64.to_be_bytes());
         stat.extend([0; 16]);
         let got = In(&stat).stat().unwrap();
-        assert_eq!((got.czxid, got.ephemeral_owner), (7, 42));
+        assert_eq!(got.czxid, 7);
         assert!(In(&stat[..60]).stat().is_err(), "a short stat is an error");
     }
 }

@@ -550,6 +550,26 @@ pub fn members_run(
     (tmp, results, dir, serde_json::from_str(&text).unwrap())
 }
 
+/// A fenced consensus `config` run for `seconds` under `kill --targets
+/// majority`: two of the three members killed (each kill verified) and
+/// restarted on their data, and the run still valid with writes taken.
+pub fn fence_survives_a_killed_majority(config: &str, seconds: &str) {
+    let majority = ["--targets", "majority"];
+    let (_tmp, results, dir, json) = members_run(config, "kill", seconds, &majority);
+    assert_valid(&results, &dir);
+    assert_verified(&dir, "start-kill");
+    assert_verified(&dir, "stop-kill");
+    for kill in events(&dir, "start-kill") {
+        let killed = kill["value"]["killed"].as_array().map_or(0, Vec::len);
+        assert_eq!(killed, 2, "not a majority of three: {kill}");
+    }
+    assert!(
+        json["checkers"]["counter"]["acknowledged"].as_u64() > Some(0),
+        "nothing was written: {}",
+        dir.display()
+    );
+}
+
 /// A run of `config` whose holder is paused for a minute, faults every
 /// 200 ms: a harness signalled once the first pause is in the history is
 /// signalled mid-fault.

@@ -61,21 +61,7 @@ fn a_crashed_holders_lease_runs_out_and_keep_alives_renew_it_while_held() {
 
 #[test]
 fn the_revision_fence_survives_a_killed_majority_of_members() {
-    // Two of the three members (a majority) killed and restarted on their data.
-    let majority = ["--targets", "majority"];
-    let (_tmp, results, dir, json) = common::members_run("etcd-fenced", "kill", "10", &majority);
-    common::assert_valid(&results, &dir);
-    common::assert_verified(&dir, "start-kill");
-    common::assert_verified(&dir, "stop-kill");
-    for kill in events(&dir, "start-kill") {
-        let killed = kill["value"]["killed"].as_array().map_or(0, Vec::len);
-        assert_eq!(killed, 2, "not a majority of three: {kill}");
-    }
-    assert!(
-        json["checkers"]["counter"]["acknowledged"].as_u64() > Some(0),
-        "nothing was written: {}",
-        dir.display()
-    );
+    common::fence_survives_a_killed_majority("etcd-fenced", "10");
 }
 
 /// The protocol page's etcd lock client, as a user would copy it; with

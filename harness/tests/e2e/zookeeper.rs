@@ -52,21 +52,7 @@ fn zookeepers_lock_breaks_under_a_pause_and_its_zxid_fence_keeps_the_data() {
 
 #[test]
 fn the_zxid_fence_survives_a_killed_majority_of_members() {
-    let majority = ["--targets", "majority"];
-    let (_tmp, results, dir, json) =
-        common::members_run("zookeeper-fenced", "kill", "12", &majority);
-    common::assert_valid(&results, &dir);
-    common::assert_verified(&dir, "start-kill");
-    common::assert_verified(&dir, "stop-kill");
-    for kill in events(&dir, "start-kill") {
-        let killed = kill["value"]["killed"].as_array().map_or(0, Vec::len);
-        assert_eq!(killed, 2, "not a majority of three: {kill}");
-    }
-    assert!(
-        json["checkers"]["counter"]["acknowledged"].as_u64() > Some(0),
-        "nothing was written: {}",
-        dir.display()
-    );
+    common::fence_survives_a_killed_majority("zookeeper-fenced", "12");
 }
 
 #[test]
