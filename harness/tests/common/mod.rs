@@ -47,7 +47,8 @@ fn lockstorm_slotted(
     env: &[(&str, &str)],
     starts_nodes: bool,
 ) -> Run {
-    let _slot = starts_nodes.then(|| e2e_slot_for(long_run(args) || LONG_TEST.get()));
+    let _slot =
+        starts_nodes.then(|| e2e_slot_for(long_run(args) || LONG_TEST.get(), heavy_run(args)));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockstorm"));
     if let Some(cwd) = cwd {
         cmd.current_dir(cwd);
@@ -111,7 +112,50 @@ pub fn run_with_env(
     let text = std::fs::read_to_string(dir.join("results.json")).expect("results.json");
     let results: Results = serde_json::from_str(&text).expect("results.json parses");
     assert_no_process_left(results_root(&group));
+    log_run_timeline(args, &run, &results, &dir);
     (run, results, dir)
+}
+
+/// With `LOCKSTORM_TEST_RUN_LOG` naming a file, each run appends its test,
+/// its time limit, exit code and verdict, when each anomaly was first seen
+/// and when each fault started (s into the run): how much shorter a test's
+/// time limit could be, read off the suite rather than guessed.
+fn log_run_timeline(args: &[&str], run: &Run, results: &Results, dir: &Path) {
+    let Some(log) = std::env::var_os("LOCKSTORM_TEST_RUN_LOG") else {
+        return;
+    };
+    let seconds = |ns: f64| format!("{:.1}", ns / 1e9);
+    let limit = args.windows(2).find(|w| w[0] == "--time-limit");
+    let firsts: Vec<String> = results
+        .anomalies
+        .iter()
+        .filter(|(_, a)| a.count > 0)
+        .map(|(k, a)| format!("{k}={}", seconds(a.first_time.unwrap_or(0) as f64)))
+        .collect();
+    let history = std::fs::read_to_string(dir.join("history.jsonl")).unwrap_or_default();
+    let faults: Vec<String> = history
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["f"].as_str().is_some_and(|f| f.starts_with("start-")))
+        .map(|e| {
+            format!(
+                "{}@{}",
+                e["f"].as_str().unwrap(),
+                seconds(e["time"].as_f64().unwrap_or(0.0))
+            )
+        })
+        .collect();
+    let line = format!(
+        "{}\t{}\t{}\t{:?}\t{}\t{}\n",
+        std::thread::current().name().unwrap_or("?"),
+        limit.map_or("-", |w| w[1]),
+        run.code,
+        results.valid,
+        firsts.join(","),
+        faults.join(","),
+    );
+    let file = File::options().create(true).append(true).open(log);
+    let _ = file.and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
 }
 
 fn results_root(group: &Path) -> &Path {
@@ -244,15 +288,20 @@ pub fn run_short(
 }
 
 /// How many end-to-end runs may go at once, across test threads and test
-/// binaries: nine per two cores, or `LOCKSTORM_TEST_RUNS`. A run mostly
-/// waits on timers (its leases, its work, its faults), so a few share a core
-/// the way a matrix's cells do; each takes an address block of its own (the
-/// harness claims the lowest free one), so they never meet on the network.
-/// Nine took the suite from 222 s to 194 s where eight had; ten starved the
-/// adapters' interpreters and their pauses came too late. Ten again, once
-/// workers retried a busy lock half as often (which halved a run's CPU
-/// time), ran the suite here in 196 s, but in a fresh clone on CI a
-/// Sentinel took over 10 s to answer and two failovers came too late.
+/// binaries: twelve per two cores, or `LOCKSTORM_TEST_RUNS`; of them, only
+/// [`heavy_slots`] may be heavy runs. A run of lockstorm's own Redis nodes
+/// and workers mostly waits on timers (its leases, its work, its faults: a
+/// 10 s `single` run under `kill` takes 0.7 s of CPU), so many share a
+/// core; each takes an address block of its own (the harness claims the
+/// lowest free one), so they never meet on the network.
+///
+/// A few kinds of run take most of the CPU (see [`heavy_run`]). With one
+/// count for every run, nine per two cores was the most: ten starved the
+/// adapters' interpreters (their pauses came too late), and on CI a
+/// Sentinel took over 10 s to answer. Twelve, of which at most four heavy,
+/// ran the end-to-end tests here in 177 s where nine took 188 s, the
+/// machine 87 % busy rather than 80 %: past that, more runs at once only
+/// stretch each run.
 ///
 /// On a machine already more than half busy before this process starts a
 /// run (another build, another suite), four per two cores: under two CPU-bound
@@ -269,14 +318,37 @@ fn e2e_slots() -> usize {
             return n.max(1);
         }
         let busy = busy_share(Duration::from_millis(500));
-        // Per two cores: nine on an idle machine, four on a busy one.
-        let per_two_cores = if busy > 0.5 { 4 } else { 9 };
+        // Per two cores: twelve on an idle machine, four on a busy one.
+        let per_two_cores = if busy > 0.5 { 4 } else { 12 };
         let slots = (cores * per_two_cores / 2).max(1);
         eprintln!(
-            "e2e: the machine was {:.0}% busy before this process's first run: {slots} run slots",
+            "e2e: the machine was {:.0}% busy before this process's first run: {slots} run slots, {} for heavy runs",
             busy * 100.0,
+            heavy_slots(slots),
         );
         slots
+    })
+}
+
+/// How many of `slots` runs at once may be heavy: a third (four of twelve
+/// per two cores), so the JVMs and consensus members never crowd out the
+/// Sentinels and interpreters around them.
+fn heavy_slots(slots: usize) -> usize {
+    (slots / 3).max(1)
+}
+
+/// Whether a command's run is heavy on the CPU: a ZooKeeper ensemble or a
+/// JVM client (a 12 s Curator run under `pause` takes 5.5 s of CPU), three
+/// etcd members (a 7 s run, 3.5 s), or containers. A run of a Python or
+/// Node adapter's workers, or of PostgreSQL, takes about a second of CPU,
+/// as a Redis-only run takes half of one.
+fn heavy_run(args: &[&str]) -> bool {
+    const FLAGS: [&str; 3] = ["curator", "kazoo", "docker"];
+    const CONFIGS: [&str; 2] = ["etcd", "zookeeper"];
+    args.iter().any(|a| {
+        FLAGS.contains(a)
+            || a.split(',')
+                .any(|part| CONFIGS.iter().any(|c| part.starts_with(c)))
     })
 }
 
@@ -318,24 +390,36 @@ fn busy_share(over: Duration) -> f64 {
     (busy / total).max(0.0)
 }
 
-/// A slot for one end-to-end run, held (a `flock` on its file) until dropped.
+/// A slot: a `flock` on its file, held until dropped.
 pub struct Slot {
     _lock: File,
+}
+
+/// An end-to-end run's place: its slot, and a heavy run's place among the
+/// heavy ones too.
+pub struct RunSlot {
+    _slot: Slot,
+    _heavy: Option<Slot>,
     taken: std::time::Instant,
 }
 
-/// With `LOCKSTORM_TEST_SLOT_LOG` naming a file, each slot appends the
-/// test that held it and for how long when it is freed: where the suite's
-/// run time goes (a test's own time includes its wait for a slot).
-impl Drop for Slot {
+/// With `LOCKSTORM_TEST_SLOT_LOG` naming a file, each run's place appends
+/// the test that held it and for how long when it is freed: where the
+/// suite's run time goes (a test's own time includes its wait for a slot).
+impl Drop for RunSlot {
     fn drop(&mut self) {
         let Some(path) = std::env::var_os("LOCKSTORM_TEST_SLOT_LOG") else {
             return;
         };
         let line = format!(
-            "{:.2}\t{}\n",
+            "{:.2}\t{}\t{}\n",
             self.taken.elapsed().as_secs_f64(),
-            std::thread::current().name().unwrap_or("?")
+            std::thread::current().name().unwrap_or("?"),
+            if self._heavy.is_some() {
+                "heavy"
+            } else {
+                "light"
+            },
         );
         let log = File::options().create(true).append(true).open(path);
         let _ = log.and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
@@ -366,7 +450,6 @@ impl Slots {
         let free = self.0.iter().position(|f| f.try_lock().is_ok())?;
         Some(Slot {
             _lock: self.0.swap_remove(free),
-            taken: std::time::Instant::now(),
         })
     }
 
@@ -392,18 +475,34 @@ impl Slots {
 }
 
 /// One of the [`e2e_slots`] slots every test binary of this user shares,
-/// held until dropped.
-pub fn e2e_slot() -> Slot {
-    e2e_slot_for(false)
+/// held until dropped, for a run that is not heavy.
+pub fn e2e_slot() -> RunSlot {
+    e2e_slot_for(false, false)
 }
 
-/// [`e2e_slot`], for a `long` run: one that waits tries ten times as often,
-/// so the long runs mostly go first and the short ones fill in around them
-/// rather than a 30 s run starting last and ending the suite alone.
-fn e2e_slot_for(long: bool) -> Slot {
-    let dir = std::env::temp_dir().join("lockstorm-test-slots");
+/// [`e2e_slot`], for a heavy run (see [`heavy_run`]) a test starts itself.
+pub fn e2e_heavy_slot() -> RunSlot {
+    e2e_slot_for(false, true)
+}
+
+/// A run's place, for a `long` run: one that waits tries ten times as
+/// often, so the long runs mostly go first and the short ones fill in
+/// around them rather than a 30 s run starting last and ending the suite
+/// alone. A `heavy` run takes its place among the heavy ones first, so it
+/// holds no slot while it waits for one.
+fn e2e_slot_for(long: bool, heavy: bool) -> RunSlot {
     let every = std::time::Duration::from_millis(if long { 2 } else { 20 });
-    Slots::open(&dir, e2e_slots()).take_trying_every(every)
+    let slots = |dir: &str, n: usize| {
+        let dir = std::env::temp_dir().join(dir);
+        Slots::open(&dir, n).take_trying_every(every)
+    };
+    let _heavy = heavy.then(|| slots("lockstorm-test-heavy-slots", heavy_slots(e2e_slots())));
+    let _slot = slots("lockstorm-test-slots", e2e_slots());
+    RunSlot {
+        _slot,
+        _heavy,
+        taken: std::time::Instant::now(),
+    }
 }
 
 std::thread_local! {
@@ -695,7 +794,7 @@ pub fn nothing_outlives_a_signalled_harness(
 ) {
     use nix::sys::signal::{kill, Signal};
     for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGKILL] {
-        let _slot = e2e_slot();
+        let _slot = e2e_slot_for(false, heavy_run(run));
         let tmp = open_tmp();
         let child = Command::new(env!("CARGO_BIN_EXE_lockstorm"))
             .args(run)

@@ -60,11 +60,11 @@ fn passes_client_test_and_is_valid_without_faults(client: &str, config: &str) {
         "--workers",
         "3",
     ];
-    let (r, dir) = run_client(root.path(), &[&args[..], &["--time-limit", "8"]].concat());
+    let (r, dir) = run_client(root.path(), &[&args[..], &["--time-limit", "6"]].concat());
     assert_valid(&r, &dir);
     assert!(
-        r.stats.acquired >= 20,
-        "only {} locks granted in 8 s: too few cycles to mean anything ({})",
+        r.stats.acquired >= 15,
+        "only {} locks granted in 6 s: too few cycles to mean anything ({})",
         r.stats.acquired,
         dir.display()
     );
@@ -264,31 +264,49 @@ fn portalocker_passes_client_test_and_is_caught_under_pause_with_two_workers() {
 /// not when the adapter froze), with the lock value that froze it, and the
 /// stats count them so. Which side a strike lands on is a race with the
 /// library's reply, so the test holds the record, not a count of either.
+/// A strike before the decision may be refused by node-redlock's own
+/// validity check, harmlessly: a run whose every strike was (seen once in
+/// a 15 s run with two strikes) is valid, so up to three seeds, each with
+/// a 1 s lease so that three or four strikes fit in 10 s.
 #[test]
 fn node_redlock_frozen_mid_acquisition_is_caught_and_each_strike_says_if_it_had_decided() {
     let root = root();
-    let args = [
-        "--config",
-        "single",
-        "--client",
-        "node-redlock",
-        "--nemesis",
-        "pause",
-        "--at",
-        "acquiring",
-        "--time-limit",
-        "15",
-        "--nemesis-interval-ms",
-        "2000",
-        "--seed",
-        "1",
-    ];
-    let (r, dir) = run_client(root.path(), &args);
-    // A frozen holder outlives its TTL whichever side of the decision the
-    // strike landed: caught.
-    assert_eq!(r.valid, Validity::False, "{}", dir.display());
-    assert!(count(&r, "lock-overlap") > 0, "{}", dir.display());
-    let strikes = events(&dir, "start-pause");
+    for seed in ["1", "2", "3"] {
+        let args = [
+            "--config",
+            "single",
+            "--client",
+            "node-redlock",
+            "--nemesis",
+            "pause",
+            "--at",
+            "acquiring",
+            "--time-limit",
+            "10",
+            "--ttl-ms",
+            "1000",
+            "--nemesis-interval-ms",
+            "2000",
+            "--seed",
+            seed,
+        ];
+        let (r, dir) = run_client(root.path(), &args);
+        strikes_say_if_the_library_had_decided(&r, &dir);
+        // A frozen holder that had its grant outlives its TTL: caught.
+        if r.valid == Validity::False {
+            assert!(count(&r, "lock-overlap") > 0, "{}", dir.display());
+            return;
+        }
+        assert_eq!(r.valid, Validity::True, "{}", dir.display());
+    }
+    panic!("node-redlock frozen mid-acquisition was never caught in three seeds");
+}
+
+/// Every strike says which side of the library's decision it landed on,
+/// with the lock value that froze it, and the stats count them so.
+fn strikes_say_if_the_library_had_decided(r: &Results, dir: &Path) {
+    let strikes = events(dir, "start-pause");
+    assert!(!strikes.is_empty(), "no strike in {}", dir.display());
     let mut before = 0;
     for strike in &strikes {
         let value = &strike["value"];
@@ -334,7 +352,7 @@ fn the_protocol_example_adapter_passes_client_test_and_is_valid_without_faults()
     assert_eq!(code, 0, "{report}");
     let (r, dir) = run_client(
         root.path(),
-        &["--client-cmd", &cmd, "--time-limit", "10", "--seed", "2"],
+        &["--client-cmd", &cmd, "--time-limit", "6", "--seed", "2"],
     );
     assert_valid(&r, &dir);
     assert!(r.stats.acquired >= 20, "{}", dir.display());
@@ -425,8 +443,9 @@ fn a_plain_del_adapter_from_the_protocol_page_is_caught_as_foreign_release() {
         &cmd,
         "--nemesis",
         "pause",
+        // The first pause, about 3 s in, releases the next holder's lock.
         "--time-limit",
-        "20",
+        "11",
         "--nemesis-interval-ms",
         "2000",
         "--seed",
@@ -464,7 +483,7 @@ fn a_no_ttl_adapter_is_held_to_a_deadlock_threshold_without_a_ttl() {
         "--nemesis",
         "crash",
         "--time-limit",
-        "10",
+        "7",
         "--nemesis-interval-ms",
         "2000",
         "--acquire-timeout-ms",
@@ -594,7 +613,7 @@ fn a_hung_adapter_leaves_its_op_info_and_is_restarted_under_a_new_process() {
         "--client-cmd",
         &cmd,
         "--time-limit",
-        "15",
+        "10",
         "--ttl-ms",
         "1000",
         "--workers",
@@ -855,7 +874,7 @@ fn an_adapter_that_declares_fence_gets_storage_that_refuses_stale_ones() {
                 "--client-cmd",
                 &cmd,
                 "--time-limit",
-                "8",
+                "5",
                 "--seed",
                 "2",
                 "--storage",
@@ -1046,9 +1065,10 @@ fn an_adapters_child_is_gone_after_a_valid_run() {
     let root = root();
     let (cmd, pids) = forking(root.path(), false);
     let results = results(root.path());
-    // Long enough that six interpreters starting on a busy machine still
-    // leave the workers time to take the lock (a run that took none is unknown).
-    let args = ["--client-cmd", &cmd, "--time-limit", "12", "--seed", "4"];
+    // The time limit starts once every worker's adapter is ready, so six
+    // interpreters slow to start on a busy machine do not shorten the
+    // locking (a run that took no lock is unknown).
+    let args = ["--client-cmd", &cmd, "--time-limit", "8", "--seed", "4"];
     let (_, r, dir) = run_at(Some(root.path()), &results, &args);
     assert_valid(&r, &dir);
     // The preflight's adapter and one for each of the five workers.

@@ -380,7 +380,7 @@ fn run_of(harness: u32) -> String {
 #[test]
 #[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --features docker --test e2e docker:: -- --ignored)"]
 fn ctrl_c_removes_every_container_of_the_run() {
-    let _slot = common::e2e_slot();
+    let _slot = common::e2e_heavy_slot();
     let tmp = common::tmp();
     let (child, run) = start_long_run(tmp.path());
     let id = run_of(child.id());
@@ -406,7 +406,7 @@ fn ctrl_c_removes_every_container_of_the_run() {
 #[test]
 #[ignore = "needs a Docker daemon: .ci/run runs it (cargo test -p lockstorm --features docker --test e2e docker:: -- --ignored)"]
 fn a_killed_harness_leaves_no_container() {
-    let _slot = common::e2e_slot();
+    let _slot = common::e2e_heavy_slot();
     let tmp = common::tmp();
     let (mut child, _run) = start_long_run(tmp.path());
     let id = run_of(child.id());

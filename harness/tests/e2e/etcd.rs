@@ -173,7 +173,7 @@ fn a_member_cut_off_from_the_others_loses_its_leader_and_the_fence_keeps_the_dat
 /// Redis key expires (`redlock`'s clock tests).
 #[test]
 fn a_wall_clock_jump_on_the_members_moves_their_time_not_their_leases() {
-    let (_tmp, results, dir, _) = common::members_run("etcd", "clock", "10", &[]);
+    let (_tmp, results, dir, _) = common::members_run("etcd", "clock", "7", &[]);
     common::assert_valid(&results, &dir);
     assert_eq!(common::count(&results, "lock-overlap"), 0);
     let jumps = events(&dir, "start-clock");

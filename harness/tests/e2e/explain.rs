@@ -15,7 +15,7 @@ fn demo_2_is_explained_as_pause_expiry_rival_grant_and_a_lost_increment() {
         "--nemesis",
         "pause",
         "--time-limit",
-        "15",
+        "9",
         "--seed",
         "3",
     ];
@@ -101,7 +101,7 @@ fn every_lost_update_chain_on_redlock_ends_with_the_stale_write() {
             "--nemesis",
             "pause",
             "--time-limit",
-            "15",
+            "8",
             "--seed",
             seed,
         ];

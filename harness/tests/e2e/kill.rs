@@ -7,11 +7,18 @@ use checker::Results;
 use common::{count, run_short};
 use std::path::PathBuf;
 
-/// The run's output, results and folder (kept until the `TempDir` drops).
-fn kill_run(config: &str, persistence: &str) -> (common::Run, Results, PathBuf, tempfile::TempDir) {
+/// The run's output, results and folder (kept until the `TempDir` drops),
+/// `seconds` long. Seed 1 kills about 4 s in and again about 4.5 s later;
+/// a node restarted empty grants a rival the lock half a second after the
+/// first kill.
+fn kill_run(
+    config: &str,
+    persistence: &str,
+    seconds: &str,
+) -> (common::Run, Results, PathBuf, tempfile::TempDir) {
     let tmp = common::tmp();
     let extra = ["--persistence", persistence];
-    let (out, results, dir) = run_short(tmp.path(), config, "kill", "15", "1", &extra);
+    let (out, results, dir) = run_short(tmp.path(), config, "kill", seconds, "1", &extra);
     // The old pid is gone and the restarted node answers with a new run id.
     common::assert_verified(&dir, "start-kill");
     common::assert_verified(&dir, "stop-kill");
@@ -22,14 +29,14 @@ fn kill_run(config: &str, persistence: &str) -> (common::Run, Results, PathBuf, 
 
 #[test]
 fn single_restarted_without_persistence_loses_the_lock() {
-    let (out, results, _, _tmp) = kill_run("single", "none");
+    let (out, results, _, _tmp) = kill_run("single", "none", "10");
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
 }
 
 #[test]
 fn single_restarted_with_aof_always_keeps_the_lock() {
-    let (out, results, dir, _tmp) = kill_run("single", "aof-always");
+    let (out, results, dir, _tmp) = kill_run("single", "aof-always", "10");
     common::assert_valid(&results, &dir);
     assert_eq!(out.code, 0, "{}", out.stdout);
 }
@@ -41,7 +48,8 @@ fn single_restarted_with_aof_always_keeps_the_lock() {
 /// holders share a token, and an increment is lost.
 #[test]
 fn fenced_loses_an_update_when_its_fence_counter_restarts_from_zero() {
-    let (out, results, _, _tmp) = kill_run("fenced", "none");
+    // The shared token, and so the lost increment, comes about 8.5 s in.
+    let (out, results, _, _tmp) = kill_run("fenced", "none", "12");
     assert_eq!(out.code, 1, "{}", out.stdout);
     let counter = results.counter().expect("a counter report");
     assert!(
@@ -56,7 +64,7 @@ fn fenced_loses_an_update_when_its_fence_counter_restarts_from_zero() {
 /// refuses every stale token across the restart.
 #[test]
 fn fenced_with_a_durable_fence_counter_loses_nothing_across_a_restart() {
-    let (out, results, dir, _tmp) = kill_run("fenced", "aof-always");
+    let (out, results, dir, _tmp) = kill_run("fenced", "aof-always", "10");
     common::assert_valid(&results, &dir);
     assert_eq!(out.code, 0, "{}", out.stdout);
     assert_eq!(count(&results, "lost-update"), 0);

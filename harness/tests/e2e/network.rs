@@ -19,13 +19,14 @@ fn stops(dir: &std::path::Path, fault: &str) -> Vec<serde_json::Value> {
 
 #[test]
 fn a_write_delayed_past_the_lease_lands_behind_the_next_holders_and_loses_updates() {
-    // A 12 s run fits one or two delays; on a busy host the one held write
+    // A 9 s run fits one delay (about 2 s in, the write lost about 7 s in);
+    // on a busy host the one held write
     // can time out at the worker and land where it loses nothing (CI saw it
     // once), so up to three seeds.
     let mut runs = Vec::new();
     for seed in ["3", "4", "5"] {
         let tmp = common::tmp();
-        let run = run_short(tmp.path(), "single", "delay", "12", seed, &[]);
+        let run = run_short(tmp.path(), "single", "delay", "9", seed, &[]);
         let lost = count(&run.1, "lost-update") > 0;
         runs.push((run, tmp));
         if lost {
@@ -55,7 +56,7 @@ fn a_write_delayed_past_the_lease_lands_behind_the_next_holders_and_loses_update
 #[test]
 fn fencing_refuses_the_delayed_write_at_the_storage() {
     let tmp = common::tmp();
-    let (out, _, dir) = run_short(tmp.path(), "fenced", "delay", "12", "3", &[]);
+    let (out, _, dir) = run_short(tmp.path(), "fenced", "delay", "9", "3", &[]);
     assert_eq!(out.code, 0, "{}", out.stdout);
     assert_verified(&dir, "start-delay");
     let held = stops(&dir, "delay");
@@ -70,7 +71,7 @@ fn fencing_refuses_the_delayed_write_at_the_storage() {
 fn a_late_plain_del_takes_the_next_holders_lock() {
     let tmp = common::tmp();
     let args = ["--at", "releasing"];
-    let (out, results, dir) = run_short(tmp.path(), "unsafe-del", "delay", "12", "3", &args);
+    let (out, results, dir) = run_short(tmp.path(), "unsafe-del", "delay", "9", "3", &args);
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
     assert_all_caused(&results, "lock-overlap");
@@ -82,7 +83,7 @@ fn a_late_plain_del_takes_the_next_holders_lock() {
 fn a_late_compare_and_delete_finds_another_token_and_harms_nothing() {
     let tmp = common::tmp();
     let args = ["--at", "releasing"];
-    let (out, _, dir) = run_short(tmp.path(), "single", "delay", "12", "3", &args);
+    let (out, _, dir) = run_short(tmp.path(), "single", "delay", "9", "3", &args);
     assert_eq!(out.code, 0, "{}", out.stdout);
     assert!(
         stops(&dir, "delay")
@@ -96,7 +97,7 @@ fn a_late_compare_and_delete_finds_another_token_and_harms_nothing() {
 fn a_lost_acquire_reply_is_no_overlap_by_itself() {
     let tmp = common::tmp();
     let args = ["--at", "acquiring"];
-    let (out, _, dir) = run_short(tmp.path(), "single", "lose-reply", "12", "3", &args);
+    let (out, _, dir) = run_short(tmp.path(), "single", "lose-reply", "8", "3", &args);
     assert_eq!(out.code, 0, "{}", out.stdout);
     assert_verified(&dir, "start-lose-reply");
     assert!(stops(&dir, "lose-reply").iter().all(|s| s["reset"] == 1));
@@ -110,8 +111,10 @@ fn a_lost_acquire_reply_is_no_overlap_by_itself() {
 #[test]
 fn a_partition_cuts_a_client_adapters_own_connections() {
     let tmp = common::tmp();
-    let args = ["--client", "redis-py"];
-    let (out, _, dir) = run_short(tmp.path(), "single", "partition", "20", "3", &args);
+    // A 2 s lease rather than partition's default 6 s: a 2 s cut (about
+    // 3.7 s in) and 2 s to settle fit a 9 s run.
+    let args = ["--client", "redis-py", "--ttl-ms", "2000"];
+    let (out, _, dir) = run_short(tmp.path(), "single", "partition", "9", "3", &args);
     assert!(
         out.code == 0 || out.code == 1,
         "refused or unknown: {}\n{}",
@@ -135,7 +138,7 @@ fn a_partition_cuts_a_client_adapters_own_connections() {
 fn a_library_that_asks_sentinel_for_the_primary_stays_behind_the_proxy() {
     let tmp = common::tmp();
     let args = ["--client", "redis-py", "--at", "acquiring"];
-    let (out, _, dir) = run_short(tmp.path(), "replicated", "delay", "14", "3", &args);
+    let (out, _, dir) = run_short(tmp.path(), "replicated", "delay", "10", "3", &args);
     assert!(
         out.code == 0 || out.code == 1,
         "{}\n{}",

@@ -83,7 +83,8 @@ fn clock_args<'a>(results: &'a Path, time_limit: &'a str) -> Vec<&'a str> {
 /// Runs the clock nemesis with seed 1 in `results`; returns its exit code
 /// and output, and whether its lock node had the time shim mapped.
 fn clock_run(results: &Path) -> (i32, String, bool) {
-    let args = clock_args(results, "10");
+    // Seed 1's first jump comes 1.7 s in and breaks the lock at once.
+    let args = clock_args(results, "6");
     // It starts nodes, as every run: it takes its turn like the others (it
     // did not, and with every test started at once its node came up after
     // the 20 s this waited for it on a crowded host).
@@ -104,10 +105,8 @@ fn clock_run(results: &Path) -> (i32, String, bool) {
 #[test]
 fn the_time_shim_loads_whatever_the_results_path() {
     let tmp = common::tmp();
-    let folders: Vec<PathBuf> = ["plain", "a b", "a:b"]
-        .iter()
-        .map(|n| tmp.path().join(n))
-        .collect();
+    // A plain folder is every other clock test's.
+    let folders: Vec<PathBuf> = ["a b", "a:b"].iter().map(|n| tmp.path().join(n)).collect();
     for results in &folders {
         let (code, output, shim) = clock_run(results);
         assert!(

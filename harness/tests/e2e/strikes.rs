@@ -10,7 +10,7 @@ use common::{assert_valid, assert_verified, count, events, run_short};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-/// Runs `config` under `pause` (with `extra`) for 10 s, with seeds 1, 2, 3
+/// Runs `config` under `pause` (with `extra`) for 7 s, with seeds 1, 2, 3
 /// until `caught` holds: a race may need more than one seed (or a longer
 /// run). Returns the last run.
 fn pause_until(
@@ -21,7 +21,7 @@ fn pause_until(
     let mut last = None;
     for seed in ["1", "2", "3"] {
         let tmp = common::tmp();
-        let (_, results, dir) = run_short(tmp.path(), config, "pause", "10", seed, extra);
+        let (_, results, dir) = run_short(tmp.path(), config, "pause", "7", seed, extra);
         let done = caught(&results);
         last = Some((results, dir, tmp));
         if done {
@@ -100,7 +100,7 @@ fn redlock_refuses_a_grant_whose_round_a_pause_aged() {
     // that matters. Valid.
     let tmp = common::tmp();
     let at = ["--at", "acquiring"];
-    let (_, results, dir) = run_short(tmp.path(), "redlock", "pause", "15", "1", &at);
+    let (_, results, dir) = run_short(tmp.path(), "redlock", "pause", "8", "1", &at);
     assert_struck_at(&dir, "acquiring");
     assert_valid(&results, &dir);
 
@@ -109,7 +109,7 @@ fn redlock_refuses_a_grant_whose_round_a_pause_aged() {
     // already run out: it must refuse the round.
     let tmp = common::tmp();
     let alone = ["--at", "acquiring", "--workers", "1"];
-    let (_, results, dir) = run_short(tmp.path(), "redlock", "pause", "15", "1", &alone);
+    let (_, results, dir) = run_short(tmp.path(), "redlock", "pause", "8", "1", &alone);
     assert_struck_at(&dir, "acquiring");
     assert_valid(&results, &dir);
     let history: Vec<Value> = std::fs::read_to_string(dir.join("history.jsonl"))
@@ -141,7 +141,7 @@ fn random_strikes_land_where_they_say() {
         tmp.path(),
         "single",
         "pause",
-        "20",
+        "13",
         "4",
         &["--at", "random"],
     );
@@ -185,7 +185,7 @@ fn a_pause_between_get_and_del_deletes_the_next_holders_lock() {
 fn a_pause_inside_the_release_lets_the_lease_run_out_as_designed(config: &str) {
     let tmp = common::tmp();
     let at = ["--at", "releasing"];
-    let (out, results, dir) = run_short(tmp.path(), config, "pause", "10", "1", &at);
+    let (out, results, dir) = run_short(tmp.path(), config, "pause", "7", "1", &at);
     assert_struck_at(&dir, "releasing");
     assert!(
         errors(&results, "not-held") > 0,

@@ -683,7 +683,7 @@ fn a_crashed_holder_on_a_deployment_does_not_stick_the_lock() {
         "--nemesis",
         "crash",
         "--time-limit",
-        "10",
+        "7",
         "--seed",
         "41",
     ];

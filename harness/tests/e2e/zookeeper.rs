@@ -13,7 +13,7 @@ use serde_json::Value;
 #[test]
 fn zookeepers_lock_breaks_under_a_pause_and_its_zxid_fence_keeps_the_data() {
     common::long_test();
-    let (_tmp, results, dir, _) = common::members_run("zookeeper", "pause", "10", &[]);
+    let (_tmp, results, dir, _) = common::members_run("zookeeper", "pause", "8", &[]);
     assert_eq!(results.valid, Validity::False, "{}", dir.display());
     assert!(
         common::count(&results, "lock-overlap") >= 1,
@@ -31,7 +31,7 @@ fn zookeepers_lock_breaks_under_a_pause_and_its_zxid_fence_keeps_the_data() {
         "run.json names ZooKeeper's version: {}",
         record["zookeeper"]
     );
-    let (_tmp, results, dir, json) = common::members_run("zookeeper-fenced", "pause", "10", &[]);
+    let (_tmp, results, dir, json) = common::members_run("zookeeper-fenced", "pause", "8", &[]);
     common::assert_valid(&results, &dir);
     let refused = json["checkers"]["counter"]["stale_fence_rejected"]["writes"]
         .as_u64()
