@@ -29,7 +29,7 @@ fn kill_run(
 
 #[test]
 fn single_restarted_without_persistence_loses_the_lock() {
-    let (out, results, _, _tmp) = kill_run("single", "none", "10");
+    let (out, results, _, _tmp) = kill_run("single", "none", "12");
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
 }

@@ -159,7 +159,7 @@ fn bad_input_is_one_line_and_starts_nothing() {
 const SMALL_EXPECT: &str = "[single]\nnone = \"valid\"\n[no-lock]\nnone = \"invalid\"\n\
                             [unsafe-key-per-worker]\nnone = \"invalid\"\n";
 
-/// `lockstorm matrix` of `configs` × none, 3 s a run with seed `seed`, into
+/// `lockstorm matrix` of `configs` × none, 2 s a run with seed `seed`, into
 /// `results`, held to [`SMALL_EXPECT`]: every expectation must be met.
 fn small_matrix(results: &Path, configs: &str, seed: &str, extra: &[&str]) -> common::Run {
     let file = results.join("expect.toml");
@@ -172,7 +172,7 @@ fn small_matrix(results: &Path, configs: &str, seed: &str, extra: &[&str]) -> co
         "--nemeses",
         "none",
         "--time-limit",
-        "3",
+        "2",
         "--seed",
         seed,
         "--results",
@@ -324,7 +324,7 @@ fn shards_that_do_not_make_a_matrix_are_named_and_fail_the_report() {
     let set = |seed: &str| {
         let head = format!(
             "lockstorm report: the shards of the matrix of 2 pair(s) (single × none … no-lock × none) \
-             with seed {seed}, 3 s a run, 1 run(s) a pair were not merged: "
+             with seed {seed}, 2 s a run, 1 run(s) a pair were not merged: "
         );
         let line = lines.iter().find(|l| l.starts_with(&head));
         line.unwrap_or_else(|| panic!("no line for seed {seed}:\n{}", report.stderr))[head.len()..]

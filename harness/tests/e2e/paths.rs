@@ -36,7 +36,7 @@ fn every_topology_runs_with_the_default_relative_results_folder() {
             "--nemesis",
             "none",
             "--time-limit",
-            "3",
+            "2",
             "--seed",
             "1",
         ];
@@ -177,7 +177,7 @@ fn a_results_folder_the_user_cannot_write_is_bad_input_naming_it() {
             "--nemesis",
             "none",
             "--time-limit",
-            "3",
+            "2",
         ],
         vec![
             "matrix",

@@ -132,7 +132,7 @@ fn two_nodes_restarted_empty_leave_a_bare_majority_and_one_clock_jump_breaks_red
 
 #[test]
 fn killing_the_holders_majority_breaks_redlock() {
-    let (out, results, _, _t) = redlock(&["--nemesis", "kill", "--targets", "majority"], "10");
+    let (out, results, _, _t) = redlock(&["--nemesis", "kill", "--targets", "majority"], "12");
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
 }

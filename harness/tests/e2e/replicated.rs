@@ -10,7 +10,7 @@ use common::{count, events, run_short};
 fn a_primary_restarted_empty_before_sentinel_notices_loses_the_lock() {
     let tmp = common::tmp();
     // --restart-ms 300 is well under Sentinel's down-after (1000 ms).
-    let (out, results, dir) = run_short(tmp.path(), "replicated", "kill", "10", "1", &[]);
+    let (out, results, dir) = run_short(tmp.path(), "replicated", "kill", "15", "1", &[]);
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
     assert!(!events(&dir, "start-kill").is_empty());
