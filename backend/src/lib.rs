@@ -18,6 +18,7 @@ pub mod docker;
 pub mod docker_cli;
 mod error;
 pub mod etcd;
+pub mod lab;
 pub mod local;
 pub mod node;
 pub mod postgres;

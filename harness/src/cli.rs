@@ -60,6 +60,9 @@ enum Command {
     Audit(crate::audit::AuditArgs),
     /// The shipped client adapters' environments.
     Clients(ClientsArgs),
+    /// Hosts on this machine for `--nodes`, as Jepsen's n1…n5: each a
+    /// network namespace on a private bridge with its own sshd.
+    Lab(LabArgs),
     /// Build the Docker backend's local images from this machine's
     /// redis-server, PostgreSQL and etcd (`image import`), for daemons that cannot pull.
     Image(ImageArgs),
@@ -162,6 +165,26 @@ enum ClientsCommand {
 }
 
 #[derive(clap::Args, Debug)]
+struct LabArgs {
+    #[command(subcommand)]
+    command: LabCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum LabCommand {
+    /// Make the hosts (as root; needs Debian's openssh-server) and print
+    /// their `--nodes` value, and nothing else, on stdout.
+    Up {
+        /// How many hosts: n1 … nN.
+        #[arg(long, default_value_t = 5)]
+        hosts: usize,
+    },
+    /// Take the lab down: its sshd processes, namespaces, links, bridge
+    /// and keys.
+    Down,
+}
+
+#[derive(clap::Args, Debug)]
 struct ImageArgs {
     #[command(subcommand)]
     command: ImageCommand,
@@ -216,6 +239,7 @@ pub fn main() -> ExitCode {
         Some(Command::Cell { plan }) => cell(&plan),
         Some(Command::Reap { daemon, run }) => reap(&daemon, &run),
         Some(Command::Image(args)) => finish(image_command(args)),
+        Some(Command::Lab(args)) => finish(lab_command(args)),
         Some(Command::Clients(args)) => finish(clients_command(args)),
         Some(Command::Check(args)) => finish(check_command(args)),
         Some(Command::Explain(args)) => finish(explain_command(args)),
@@ -498,6 +522,18 @@ fn audit_command(args: &crate::audit::AuditArgs) -> Result<Validity> {
 fn clients_command(args: ClientsArgs) -> Result<Validity> {
     let ClientsCommand::Setup = args.command;
     say(&crate::clients::set_up_all()?)?;
+    Ok(Validity::True)
+}
+
+fn lab_command(args: LabArgs) -> Result<Validity> {
+    use backend::lab::{self, Down};
+    match args.command {
+        LabCommand::Up { hosts } => say(&format!("{}\n", lab::up(hosts)?.nodes()))?,
+        LabCommand::Down => match lab::down()? {
+            Down::Removed(hosts) => say(&format!("lab down: {} removed\n", hosts.join(", ")))?,
+            Down::NoneWasUp => say("lab down: no lab was up\n")?,
+        },
+    }
     Ok(Validity::True)
 }
 

@@ -17,6 +17,7 @@ mod etcd;
 mod explain;
 mod faults;
 mod kill;
+mod lab;
 mod lifecycle;
 mod liveness;
 mod matrix;

@@ -1,0 +1,206 @@
+//! `lockstorm lab`: hosts on this machine for `--nodes`, as Jepsen's n1…n5.
+//! Each host is a network namespace with one interface on a private bridge
+//! (`lslab0`, 10.213.0.0/24, no uplink and no route out of the namespaces),
+//! and its own `sshd` (Debian's `openssh-server`) that takes one generated
+//! key. Cutting a link between two hosts is then a real drop on a real
+//! interface, not a loopback trick.
+//!
+//! This file is the plan, pure: names, addresses, the files a lab keeps.
+//! `up.rs` makes it and takes it down, every command under a deadline.
+
+mod up;
+
+pub use up::{down, up, Down};
+
+use serde::{Deserialize, Serialize};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+/// The most hosts a lab has (Jepsen's tests use five).
+pub const MAX_HOSTS: usize = 9;
+
+/// The bridge every host's interface hangs on.
+pub const BRIDGE: &str = "lslab0";
+
+/// The lab's subnet: private, and refused if the machine already routes it.
+pub const SUBNET: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 213, 0, 0), 24);
+
+/// The bridge's own address: this machine's side, where `ssh` comes from.
+pub const BRIDGE_ADDR: Ipv4Addr = Ipv4Addr::new(10, 213, 0, 1);
+
+/// Where a lab keeps its key, each host's `sshd` files and its record.
+pub fn home() -> PathBuf {
+    std::env::temp_dir().join("lockstorm-lab")
+}
+
+/// The lab's client key, which every host's `sshd` takes.
+pub fn key(home: &Path) -> PathBuf {
+    home.join("id_ed25519")
+}
+
+/// One host of the lab.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Host {
+    /// `n1`, `n2`, …
+    pub name: String,
+    /// Its network namespace.
+    pub netns: String,
+    /// Its end of the link on the bridge (the other end is its `eth0`).
+    pub veth: String,
+    pub addr: Ipv4Addr,
+}
+
+impl Host {
+    fn new(i: usize) -> Host {
+        let name = format!("n{i}");
+        Host {
+            netns: format!("lockstorm-lab-{name}"),
+            veth: format!("lslab-{name}"),
+            addr: Ipv4Addr::new(10, 213, 0, 10 + i as u8),
+            name,
+        }
+    }
+
+    /// Its folder in the lab's home: `sshd`'s config, host key, pid and log.
+    pub fn dir(&self, home: &Path) -> PathBuf {
+        home.join(&self.name)
+    }
+
+    /// What `--nodes` takes for it.
+    pub fn destination(&self) -> String {
+        format!("root@{}", self.addr)
+    }
+}
+
+/// What a lab is made of, kept as `lab.json` in its home so `down` takes
+/// apart exactly what `up` made.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lab {
+    pub hosts: Vec<Host>,
+    /// Whether `up` made `/run/sshd` (sshd's privilege separation folder),
+    /// so `down` removes it if no other `sshd` is left to use it.
+    pub made_run_sshd: bool,
+}
+
+impl Lab {
+    /// The plan for `n` hosts; out of range is bad input.
+    pub fn plan(n: usize) -> Result<Lab, String> {
+        if !(1..=MAX_HOSTS).contains(&n) {
+            return Err(format!(
+                "--hosts {n} is out of range: a lab has 1 to {MAX_HOSTS} hosts"
+            ));
+        }
+        Ok(Lab {
+            hosts: (1..=n).map(Host::new).collect(),
+            made_run_sshd: false,
+        })
+    }
+
+    /// The `--nodes` value: every host's destination, comma-separated.
+    pub fn nodes(&self) -> String {
+        let hosts: Vec<String> = self.hosts.iter().map(Host::destination).collect();
+        hosts.join(",")
+    }
+}
+
+/// The `sshd_config` of `host`: its address only, the lab's key only, no
+/// password, no PAM; `StrictModes` off as the home is under the shared
+/// temporary folder.
+pub fn sshd_config(host: &Host, home: &Path) -> String {
+    let dir = host.dir(home);
+    let file = |name: &str| dir.join(name).display().to_string();
+    [
+        format!("ListenAddress {}", host.addr),
+        "Port 22".into(),
+        format!("HostKey {}", file("host_key")),
+        format!(
+            "AuthorizedKeysFile {}",
+            home.join("authorized_keys").display()
+        ),
+        format!("PidFile {}", file("sshd.pid")),
+        "PermitRootLogin prohibit-password".into(),
+        "PasswordAuthentication no".into(),
+        "KbdInteractiveAuthentication no".into(),
+        "UsePAM no".into(),
+        "StrictModes no".into(),
+        String::new(),
+    ]
+    .join("\n")
+}
+
+/// The first route of `ip -4 route`'s output that overlaps `SUBNET`, if
+/// any: the lab would shadow it, or be shadowed.
+pub fn clashing_route(routes: &str) -> Option<&str> {
+    routes.lines().find(|line| {
+        let Some(dest) = line.split_whitespace().next() else {
+            return false;
+        };
+        let (addr, len) = match dest {
+            "default" => return false,
+            d => d.split_once('/').unwrap_or((d, "32")),
+        };
+        let (Ok(addr), Ok(len)) = (addr.parse::<Ipv4Addr>(), len.parse::<u8>()) else {
+            return false;
+        };
+        overlaps((addr, len), SUBNET)
+    })
+}
+
+fn overlaps(a: (Ipv4Addr, u8), b: (Ipv4Addr, u8)) -> bool {
+    let len = a.1.min(b.1).min(32);
+    let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+    u32::from(a.0) & mask == u32::from(b.0) & mask
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_are_named_and_addressed_in_order_within_the_subnet() {
+        let lab = Lab::plan(3).unwrap();
+        let names: Vec<&str> = lab.hosts.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(names, ["n1", "n2", "n3"]);
+        assert_eq!(
+            lab.nodes(),
+            "root@10.213.0.11,root@10.213.0.12,root@10.213.0.13"
+        );
+        for h in &Lab::plan(MAX_HOSTS).unwrap().hosts {
+            assert!(overlaps((h.addr, 32), SUBNET), "{h:?}");
+            assert_ne!(h.addr, BRIDGE_ADDR);
+            // Interface names fit the kernel's 15 bytes.
+            assert!(h.veth.len() <= 15 && BRIDGE.len() <= 15, "{h:?}");
+        }
+    }
+
+    #[test]
+    fn a_host_count_out_of_range_is_refused_naming_the_range() {
+        for n in [0, MAX_HOSTS + 1] {
+            let refused = Lab::plan(n).unwrap_err();
+            assert!(refused.contains("1 to 9"), "{refused}");
+        }
+    }
+
+    #[test]
+    fn a_route_over_the_subnet_clashes_and_others_do_not() {
+        let routes = "default via 192.0.2.1 dev eth0\n192.0.2.0/24 dev eth0 proto kernel scope link src 192.0.2.2\n";
+        assert_eq!(clashing_route(routes), None);
+        let wide = format!("{routes}10.0.0.0/8 dev tun0\n");
+        assert_eq!(clashing_route(&wide), Some("10.0.0.0/8 dev tun0"));
+        assert_eq!(
+            clashing_route("10.213.0.7 dev wg0\n"),
+            Some("10.213.0.7 dev wg0")
+        );
+        assert_eq!(clashing_route("10.214.0.0/24 dev x\n"), None);
+    }
+
+    #[test]
+    fn sshd_takes_only_the_labs_key_on_the_hosts_own_address() {
+        let host = &Lab::plan(2).unwrap().hosts[1];
+        let config = sshd_config(host, Path::new("/tmp/lab"));
+        assert!(config.contains("ListenAddress 10.213.0.12\n"), "{config}");
+        assert!(config.contains("AuthorizedKeysFile /tmp/lab/authorized_keys\n"));
+        assert!(config.contains("PidFile /tmp/lab/n2/sshd.pid\n"));
+        assert!(config.contains("PasswordAuthentication no\n"));
+    }
+}
