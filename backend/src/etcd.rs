@@ -170,7 +170,11 @@ pub async fn start_cluster(
     for (mut core, peer_port, clock) in planned {
         // Removes the data once the harness is gone, however it ended.
         let data = core.dir.join("data");
-        core.data = Some(DataFolder::reaped("etcd", &data, &core.dir.join(PID_FILE))?);
+        core.data = Some(DataFolder::reaped_noting_pid(
+            "etcd",
+            &data,
+            &core.dir.join(PID_FILE),
+        )?);
         let mut member = EtcdMember {
             core,
             program: program.clone(),
@@ -180,7 +184,7 @@ pub async fn start_cluster(
             token: token.to_string(),
         };
         member.core.process = Some(backend.launch(member.launch_spec()).await?);
-        member.note_pid();
+        member.core.note_pid();
         started.push(member);
     }
     // A member is healthy only once a majority is up: all are started first.
@@ -226,11 +230,6 @@ impl EtcdMember {
                 .is_root()
                 .then(|| (0, nemesis::net::member_gid(ip))),
         }
-    }
-
-    /// Tells the reaper which process to wait for.
-    fn note_pid(&self) {
-        let _ = std::fs::write(self.core.dir.join(PID_FILE), format!("{}\n", self.pid()));
     }
 
     /// Polls until the member says it is healthy and which process it is,
@@ -300,10 +299,6 @@ impl Kind for EtcdMember {
 
     fn ready(&mut self) -> BoxFuture<'_, Result<()>> {
         Box::pin(self.healthy())
-    }
-
-    fn relaunched(&mut self) {
-        self.note_pid();
     }
 }
 

@@ -27,15 +27,34 @@ rm -rf "$1""#;
 pub struct DataFolder {
     path: PathBuf,
     reaper: Option<Child>,
+    /// The pid file lockstorm writes for a server that writes none.
+    noted: Option<PathBuf>,
 }
 
 impl DataFolder {
-    /// `data`, reaped for a `server` whose pid `pid_file` holds.
+    /// `data`, reaped for a `server` whose pid `pid_file` holds (the server
+    /// writes it: PostgreSQL's `postmaster.pid`).
     pub fn reaped(server: &str, data: &Path, pid_file: &Path) -> Result<Self> {
         Ok(DataFolder {
             path: data.to_path_buf(),
             reaper: Some(start(server, data, pid_file)?),
+            noted: None,
         })
+    }
+
+    /// [`Self::reaped`], for a server that writes no pid file of its own:
+    /// [`Self::note_pid`] writes `pid_file` at each launch (etcd, ZooKeeper).
+    pub fn reaped_noting_pid(server: &str, data: &Path, pid_file: &Path) -> Result<Self> {
+        let mut folder = Self::reaped(server, data, pid_file)?;
+        folder.noted = Some(pid_file.to_path_buf());
+        Ok(folder)
+    }
+
+    /// Writes `pid` where the reaper reads it, if lockstorm is the one to.
+    pub fn note_pid(&self, pid: u32) {
+        if let Some(file) = &self.noted {
+            let _ = std::fs::write(file, format!("{pid}\n"));
+        }
     }
 }
 

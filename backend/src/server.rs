@@ -90,7 +90,7 @@ pub trait Server: Kind {
             };
             let mut launched = process.restart().await;
             if launched.is_ok() {
-                self.relaunched();
+                self.core().note_pid();
                 launched = self.ready().await;
             }
             if launched.is_err() {
@@ -139,9 +139,6 @@ pub trait Kind: Send + Sync {
     /// What a restart does once the old process is gone, before the new
     /// one starts.
     fn before_restart(&mut self) {}
-
-    /// What a restart does once the new process started, before it is ready.
-    fn relaunched(&mut self) {}
 }
 
 /// How a server ends for good.
@@ -206,6 +203,14 @@ impl Managed {
 
     pub(crate) fn pid(&self) -> u32 {
         self.process.as_ref().map_or(0, |p| p.pid())
+    }
+
+    /// Tells its data folder's reaper the process just launched, when the
+    /// server writes no pid file of its own.
+    pub(crate) fn note_pid(&self) {
+        if let Some(data) = &self.data {
+            data.note_pid(self.pid());
+        }
     }
 
     /// How the process ended, if it has (one removed has ended).

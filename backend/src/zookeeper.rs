@@ -169,7 +169,7 @@ pub async fn start_ensemble(
     let mut started = Vec::new();
     for (i, mut core) in planned.into_iter().enumerate() {
         let data = core.dir.join("data");
-        core.data = Some(DataFolder::reaped(
+        core.data = Some(DataFolder::reaped_noting_pid(
             "zookeeper",
             &data,
             &core.dir.join(PID_FILE),
@@ -185,7 +185,7 @@ pub async fn start_ensemble(
     }
     for member in &mut started {
         member.core.process = Some(backend.launch(member.launch_spec()).await?);
-        member.note_pid();
+        member.core.note_pid();
     }
     // A member serves only once a quorum is up: all are started first.
     for member in &mut started {
@@ -259,11 +259,6 @@ impl ZkMember {
         }
     }
 
-    /// Tells the reaper which process to wait for.
-    fn note_pid(&self) {
-        let _ = std::fs::write(self.core.dir.join(PID_FILE), format!("{}\n", self.pid()));
-    }
-
     /// Polls `srvr` until the member leads or follows, or fails early if
     /// the process exited.
     async fn serving(&mut self) -> Result<()> {
@@ -312,10 +307,6 @@ impl Kind for ZkMember {
 
     fn ready(&mut self) -> BoxFuture<'_, Result<()>> {
         Box::pin(self.serving())
-    }
-
-    fn relaunched(&mut self) {
-        self.note_pid();
     }
 }
 
