@@ -127,7 +127,7 @@ fn make_host(host: &Host, home: &Path, sshd: &Path) -> Result<()> {
         .arg(&config)
         .arg("-E")
         .arg(&log);
-    checked(&mut start, &format!("starting sshd on {}", host.name))
+    checked(&mut start, &format!("starting sshd on {}", host.name)).map(drop)
 }
 
 /// Waits until `host`'s `sshd` accepts a connection on port 22.
@@ -274,37 +274,30 @@ fn keygen(path: &Path, comment: &str) -> Result<()> {
     let mut cmd = Command::new("ssh-keygen");
     cmd.args(["-q", "-t", "ed25519", "-N", "", "-C", comment, "-f"])
         .arg(path);
-    checked(&mut cmd, &format!("making the key {}", path.display()))
+    checked(&mut cmd, &format!("making the key {}", path.display())).map(drop)
 }
 
 fn ip(args: &[&str]) -> Result<()> {
+    output(args).map(drop)
+}
+
+fn output(args: &[&str]) -> Result<String> {
     checked(
         Command::new("ip").args(args),
         &format!("ip {}", args.join(" ")),
     )
 }
 
-fn output(args: &[&str]) -> Result<String> {
-    let what = format!("ip {}", args.join(" "));
-    let out = process::output_within(Command::new("ip").args(args), COMMAND_WITHIN)
-        .map_err(doing(what.clone()))?;
-    match out.status.success() {
-        true => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
-        false => Err(failed(&what, &out.stderr)),
-    }
-}
-
-/// Runs `cmd` under [`COMMAND_WITHIN`]; a failure says `what` and the
-/// command's own words.
-fn checked(cmd: &mut Command, what: &str) -> Result<()> {
+/// Runs `cmd` under [`COMMAND_WITHIN`] and returns its stdout; a failure
+/// says `what` and the command's own words.
+fn checked(cmd: &mut Command, what: &str) -> Result<String> {
     let out = process::output_within(cmd, COMMAND_WITHIN).map_err(doing(what.to_string()))?;
+    let said = |bytes: &[u8]| String::from_utf8_lossy(bytes).trim().to_string();
     match out.status.success() {
-        true => Ok(()),
-        false => Err(failed(what, &out.stderr)),
+        true => Ok(said(&out.stdout)),
+        false => Err(Error::Usage(format!(
+            "{what} failed: {}",
+            said(&out.stderr)
+        ))),
     }
-}
-
-fn failed(what: &str, stderr: &[u8]) -> Error {
-    let said = String::from_utf8_lossy(stderr);
-    Error::Usage(format!("{what} failed: {}", said.trim()))
 }

@@ -673,12 +673,18 @@ pub fn fence_survives_a_killed_majority(config: &str, seconds: &str) {
 /// 200 ms: a harness signalled once the first pause is in the history is
 /// signalled mid-fault.
 pub fn paused_for_a_minute(config: &str) -> [&str; 13] {
+    held_for_a_minute(config, "pause")
+}
+
+/// [`paused_for_a_minute`], with the holder held by `nemesis` (one whose
+/// length `--pause-ms` sets).
+pub fn held_for_a_minute<'a>(config: &'a str, nemesis: &'a str) -> [&'a str; 13] {
     [
         "run",
         "--config",
         config,
         "--nemesis",
-        "pause",
+        nemesis,
         "--pause-ms",
         "60000",
         "--time-limit",

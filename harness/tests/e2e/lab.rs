@@ -14,14 +14,18 @@ fn home() -> PathBuf {
 
 /// One lab at a time on a machine: tests that make one hold this lock, and
 /// take the lab down however they end.
-struct LabTurn(#[allow(dead_code)] nix::fcntl::Flock<std::fs::File>);
+struct LabTurn {
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
 
 impl LabTurn {
     fn take() -> LabTurn {
         let path = std::env::temp_dir().join("lockstorm-test-lab.lock");
         let file = std::fs::File::create(path).unwrap();
         let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive);
-        LabTurn(lock.map_err(|(_, e)| e).expect("the lab test lock"))
+        LabTurn {
+            _lock: lock.map_err(|(_, e)| e).expect("the lab test lock"),
+        }
     }
 }
 

@@ -136,21 +136,7 @@ fn an_advisory_lock_breaks_when_its_session_ends_and_a_fence_keeps_the_data() {
 fn no_server_or_data_folder_outlives_an_interrupted_or_killed_harness() {
     // A holder held by `terminate-session` for a minute: the harness is
     // signalled mid-fault.
-    let run = [
-        "run",
-        "--config",
-        "pg-advisory",
-        "--nemesis",
-        "terminate-session",
-        "--pause-ms",
-        "60000",
-        "--time-limit",
-        "120",
-        "--seed",
-        "3",
-        "--nemesis-interval-ms",
-        "200",
-    ];
+    let run = common::held_for_a_minute("pg-advisory", "terminate-session");
     let group = "pg-advisory-terminate-session";
     common::nothing_outlives_a_signalled_harness(&run, group, "start-terminate-session", |dir| {
         vec![dir.join("nodes/storage/data/PG_VERSION")]
