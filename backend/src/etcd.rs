@@ -229,6 +229,7 @@ impl EtcdMember {
             user: nix::unistd::geteuid()
                 .is_root()
                 .then(|| (0, nemesis::net::member_gid(ip))),
+            forget_on_restart: Vec::new(),
         }
     }
 

@@ -213,6 +213,7 @@ impl NodeProcess for LocalProcess {
 
     fn restart(&mut self) -> BoxFuture<'_, Result<()>> {
         self.kill_now();
+        forget(&self.launch.forget_on_restart);
         let spawned = self.spawn();
         Box::pin(async move { spawned })
     }
@@ -220,6 +221,14 @@ impl NodeProcess for LocalProcess {
     fn remove(mut self: Box<Self>) -> BoxFuture<'static, ()> {
         self.kill_now();
         Box::pin(async {})
+    }
+}
+
+/// Removes what a restart starts without (files or folders; those not
+/// there are nothing to remove).
+pub(crate) fn forget(paths: &[PathBuf]) {
+    for path in paths {
+        let _ = std::fs::remove_file(path).or_else(|_| std::fs::remove_dir_all(path));
     }
 }
 

@@ -94,7 +94,7 @@ impl RedisNode {
         // A free port can be taken by someone else before redis binds it: retry.
         let mut last = None;
         for _ in 0..5 {
-            node.core.port = crate::server::free_port(node.spec.ip)?;
+            node.core.port = node.backend.free_port(node.spec.ip)?;
             match node.launch().await {
                 Ok(()) => return Ok(node),
                 Err(e) => {
@@ -131,6 +131,13 @@ impl RedisNode {
             output: self.output_log(),
             served_clock: None,
             user: None,
+            forget_on_restart: match self.spec.persistence {
+                Persistence::None => vec![
+                    self.core.dir.join("dump.rdb"),
+                    self.core.dir.join("appendonlydir"),
+                ],
+                _ => Vec::new(),
+            },
         };
         self.mark_logs();
         self.core.process = Some(self.backend.launch(launch).await?);
@@ -362,14 +369,10 @@ impl Kind for RedisNode {
         }
     }
 
-    /// Without persistence a node comes back empty: even a replica's
-    /// synced dump is removed, since a real node without persistence
-    /// keeps nothing.
+    /// Without persistence a node comes back empty (its launch's
+    /// `forget_on_restart`, which its backend honours); this launch's
+    /// output begins at the logs' ends.
     fn before_restart(&mut self) {
-        if self.spec.persistence == Persistence::None {
-            let _ = std::fs::remove_file(self.core.dir.join("dump.rdb"));
-            let _ = std::fs::remove_dir_all(self.core.dir.join("appendonlydir"));
-        }
         self.mark_logs();
     }
 }

@@ -426,6 +426,7 @@ impl PostgresNode {
             output: self.output_log(),
             served_clock: None,
             user,
+            forget_on_restart: Vec::new(),
         }
     }
 

@@ -59,6 +59,10 @@ pub struct Launch {
     /// The user (uid, gid) the process runs as, when not the harness's own:
     /// PostgreSQL refuses to run as root.
     pub user: Option<(u32, u32)>,
+    /// Files and folders in `dir` a restart starts without, wherever the
+    /// node's folder is (a Redis node without persistence comes back
+    /// empty: its synced dump goes).
+    pub forget_on_restart: Vec<PathBuf>,
 }
 
 /// A node's process, running or stopped, on some backend.
@@ -86,4 +90,18 @@ pub trait Provisioner: Send + Sync {
     /// Called once the run's nodes are gone, or the run failed: removes
     /// whatever of the run is left on the backend.
     fn finish(&self) -> BoxFuture<'_, ()>;
+    /// The address node `name` listens on, when the backend places it
+    /// (`--nodes`: its host's); `None`: the topology's loopback plan.
+    fn address_of(&self, _name: &str) -> Option<std::net::Ipv4Addr> {
+        None
+    }
+    /// A port for a node on `ip` to bind; taken meanwhile, the node says so
+    /// and its kind tries another.
+    fn free_port(&self, ip: std::net::Ipv4Addr) -> Result<u16> {
+        crate::server::free_port(ip)
+    }
+    /// The hosts the nodes run on, when not this machine (`--nodes`).
+    fn remote(&self) -> Option<crate::remote::Remote> {
+        None
+    }
 }

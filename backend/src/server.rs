@@ -302,6 +302,7 @@ mod tests {
                 output: core.dir.join("output.log"),
                 served_clock: None,
                 user: None,
+                forget_on_restart: Vec::new(),
             };
             core.process = Some(local.launch(launch).await.unwrap());
             let mut toy = Sleeper {

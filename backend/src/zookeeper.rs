@@ -256,6 +256,7 @@ impl ZkMember {
             output: self.output_log(),
             served_clock: None,
             user: None,
+            forget_on_restart: Vec::new(),
         }
     }
 

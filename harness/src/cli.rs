@@ -178,6 +178,10 @@ enum LabCommand {
         /// How many hosts: n1 … nN.
         #[arg(long, default_value_t = 5)]
         hosts: usize,
+        /// Hosts made without Redis's programs (n2,n3), to see what a run
+        /// says of a host that lacks them.
+        #[arg(long, value_delimiter = ',', value_name = "HOST")]
+        bare: Vec<String>,
     },
     /// Take the lab down: its sshd processes, namespaces, links, bridge
     /// and keys.
@@ -528,7 +532,7 @@ fn clients_command(args: ClientsArgs) -> Result<Validity> {
 fn lab_command(args: LabArgs) -> Result<Validity> {
     use backend::lab::{self, Down};
     match args.command {
-        LabCommand::Up { hosts } => say(&format!("{}\n", lab::up(hosts)?.nodes()))?,
+        LabCommand::Up { hosts, bare } => say(&format!("{}\n", lab::up(hosts, &bare)?.nodes()))?,
         LabCommand::Down => match lab::down()? {
             Down::Removed(hosts) => say(&format!("lab down: {} removed\n", hosts.join(", ")))?,
             Down::NoneWasUp => say("lab down: no lab was up\n")?,

@@ -64,6 +64,11 @@ pub async fn client_test(
     results: &Path,
     nodes: &Nodes,
 ) -> Result<Report> {
+    if nodes.hosts.is_some() {
+        return Err(Error::Usage(
+            "client-test runs its node on this machine: drop --nodes".into(),
+        ));
+    }
     let prepared = clients::prepare(client)?;
     if let Some(raw) = &nodes.target {
         let ca = nodes.tls_ca.as_deref();

@@ -63,6 +63,16 @@ pub struct Nodes {
     /// keys are under the run's prefix, each with a TTL.
     #[arg(long, value_name = "URL")]
     pub storage_target: Option<String>,
+    /// Run the nodes on these machines over SSH, as Jepsen's n1…n5:
+    /// [user@]host[:port],… (OpenSSH, with your ~/.ssh/config and agent;
+    /// `lockstorm lab up` prints a lab's). n<i> runs on the i-th host,
+    /// Sentinels on the hosts after the data nodes', the counter on the last.
+    #[arg(long = "nodes", value_name = "HOSTS")]
+    pub hosts: Option<String>,
+    /// With --nodes: log in with this private key only [default: the lab's
+    /// key for a lab's hosts, else your ssh's own choice].
+    #[arg(long, value_name = "FILE")]
+    pub ssh_key: Option<PathBuf>,
 }
 
 impl Default for Nodes {
@@ -413,6 +423,12 @@ pub struct RunPlan {
     /// `--storage-target`: the counter on the user's node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_target: Option<deployment::target::Target>,
+    /// `--nodes`: the hosts the nodes run on (none: this machine).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<backend::remote::Destination>,
+    /// `--ssh-key`, as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_key: Option<PathBuf>,
 }
 
 /// Why options cannot become a plan.
@@ -571,6 +587,7 @@ impl RunOptions {
         self.check_etcd()?;
         self.check_zookeeper()?;
         self.check_client()?;
+        let hosts = self.check_hosts()?;
         self.check_faults_apply()?;
         self.check_combination()?;
         let times = Times::of(&self);
@@ -583,6 +600,7 @@ impl RunOptions {
         let storage = self.storage()?;
         let schedule = self.schedule.take();
         let mut plan = self.plan(times, storage);
+        plan.hosts = hosts;
         plan.fault_commands = fault_commands;
         plan.storage_target = storage_target;
         if target.is_some() {
@@ -604,6 +622,49 @@ impl RunOptions {
             None => plan.check_schedule_fits()?,
         }
         Ok(plan)
+    }
+
+    /// `--nodes` and `--ssh-key` against the run: Redis's nodes, started
+    /// by lockstorm, over SSH.
+    fn check_hosts(&self) -> Result<Vec<backend::remote::Destination>, Refusal> {
+        let Some(hosts) = &self.nodes.hosts else {
+            return match self.nodes.ssh_key {
+                Some(_) => Err(Refusal::Invalid(
+                    "--ssh-key logs in to the hosts of --nodes: give --nodes, or drop --ssh-key"
+                        .into(),
+                )),
+                None => Ok(Vec::new()),
+            };
+        };
+        let hosts = backend::remote::parse_nodes(hosts).map_err(Refusal::Invalid)?;
+        let refuse = |why: String| Err(Refusal::Invalid(why));
+        if self.nodes.target.is_some() {
+            return refuse("--nodes runs lockstorm's own nodes on your hosts, and --target names a deployment it did not start: choose one".into());
+        }
+        if self.nodes.backend == Backend::Docker || self.nodes.image.is_some() {
+            return refuse("--nodes runs the nodes on your hosts over SSH, not in Docker: drop --backend docker and --image".into());
+        }
+        let redis_only = !self.config.locks_in_etcd()
+            && !self.config.locks_in_zookeeper()
+            && self.storage()? == StorageKind::Redis;
+        if !redis_only {
+            return Err(Refusal::Inapplicable(format!(
+                "--config {} does not run on --nodes hosts yet (only Redis's nodes do): choose a config that locks in Redis with its counter in Redis",
+                self.config
+            )));
+        }
+        if hosts.is_empty() {
+            return refuse("--nodes names no host: give [user@]host[:port],…".into());
+        }
+        if let Some(key) = &self.nodes.ssh_key {
+            if !key.is_file() {
+                return refuse(format!(
+                    "--ssh-key {}: no such file: give the private key's path",
+                    key.display()
+                ));
+            }
+        }
+        Ok(hosts)
     }
 
     /// `--at`, `--image` and `--wait-replicas` against the options they
@@ -657,6 +718,8 @@ impl RunOptions {
             seed: self.seed.unwrap_or_else(rand_seed),
             backend: self.nodes.backend,
             image: self.nodes.image.clone(),
+            hosts: Vec::new(),
+            ssh_key: self.nodes.ssh_key.clone(),
             results: self.output.results,
             pause: ms(self.pause_ms.unwrap_or(ttl * 3 / 2)),
             node_pause: ms(self.node_pause_ms.unwrap_or(node_pause)),
@@ -925,6 +988,7 @@ impl RunOptions {
             self.config,
             self.shared.targets,
             self.nodes.target.is_none(),
+            self.nodes.hosts.is_some(),
             &commands,
         );
         // Single faults first, so the reason names the fault that cannot act.
@@ -1068,7 +1132,13 @@ impl RunPlan {
     /// offers every one), with how long its package says it lasts.
     pub fn schedule_spec(&self) -> ScheduleSpec {
         let commands: Vec<String> = self.fault_commands.keys().cloned().collect();
-        let shape = shape(self.config, self.targets, self.target.is_none(), &commands);
+        let shape = shape(
+            self.config,
+            self.targets,
+            self.target.is_none(),
+            !self.hosts.is_empty(),
+            &commands,
+        );
         let params = self.fault_params();
         let actions = self
             .nemesis
@@ -1199,7 +1269,13 @@ impl RunPlan {
 
 /// What a config offers a fault, on nodes lockstorm started (`owned`) or
 /// on a user's deployment, its node faults aimed at `targets`.
-fn shape(config: Config, targets: Targets, owned: bool, commands: &[String]) -> Shape<'_> {
+fn shape(
+    config: Config,
+    targets: Targets,
+    owned: bool,
+    on_hosts: bool,
+    commands: &[String],
+) -> Shape<'_> {
     let storage_targeted = targets == Targets::Storage;
     Shape {
         config: config.name(),
@@ -1208,6 +1284,7 @@ fn shape(config: Config, targets: Targets, owned: bool, commands: &[String]) -> 
         locks_in_storage: config.locks_in_storage(),
         storage_targeted,
         owned,
+        on_hosts,
         commands,
     }
 }

@@ -29,6 +29,8 @@ pub(crate) fn before() -> RunOptions {
             fault_cmd_wait_ms: 30_000,
             tls_ca: None,
             storage_target: None,
+            hosts: None,
+            ssh_key: None,
         },
         output: Output {
             results: PathBuf::from("results"),
@@ -132,6 +134,8 @@ pub(crate) fn plan_before() -> RunPlan {
         fault_cmd_wait: ms(30_000),
         tls_ca: None,
         storage_target: None,
+        hosts: Vec::new(),
+        ssh_key: None,
     }
 }
 

@@ -18,7 +18,7 @@ pub async fn start(plan: &RunPlan, topology: &Topology) -> Result<Option<Fabric>
         workers: (0..plan.workers)
             .map(|w| topology.addresses.worker(w))
             .collect(),
-        onward_from_workers: topology.deployment().owned(),
+        onward_from_workers: topology.sources_of_its_own(),
         upstreams: topology.upstreams(),
         keys: Keys {
             lock: plan.keys.lock(),

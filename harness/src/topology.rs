@@ -58,6 +58,8 @@ pub struct Topology {
     /// The storage node's address (it never moves: no fault touches it).
     pub storage_addr: String,
     firewall: Option<Firewall>,
+    /// The hosts the nodes run on (`--nodes`), and the cuts between them.
+    remote: Option<(backend::remote::Remote, backend::remote::HostFirewall)>,
     /// Node name → its time shim's control file (clock nemesis only).
     clocks: Vec<(String, TimeControl)>,
     pub addresses: Addresses,
@@ -113,7 +115,7 @@ async fn start_storage(
     nodes_dir: &Path,
     backend: Arc<dyn Provisioner>,
 ) -> Result<Box<dyn Server>> {
-    let ip = addresses.storage();
+    let ip = backend.address_of(STORAGE).unwrap_or(addresses.storage());
     Ok(match options.storage {
         workloads::storage::StorageKind::Redis => {
             let spec = NodeSpec {
@@ -215,6 +217,7 @@ async fn start_redis(
         clock,
     };
     let start = |spec: NodeSpec| RedisNode::start(spec, nodes_dir, backend.clone());
+    let ip = |name: &str, loopback: Ipv4Addr| backend.address_of(name).unwrap_or(loopback);
     let mut nodes = Vec::new();
     let redis_locks = match options.config.locks_in_members() {
         true => 0,
@@ -223,7 +226,8 @@ async fn start_redis(
     for n in 1..=redis_locks {
         let name = format!("n{n}");
         let clock = clocks.for_node(&name)?;
-        nodes.push(start(spec(&name, Role::Lock, addresses.data(n), clock)).await?);
+        let at = ip(&name, addresses.data(n));
+        nodes.push(start(spec(&name, Role::Lock, at, clock)).await?);
     }
     if options.config == Config::Replicated {
         let primary = nodes[0].addr();
@@ -233,7 +237,8 @@ async fn start_redis(
             };
             let name = format!("n{n}");
             let clock = clocks.for_node(&name)?;
-            nodes.push(start(spec(&name, role, addresses.data(n), clock)).await?);
+            let at = ip(&name, addresses.data(n));
+            nodes.push(start(spec(&name, role, at, clock)).await?);
         }
         await_replication(&nodes[0], 2).await?;
         for n in 1..=3 {
@@ -243,7 +248,9 @@ async fn start_redis(
                 down_after_ms: options.down_after.as_millis() as u64,
                 failover_timeout_ms: options.failover_timeout.as_millis() as u64,
             };
-            nodes.push(start(spec(&format!("s{n}"), role, addresses.sentinel(n), None)).await?);
+            let name = format!("s{n}");
+            let at = ip(&name, addresses.sentinel(n));
+            nodes.push(start(spec(&name, role, at, None)).await?);
         }
     }
     Ok(nodes)
@@ -305,8 +312,10 @@ async fn start_etcd(
 /// Whether the run cuts links; if so, iptables must be there and usable.
 /// Checked before the run's folder is made, and again when the run starts.
 pub fn needs_firewall(options: &RunPlan) -> Result<bool> {
-    // A deployment's failover is the user's command: lockstorm cuts nothing.
-    if options.target.is_some() || !options.cuts_with_iptables() {
+    // A deployment's failover is the user's command: lockstorm cuts
+    // nothing; on --nodes hosts the hosts cut (their iptables is checked
+    // as the run logs in).
+    if options.target.is_some() || !options.hosts.is_empty() || !options.cuts_with_iptables() {
         return Ok(false);
     }
     let faults = options.nemesis.to_string();
@@ -337,6 +346,7 @@ impl Topology {
         nodes_dir: &Path,
     ) -> Result<Self> {
         let firewall = firewall_for(options)?;
+        let remote = backend.remote().map(|r| (r, Default::default()));
         let mut clocks = NodeClocks::for_run(options, nodes_dir)?;
         let addresses = Addresses {
             block: options.address_block,
@@ -390,6 +400,7 @@ impl Topology {
             storage_addr,
             storage_postgres: options.storage == workloads::storage::StorageKind::Postgres,
             firewall,
+            remote,
             clocks: clocks.made,
             addresses,
             commands: None,
@@ -461,6 +472,7 @@ impl Topology {
             members: Vec::new(),
             storage_addr,
             firewall: None,
+            remote: None,
             clocks: Vec::new(),
             addresses,
             commands: Some(Arc::new(deployment::fault_command::Commands::new(
@@ -493,9 +505,16 @@ impl Topology {
     /// nodes; the host's own on a deployment lockstorm did not start
     /// (protected mode takes 127.0.0.1, not 127.0.x.y).
     pub fn worker_source(&self, index: u64) -> Option<Ipv4Addr> {
-        self.deployment
-            .owned()
+        self.sources_of_its_own()
             .then(|| self.addresses.worker(index))
+    }
+
+    /// Whether each worker reaches the nodes from an address of its own:
+    /// on lockstorm's nodes on this machine; not on a deployment (protected
+    /// mode takes 127.0.0.1 alone), nor on other hosts (a loopback address
+    /// reaches no other machine).
+    pub fn sources_of_its_own(&self) -> bool {
+        self.deployment.owned() && self.remote.is_none()
     }
 
     /// Addresses the lock clients talk to directly (none for `replicated`,
@@ -616,6 +635,11 @@ impl Topology {
         }
         if let Some(fw) = &self.firewall {
             let _ = fw.heal();
+        }
+        if let Some((_, fw)) = &self.remote {
+            for left in fw.remove().await {
+                tracing::warn!("left on a host: {left}");
+            }
         }
     }
 
@@ -739,6 +763,76 @@ impl Topology {
     }
 }
 
+impl Topology {
+    /// A cut between `a` and each of `others`, with this machine's iptables.
+    fn cut_here(&self, a: &str, others: &[String]) -> std::io::Result<()> {
+        let fw = self
+            .firewall
+            .as_ref()
+            .ok_or_else(|| std::io::Error::other("this run has no firewall"))?;
+        if self.lock_members == Some(LockMembers::Etcd) {
+            let member = |n: &str| {
+                self.members
+                    .iter()
+                    .find(|(name, _)| name == n)
+                    .map(|(_, m)| *m)
+                    .ok_or_else(|| std::io::Error::other(format!("no member {n}")))
+            };
+            let others = others
+                .iter()
+                .map(|o| member(o))
+                .collect::<std::io::Result<Vec<_>>>()?;
+            return fw.cut_members(member(a)?, &others);
+        }
+        let find = |n: &str| self.socket_of(n);
+        let (aip, aport) = find(a)?;
+        let mut links = Vec::new();
+        for o in others {
+            let (oip, oport) = find(o)?;
+            links.push(Link {
+                client: oip,
+                server: aip,
+                port: aport,
+            });
+            links.push(Link {
+                client: aip,
+                server: oip,
+                port: oport,
+            });
+        }
+        fw.cut(&links)
+    }
+
+    /// A cut between `a` and each of `others`, with their hosts' iptables.
+    async fn cut_between_hosts(
+        &self,
+        (remote, fw): &(backend::remote::Remote, backend::remote::HostFirewall),
+        a: &str,
+        others: &[String],
+    ) -> std::io::Result<()> {
+        let side = |n: &str| -> std::io::Result<_> {
+            let (ip, port) = self.socket_of(n)?;
+            let index = backend::remote::host_of(n, remote.hosts().len());
+            Ok((
+                index,
+                remote.host_for(n),
+                std::net::SocketAddrV4::new(ip, port),
+            ))
+        };
+        for o in others {
+            let (a, o) = (side(a)?, side(o)?);
+            if a.0 == o.0 {
+                return Err(std::io::Error::other(format!(
+                    "{} and {} share a host, and a cut between hosts cannot part them: give --nodes more hosts",
+                    a.1.dest, o.1.dest
+                )));
+            }
+            fw.cut(a, o).await.map_err(std::io::Error::other)?;
+        }
+        Ok(())
+    }
+}
+
 impl Cluster for Topology {
     fn primary(&self) -> BoxFuture<'_, Option<NodeRef>> {
         Box::pin(async move {
@@ -809,49 +903,34 @@ impl Cluster for Topology {
         })
     }
 
-    fn partition(&self, a: &str, others: &[String]) -> std::io::Result<()> {
-        let fw = self
-            .firewall
-            .as_ref()
-            .ok_or_else(|| std::io::Error::other("this run has no firewall"))?;
-        if self.lock_members == Some(LockMembers::Etcd) {
-            let member = |n: &str| {
-                self.members
-                    .iter()
-                    .find(|(name, _)| name == n)
-                    .map(|(_, m)| *m)
-                    .ok_or_else(|| std::io::Error::other(format!("no member {n}")))
-            };
-            let others = others
-                .iter()
-                .map(|o| member(o))
-                .collect::<std::io::Result<Vec<_>>>()?;
-            return fw.cut_members(member(a)?, &others);
-        }
-        let find = |n: &str| self.socket_of(n);
-        let (aip, aport) = find(a)?;
-        let mut links = Vec::new();
-        for o in others {
-            let (oip, oport) = find(o)?;
-            links.push(Link {
-                client: oip,
-                server: aip,
-                port: aport,
-            });
-            links.push(Link {
-                client: aip,
-                server: oip,
-                port: oport,
-            });
-        }
-        fw.cut(&links)
+    fn host_of(&self, name: &str) -> Option<Arc<dyn nemesis::cluster::Host>> {
+        let (remote, _) = self.remote.as_ref()?;
+        Some(remote.host_for(name).clone() as Arc<dyn nemesis::cluster::Host>)
     }
 
-    fn heal(&self) -> std::io::Result<()> {
-        match &self.firewall {
-            Some(fw) => fw.heal(),
-            None => Ok(()),
-        }
+    fn partition<'a>(
+        &'a self,
+        a: &'a str,
+        others: &'a [String],
+    ) -> BoxFuture<'a, std::io::Result<()>> {
+        Box::pin(async move {
+            match &self.remote {
+                Some(remote) => self.cut_between_hosts(remote, a, others).await,
+                None => self.cut_here(a, others),
+            }
+        })
+    }
+
+    fn heal(&self) -> BoxFuture<'_, std::io::Result<()>> {
+        Box::pin(async move {
+            if let Some((_, fw)) = &self.remote {
+                return fw.heal().await.map_err(std::io::Error::other);
+            }
+            match &self.firewall {
+                Some(fw) => fw.heal(),
+                None => Ok(()),
+            }
+        })
     }
 
     fn lock_nodes(&self) -> Vec<String> {
@@ -919,8 +998,19 @@ impl Cluster for Topology {
         timeout: Duration,
     ) -> BoxFuture<'_, Result<bool, String>> {
         let target = self.socket_of(node);
+        if let (Some((remote, _)), Source::Node(n)) = (&self.remote, &from) {
+            let host = remote.host_for(n).clone();
+            return Box::pin(async move {
+                let (ip, port) = target.map_err(|e| e.to_string())?;
+                let addr = format!("{ip}:{port}");
+                host.connects(&addr, timeout)
+                    .await
+                    .map_err(|e| e.to_string())
+            });
+        }
         let source = match &from {
             Source::Harness => Ok(None),
+            Source::Worker(_) if !self.sources_of_its_own() => Ok(None),
             Source::Worker(w) => Ok(Some(self.addresses.worker(*w as u64))),
             Source::Node(n) => self.socket_of(n).map(|(ip, _)| Some(ip)),
         };

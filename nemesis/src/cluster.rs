@@ -41,7 +41,27 @@ pub struct ClockReading {
     pub after_ns: i64,
 }
 
+/// A machine other than this one that runs nodes (`--nodes`): its
+/// processes as a fault acts on them, by their PIDs there, over its
+/// connection. A node with no host runs here, and faults signal it here.
+pub trait Host: Send + Sync {
+    /// How `--nodes` named it, for events and messages.
+    fn name(&self) -> String;
+    /// SIGSTOP to the process group `leader` leads there.
+    fn suspend_group(&self, leader: u32) -> BoxFuture<'_, std::io::Result<()>>;
+    /// SIGCONT to that group.
+    fn resume_group(&self, leader: u32) -> BoxFuture<'_, std::io::Result<()>>;
+    /// The state letter (`ps`'s) of each of `pids` that exists there.
+    fn states(&self, pids: &[u32]) -> BoxFuture<'_, std::io::Result<Vec<(u32, char)>>>;
+    /// The state letter of each process of the group `leader` leads there.
+    fn group_states(&self, leader: u32) -> BoxFuture<'_, std::io::Result<Vec<(u32, char)>>>;
+}
+
 pub trait Cluster: Send + Sync {
+    /// The host node `name` runs on, when not this machine.
+    fn host_of(&self, _name: &str) -> Option<std::sync::Arc<dyn Host>> {
+        None
+    }
     /// The node the lock lives on now: the primary for `replicated` (as
     /// Sentinel names it), otherwise the lock node.
     fn primary(&self) -> BoxFuture<'_, Option<NodeRef>>;
@@ -55,7 +75,11 @@ pub trait Cluster: Send + Sync {
     /// child (its `INFO server` pid is the child's); fails otherwise.
     fn restart(&self, name: &str) -> BoxFuture<'_, Result<NodeRef, String>>;
     /// Drops every packet between node `a` and each of `others`.
-    fn partition(&self, a: &str, others: &[String]) -> std::io::Result<()>;
+    fn partition<'a>(
+        &'a self,
+        a: &'a str,
+        others: &'a [String],
+    ) -> BoxFuture<'a, std::io::Result<()>>;
     /// The lock's nodes are members of one consensus cluster (etcd's), which
     /// talk to each other: a partition cuts members from members.
     fn consensus(&self) -> bool {
@@ -66,7 +90,7 @@ pub trait Cluster: Send + Sync {
         Box::pin(async { Err("not a consensus cluster".to_string()) })
     }
     /// Removes every rule this run added.
-    fn heal(&self) -> std::io::Result<()>;
+    fn heal(&self) -> BoxFuture<'_, std::io::Result<()>>;
     /// Waits until Sentinel names a primary other than `old`.
     fn await_promotion(&self, old: &str, timeout: Duration) -> BoxFuture<'_, Option<String>>;
     /// The independent lock nodes, in order (n1, n2, …); the primary's

@@ -31,6 +31,8 @@ pub struct Shape<'a> {
     /// lockstorm started the nodes, so a fault may act on them (kill, pause,
     /// skew, cut them from each other); false for a user's deployment.
     pub owned: bool,
+    /// The nodes run on other machines (`--nodes`), reached over SSH.
+    pub on_hosts: bool,
     /// The faults a user gave a command for (`--fault-cmd kill=…`): on a
     /// deployment lockstorm did not start, the only node faults it may run.
     pub commands: &'a [String],
@@ -122,6 +124,9 @@ pub fn applies(package: &dyn Package, shape: &Shape) -> Result<(), String> {
     let commanded = shape.commands.iter().any(|c| c == package.name());
     if package.acts_on_nodes() && !shape.owned && !commanded {
         return Err(format!("acts on the lock's nodes, and lockstorm did not start this deployment (--target): give the command that does it, --fault-cmd {}=\"…\" (kill and failover take one), or choose pause, crash, delay, lose-reply or partition, which act on the clients and the network between them and it", package.name()));
+    }
+    if shape.on_hosts && package.needs_time_shim() {
+        return Err("moves the nodes' clocks through a time shim, which lockstorm does not put on --nodes hosts yet: choose pause, crash, kill, pause-node, failover, partition, delay or lose-reply, or run without --nodes".into());
     }
     package.supports(shape)
 }

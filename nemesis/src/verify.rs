@@ -82,6 +82,71 @@ pub(crate) async fn stopped(pid: u32) -> Result<Value, String> {
     }
 }
 
+/// Waits until every process of the group `leader` leads on `host` shows
+/// state `T`; the connection's round trips count in the time allowed.
+pub(crate) async fn group_stopped_on(
+    host: &dyn crate::cluster::Host,
+    leader: u32,
+) -> Result<Value, String> {
+    let deadline = tokio::time::Instant::now() + STOP_SEEN_WITHIN + STOP_SEEN_WITHIN;
+    loop {
+        let states = host.group_states(leader).await.map_err(|e| e.to_string())?;
+        let running = states.iter().find(|(_, s)| *s != 'T' && *s != 'Z');
+        match running {
+            None if !states.is_empty() => {
+                let pids: Vec<u32> = states.iter().map(|(p, _)| *p).collect();
+                return Ok(
+                    json!({"pid": leader, "state": "T", "group": pids, "host": host.name()}),
+                );
+            }
+            _ if tokio::time::Instant::now() > deadline => {
+                let seen =
+                    running.map_or("gone".to_string(), |(p, s)| format!("pid {p} in state {s}"));
+                return Err(format!(
+                    "the group of pid {leader} on {}: {seen} after SIGSTOP, not T",
+                    host.name()
+                ));
+            }
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+/// [`gone`], asking each killed node's host about the nodes on other
+/// machines (`--nodes`).
+pub(crate) async fn gone_anywhere(env: &Env, killed: &[NodeRef]) -> Result<Value, String> {
+    let mut here = Vec::new();
+    let mut there = Vec::new();
+    for node in killed {
+        match env.cluster.host_of(&node.name) {
+            Some(host) if node.pid != 0 => {
+                let alive = host.states(&[node.pid]).await.map_err(|e| e.to_string())?;
+                if !alive.is_empty() {
+                    return Err(format!(
+                        "{} pid {} still exists on {} after SIGKILL",
+                        node.name,
+                        node.pid,
+                        host.name()
+                    ));
+                }
+                there.push(json!({"target": node.name, "pid": node.pid, "run_id": node.run_id, "host": host.name()}));
+            }
+            _ => here.push(node.clone()),
+        }
+    }
+    if here.is_empty() && there.is_empty() {
+        return Err("no node was killed".into());
+    }
+    let mut evidence = match here.is_empty() {
+        true => json!({"gone": []}),
+        false => gone(&here)?,
+    };
+    if let Some(list) = evidence["gone"].as_array_mut() {
+        list.extend(there);
+    }
+    Ok(evidence)
+}
+
 /// A killed (and reaped) node's pid no longer exists.
 pub(crate) fn gone(killed: &[NodeRef]) -> Result<Value, String> {
     if killed.is_empty() {

@@ -149,8 +149,13 @@ pub struct NodeRecord {
 /// The backend a run used, as `run.json` records it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct BackendRecord {
-    /// `local` or `docker`.
+    /// `local`, `docker` or `ssh` (`--nodes`).
     pub kind: String,
+    /// The hosts of an `ssh` backend, as `--nodes` named them; node `n<i>`
+    /// runs on the i-th (round the list), Sentinels on the hosts after the
+    /// data nodes', the storage node on the last.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
     /// The image the containers ran, and its id (docker only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,

@@ -245,6 +245,7 @@ impl Provisioner for Docker {
                 container: Some(container),
                 pid: 0,
                 output: launch.output,
+                forget_on_restart: launch.forget_on_restart,
             };
             node.pid = node.host_pid().await;
             Ok(Box::new(node) as Box<dyn NodeProcess>)
@@ -285,6 +286,8 @@ struct Container {
     /// Its server's (`redis-server`, `postgres`) host PID; 0 while stopped.
     pid: u32,
     output: PathBuf,
+    /// What a restart starts without (the launch's).
+    forget_on_restart: Vec<PathBuf>,
 }
 
 impl Container {
@@ -416,6 +419,8 @@ impl NodeProcess for Container {
             let Some(container) = &self.container else {
                 return Err(Error::Usage("the container was removed".into()));
             };
+            // The node's folder is this host's, mounted in the container.
+            crate::local::forget(&self.forget_on_restart);
             let what = format!("the start of container {}", container.id());
             self.api
                 .answer(&what, container.start())

@@ -10,7 +10,7 @@
 
 mod up;
 
-pub use up::{down, up, Down};
+pub use up::{down, read_record as read, up, Down};
 
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
@@ -36,6 +36,11 @@ pub fn home() -> PathBuf {
 /// The lab's client key, which every host's `sshd` takes.
 pub fn key(home: &Path) -> PathBuf {
     home.join("id_ed25519")
+}
+
+/// The lab's hosts' public keys, as `known_hosts` lists them.
+pub fn known_hosts(home: &Path) -> PathBuf {
+    home.join("known_hosts")
 }
 
 /// One host of the lab.
@@ -80,20 +85,36 @@ pub struct Lab {
     /// Whether `up` made `/run/sshd` (sshd's privilege separation folder),
     /// so `down` removes it if no other `sshd` is left to use it.
     pub made_run_sshd: bool,
+    /// Hosts made without Redis's programs (`--bare`), to try what a run
+    /// says of a host that lacks them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bare: Vec<String>,
 }
 
 impl Lab {
-    /// The plan for `n` hosts; out of range is bad input.
-    pub fn plan(n: usize) -> Result<Lab, String> {
+    /// The plan for `n` hosts, the ones named in `bare` without Redis;
+    /// out of range, or a bare host not among them, is bad input.
+    pub fn plan(n: usize, bare: &[String]) -> Result<Lab, String> {
         if !(1..=MAX_HOSTS).contains(&n) {
             return Err(format!(
                 "--hosts {n} is out of range: a lab has 1 to {MAX_HOSTS} hosts"
             ));
         }
+        let hosts: Vec<Host> = (1..=n).map(Host::new).collect();
+        if let Some(name) = bare.iter().find(|b| !hosts.iter().any(|h| &h.name == *b)) {
+            return Err(format!(
+                "--bare {name} names no host of this lab: give n1 to n{n}"
+            ));
+        }
         Ok(Lab {
-            hosts: (1..=n).map(Host::new).collect(),
+            hosts,
             made_run_sshd: false,
+            bare: bare.to_vec(),
         })
+    }
+
+    pub fn is_bare(&self, host: &Host) -> bool {
+        self.bare.contains(&host.name)
     }
 
     /// The `--nodes` value: every host's destination, comma-separated.
@@ -158,14 +179,14 @@ mod tests {
 
     #[test]
     fn hosts_are_named_and_addressed_in_order_within_the_subnet() {
-        let lab = Lab::plan(3).unwrap();
+        let lab = Lab::plan(3, &[]).unwrap();
         let names: Vec<&str> = lab.hosts.iter().map(|h| h.name.as_str()).collect();
         assert_eq!(names, ["n1", "n2", "n3"]);
         assert_eq!(
             lab.nodes(),
             "root@10.213.0.11,root@10.213.0.12,root@10.213.0.13"
         );
-        for h in &Lab::plan(MAX_HOSTS).unwrap().hosts {
+        for h in &Lab::plan(MAX_HOSTS, &[]).unwrap().hosts {
             assert!(overlaps((h.addr, 32), SUBNET), "{h:?}");
             assert_ne!(h.addr, BRIDGE_ADDR);
             // Interface names fit the kernel's 15 bytes.
@@ -176,9 +197,13 @@ mod tests {
     #[test]
     fn a_host_count_out_of_range_is_refused_naming_the_range() {
         for n in [0, MAX_HOSTS + 1] {
-            let refused = Lab::plan(n).unwrap_err();
+            let refused = Lab::plan(n, &[]).unwrap_err();
             assert!(refused.contains("1 to 9"), "{refused}");
         }
+        let stray = Lab::plan(2, &["n3".into()]).unwrap_err();
+        assert!(stray.contains("--bare n3 names no host"), "{stray}");
+        let lab = Lab::plan(2, &["n2".into()]).unwrap();
+        assert!(lab.is_bare(&lab.hosts[1]) && !lab.is_bare(&lab.hosts[0]));
     }
 
     #[test]
@@ -196,7 +221,7 @@ mod tests {
 
     #[test]
     fn sshd_takes_only_the_labs_key_on_the_hosts_own_address() {
-        let host = &Lab::plan(2).unwrap().hosts[1];
+        let host = &Lab::plan(2, &[]).unwrap().hosts[1];
         let config = sshd_config(host, Path::new("/tmp/lab"));
         assert!(config.contains("ListenAddress 10.213.0.12\n"), "{config}");
         assert!(config.contains("AuthorizedKeysFile /tmp/lab/authorized_keys\n"));

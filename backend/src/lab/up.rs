@@ -16,8 +16,8 @@ const SSHD_READY_WITHIN: Duration = Duration::from_secs(10);
 const RUN_SSHD: &str = "/run/sshd";
 
 /// Makes a lab of `n` hosts and returns it: every host's `sshd` answers.
-pub fn up(n: usize) -> Result<Lab> {
-    let mut lab = Lab::plan(n).map_err(Error::Usage)?;
+pub fn up(n: usize, bare: &[String]) -> Result<Lab> {
+    let mut lab = Lab::plan(n, bare).map_err(Error::Usage)?;
     let sshd = programs()?;
     refuse_unless_free()?;
     let home = home();
@@ -93,15 +93,16 @@ fn make(lab: &Lab, home: &Path, sshd: &Path) -> Result<()> {
         std::fs::create_dir_all(RUN_SSHD).map_err(doing(format!("creating {RUN_SSHD}")))?;
     }
     for host in &lab.hosts {
-        make_host(host, home, sshd)?;
+        make_host(host, lab.is_bare(host), home, sshd)?;
     }
     for host in &lab.hosts {
         await_sshd(host, home)?;
     }
+    write_known_hosts(lab, home)?;
     Ok(())
 }
 
-fn make_host(host: &Host, home: &Path, sshd: &Path) -> Result<()> {
+fn make_host(host: &Host, bare: bool, home: &Path, sshd: &Path) -> Result<()> {
     let ns = host.netns.as_str();
     let addr = format!("{}/{}", host.addr, SUBNET.1);
     ip(&["netns", "add", ns])?;
@@ -120,14 +121,33 @@ fn make_host(host: &Host, home: &Path, sshd: &Path) -> Result<()> {
         .map_err(doing(format!("writing {}", config.display())))?;
     let log = dir.join("sshd.log");
     let mut start = Command::new("ip");
-    start
-        .args(["netns", "exec", ns])
-        .arg(sshd)
-        .arg("-f")
-        .arg(&config)
-        .arg("-E")
-        .arg(&log);
+    start.args(["netns", "exec", ns]);
+    if bare {
+        // `ip netns exec` gives the host a mount namespace of its own, so
+        // what is mounted here hides Redis from this host's sessions alone.
+        start.args(["sh", "-c", HIDE_REDIS, "sh"]);
+    }
+    start.arg(sshd).arg("-f").arg(&config).arg("-E").arg(&log);
     checked(&mut start, &format!("starting sshd on {}", host.name)).map(drop)
+}
+
+/// Runs its arguments with Redis's programs hidden: each covered by an
+/// empty, unexecutable file.
+const HIDE_REDIS: &str = "for p in redis-server redis-sentinel redis-cli; do f=$(command -v \"$p\") && mount --bind /dev/null \"$(readlink -f \"$f\")\" || true; done; exec \"$@\"";
+
+/// The lab's hosts' keys, for `ssh`'s `UserKnownHostsFile`: a run that
+/// logs in to them accepts those keys and no others.
+fn write_known_hosts(lab: &Lab, home: &Path) -> Result<()> {
+    let mut lines = String::new();
+    for host in &lab.hosts {
+        let public = host.dir(home).join("host_key.pub");
+        let key = std::fs::read_to_string(&public)
+            .map_err(doing(format!("reading {}", public.display())))?;
+        let key: Vec<&str> = key.split_whitespace().take(2).collect();
+        lines.push_str(&format!("{} {}\n", host.addr, key.join(" ")));
+    }
+    let path = super::known_hosts(home);
+    std::fs::write(&path, lines).map_err(doing(format!("writing {}", path.display())))
 }
 
 /// Waits until `host`'s `sshd` accepts a connection on port 22.
@@ -247,7 +267,8 @@ fn write_record(home: &Path, lab: &Lab) -> Result<()> {
     std::fs::write(&path, text).map_err(doing(format!("writing {}", path.display())))
 }
 
-fn read_record(home: &Path) -> Result<Option<Lab>> {
+/// The lab that is up, as its record says (`None`: no lab is up).
+pub fn read_record(home: &Path) -> Result<Option<Lab>> {
     let path = record_path(home);
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,

@@ -102,6 +102,9 @@ pub async fn matrix(args: MatrixArgs) -> Result<MatrixOutcome> {
     if args.runs == 0 {
         return Err(Error::Usage("--runs 0 runs nothing: use at least 1".into()));
     }
+    if args.nodes.hosts.is_some() {
+        return Err(Error::Usage("lockstorm matrix does not run on --nodes hosts yet: run each pair with `lockstorm run --nodes …`, or drop --nodes".into()));
+    }
     // The options every pair shares are checked as `run` checks them.
     options_for(&args, Config::Single, Nemesis::none()).resolve()?;
     let expectations = args.expect.as_deref().map(load).transpose()?;

@@ -69,12 +69,14 @@ pub async fn run_plan(options: RunPlan) -> Result<RunOutcome> {
         Some(client) => Some(crate::clients::prepare(client)?),
         None => None,
     };
-    let backend = backend::provision(
-        options.backend,
-        options.image.as_deref(),
-        options.config == Config::Replicated,
-    )
-    .await?;
+    let sentinel = options.config == Config::Replicated;
+    let backend = match options.hosts.is_empty() {
+        true => backend::provision(options.backend, options.image.as_deref(), sentinel).await?,
+        false => {
+            let (key, cuts) = (options.ssh_key.as_deref(), options.cuts_with_iptables());
+            backend::remote::connect(&options.hosts, key, sentinel, cuts).await? as _
+        }
+    };
     let outcome = run_on(&options, client, backend.clone()).await;
     // Whatever of the run is left on the backend goes, on every path.
     backend.finish().await;

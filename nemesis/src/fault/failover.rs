@@ -73,7 +73,7 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
     }
     let replicas = env.cluster.replicas_of(&name);
     let began = env.journal.now_ns();
-    if let Err(e) = env.cluster.partition(&name, &replicas) {
+    if let Err(e) = env.cluster.partition(&name, &replicas).await {
         let reason = json!({"reason": e.to_string()});
         env.journal
             .record(&skip_event(Failover.name()), reason, Some(&name));
@@ -100,7 +100,7 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
     // no acquisition succeeds here; the failover goes ahead regardless.
     let holder = env.await_holder(Failover.name()).await;
     if env.stopping() {
-        let _ = env.cluster.heal();
+        let _ = env.cluster.heal().await;
         env.journal.record(
             &Fault::Failover.stop_event(),
             json!({"target": name, "healed": "run ending"}),
@@ -112,7 +112,7 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
     let killed_at = Instant::now();
     let value = json!({"target": name, "holder": holder.map(|h| h.process), "error": killed.as_ref().err().map(|e| e.to_string())});
     let seen = match &killed {
-        Ok(was) => verify::gone(std::slice::from_ref(was)),
+        Ok(was) => verify::gone_anywhere(env, std::slice::from_ref(was)).await,
         Err(e) => Err(format!("killing {name} failed: {e}")),
     };
     env.journal
@@ -144,7 +144,7 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
     env.journal
         .record(fault::PROMOTED, value, promoted.as_deref());
 
-    if let Err(e) = env.cluster.heal() {
+    if let Err(e) = env.cluster.heal().await {
         env.journal
             .record(fault::HEAL_FAILED, json!({"error": e.to_string()}), None);
     }

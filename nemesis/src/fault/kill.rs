@@ -70,7 +70,7 @@ async fn nodes(env: &mut Env, targets: Targets, down_for: Duration) {
         .map(|n| json!({"target": n.name, "pid": n.pid}))
         .collect();
     let value = json!({"targets": names, "killed": pids, "holder": holder.process});
-    let value = verify::attach(value, verify::gone(&killed));
+    let value = verify::attach(value, verify::gone_anywhere(env, &killed).await);
     env.journal
         .record_at(began, &Fault::Kill.start_event(), value, single(&names));
     // Restart even when the run is ending: every fault heals before the final read.

@@ -72,11 +72,20 @@ async fn cut_members(env: &mut Env, targets: Targets, hold: Duration) {
         return;
     }
     let began = env.journal.now_ns();
-    if let Some(e) = side
-        .iter()
-        .find_map(|a| env.cluster.partition(a, &rest).err())
-    {
-        let healed = env.cluster.heal().err().map(|h| format!("; healing: {h}"));
+    let mut failed = None;
+    for a in &side {
+        if let Err(e) = env.cluster.partition(a, &rest).await {
+            failed = Some(e);
+            break;
+        }
+    }
+    if let Some(e) = failed {
+        let healed = env
+            .cluster
+            .heal()
+            .await
+            .err()
+            .map(|h| format!("; healing: {h}"));
         let reason = format!("{e}{}", healed.unwrap_or_default());
         env.journal
             .record(&skip_event(fault), json!({"reason": reason}), None);
@@ -97,7 +106,7 @@ async fn cut_members(env: &mut Env, targets: Targets, hold: Duration) {
     );
     env.sleep(hold).await;
     // A cut that would not go leaves the run's partition in place: unknown.
-    let healed = env.cluster.heal().map(|()| json!({"flushed": true}));
+    let healed = env.cluster.heal().await.map(|()| json!({"flushed": true}));
     let value = verify::attach(cut, healed.map_err(|e| e.to_string()));
     env.journal
         .record(&Fault::Partition.stop_event(), value, None);

@@ -104,6 +104,9 @@ async fn node(env: &mut Env, duration: Duration, targets: Targets) {
         return;
     };
     let target = json!({"target": node.name, "pid": node.pid});
+    if let Some(host) = env.cluster.host_of(&node.name) {
+        return suspend_there(env, host, node.pid, duration, target, &node.name).await;
+    }
     suspend_for(
         env,
         Fault::PauseNode,
@@ -113,6 +116,37 @@ async fn node(env: &mut Env, duration: Duration, targets: Targets) {
         Some(&node.name),
     )
     .await;
+}
+
+/// As [`suspend_for`], on the node's host: its process group there (the
+/// node leads one), seen stopped there.
+async fn suspend_there(
+    env: &mut Env,
+    host: std::sync::Arc<dyn crate::cluster::Host>,
+    pid: u32,
+    duration: Duration,
+    target: Value,
+    node: &str,
+) {
+    let fault = Fault::PauseNode;
+    let began = env.journal.now_ns();
+    if let Err(e) = host.suspend_group(pid).await {
+        let reason = json!({"pid": pid, "host": host.name(), "reason": e.to_string()});
+        env.journal
+            .record(&skip_event(fault.name()), reason, Some(node));
+        return;
+    }
+    let seen = crate::verify::group_stopped_on(host.as_ref(), pid).await;
+    let start = crate::verify::attach(target.clone(), seen);
+    env.journal
+        .record_at(began, &fault.start_event(), start, Some(node));
+    env.sleep(duration).await;
+    let resumed = host.resume_group(pid).await;
+    let mut stop = target;
+    if let Err(e) = resumed {
+        stop["resume_error"] = json!(e.to_string());
+    }
+    env.journal.record(&fault.stop_event(), stop, Some(node));
 }
 
 async fn suspend_for(

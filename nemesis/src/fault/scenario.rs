@@ -132,7 +132,7 @@ async fn kill_clock(env: &mut Env, down: Duration, jump_ns: i64, hold: Duration)
         }
     }
     let value = json!({"targets": targets, "holder": holder.process});
-    let value = verify::attach(value, verify::gone(&killed));
+    let value = verify::attach(value, verify::gone_anywhere(env, &killed).await);
     env.journal
         .record_at(began, &Fault::Kill.start_event(), value, None);
     tokio::time::sleep(down).await;
