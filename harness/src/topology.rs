@@ -630,9 +630,14 @@ impl Topology {
 
     /// Removes every node and the run's iptables chain.
     pub async fn shutdown(&self) {
-        for server in self.servers.lock().await.iter_mut() {
-            server.remove().await;
+        // All at once: a node on another host takes round trips to stop
+        // and to fetch its logs from.
+        let servers = std::mem::take(&mut *self.servers.lock().await);
+        let mut removals = tokio::task::JoinSet::new();
+        for mut server in servers {
+            removals.spawn(async move { server.remove().await });
         }
+        while removals.join_next().await.is_some() {}
         if let Some(fw) = &self.firewall {
             let _ = fw.heal();
         }

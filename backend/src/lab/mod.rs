@@ -1,8 +1,9 @@
 //! `lockstorm lab`: hosts on this machine for `--nodes`, as Jepsen's n1…n5.
 //! Each host is a network namespace with one interface on a private bridge
 //! (`lslab0`, 10.213.0.0/24, no uplink and no route out of the namespaces),
-//! and its own `sshd` (Debian's `openssh-server`) that takes one generated
-//! key. Cutting a link between two hosts is then a real drop on a real
+//! a PID namespace (its PIDs are not this machine's), a `/tmp` of its own
+//! (a run's folders on one host are not on another), and its own `sshd`
+//! (Debian's `openssh-server`) that takes one generated key. Cutting a link between two hosts is then a real drop on a real
 //! interface, not a loopback trick.
 //!
 //! This file is the plan, pure: names, addresses, the files a lab keeps.
@@ -30,7 +31,9 @@ pub const BRIDGE_ADDR: Ipv4Addr = Ipv4Addr::new(10, 213, 0, 1);
 
 /// Where a lab keeps its key, each host's `sshd` files and its record.
 pub fn home() -> PathBuf {
-    std::env::temp_dir().join("lockstorm-lab")
+    // Not under /tmp: each host has a /tmp of its own, which hides the
+    // machine's.
+    PathBuf::from("/run/lockstorm-lab")
 }
 
 /// The lab's client key, which every host's `sshd` takes.
@@ -138,7 +141,9 @@ pub fn sshd_config(host: &Host, home: &Path) -> String {
             "AuthorizedKeysFile {}",
             home.join("authorized_keys").display()
         ),
-        format!("PidFile {}", file("sshd.pid")),
+        // Its PID 1 in a namespace of its own: `down` stops it through
+        // the `unshare` that holds it, not by a pid file.
+        "PidFile none".into(),
         "PermitRootLogin prohibit-password".into(),
         "PasswordAuthentication no".into(),
         "KbdInteractiveAuthentication no".into(),
@@ -225,7 +230,7 @@ mod tests {
         let config = sshd_config(host, Path::new("/tmp/lab"));
         assert!(config.contains("ListenAddress 10.213.0.12\n"), "{config}");
         assert!(config.contains("AuthorizedKeysFile /tmp/lab/authorized_keys\n"));
-        assert!(config.contains("PidFile /tmp/lab/n2/sshd.pid\n"));
+        assert!(config.contains("HostKey /tmp/lab/n2/host_key\n"));
         assert!(config.contains("PasswordAuthentication no\n"));
     }
 }

@@ -120,20 +120,55 @@ fn make_host(host: &Host, bare: bool, home: &Path, sshd: &Path) -> Result<()> {
     std::fs::write(&config, sshd_config(host, home))
         .map_err(doing(format!("writing {}", config.display())))?;
     let log = dir.join("sshd.log");
+    // Its own PID namespace too, so a host's PIDs are not this machine's
+    // (a fault that signalled a host's PID here would miss): `sshd` is its
+    // PID 1, in the foreground under `unshare`, which kills it, and with
+    // it every process of the host, when `down` kills `unshare`.
     let mut start = Command::new("ip");
-    start.args(["netns", "exec", ns]);
-    if bare {
-        // `ip netns exec` gives the host a mount namespace of its own, so
-        // what is mounted here hides Redis from this host's sessions alone.
-        start.args(["sh", "-c", HIDE_REDIS, "sh"]);
-    }
-    start.arg(sshd).arg("-f").arg(&config).arg("-E").arg(&log);
-    checked(&mut start, &format!("starting sshd on {}", host.name)).map(drop)
+    start.args(["netns", "exec", ns]).args([
+        "unshare",
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--mount-proc",
+    ]);
+    // Its own mount namespace (`--mount-proc` makes one): what is mounted
+    // there is this host's alone.
+    let setup = match bare {
+        true => format!("{OWN_TMP}; {HIDE_REDIS}; exec \"$@\""),
+        false => format!("{OWN_TMP}; exec \"$@\""),
+    };
+    start.args(["sh", "-c", &setup, "sh"]);
+    start
+        .arg(sshd)
+        .args(["-D", "-f"])
+        .arg(&config)
+        .arg("-E")
+        .arg(&log)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // Its own group: a Ctrl-C at `lab up`'s terminal does not reach it.
+    std::os::unix::process::CommandExt::process_group(&mut start, 0);
+    let holder = start
+        .spawn()
+        .map_err(doing(format!("starting sshd on {}", host.name)))?;
+    let pidfile = holder_pid(host, home);
+    std::fs::write(&pidfile, holder.id().to_string())
+        .map_err(doing(format!("writing {}", pidfile.display())))
 }
 
-/// Runs its arguments with Redis's programs hidden: each covered by an
-/// empty, unexecutable file.
-const HIDE_REDIS: &str = "for p in redis-server redis-sentinel redis-cli; do f=$(command -v \"$p\") && mount --bind /dev/null \"$(readlink -f \"$f\")\" || true; done; exec \"$@\"";
+/// Where `up` notes the pid of the `unshare` that holds `host`'s processes.
+fn holder_pid(host: &Host, home: &Path) -> PathBuf {
+    host.dir(home).join("holder.pid")
+}
+
+/// A `/tmp` of the host's own.
+const OWN_TMP: &str = "mount -t tmpfs -o size=512m,mode=1777 lockstorm-lab /tmp";
+
+/// Hides Redis's programs: each covered by `/dev/null`, which no one can
+/// execute.
+const HIDE_REDIS: &str = "for p in redis-server redis-sentinel redis-cli; do f=$(command -v \"$p\") && mount --bind /dev/null \"$(readlink -f \"$f\")\" || true; done";
 
 /// The lab's hosts' keys, for `ssh`'s `UserKnownHostsFile`: a run that
 /// logs in to them accepts those keys and no others.
@@ -167,18 +202,19 @@ fn await_sshd(host: &Host, home: &Path) -> Result<()> {
     })
 }
 
-/// SIGTERM to the `sshd` whose pid `host`'s folder holds, if that pid is
-/// still an `sshd` (a pid reused by another program is left alone).
+/// SIGKILL to the `unshare` whose pid `host`'s folder holds, if that pid
+/// is still an `unshare` (a pid reused by another program is left alone):
+/// it kills the host's PID 1, its `sshd`, and the kernel every other
+/// process of the host.
 fn stop_sshd(host: &Host, home: &Path) {
-    let pidfile = host.dir(home).join("sshd.pid");
-    let Some(pid) = std::fs::read_to_string(&pidfile)
+    let Some(pid) = std::fs::read_to_string(holder_pid(host, home))
         .ok()
         .and_then(|p| p.trim().parse::<u32>().ok())
     else {
         return;
     };
-    if comm(pid) == "sshd" {
-        let _ = process::terminate(pid);
+    if comm(pid) == "unshare" {
+        let _ = process::kill_now(pid);
         process::wait_gone(&[pid], Duration::from_secs(5));
     }
 }

@@ -102,6 +102,16 @@ impl Host {
 
     /// As [`Self::run`], `input` its stdin.
     pub async fn run_with(&self, script: &str, input: Option<&[u8]>) -> Result<String> {
+        let out = self.exchange(script, input).await?;
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    /// As [`Self::run`], its stdout as it came.
+    pub async fn run_bytes(&self, script: &str) -> Result<Vec<u8>> {
+        self.exchange(script, None).await
+    }
+
+    async fn exchange(&self, script: &str, input: Option<&[u8]>) -> Result<Vec<u8>> {
         let dest = &self.dest;
         let failed = |why: String| Error::Usage(format!("on {dest}: {why}"));
         let mut cmd = self.session.command("sh");
@@ -141,7 +151,7 @@ impl Host {
                 err.trim().replace('\n', "; ")
             )));
         }
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        Ok(output.stdout)
     }
 
     /// The programs of `needed` the host lacks on its PATH.
@@ -157,12 +167,6 @@ impl Host {
             .lines()
             .map(str::to_string)
             .collect())
-    }
-
-    /// A file of the host, read whole (empty when it is not there).
-    pub async fn read(&self, path: &str) -> Result<Vec<u8>> {
-        let script = format!("[ ! -e {p} ] || cat {p}", p = quote(path));
-        Ok(self.run(&script).await?.into_bytes())
     }
 
     /// The `ssh` command of a long-lived channel to the host through its

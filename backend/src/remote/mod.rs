@@ -206,6 +206,28 @@ pub fn parse_said(line: &str) -> Option<Said> {
     }
 }
 
+/// The files of an answer made of `name size` lines, each followed by the
+/// file's `size` bytes (pure); what does not parse ends the list.
+pub fn unpack(mut bytes: &[u8]) -> Vec<(String, &[u8])> {
+    let mut files = Vec::new();
+    while let Some(end) = bytes.iter().position(|b| *b == b'\n') {
+        let head = String::from_utf8_lossy(&bytes[..end]).into_owned();
+        let Some((name, size)) = head.rsplit_once(' ') else {
+            break;
+        };
+        let Ok(size) = size.trim().parse::<usize>() else {
+            break;
+        };
+        let rest = &bytes[end + 1..];
+        if rest.len() < size || name.contains('/') {
+            break;
+        }
+        files.push((name.to_string(), &rest[..size]));
+        bytes = &rest[size..];
+    }
+    files
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,5 +293,20 @@ mod tests {
             Some(Said::Exit("exit status: 1".into()))
         );
         assert_eq!(parse_said("hello"), None);
+    }
+
+    #[test]
+    fn fetched_files_unpack_by_their_sizes_and_a_torn_answer_stops() {
+        let answer = b"redis.log 6\nab\ncd\noutput.log 0\nsentinel.conf 3\nxyz";
+        let files = unpack(answer);
+        let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["redis.log", "output.log", "sentinel.conf"]);
+        assert_eq!(files[0].1, b"ab\ncd\n");
+        assert_eq!(unpack(b"redis.log 10\nshort").len(), 0);
+        assert_eq!(
+            unpack(b"../x 1\na").len(),
+            0,
+            "a name with a slash is refused"
+        );
     }
 }

@@ -109,35 +109,51 @@ impl Remote {
         &self.hosts
     }
 
-    /// What of the run is still on the hosts: a process it started that
-    /// still runs, or its folder; one line each, naming the host.
-    pub async fn leftovers(&self) -> Vec<String> {
+    /// Removes the run's folder on every host (at once) and says what of
+    /// the run is still there: a process it started that still runs, or
+    /// its folder; one line each, naming the host.
+    pub async fn clear(&self) -> Vec<String> {
         let started = self
             .started
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let mut left = Vec::new();
+        let mut looks = tokio::task::JoinSet::new();
         for (i, host) in self.hosts.iter().enumerate() {
             let pids: Vec<String> = started
                 .iter()
                 .filter(|(h, _)| *h == i)
                 .map(|(_, p)| p.to_string())
                 .collect();
-            let mut script = format!("[ ! -e {h} ] || echo \"folder {h}\"", h = quote(&host.home));
-            if !pids.is_empty() {
-                script.push_str(&format!(
-                    "; for p in {}; do kill -0 $p 2>/dev/null && echo \"process $p\"; done; true",
-                    pids.join(" ")
-                ));
-            }
-            match host.run(&script).await {
-                Ok(out) => left.extend(out.lines().map(|l| format!("{}: {l}", host.dest))),
-                Err(e) => left.push(format!("{}: cannot look ({e})", host.dest)),
-            }
+            let host = host.clone();
+            looks.spawn(async move {
+                let said = host.run(&clear_script(&host.home, &pids)).await;
+                match said {
+                    Ok(out) => out.lines().map(|l| format!("{}: {l}", host.dest)).collect(),
+                    Err(e) => vec![format!("{}: cannot look ({e})", host.dest)],
+                }
+            });
         }
+        let mut left: Vec<String> = Vec::new();
+        while let Some(said) = looks.join_next().await {
+            left.extend(said.unwrap_or_else(|e| vec![format!("a host's look failed: {e}")]));
+        }
+        left.sort();
         left
     }
+}
+
+/// Removes `home` and prints what is left of it and of `pids`.
+fn clear_script(home: &str, pids: &[String]) -> String {
+    let h = quote(home);
+    let mut script = format!("rm -rf {h}; [ ! -e {h} ] || echo \"folder {home} is left\"");
+    if !pids.is_empty() {
+        script.push_str(&format!(
+            "; for p in {}; do kill -0 $p 2>/dev/null && echo \"process $p still runs\"; done; true",
+            pids.join(" ")
+        ));
+    }
+    script
 }
 
 impl Provisioner for Remote {
@@ -198,16 +214,11 @@ impl Provisioner for Remote {
         Some(self.clone())
     }
 
-    /// Checks that nothing of the run is left on the hosts, removes the
-    /// run's folders there, and says (a warning) what could not go.
+    /// Removes the run's folders on the hosts and checks that nothing of
+    /// the run is left there: a leftover is a warning naming the host.
     fn finish(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            for host in &self.hosts {
-                if let Err(e) = host.run(&format!("rm -rf {}", quote(&host.home))).await {
-                    tracing::warn!("{e}");
-                }
-            }
-            for left in self.leftovers().await {
+            for left in self.clear().await {
                 tracing::warn!("left on a host: {left}");
             }
         })
@@ -379,21 +390,17 @@ impl RemoteProcess {
             return;
         }
         self.fetched = true;
-        let list = format!(
-            "cd {} && for f in *.log *.conf; do [ -f \"$f\" ] && echo \"$f\"; done; true",
+        // Every file in one answer, each after a line with its name and size.
+        let script = format!(
+            "cd {} && for f in *.log *.conf; do [ -f \"$f\" ] && echo \"$f $(wc -c < \"$f\")\" && cat \"$f\"; done; true",
             quote(&self.dir)
         );
-        let Ok(names) = self.host.run(&list).await else {
-            return;
+        let bytes = match self.host.run_bytes(&script).await {
+            Ok(bytes) => bytes,
+            Err(e) => return tracing::warn!("fetching the logs of node {}: {e}", self.launch.name),
         };
-        for name in names.lines() {
-            let from = format!("{}/{name}", self.dir);
-            match self.host.read(&from).await {
-                Ok(bytes) => {
-                    let _ = std::fs::write(self.launch.dir.join(name), bytes);
-                }
-                Err(e) => tracing::warn!("fetching {from}: {e}"),
-            }
+        for (name, content) in super::unpack(&bytes) {
+            let _ = std::fs::write(self.launch.dir.join(name), content);
         }
     }
 }

@@ -1,15 +1,17 @@
 //! `lockstorm lab`: hosts on this machine, each a network namespace with
 //! its own address on a private bridge and its own sshd, reached with the
-//! lab's key; `lab down` leaves no namespace, interface, sshd or key.
+//! lab's key; `lab down` leaves no namespace, interface, sshd or key. And
+//! `--nodes` on those hosts: runs break as they do on one machine, faults
+//! act on the hosts and are seen to, and nothing is left there.
 //! (As root, with Debian's openssh-server: `.ci/run` installs it.)
 
-use crate::common::{lockstorm, one_line_254};
+use crate::common::{assert_verified, events, lockstorm, one_line_254, run, tmp, wait_for};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The lab's home, where `up` keeps its key and `down` removes everything.
 fn home() -> PathBuf {
-    std::env::temp_dir().join("lockstorm-lab")
+    PathBuf::from("/run/lockstorm-lab")
 }
 
 /// One lab at a time on a machine: tests that make one hold this lock, and
@@ -140,4 +142,307 @@ fn lab_hosts_answer_ssh_each_in_a_namespace_of_its_own_and_down_leaves_nothing()
         (twice.code, twice.stdout.trim()),
         (0, "lab down: no lab was up")
     );
+}
+
+/// The redis-server processes of this machine that listen in the lab's
+/// subnet (each host's, seen from here).
+fn lab_redis_servers() -> Vec<String> {
+    let entries = std::fs::read_dir("/proc").unwrap().flatten();
+    entries
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            let live = nemesis::process::state(pid).is_some_and(|s| s != 'Z');
+            (live && cmdline.starts_with("redis-") && cmdline.contains("10.213.0."))
+                .then(|| format!("{pid}: {cmdline}"))
+        })
+        .collect()
+}
+
+/// What a run left on `host`, as the host itself says: a Redis process,
+/// or a run's folder.
+fn left_on(host: &str) -> String {
+    ssh(
+        host,
+        "ps -eo args | grep '^redis-' || true; ls -d /tmp/lockstorm-run-* 2>/dev/null || true",
+    )
+}
+
+/// The verdict a run's exit code says.
+fn verdict(code: i32) -> &'static str {
+    match code {
+        0 => "valid",
+        1 => "invalid",
+        2 => "unknown",
+        _ => "failed",
+    }
+}
+
+/// One run of the lab test: its name, exit code, output and folder.
+struct Outcome {
+    name: &'static str,
+    out: crate::common::Run,
+    dir: PathBuf,
+    _results: tempfile::TempDir,
+}
+
+impl Outcome {
+    fn of(name: &'static str, args: &[&str]) -> Outcome {
+        let results = tmp();
+        let (out, _, dir) = run(results.path(), args);
+        Outcome {
+            name,
+            out,
+            dir,
+            _results: results,
+        }
+    }
+
+    fn said(&self) -> String {
+        let Outcome { name, out, dir, .. } = self;
+        let code = out.code;
+        format!(
+            "{name}: exit {code}\n{}{}\n{}",
+            out.stdout,
+            out.stderr,
+            dir.display()
+        )
+    }
+}
+
+#[test]
+fn runs_on_lab_hosts_break_as_on_one_machine_and_leave_nothing_there() {
+    let _turn = LabTurn::take();
+    // Five hosts for the runs; a sixth without Redis, and a seventh for the
+    // runs that must leave nothing (refused ones, a stopped one).
+    let up = lockstorm(&["lab", "up", "--hosts", "7", "--bare", "n6"]);
+    assert_eq!(up.code, 0, "{}{}", up.stdout, up.stderr);
+    let all: Vec<&str> = up.stdout.trim().split(',').collect();
+    let five = all[..5].join(",");
+    let (bare, spare) = (all[5], all[6]);
+
+    let runs: [(&str, &[&str]); 5] = [
+        (
+            "redlock-pause",
+            &[
+                "--config",
+                "redlock",
+                "--nemesis",
+                "pause",
+                "--time-limit",
+                "8",
+            ],
+        ),
+        (
+            "redlock-partition",
+            &[
+                "--config",
+                "redlock",
+                "--nemesis",
+                "partition",
+                "--time-limit",
+                "17",
+            ],
+        ),
+        (
+            "replicated-failover",
+            &[
+                "--config",
+                "replicated",
+                "--nemesis",
+                "failover",
+                "--time-limit",
+                "24",
+            ],
+        ),
+        (
+            "fenced-kill",
+            &[
+                "--config",
+                "fenced",
+                "--nemesis",
+                "kill",
+                "--time-limit",
+                "12",
+            ],
+        ),
+        (
+            "single-pause-node",
+            &[
+                "--config",
+                "single",
+                "--nemesis",
+                "pause-node",
+                "--time-limit",
+                "10",
+            ],
+        ),
+    ];
+    // Each run in its own thread (and run slot), at once; beside them the
+    // same fenced × kill on this machine, and the runs on the spare host.
+    let (outcomes, local) = std::thread::scope(|scope| {
+        let five = five.as_str();
+        let threads: Vec<_> = runs
+            .iter()
+            .map(|(name, args)| {
+                scope.spawn(move || {
+                    let mut all = vec!["--nodes", five, "--seed", "1"];
+                    all.extend(args.iter());
+                    Outcome::of(name, &all)
+                })
+            })
+            .collect();
+        let local = scope.spawn(|| {
+            let args = [
+                "--config",
+                "fenced",
+                "--nemesis",
+                "kill",
+                "--time-limit",
+                "12",
+                "--seed",
+                "1",
+            ];
+            Outcome::of("local fenced-kill", &args)
+        });
+        scope.spawn(|| nothing_left_by_refused_or_stopped_runs(bare, spare));
+        let outcomes: Vec<Outcome> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        (outcomes, local.join().unwrap())
+    });
+    let by_name = |n: &str| outcomes.iter().find(|o| o.name == n).unwrap();
+
+    // Unfenced locks break on hosts as on one machine.
+    let pause = by_name("redlock-pause");
+    assert_eq!(pause.out.code, 1, "{}", pause.said());
+    let failover = by_name("replicated-failover");
+    assert_eq!(failover.out.code, 1, "{}", failover.said());
+    // A partition is decided, and was seen to act.
+    let partition = by_name("redlock-partition");
+    assert!([0, 1].contains(&partition.out.code), "{}", partition.said());
+    assert_verified(&partition.dir, "start-partition");
+    // fenced × kill: the same verdict on hosts as here.
+    let fenced = by_name("fenced-kill");
+    assert_eq!(
+        verdict(fenced.out.code),
+        verdict(local.out.code),
+        "{}\n{}",
+        fenced.said(),
+        local.said()
+    );
+
+    // Faults on nodes acted on the hosts and were seen there: the
+    // failover's cut (iptables on the hosts; probes from the replicas'
+    // hosts refused), the primary's kill (its PID gone on its host), a
+    // node paused (its process group stopped on its host).
+    assert_verified(&failover.dir, "start-failover");
+    let killed = events(&failover.dir, "kill");
+    let on_n1 = |e: &serde_json::Value| e["value"]["verified"]["gone"][0]["host"] == all[0];
+    assert!(
+        killed.iter().any(on_n1),
+        "the kill was not seen on {}: {killed:?}",
+        all[0]
+    );
+    let paused = events(&by_name("single-pause-node").dir, "start-pause-node");
+    let stopped_on_n1 = |e: &serde_json::Value| {
+        let seen = &e["value"]["verified"];
+        seen["host"] == all[0] && seen["state"] == "T"
+    };
+    assert!(
+        paused.iter().any(stopped_on_n1),
+        "n1 not seen stopped on its host: {paused:?}"
+    );
+    // The nodes' logs came back, and run.json names the hosts.
+    for node in ["n1", "n5", "storage"] {
+        let log = pause.dir.join("nodes").join(node).join("redis.log");
+        let log = std::fs::read_to_string(log).unwrap_or_default();
+        assert!(
+            log.contains("Ready to accept connections"),
+            "{node}'s log: {log:?}"
+        );
+    }
+    let record = std::fs::read_to_string(pause.dir.join("run.json")).unwrap();
+    let record: serde_json::Value = serde_json::from_str(&record).unwrap();
+    assert_eq!(record["backend"]["kind"], "ssh", "{record}");
+    assert_eq!(record["backend"]["hosts"][4], all[4], "{record}");
+    for host in &all[..5] {
+        assert_eq!(left_on(host).trim(), "", "left on {host}");
+    }
+
+    let down = lockstorm(&["lab", "down"]);
+    assert_eq!(down.code, 0, "{}{}", down.stdout, down.stderr);
+    assert_eq!(
+        names_in("/run/netns", "lockstorm-lab-"),
+        Vec::<String>::new()
+    );
+    assert_eq!(lab_processes(), Vec::<String>::new());
+    assert_eq!(lab_redis_servers(), Vec::<String>::new());
+}
+
+/// Bad input is one line, 254, and leaves nothing on the host that
+/// answered; a run stopped with SIGTERM leaves nothing on its host.
+fn nothing_left_by_refused_or_stopped_runs(bare: &str, spare: &str) {
+    let refused = |nodes: &str, more: &[&str]| {
+        let mut all = vec![
+            "run",
+            "--config",
+            "single",
+            "--time-limit",
+            "5",
+            "--nodes",
+            nodes,
+        ];
+        all.extend(more);
+        one_line_254(&lockstorm(&all))
+    };
+    let lacks = refused(&format!("{spare},{bare}"), &[]);
+    assert!(
+        lacks.contains(&format!("host {bare} has no redis-server")),
+        "{lacks}"
+    );
+    let unreachable = refused(&format!("{spare},root@10.213.0.99"), &[]);
+    assert!(
+        unreachable.contains("cannot log in to root@10.213.0.99"),
+        "{unreachable}"
+    );
+    let key_dir = tmp();
+    let key = key_dir.path().join("stranger");
+    let made = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&key)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let stranger = refused(spare, &["--ssh-key", key.to_str().unwrap()]);
+    assert!(stranger.contains("Permission denied"), "{stranger}");
+    assert_eq!(
+        left_on(spare).trim(),
+        "",
+        "left on {spare} by a refused run"
+    );
+
+    let results = tmp();
+    let child = Command::new(env!("CARGO_BIN_EXE_lockstorm"))
+        .args(["run", "--nodes", spare, "--time-limit", "60", "--results"])
+        .arg(results.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the stopped run's first grant", || {
+        let group = results.path().join("single-none");
+        let dir = std::fs::read_dir(group)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.is_dir())?;
+        let history = std::fs::read_to_string(dir.join("history.jsonl")).ok()?;
+        history.contains("\"ok\"").then_some(())
+    });
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert_eq!(left_on(spare).trim(), "", "left on {spare} after SIGTERM");
 }
