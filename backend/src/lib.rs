@@ -30,7 +30,7 @@ mod server;
 pub mod zookeeper;
 
 pub use error::{Error, Result};
-pub use provision::{Launch, NodeProcess, Program, Provisioner};
+pub use provision::{Hosts, Launch, NodeProcess, Program, Provisioner};
 pub use server::Server;
 
 use clap::ValueEnum;

@@ -5,7 +5,10 @@
 
 use crate::error::Result;
 use nemesis::cluster::BoxFuture;
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 use store::BackendRecord;
 
 /// The program a node runs.
@@ -92,16 +95,52 @@ pub trait Provisioner: Send + Sync {
     fn finish(&self) -> BoxFuture<'_, ()>;
     /// The address node `name` listens on, when the backend places it
     /// (`--nodes`: its host's); `None`: the topology's loopback plan.
-    fn address_of(&self, _name: &str) -> Option<std::net::Ipv4Addr> {
+    fn address_of(&self, _name: &str) -> Option<Ipv4Addr> {
         None
     }
     /// A port for a node on `ip` to bind; taken meanwhile, the node says so
     /// and its kind tries another.
-    fn free_port(&self, ip: std::net::Ipv4Addr) -> Result<u16> {
-        crate::server::free_port(ip)
+    fn free_port(&self, ip: Ipv4Addr) -> Result<u16> {
+        free_port(ip)
     }
-    /// The hosts the nodes run on, when not this machine (`--nodes`).
-    fn remote(&self) -> Option<crate::remote::Remote> {
+    /// The machines the nodes run on, when not this one (`--nodes`).
+    fn hosts(&self) -> Option<Arc<dyn Hosts>> {
         None
     }
+}
+
+/// The machines a run's nodes run on, when not this one: what the
+/// topology's faults do there.
+pub trait Hosts: Send + Sync {
+    /// The host node `name` runs on.
+    fn host_of(&self, name: &str) -> Arc<dyn nemesis::cluster::Host>;
+    /// Drops every packet between node `a` and node `b` (each named, with
+    /// its address), both ways, with their hosts' iptables.
+    fn cut<'a>(
+        &'a self,
+        a: (&'a str, SocketAddrV4),
+        b: (&'a str, SocketAddrV4),
+    ) -> BoxFuture<'a, Result<()>>;
+    /// Every cut heals.
+    fn heal(&self) -> BoxFuture<'_, Result<()>>;
+    /// Removes what the cuts made on the hosts; what would not go, one
+    /// line each naming the host.
+    fn remove_cuts(&self) -> BoxFuture<'_, Vec<String>>;
+    /// Whether a TCP connection from node `from`'s host to `addr` is
+    /// accepted within `within`.
+    fn connects<'a>(
+        &'a self,
+        from: &'a str,
+        addr: &'a str,
+        within: Duration,
+    ) -> BoxFuture<'a, Result<bool>>;
+}
+
+/// A free port on `ip`, for a server to bind: someone else may take it
+/// first, so a kind that binds it retries on another when told the
+/// address is in use.
+pub(crate) fn free_port(ip: Ipv4Addr) -> Result<u16> {
+    TcpListener::bind((ip, 0))
+        .and_then(|l| Ok(l.local_addr()?.port()))
+        .map_err(crate::error::doing(format!("finding a free port on {ip}")))
 }

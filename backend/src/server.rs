@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::provision::NodeProcess;
 use crate::reaper::DataFolder;
 use nemesis::cluster::BoxFuture;
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -258,14 +258,7 @@ fn quit(name: &str, pid: u32) {
     }
 }
 
-/// A free port on `ip`, for a server to bind: someone else may take it
-/// first, so a kind that binds it retries on another when told the
-/// address is in use.
-pub(crate) fn free_port(ip: Ipv4Addr) -> Result<u16> {
-    TcpListener::bind((ip, 0))
-        .and_then(|l| Ok(l.local_addr()?.port()))
-        .map_err(crate::error::doing(format!("finding a free port on {ip}")))
-}
+pub(crate) use crate::provision::free_port;
 
 /// A toy fourth kind, all in one place as a new kind would be: a `sleep`
 /// process. What it holds, how it starts, and when it is ready are its

@@ -59,7 +59,7 @@ pub struct Topology {
     pub storage_addr: String,
     firewall: Option<Firewall>,
     /// The hosts the nodes run on (`--nodes`), and the cuts between them.
-    remote: Option<(backend::remote::Remote, backend::remote::HostFirewall)>,
+    remote: Option<Arc<dyn backend::Hosts>>,
     /// Node name → its time shim's control file (clock nemesis only).
     clocks: Vec<(String, TimeControl)>,
     pub addresses: Addresses,
@@ -346,7 +346,7 @@ impl Topology {
         nodes_dir: &Path,
     ) -> Result<Self> {
         let firewall = firewall_for(options)?;
-        let remote = backend.remote().map(|r| (r, Default::default()));
+        let remote = backend.hosts();
         let mut clocks = NodeClocks::for_run(options, nodes_dir)?;
         let addresses = Addresses {
             block: options.address_block,
@@ -617,6 +617,7 @@ impl Topology {
                 role: "target".into(),
                 addr: format!("{ip}:{port}"),
                 pid: 0,
+                host: None,
             });
         // The storage's role is "storage", whichever server it runs.
         let owned = servers.iter().map(|n| NodeRecord {
@@ -624,6 +625,7 @@ impl Topology {
             role: n.role().into(),
             addr: n.addr(),
             pid: n.pid(),
+            host: self.host_of(n.name()).map(|h| h.name()),
         });
         external.chain(owned).collect()
     }
@@ -641,8 +643,8 @@ impl Topology {
         if let Some(fw) = &self.firewall {
             let _ = fw.heal();
         }
-        if let Some((_, fw)) = &self.remote {
-            for left in fw.remove().await {
+        if let Some(hosts) = &self.remote {
+            for left in hosts.remove_cuts().await {
                 tracing::warn!("left on a host: {left}");
             }
         }
@@ -811,28 +813,17 @@ impl Topology {
     /// A cut between `a` and each of `others`, with their hosts' iptables.
     async fn cut_between_hosts(
         &self,
-        (remote, fw): &(backend::remote::Remote, backend::remote::HostFirewall),
+        hosts: &Arc<dyn backend::Hosts>,
         a: &str,
         others: &[String],
     ) -> std::io::Result<()> {
-        let side = |n: &str| -> std::io::Result<_> {
+        let at = |n: &str| -> std::io::Result<_> {
             let (ip, port) = self.socket_of(n)?;
-            let index = backend::remote::host_of(n, remote.hosts().len());
-            Ok((
-                index,
-                remote.host_for(n),
-                std::net::SocketAddrV4::new(ip, port),
-            ))
+            Ok(std::net::SocketAddrV4::new(ip, port))
         };
         for o in others {
-            let (a, o) = (side(a)?, side(o)?);
-            if a.0 == o.0 {
-                return Err(std::io::Error::other(format!(
-                    "{} and {} share a host, and a cut between hosts cannot part them: give --nodes more hosts",
-                    a.1.dest, o.1.dest
-                )));
-            }
-            fw.cut(a, o).await.map_err(std::io::Error::other)?;
+            let cut = hosts.cut((a, at(a)?), (o, at(o)?)).await;
+            cut.map_err(std::io::Error::other)?;
         }
         Ok(())
     }
@@ -909,8 +900,7 @@ impl Cluster for Topology {
     }
 
     fn host_of(&self, name: &str) -> Option<Arc<dyn nemesis::cluster::Host>> {
-        let (remote, _) = self.remote.as_ref()?;
-        Some(remote.host_for(name).clone() as Arc<dyn nemesis::cluster::Host>)
+        Some(self.remote.as_ref()?.host_of(name))
     }
 
     fn partition<'a>(
@@ -928,8 +918,8 @@ impl Cluster for Topology {
 
     fn heal(&self) -> BoxFuture<'_, std::io::Result<()>> {
         Box::pin(async move {
-            if let Some((_, fw)) = &self.remote {
-                return fw.heal().await.map_err(std::io::Error::other);
+            if let Some(hosts) = &self.remote {
+                return hosts.heal().await.map_err(std::io::Error::other);
             }
             match &self.firewall {
                 Some(fw) => fw.heal(),
@@ -1003,14 +993,13 @@ impl Cluster for Topology {
         timeout: Duration,
     ) -> BoxFuture<'_, Result<bool, String>> {
         let target = self.socket_of(node);
-        if let (Some((remote, _)), Source::Node(n)) = (&self.remote, &from) {
-            let host = remote.host_for(n).clone();
+        if let (Some(hosts), Source::Node(n)) = (self.remote.clone(), &from) {
+            let n = n.clone();
             return Box::pin(async move {
                 let (ip, port) = target.map_err(|e| e.to_string())?;
                 let addr = format!("{ip}:{port}");
-                host.connects(&addr, timeout)
-                    .await
-                    .map_err(|e| e.to_string())
+                let probe = hosts.connects(&n, &addr, timeout).await;
+                probe.map_err(|e| e.to_string())
             });
         }
         let source = match &from {

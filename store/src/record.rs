@@ -143,7 +143,11 @@ pub struct NodeRecord {
     pub name: String,
     pub role: String,
     pub addr: String,
+    /// Its PID on its host (this machine's, unless `host` names another).
     pub pid: u32,
+    /// The host it ran on, as `--nodes` named it (none: this machine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// The backend a run used, as `run.json` records it.

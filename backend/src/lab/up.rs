@@ -57,6 +57,15 @@ pub fn down() -> Result<Down> {
                 left.push(e.to_string());
             }
         }
+        // The namespace, and its end of the link with it, goes once its
+        // last process has: deleting this end takes both now.
+        if link_exists(&host.veth) {
+            let deleted = ip(&["link", "del", &host.veth]);
+            // Gone meanwhile with its namespace is gone all the same.
+            if let (Err(e), true) = (deleted, link_exists(&host.veth)) {
+                left.push(e.to_string());
+            }
+        }
     }
     if link_exists(BRIDGE) {
         if let Err(e) = ip(&["link", "del", BRIDGE]) {

@@ -12,7 +12,7 @@ use std::net::SocketAddrV4;
 use std::sync::Arc;
 use tokio::sync::Mutex;
 
-pub struct HostFirewall {
+pub(super) struct HostFirewall {
     chain: String,
     /// The hosts whose INPUT the chain is hooked into, by `--nodes` index.
     hooked: Mutex<Vec<(usize, Arc<Host>)>>,
@@ -41,10 +41,6 @@ impl Default for HostFirewall {
 }
 
 impl HostFirewall {
-    pub fn chain(&self) -> &str {
-        &self.chain
-    }
-
     /// Drops every packet between `a` and `b`, both ways.
     pub async fn cut(&self, a: Side<'_>, b: Side<'_>) -> Result<()> {
         for (me, other) in [(&a, &b), (&b, &a)] {

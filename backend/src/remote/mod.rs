@@ -7,13 +7,13 @@
 //! which node, what a host must have, and the shell it runs. `host.rs` is
 //! one host's connection (every command under a deadline), `process.rs` a
 //! node's process there and the provisioner that starts it, `firewall.rs`
-//! the cuts between hosts.
+//! the cuts between hosts, `hosts.rs` what the topology's faults do there.
 
 mod firewall;
 mod host;
+mod hosts;
 mod process;
 
-pub use firewall::HostFirewall;
 pub use host::{Host, Login};
 pub use process::{connect, Remote};
 
@@ -240,7 +240,7 @@ mod tests {
             (Some("root"), "10.213.0.11", None)
         );
         let d = Destination::parse("n1:2222").unwrap();
-        assert_eq!((d.user, d.port), (None, Some(2222)));
+        assert_eq!((d.user.as_deref(), d.port), (None, Some(2222)));
         assert_eq!(d.to_string(), "n1:2222");
         for bad in [
             "",

@@ -6,6 +6,7 @@
 //! connection, ends the process on the host). Logs and configs are
 //! fetched back into the node's folder here whenever the process ends.
 
+use super::firewall::HostFirewall;
 use super::host::{login_for, Host, WITHIN};
 use super::{host_of, needed_programs, parse_said, quote, wrapper, Destination, Said};
 use crate::error::{doing, Error, Result};
@@ -21,6 +22,8 @@ use tokio::sync::watch;
 #[derive(Clone)]
 pub struct Remote {
     hosts: Vec<Arc<Host>>,
+    /// The run's cuts between them.
+    pub(super) firewall: Arc<HostFirewall>,
     /// Every process started, as (host index, pid): what the end's check
     /// looks for.
     started: Arc<Mutex<Vec<(usize, u32)>>>,
@@ -86,6 +89,7 @@ pub async fn connect(
     };
     Ok(Arc::new(Remote {
         hosts: hosts.into_iter().map(Arc::new).collect(),
+        firewall: Arc::default(),
         started: Arc::default(),
         redis_version,
     }))
@@ -100,13 +104,10 @@ async fn close_all(hosts: Vec<Host>, e: Error) -> Error {
 }
 
 impl Remote {
-    /// The host node `name` runs on.
-    pub fn host_for(&self, name: &str) -> &Arc<Host> {
-        &self.hosts[host_of(name, self.hosts.len())]
-    }
-
-    pub fn hosts(&self) -> &[Arc<Host>] {
-        &self.hosts
+    /// The host node `name` runs on, and its index in `--nodes`.
+    pub(super) fn host_for(&self, name: &str) -> (usize, &Arc<Host>) {
+        let index = host_of(name, self.hosts.len());
+        (index, &self.hosts[index])
     }
 
     /// Removes the run's folder on every host (at once) and says what of
@@ -198,7 +199,7 @@ impl Provisioner for Remote {
     }
 
     fn address_of(&self, name: &str) -> Option<std::net::Ipv4Addr> {
-        Some(self.host_for(name).addr)
+        Some(self.host_for(name).1.addr)
     }
 
     /// A port the host's own kernel would not hand out to a client
@@ -210,8 +211,8 @@ impl Provisioner for Remote {
         Ok(20_000 + (nanos % 12_000) as u16)
     }
 
-    fn remote(&self) -> Option<Remote> {
-        Some(self.clone())
+    fn hosts(&self) -> Option<Arc<dyn crate::provision::Hosts>> {
+        Some(Arc::new(self.clone()))
     }
 
     /// Removes the run's folders on the hosts and checks that nothing of
@@ -349,7 +350,7 @@ impl RemoteProcess {
     fn close_channel(&mut self) {
         if let Some(mut child) = self.channel.take() {
             drop(child.stdin.take());
-            let _ = child.kill();
+            let _ = process::kill_now(child.id());
             let _ = child.wait();
         }
     }

@@ -222,88 +222,42 @@ fn runs_on_lab_hosts_break_as_on_one_machine_and_leave_nothing_there() {
     let five = all[..5].join(",");
     let (bare, spare) = (all[5], all[6]);
 
-    let runs: [(&str, &[&str]); 5] = [
+    let runs = [
         (
             "redlock-pause",
-            &[
-                "--config",
-                "redlock",
-                "--nemesis",
-                "pause",
-                "--time-limit",
-                "8",
-            ],
+            "--config redlock --nemesis pause --time-limit 8",
         ),
         (
             "redlock-partition",
-            &[
-                "--config",
-                "redlock",
-                "--nemesis",
-                "partition",
-                "--time-limit",
-                "17",
-            ],
-        ),
-        (
-            "replicated-failover",
-            &[
-                "--config",
-                "replicated",
-                "--nemesis",
-                "failover",
-                "--time-limit",
-                "24",
-            ],
+            "--config redlock --nemesis partition --time-limit 17",
         ),
         (
             "fenced-kill",
-            &[
-                "--config",
-                "fenced",
-                "--nemesis",
-                "kill",
-                "--time-limit",
-                "12",
-            ],
+            "--config fenced --nemesis kill --time-limit 12",
         ),
         (
             "single-pause-node",
-            &[
-                "--config",
-                "single",
-                "--nemesis",
-                "pause-node",
-                "--time-limit",
-                "10",
-            ],
+            "--config single --nemesis pause-node --time-limit 10",
         ),
     ];
     // Each run in its own thread (and run slot), at once; beside them the
     // same fenced × kill on this machine, and the runs on the spare host.
     let (outcomes, local) = std::thread::scope(|scope| {
         let five = five.as_str();
-        let threads: Vec<_> = runs
+        let mut threads: Vec<_> = runs
             .iter()
             .map(|(name, args)| {
                 scope.spawn(move || {
                     let mut all = vec!["--nodes", five, "--seed", "1"];
-                    all.extend(args.iter());
+                    all.extend(args.split_whitespace());
                     Outcome::of(name, &all)
                 })
             })
             .collect();
+        threads.push(scope.spawn(move || failover_that_loses_the_lock(five)));
         let local = scope.spawn(|| {
-            let args = [
-                "--config",
-                "fenced",
-                "--nemesis",
-                "kill",
-                "--time-limit",
-                "12",
-                "--seed",
-                "1",
-            ];
+            let args = "--config fenced --nemesis kill --time-limit 12 --seed 1";
+            let args: Vec<&str> = args.split_whitespace().collect();
             Outcome::of("local fenced-kill", &args)
         });
         scope.spawn(|| nothing_left_by_refused_or_stopped_runs(bare, spare));
@@ -316,7 +270,6 @@ fn runs_on_lab_hosts_break_as_on_one_machine_and_leave_nothing_there() {
     let pause = by_name("redlock-pause");
     assert_eq!(pause.out.code, 1, "{}", pause.said());
     let failover = by_name("replicated-failover");
-    assert_eq!(failover.out.code, 1, "{}", failover.said());
     // A partition is decided, and was seen to act.
     let partition = by_name("redlock-partition");
     assert!([0, 1].contains(&partition.out.code), "{}", partition.said());
@@ -365,6 +318,8 @@ fn runs_on_lab_hosts_break_as_on_one_machine_and_leave_nothing_there() {
     let record: serde_json::Value = serde_json::from_str(&record).unwrap();
     assert_eq!(record["backend"]["kind"], "ssh", "{record}");
     assert_eq!(record["backend"]["hosts"][4], all[4], "{record}");
+    let storage = crate::common::recorded_node(&pause.dir, "storage");
+    assert_eq!(storage["host"], all[4], "the counter runs on the last host");
     for host in &all[..5] {
         assert_eq!(left_on(host).trim(), "", "left on {host}");
     }
@@ -377,6 +332,31 @@ fn runs_on_lab_hosts_break_as_on_one_machine_and_leave_nothing_there() {
     );
     assert_eq!(lab_processes(), Vec::<String>::new());
     assert_eq!(lab_redis_servers(), Vec::<String>::new());
+}
+
+/// `replicated` × `failover` on hosts, as on one machine: the holder works
+/// 5.5 s (within its 6 s lease), which gives Sentinel that long to promote
+/// a replica without the key; a loaded machine's Sentinel may promote
+/// nobody before the run ends (unknown) or after the holder finished
+/// (valid), so the race gets two seeds, as on one machine.
+fn failover_that_loses_the_lock(nodes: &str) -> Outcome {
+    let mut tried = Vec::new();
+    for seed in ["4", "5"] {
+        let mut args = vec!["--nodes", nodes, "--seed", seed];
+        args.extend(
+            "--config replicated --nemesis failover --time-limit 24 --nemesis-interval-ms 2000 --work-ms 5500"
+                .split_whitespace(),
+        );
+        let outcome = Outcome::of("replicated-failover", &args);
+        if outcome.out.code == 1 {
+            return outcome;
+        }
+        tried.push(outcome.said());
+    }
+    panic!(
+        "the failover on hosts never lost the lock in two runs:\n{}",
+        tried.join("\n")
+    );
 }
 
 /// Bad input is one line, 254, and leaves nothing on the host that
