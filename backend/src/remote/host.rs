@@ -15,6 +15,9 @@ use tokio::io::AsyncWriteExt;
 /// How long a connection, or any one command on a host, may take.
 pub const WITHIN: Duration = Duration::from_secs(10);
 
+/// A command that takes longer is noted in the run's log.
+pub const SLOW: Duration = Duration::from_secs(1);
+
 /// How the harness logs in to the hosts.
 #[derive(Clone, Debug, Default)]
 pub struct Login {
@@ -136,12 +139,17 @@ impl Host {
                 .await
                 .map_err(|e| failed(one_line(&e)))
         };
+        let began = std::time::Instant::now();
         let output = tokio::time::timeout(WITHIN, work).await.map_err(|_| {
             failed(format!(
                 "`{}` took longer than {WITHIN:?}",
                 first_line(script)
             ))
         })??;
+        if began.elapsed() > SLOW {
+            let took = began.elapsed().as_secs_f64();
+            tracing::info!("{dest}: `{}` took {took:.1} s", first_line(script));
+        }
         if !output.status.success() {
             let err = String::from_utf8_lossy(&output.stderr);
             return Err(failed(format!(

@@ -372,6 +372,11 @@ impl RemoteProcess {
                 .await
                 .is_ok_and(|r| r.is_ok());
             if asked.is_none_or(|a| a.is_err()) || !ended {
+                tracing::info!(
+                    "{}: node {} did not end on its channel's word within {WITHIN:?}: killed by its pid",
+                    self.host.dest,
+                    self.launch.name
+                );
                 if let Some(pid) = heard.pid {
                     let _ = self
                         .host

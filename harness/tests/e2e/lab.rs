@@ -33,6 +33,17 @@ impl LabTurn {
 
 impl Drop for LabTurn {
     fn drop(&mut self) {
+        // A failed test shows what the hosts' sshds said before they go.
+        if std::thread::panicking() {
+            for host in std::fs::read_dir(home()).into_iter().flatten().flatten() {
+                let log = std::fs::read_to_string(host.path().join("sshd.log"));
+                if let Ok(log) = log {
+                    let tail: Vec<&str> = log.lines().rev().take(30).collect();
+                    let tail: Vec<&str> = tail.into_iter().rev().collect();
+                    eprintln!("{}:\n{}", host.path().display(), tail.join("\n"));
+                }
+            }
+        }
         let _ = lockstorm(&["lab", "down"]);
     }
 }
@@ -244,25 +255,34 @@ fn runs_on_lab_hosts_break_as_on_one_machine_and_leave_nothing_there() {
     // same fenced × kill on this machine, and the runs on the spare host.
     let (outcomes, local) = std::thread::scope(|scope| {
         let five = five.as_str();
+        // Named, so the suite's slot log says whose run held a slot.
+        let named = |name: &str| std::thread::Builder::new().name(format!("lab::{name}"));
         let mut threads: Vec<_> = runs
             .iter()
             .map(|(name, args)| {
-                scope.spawn(move || {
+                let run = move || {
                     let mut all = vec!["--nodes", five, "--seed", "1"];
                     all.extend(args.split_whitespace());
                     Outcome::of(name, &all)
-                })
+                };
+                named(name).spawn_scoped(scope, run).unwrap()
             })
             .collect();
-        threads.push(scope.spawn(move || failover_that_loses_the_lock(five)));
-        let local = scope.spawn(|| {
+        let failover = move || failover_that_loses_the_lock(five);
+        threads.push(
+            named("replicated-failover")
+                .spawn_scoped(scope, failover)
+                .unwrap(),
+        );
+        let local = named("local-fenced-kill").spawn_scoped(scope, || {
             let args = "--config fenced --nemesis kill --time-limit 12 --seed 1";
             let args: Vec<&str> = args.split_whitespace().collect();
             Outcome::of("local fenced-kill", &args)
         });
-        scope.spawn(|| nothing_left_by_refused_or_stopped_runs(bare, spare));
+        let spare_runs = || nothing_left_by_refused_or_stopped_runs(bare, spare);
+        named("spare").spawn_scoped(scope, spare_runs).unwrap();
         let outcomes: Vec<Outcome> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-        (outcomes, local.join().unwrap())
+        (outcomes, local.unwrap().join().unwrap())
     });
     let by_name = |n: &str| outcomes.iter().find(|o| o.name == n).unwrap();
 
