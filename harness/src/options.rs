@@ -73,6 +73,10 @@ pub struct Nodes {
     /// key for a lab's hosts, else your ssh's own choice].
     #[arg(long, value_name = "FILE")]
     pub ssh_key: Option<PathBuf>,
+    /// With --nodes: install what a host lacks with Debian's apt-get
+    /// there, as Jepsen's db/setup! does (up to 5 minutes a host).
+    #[arg(long)]
+    pub install: bool,
 }
 
 impl Default for Nodes {
@@ -429,6 +433,9 @@ pub struct RunPlan {
     /// `--ssh-key`, as given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh_key: Option<PathBuf>,
+    /// `--install`: what a host lacks is installed there first.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub install: bool,
 }
 
 /// Why options cannot become a plan.
@@ -720,6 +727,7 @@ impl RunOptions {
             image: self.nodes.image.clone(),
             hosts: Vec::new(),
             ssh_key: self.nodes.ssh_key.clone(),
+            install: self.nodes.install,
             results: self.output.results,
             pause: ms(self.pause_ms.unwrap_or(ttl * 3 / 2)),
             node_pause: ms(self.node_pause_ms.unwrap_or(node_pause)),

@@ -31,6 +31,7 @@ pub(crate) fn before() -> RunOptions {
             storage_target: None,
             hosts: None,
             ssh_key: None,
+            install: false,
         },
         output: Output {
             results: PathBuf::from("results"),
@@ -136,6 +137,7 @@ pub(crate) fn plan_before() -> RunPlan {
         storage_target: None,
         hosts: Vec::new(),
         ssh_key: None,
+        install: false,
     }
 }
 

@@ -105,16 +105,27 @@ impl Host {
 
     /// As [`Self::run`], `input` its stdin.
     pub async fn run_with(&self, script: &str, input: Option<&[u8]>) -> Result<String> {
-        let out = self.exchange(script, input).await?;
+        let out = self.exchange(script, input, WITHIN).await?;
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    /// As [`Self::run`], under a deadline of its own (an install).
+    pub async fn run_within(&self, script: &str, within: Duration) -> Result<String> {
+        let out = self.exchange(script, None, within).await?;
         Ok(String::from_utf8_lossy(&out).into_owned())
     }
 
     /// As [`Self::run`], its stdout as it came.
     pub async fn run_bytes(&self, script: &str) -> Result<Vec<u8>> {
-        self.exchange(script, None).await
+        self.exchange(script, None, WITHIN).await
     }
 
-    async fn exchange(&self, script: &str, input: Option<&[u8]>) -> Result<Vec<u8>> {
+    async fn exchange(
+        &self,
+        script: &str,
+        input: Option<&[u8]>,
+        within: Duration,
+    ) -> Result<Vec<u8>> {
         let dest = &self.dest;
         let failed = |why: String| Error::Usage(format!("on {dest}: {why}"));
         let mut cmd = self.session.command("sh");
@@ -140,9 +151,9 @@ impl Host {
                 .map_err(|e| failed(one_line(&e)))
         };
         let began = std::time::Instant::now();
-        let output = tokio::time::timeout(WITHIN, work).await.map_err(|_| {
+        let output = tokio::time::timeout(within, work).await.map_err(|_| {
             failed(format!(
-                "`{}` took longer than {WITHIN:?}",
+                "`{}` took longer than {within:?}",
                 first_line(script)
             ))
         })??;

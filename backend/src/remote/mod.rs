@@ -15,7 +15,7 @@ mod hosts;
 mod process;
 
 pub use host::{Host, Login};
-pub use process::{connect, Remote};
+pub use process::{connect, Remote, Setup};
 
 use std::fmt;
 

@@ -37,8 +37,7 @@ pub struct Remote {
 pub async fn connect(
     dests: &[Destination],
     key: Option<&Path>,
-    sentinel: bool,
-    cuts: bool,
+    setup: Setup,
 ) -> Result<Arc<Remote>> {
     let home = format!(
         "/tmp/lockstorm-run-{}-{}",
@@ -65,21 +64,9 @@ pub async fn connect(
         Some(e) => return Err(close_all(hosts.into_iter().flatten().collect(), e).await),
         None => hosts.into_iter().flatten().collect(),
     };
-    let needed = needed_programs(sentinel, cuts);
+    let needed = needed_programs(setup.sentinel, setup.cuts);
     for host in &hosts {
-        let lacks = match host.missing(&needed).await {
-            Ok(lacks) => lacks,
-            Err(e) => return Err(close_all(hosts, e).await),
-        };
-        if let Some(program) = lacks.first() {
-            let package = needed
-                .iter()
-                .find(|(p, _)| p == program)
-                .map_or("", |(_, k)| k);
-            let e = Error::Usage(format!(
-                "host {} has no {program} on its PATH: install it there (apt-get install -y {package}), or leave the host out of --nodes",
-                host.dest
-            ));
+        if let Err(e) = set_up(host, &needed, setup.install).await {
             return Err(close_all(hosts, e).await);
         }
     }
@@ -93,6 +80,51 @@ pub async fn connect(
         started: Arc::default(),
         redis_version,
     }))
+}
+
+/// What a run needs of its hosts.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Setup {
+    /// Redis Sentinel (`replicated`).
+    pub sentinel: bool,
+    /// Cuts between hosts (`failover`).
+    pub cuts: bool,
+    /// `--install`: Debian's `apt-get install` of what a host lacks.
+    pub install: bool,
+}
+
+/// How long `--install`'s `apt-get` may take on one host.
+const INSTALL_WITHIN: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Checks that `host` has every program of `needed`; with `install`,
+/// installs the packages of those it lacks first (as Jepsen's
+/// `db/setup!`), and checks again.
+async fn set_up(host: &Host, needed: &[(&str, &str)], install: bool) -> Result<()> {
+    let lacks = host.missing(needed).await?;
+    if lacks.is_empty() {
+        return Ok(());
+    }
+    let package = |p: &String| needed.iter().find(|(n, _)| n == p).map(|(_, k)| *k);
+    let packages: Vec<&str> = lacks.iter().filter_map(package).collect();
+    let apt = format!("apt-get install -y {}", packages.join(" "));
+    let (dest, lacks) = (&host.dest, lacks.join(", "));
+    if !install {
+        return Err(Error::Usage(format!(
+            "host {dest} has no {lacks} on its PATH: install it there ({apt}), add --install, or leave the host out of --nodes"
+        )));
+    }
+    let quiet =
+        format!("DEBIAN_FRONTEND=noninteractive {apt} -qq --no-install-recommends >/dev/null");
+    let script = format!("{quiet} || {{ apt-get update -qq && {quiet}; }}");
+    host.run_within(&script, INSTALL_WITHIN).await?;
+    let still = host.missing(needed).await?;
+    match still.is_empty() {
+        true => Ok(()),
+        false => Err(Error::Usage(format!(
+            "host {dest} still has no {} after `{apt}`: install it there by hand, or leave the host out of --nodes",
+            still.join(", ")
+        ))),
+    }
 }
 
 /// Closes every host (removing the run's folder there) and returns `e`.

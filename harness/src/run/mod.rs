@@ -73,8 +73,13 @@ pub async fn run_plan(options: RunPlan) -> Result<RunOutcome> {
     let backend = match options.hosts.is_empty() {
         true => backend::provision(options.backend, options.image.as_deref(), sentinel).await?,
         false => {
-            let (key, cuts) = (options.ssh_key.as_deref(), options.cuts_with_iptables());
-            backend::remote::connect(&options.hosts, key, sentinel, cuts).await? as _
+            let setup = backend::remote::Setup {
+                sentinel,
+                cuts: options.cuts_with_iptables(),
+                install: options.install,
+            };
+            let key = options.ssh_key.as_deref();
+            backend::remote::connect(&options.hosts, key, setup).await? as _
         }
     };
     let outcome = run_on(&options, client, backend.clone()).await;

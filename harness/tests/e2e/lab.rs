@@ -400,6 +400,12 @@ fn nothing_left_by_refused_or_stopped_runs(bare: &str, spare: &str) {
         lacks.contains(&format!("host {bare} has no redis-server")),
         "{lacks}"
     );
+    // --install runs Debian's install there, and says what is still missing
+    // (the bare host's dpkg says redis-server is installed: it is hidden).
+    let install = refused(&format!("{spare},{bare}"), &["--install"]);
+    let after =
+        format!("host {bare} still has no redis-server after `apt-get install -y redis-server`");
+    assert!(install.contains(&after), "{install}");
     let unreachable = refused(&format!("{spare},root@10.213.0.99"), &[]);
     assert!(
         unreachable.contains("cannot log in to root@10.213.0.99"),
