@@ -159,8 +159,14 @@ pub fn quote(s: &str) -> String {
 /// hold on it: a line `kill` kills the group, and so does the end of the
 /// input, when the harness (or its connection) is gone. (The watcher reads
 /// it through fd 3: `sh` gives a command run with `&` `/dev/null` for
-/// stdin.)
-pub fn wrapper(dir: &str, program: &str, args: &[String], env: &[(String, String)]) -> String {
+/// stdin.) It removes `forget` first: what a restart starts without.
+pub fn wrapper(
+    dir: &str,
+    program: &str,
+    args: &[String],
+    env: &[(String, String)],
+    forget: &[String],
+) -> String {
     let mut command = String::new();
     for (k, v) in env {
         command.push_str(&format!("{k}={} ", quote(v)));
@@ -170,8 +176,14 @@ pub fn wrapper(dir: &str, program: &str, args: &[String], env: &[(String, String
         command.push(' ');
         command.push_str(&quote(a));
     }
+    let forget: Vec<String> = forget.iter().map(|f| quote(f)).collect();
+    let forget = match forget.is_empty() {
+        true => String::new(),
+        false => format!("rm -rf {}\n", forget.join(" ")),
+    };
     format!(
         "cd {dir} || exit 97\n\
+         {forget}\
          exec 3<&0\n\
          setsid sh -c {inner} </dev/null >>output.log 2>&1 3<&- &\n\
          pid=$!\n\
@@ -275,13 +287,15 @@ mod tests {
 
     #[test]
     fn the_wrapper_quotes_every_word_and_reports_its_process() {
-        let script = wrapper(
-            "/tmp/x y",
-            "redis-server",
-            &["--bind".into(), "it's".into()],
-            &[],
-        );
+        let args = ["--bind".to_string(), "it's".to_string()];
+        let forget = ["/tmp/x y/dump.rdb".to_string()];
+        let script = wrapper("/tmp/x y", "redis-server", &args, &[], &forget);
         assert!(script.starts_with("cd '/tmp/x y' || exit 97\n"), "{script}");
+        let first = "\nrm -rf '/tmp/x y/dump.rdb'\nexec 3<&0\n";
+        assert!(
+            script.contains(first),
+            "what a restart forgets goes first: {script}"
+        );
         assert!(
             script.contains(r"'\''"),
             "an inner quote is escaped: {script}"

@@ -332,7 +332,11 @@ impl RemoteProcess {
     /// Starts the process through a new channel and waits for its PID.
     async fn spawn(&mut self) -> Result<()> {
         let args: Vec<String> = self.launch.args.iter().map(|a| self.there(a)).collect();
-        let script = wrapper(&self.dir, self.program, &args, &self.launch.env);
+        // What a restart starts without: nothing there yet at the first start.
+        let forget: Vec<String> = (self.launch.forget_on_restart.iter())
+            .map(|p| self.there(&p.display().to_string()))
+            .collect();
+        let script = wrapper(&self.dir, self.program, &args, &self.launch.env, &forget);
         let mut cmd = self.host.channel(&script);
         process::isolate(&mut cmd);
         let mut child = cmd.spawn().map_err(doing(format!(
@@ -418,7 +422,6 @@ impl RemoteProcess {
             }
         }
         self.close_channel();
-        self.fetch_logs().await;
     }
 
     /// Copies the node's logs and configs from its folder on the host into
@@ -486,24 +489,17 @@ impl NodeProcess for RemoteProcess {
 
     fn restart(&mut self) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
+            // Its logs stay on the host, appended to, until its removal.
             self.kill_now().await;
-            let forget: Vec<String> = self
-                .launch
-                .forget_on_restart
-                .iter()
-                .map(|p| quote(&self.there(&p.display().to_string())))
-                .collect();
-            if !forget.is_empty() {
-                self.host
-                    .run(&format!("rm -rf {}", forget.join(" ")))
-                    .await?;
-            }
             self.spawn().await
         })
     }
 
     fn remove(mut self: Box<Self>) -> BoxFuture<'static, ()> {
-        Box::pin(async move { self.kill_now().await })
+        Box::pin(async move {
+            self.kill_now().await;
+            self.fetch_logs().await;
+        })
     }
 }
 
