@@ -339,13 +339,11 @@ fn heavy_slots(slots: usize) -> usize {
 
 /// Whether a command's run is heavy on the CPU: a ZooKeeper ensemble or a
 /// JVM client (a 12 s Curator run under `pause` takes 5.5 s of CPU), three
-/// etcd members (a 7 s run, 3.5 s), containers, or nodes on a lab's hosts
-/// (an ssh per command and per node, an sshd per host: its first commands
-/// took over 10 s when six such runs started among twelve others). A run
-/// of a Python or Node adapter's workers, or of PostgreSQL, takes about a
-/// second of CPU, as a Redis-only run takes half of one.
+/// etcd members (a 7 s run, 3.5 s), or containers. A run of a Python or
+/// Node adapter's workers, or of PostgreSQL, takes about a second of CPU,
+/// as a Redis-only run takes half of one.
 fn heavy_run(args: &[&str]) -> bool {
-    const FLAGS: [&str; 4] = ["curator", "kazoo", "docker", "--nodes"];
+    const FLAGS: [&str; 3] = ["curator", "kazoo", "docker"];
     const CONFIGS: [&str; 2] = ["etcd", "zookeeper"];
     args.iter().any(|a| {
         FLAGS.contains(a)
