@@ -251,17 +251,9 @@ fn runs_on_lab_hosts_break_as_on_one_machine_and_leave_nothing_there() {
     // once the fences climb back to the highest the storage saw: on a
     // loaded machine that once took longer than 12 s.
     let failover = "--config replicated --nemesis failover --time-limit 30 --nemesis-interval-ms 2000 --work-ms 5500";
-    // Two chains of runs, one run of each at a time.
-    let chains: [&[Job]; 2] = [
-        &[
-            ("replicated-failover", &five, failover, &["4", "5"]),
-            (
-                "redlock-pause",
-                &five,
-                "--config redlock --nemesis pause --time-limit 8",
-                &["1"],
-            ),
-        ],
+    // Three chains of runs, one run of each at a time.
+    let chains: [&[Job]; 3] = [
+        &[("replicated-failover", &five, failover, &["4", "5"])],
         &[
             (
                 "redlock-partition",
@@ -274,6 +266,14 @@ fn runs_on_lab_hosts_break_as_on_one_machine_and_leave_nothing_there() {
                 &five,
                 "--config fenced --nemesis kill --time-limit 12",
                 &["1", "2"],
+            ),
+        ],
+        &[
+            (
+                "redlock-pause",
+                &five,
+                "--config redlock --nemesis pause --time-limit 8",
+                &["1"],
             ),
             (
                 "single-pause-node",
