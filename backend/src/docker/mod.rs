@@ -258,6 +258,7 @@ impl Provisioner for Docker {
             image: Some(self.image.clone()),
             image_id: Some(self.image_id.clone()),
             run: Some(self.labels.run.clone()),
+            hosts: Vec::new(),
         }
     }
 
