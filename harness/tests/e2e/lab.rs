@@ -70,6 +70,12 @@ fn ssh(destination: &str, command: &str) -> String {
 /// Live processes whose command line names the lab's home (its sshds).
 fn lab_processes() -> Vec<String> {
     let home = home().display().to_string();
+    live_processes(|cmdline| cmdline.contains(&home))
+}
+
+/// Live processes of this machine (not zombies) whose command line `keep`
+/// keeps, each as `pid: command line`.
+fn live_processes(keep: impl Fn(&str) -> bool) -> Vec<String> {
     let entries = std::fs::read_dir("/proc").unwrap().flatten();
     entries
         .filter_map(|e| {
@@ -77,7 +83,7 @@ fn lab_processes() -> Vec<String> {
             let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
             let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
             let live = nemesis::process::state(pid).is_some_and(|s| s != 'Z');
-            (live && cmdline.contains(&home)).then(|| format!("{pid}: {cmdline}"))
+            (live && keep(&cmdline)).then(|| format!("{pid}: {cmdline}"))
         })
         .collect()
 }
@@ -158,17 +164,7 @@ fn lab_hosts_answer_ssh_each_in_a_namespace_of_its_own_and_down_leaves_nothing()
 /// The redis-server processes of this machine that listen in the lab's
 /// subnet (each host's, seen from here).
 fn lab_redis_servers() -> Vec<String> {
-    let entries = std::fs::read_dir("/proc").unwrap().flatten();
-    entries
-        .filter_map(|e| {
-            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            let live = nemesis::process::state(pid).is_some_and(|s| s != 'Z');
-            (live && cmdline.starts_with("redis-") && cmdline.contains("10.213.0."))
-                .then(|| format!("{pid}: {cmdline}"))
-        })
-        .collect()
+    live_processes(|cmdline| cmdline.starts_with("redis-") && cmdline.contains("10.213.0."))
 }
 
 /// What a run left on `host`, as the host itself says: a Redis process,
