@@ -199,6 +199,20 @@ impl NodeClocks {
     }
 }
 
+/// A `replicated` primary's replicas, and its Sentinels.
+const REPLICAS: u8 = 2;
+const SENTINELS: u8 = 3;
+
+/// The Redis data nodes (n1…) `config` starts: its lock nodes, and a
+/// `replicated` primary's replicas.
+pub fn data_nodes(config: Config) -> usize {
+    let replicas = match config == Config::Replicated {
+        true => REPLICAS,
+        false => 0,
+    };
+    config.lock_nodes() + usize::from(replicas)
+}
+
 /// The lock's Redis nodes: one per lock node, or for `replicated` a
 /// primary, two replicas in sync with it, and three Sentinels (not yet
 /// waited for); none when the lock is etcd's.
@@ -231,7 +245,7 @@ async fn start_redis(
     }
     if options.config == Config::Replicated {
         let primary = nodes[0].addr();
-        for n in 2..=3 {
+        for n in 2..=1 + REPLICAS {
             let role = Role::Replica {
                 primary: primary.clone(),
             };
@@ -240,8 +254,8 @@ async fn start_redis(
             let at = ip(&name, addresses.data(n));
             nodes.push(start(spec(&name, role, at, clock)).await?);
         }
-        await_replication(&nodes[0], 2).await?;
-        for n in 1..=3 {
+        await_replication(&nodes[0], REPLICAS.into()).await?;
+        for n in 1..=SENTINELS {
             let role = Role::Sentinel {
                 primary: primary.clone(),
                 quorum: 2,

@@ -99,17 +99,15 @@ pub fn parse_nodes(s: &str) -> Result<Vec<Destination>, String> {
     Ok(hosts)
 }
 
-/// The data nodes a replicated topology has before its Sentinels (n1…n3).
-const DATA_NODES: usize = 3;
-
-/// Which host (an index into `--nodes`) runs node `name`, of `hosts`:
-/// data node `n<i>` the i-th, round the list; the storage node the last.
-/// Sentinel `s<j>` takes the hosts after the data nodes' first, then the
-/// replicas' (n2's, n3's), the first primary's last: a cut of the primary
+/// Which host (an index into `--nodes`) runs node `name`, of `hosts`, in a
+/// topology of `data_nodes` data nodes (n1…): data node `n<i>` the i-th,
+/// round the list; the storage node the last. Sentinel `s<j>` takes the
+/// hosts after the data nodes' first, then the replicas' (n2's, …), the
+/// first primary's last: a cut of the primary
 /// from its replicas must leave every Sentinel reaching the replicas, so
 /// one can promote them (and with five hosts, none shares a host with a
 /// data node it would be cut from).
-pub fn host_of(name: &str, hosts: usize) -> usize {
+pub fn host_of(name: &str, hosts: usize, data_nodes: usize) -> usize {
     let hosts = hosts.max(1);
     let index = |prefix: &str| {
         name.strip_prefix(prefix)
@@ -119,7 +117,7 @@ pub fn host_of(name: &str, hosts: usize) -> usize {
     if let Some(i) = index("n") {
         (i - 1) % hosts
     } else if let Some(j) = index("s") {
-        let data = DATA_NODES.min(hosts);
+        let data = data_nodes.clamp(1, hosts);
         let order: Vec<usize> = (data..hosts).chain(1..data).chain([0]).collect();
         order[(j - 1) % order.len()]
     } else {
@@ -275,14 +273,14 @@ mod tests {
 
     #[test]
     fn sentinels_take_the_spare_hosts_then_the_replicas_and_the_primarys_last() {
-        let on = |name| host_of(name, 5);
+        let on = |name| host_of(name, 5, 3);
         assert_eq!([on("n1"), on("n2"), on("n3"), on("n5")], [0, 1, 2, 4]);
         assert_eq!([on("s1"), on("s2"), on("s3")], [3, 4, 1]);
-        let on3 = |name| host_of(name, 3);
+        let on3 = |name| host_of(name, 3, 3);
         assert_eq!([on3("s1"), on3("s2"), on3("s3")], [1, 2, 0]);
         assert_eq!(on("storage"), 4);
-        assert_eq!(host_of("n4", 3), 0, "round the list");
-        assert_eq!(host_of("storage", 1), 0);
+        assert_eq!(host_of("n4", 3, 3), 0, "round the list");
+        assert_eq!(host_of("storage", 1, 1), 0);
     }
 
     #[test]

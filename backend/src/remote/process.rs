@@ -28,6 +28,8 @@ pub struct Remote {
     /// looks for.
     started: Arc<Mutex<Vec<(usize, u32)>>>,
     redis_version: String,
+    /// The topology's data nodes: where its Sentinels go.
+    data_nodes: usize,
 }
 
 /// Logs in to every host of `dests`, makes the run's folder on each and
@@ -79,6 +81,7 @@ pub async fn connect(
         firewall: Arc::default(),
         started: Arc::default(),
         redis_version,
+        data_nodes: setup.data_nodes,
     }))
 }
 
@@ -87,6 +90,8 @@ pub async fn connect(
 pub struct Setup {
     /// Redis Sentinel (`replicated`).
     pub sentinel: bool,
+    /// The topology's data nodes, n1…: the Sentinels' hosts follow theirs.
+    pub data_nodes: usize,
     /// Cuts between hosts (`failover`).
     pub cuts: bool,
     /// `--install`: Debian's `apt-get install` of what a host lacks.
@@ -138,7 +143,7 @@ async fn close_all(hosts: Vec<Host>, e: Error) -> Error {
 impl Remote {
     /// The host node `name` runs on, and its index in `--nodes`.
     pub(super) fn host_for(&self, name: &str) -> (usize, &Arc<Host>) {
-        let index = host_of(name, self.hosts.len());
+        let index = host_of(name, self.hosts.len(), self.data_nodes);
         (index, &self.hosts[index])
     }
 
@@ -209,7 +214,7 @@ impl Provisioner for Remote {
                     launch.name
                 )));
             }
-            let index = host_of(&launch.name, self.hosts.len());
+            let index = host_of(&launch.name, self.hosts.len(), self.data_nodes);
             let host = self.hosts[index].clone();
             let mut node = RemoteProcess::new(host, index, program, launch, self.started.clone());
             node.upload().await?;

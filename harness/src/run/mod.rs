@@ -75,6 +75,7 @@ pub async fn run_plan(options: RunPlan) -> Result<RunOutcome> {
         false => {
             let setup = backend::remote::Setup {
                 sentinel,
+                data_nodes: crate::topology::data_nodes(options.config),
                 cuts: options.cuts_with_iptables(),
                 install: options.install,
             };
