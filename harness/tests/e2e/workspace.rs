@@ -34,7 +34,8 @@ fn metadata() -> Value {
 }
 
 /// Each workspace crate and the workspace crates it depends on (normal
-/// dependencies: what its code may use).
+/// dependencies: what its code may use). Not `workspace-hack`: every crate
+/// depends on it for its dependencies' features, and it has no code.
 fn workspace_edges(meta: &Value) -> BTreeMap<String, Vec<String>> {
     let members: Vec<&str> = meta["workspace_members"]
         .as_array()
@@ -46,6 +47,7 @@ fn workspace_edges(meta: &Value) -> BTreeMap<String, Vec<String>> {
     let ours: Vec<&Value> = packages
         .iter()
         .filter(|p| members.contains(&p["id"].as_str().unwrap()))
+        .filter(|p| p["name"] != "workspace-hack")
         .collect();
     let names: Vec<&str> = ours.iter().map(|p| p["name"].as_str().unwrap()).collect();
     ours.iter()
@@ -259,5 +261,51 @@ fn the_tests_build_reuses_every_dependency_the_cli_build_compiled() {
     assert!(
         differ.is_empty(),
         "the tests' build would rebuild these with other features (give the CLI's dependency the feature, or keep the dev-dependency that asks for it out of `cargo test`): {differ:#?}"
+    );
+}
+
+/// CI's second build, the opt-in features' (the Docker backend, the
+/// criterion benches), compiles what only they use and the workspace's
+/// crates whose features they change, not the dependencies the tests'
+/// build compiled: `workspace-hack` (kept by `cargo hakari`) gives every
+/// shared dependency the union of its features. Without it testcontainers'
+/// syn `full` and criterion's serde `alloc` rebuilt every proc macro and
+/// all above them, 286 s of CI's 935.
+#[test]
+fn the_opt_in_build_reuses_every_dependency_the_tests_build_compiled() {
+    let tests = built_features(&["--workspace", "-e", "normal,build,dev"]);
+    let opt_in = built_features(&[
+        "-p",
+        "lockstorm",
+        "-p",
+        "backend",
+        "-p",
+        "checker",
+        "-p",
+        "proxy",
+        "--features",
+        "lockstorm/docker,checker/bench,proxy/bench",
+        "-e",
+        "normal,build,dev",
+    ]);
+    let member = |package: &str| package.contains(" (/");
+    let differ: Vec<String> = opt_in
+        .iter()
+        .filter(|(package, _)| !member(package))
+        .filter_map(|(package, features)| {
+            let other = tests.get(package)?;
+            (other != features)
+                .then(|| format!("{package}: [{other} in the tests', [{features} in the opt-in's"))
+        })
+        .collect();
+    assert!(
+        opt_in.len() > tests.len(),
+        "the opt-in build lists {} packages, the tests' {}: are the features still there?",
+        opt_in.len(),
+        tests.len()
+    );
+    assert!(
+        differ.is_empty(),
+        "the opt-in build would rebuild these with other features: run `cargo hakari generate` (cargo install cargo-hakari --locked): {differ:#?}"
     );
 }
