@@ -7,7 +7,8 @@
 //! a name, an address, a PID, a kill, a restart and a removal, written once
 //! in a private module with the core every kind embeds) with four kinds:
 //! [`node`] (Redis: its settings, readiness and logs), [`postgres`],
-//! [`etcd`] and [`zookeeper`]. With `--nodes`, [`remote`] is the
+//! [`etcd`] and [`zookeeper`] ([`redis_cluster`] makes Redis nodes one
+//! cluster and reads who masters a slot). With `--nodes`, [`remote`] is the
 //! provisioner: the same processes on other machines, over SSH. Everything above it (the topology, the nemeses, the workers,
 //! the checker) sees a node as an address and a host PID, and never asks
 //! which backend runs it.
@@ -25,6 +26,7 @@ pub mod node;
 pub mod postgres;
 pub mod provision;
 mod reaper;
+pub mod redis_cluster;
 pub mod remote;
 mod server;
 pub mod zookeeper;

@@ -47,6 +47,10 @@ pub enum Role {
     },
     /// Holds the shared counter; no fault ever touches it.
     Storage,
+    /// A Redis Cluster node (`cluster-enabled`): the topology gives it its
+    /// slots or its master once every node has started. A master unreached
+    /// for `node_timeout_ms` is failed over by its replica.
+    Cluster { node_timeout_ms: u64 },
 }
 
 /// Everything needed to start — and restart — a node.
@@ -76,6 +80,9 @@ pub struct RedisNode {
     backend: Arc<dyn Provisioner>,
     /// Where this launch's output begins in each of [`RedisNode::logs`].
     marks: [u64; 2],
+    /// A cluster node's bus port (the nodes' gossip and failover votes):
+    /// chosen free with its port, kept across restarts as the port is.
+    bus_port: u16,
 }
 
 impl RedisNode {
@@ -90,11 +97,15 @@ impl RedisNode {
             spec,
             backend,
             marks: [0; 2],
+            bus_port: 0,
         };
         // A free port can be taken by someone else before redis binds it: retry.
         let mut last = None;
         for _ in 0..5 {
             node.core.port = node.backend.free_port(node.spec.ip)?;
+            if matches!(node.spec.role, Role::Cluster { .. }) {
+                node.bus_port = node.backend.free_port(node.spec.ip)?;
+            }
             match node.launch().await {
                 Ok(()) => return Ok(node),
                 Err(e) => {
@@ -233,7 +244,22 @@ impl RedisNode {
             let (pip, pport) = primary.split_once(':').expect("an ip:port address");
             set("replicaof", &format!("{pip} {pport}"));
         }
+        if let Role::Cluster { node_timeout_ms } = &self.spec.role {
+            // nodes.conf is the node's cluster state (its id, epochs, who
+            // holds which slots): a restart keeps it, as a real node's does,
+            // and so comes back as the node it was.
+            set("cluster-enabled", "yes");
+            set("cluster-config-file", "nodes.conf");
+            set("cluster-node-timeout", &node_timeout_ms.to_string());
+            set("cluster-port", &self.bus_port.to_string());
+            set("cluster-announce-ip", &ip);
+        }
         Ok(args)
+    }
+
+    /// A cluster node's bus port (0 for the other roles).
+    pub fn bus_port(&self) -> u16 {
+        self.bus_port
     }
 
     pub fn log(&self) -> PathBuf {
@@ -334,6 +360,7 @@ impl Server for RedisNode {
             Role::Replica { .. } => "replica",
             Role::Sentinel { .. } => "sentinel",
             Role::Storage => "storage",
+            Role::Cluster { .. } => "cluster",
         }
     }
 }

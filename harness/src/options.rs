@@ -245,7 +245,7 @@ pub struct RunOptions {
     /// How long `clock` and `partition` last [default: TTL].
     #[arg(long)]
     pub fault_ms: Option<u64>,
-    /// replicated: Sentinel's down-after-milliseconds.
+    /// replicated: Sentinel's down-after-milliseconds; cluster: cluster-node-timeout.
     #[arg(long, default_value_t = 1000)]
     pub down_after_ms: u64,
     /// replicated: Sentinel's failover-timeout.
@@ -541,8 +541,9 @@ impl Times {
         } else {
             (ttl / 2).min(defaults::WORK_MS)
         });
-        // A paused primary must stay down long enough for Sentinel to act.
-        let node_pause = match options.config == Config::Replicated {
+        // A paused primary must stay down long enough for its replica to
+        // take over (Sentinel's vote, or the cluster's).
+        let node_pause = match options.config.fails_over() {
             true => (ttl * 3 / 2).max(options.down_after_ms + 3000),
             false => ttl * 3 / 2,
         };
@@ -592,6 +593,7 @@ impl RunOptions {
         self.check_ranges()?;
         self.check_storage_cmd()?;
         self.check_etcd()?;
+        self.check_cluster()?;
         self.check_zookeeper()?;
         self.check_client()?;
         let hosts = self.check_hosts()?;
@@ -793,6 +795,27 @@ impl RunOptions {
         Ok(storage)
     }
 
+    /// `cluster` runs on lockstorm's own cluster, on this machine; its
+    /// clients follow the addresses the cluster names, which the fault
+    /// proxy does not rewrite yet.
+    fn check_cluster(&self) -> Result<(), Refusal> {
+        if self.config != Config::Cluster {
+            return Ok(());
+        }
+        if self.nodes.target.is_some() || self.nodes.hosts.is_some() {
+            return Err(Refusal::Invalid(
+                "--config cluster starts its own Redis Cluster on this machine (a deployment's or other hosts' not yet): drop --target or --nodes".into(),
+            ));
+        }
+        if self.nemesis.any(|p| in_proxy(self.config, p)) || self.latency_ms.is_some() {
+            return Err(Refusal::Inapplicable(format!(
+                "--nemesis {} acts in the fault proxy, which a cluster's clients leave as they follow the nodes the cluster names: with --config cluster choose pause, crash, kill, pause-node or clock",
+                self.nemesis
+            )));
+        }
+        Ok(())
+    }
+
     /// etcd's lock runs on lockstorm's own members, struck by the faults
     /// that act on a process, by a partition between members (made with
     /// iptables) and by clock faults (the harness serves a member's wall
@@ -925,9 +948,7 @@ impl RunOptions {
         let runs_on = |config: Config| match target.kind {
             Kind::Single => config.lock_nodes() == 1 && config != Config::Replicated,
             Kind::Redlock => {
-                config.lock_nodes() > 1
-                    && config != Config::Replicated
-                    && !config.locks_in_members()
+                config.lock_nodes() > 1 && !config.fails_over() && !config.locks_in_members()
             }
             Kind::Sentinel { .. } => config == Config::Replicated,
         };
@@ -1288,7 +1309,7 @@ fn shape(
     Shape {
         config: config.name(),
         lock_nodes: config.lock_nodes(),
-        replicated: config == Config::Replicated,
+        fails_over: config.fails_over(),
         locks_in_storage: config.locks_in_storage(),
         storage_targeted,
         owned,
@@ -1475,6 +1496,29 @@ mod tests {
         let mut slow = RunOptions::new(Config::Single, "pause".parse().unwrap());
         (slow.ttl_ms, slow.work_ms) = (Some(100), Some(5_000));
         assert_eq!(slow.resolve().unwrap().work, ms(5_000), "given: kept");
+    }
+
+    #[test]
+    fn a_cluster_refuses_the_proxys_faults_and_other_machines_and_waits_out_its_vote() {
+        for nemesis in ["delay", "partition", "lose-reply"] {
+            let o = RunOptions::new(Config::Cluster, nemesis.parse().unwrap());
+            let err = o.resolve().unwrap_err();
+            let Refusal::Inapplicable(why) = err else {
+                panic!("{nemesis}: {err:?}")
+            };
+            assert!(why.contains("with --config cluster choose"), "{why}");
+        }
+        let mut o = RunOptions::new(Config::Cluster, Nemesis::none());
+        o.nodes.hosts = Some("10.213.0.11".into());
+        assert!(matches!(o.resolve(), Err(Refusal::Invalid(_))));
+        let p = RunOptions::new(Config::Cluster, "pause-node".parse().unwrap())
+            .resolve()
+            .unwrap();
+        assert!(
+            p.node_pause >= p.down_after + ms(3000),
+            "{:?}",
+            p.node_pause
+        );
     }
 
     #[test]

@@ -71,6 +71,8 @@ pub struct Topology {
     /// The TLS bridges (the target's, the storage's): held so they live as
     /// long as the topology.
     _bridges: Option<(deployment::tls::Bridges, Option<deployment::tls::Bridges>)>,
+    /// `cluster`: the lock key's slot, whose master node faults aim at.
+    cluster_slot: Option<u32>,
 }
 
 /// Where one run's nodes listen and its workers connect from: every
@@ -203,19 +205,23 @@ impl NodeClocks {
 const REPLICAS: u8 = 2;
 const SENTINELS: u8 = 3;
 
-/// The Redis data nodes (n1…) `config` starts: its lock nodes, and a
-/// `replicated` primary's replicas.
+/// The Redis data nodes (n1…) `config` starts: its lock nodes, a
+/// `replicated` primary's replicas, and a replica for each of a cluster's
+/// masters.
 pub fn data_nodes(config: Config) -> usize {
-    let replicas = match config == Config::Replicated {
-        true => REPLICAS,
-        false => 0,
+    let replicas = match config {
+        Config::Replicated => usize::from(REPLICAS),
+        Config::Cluster => config.lock_nodes(),
+        _ => 0,
     };
-    config.lock_nodes() + usize::from(replicas)
+    config.lock_nodes() + replicas
 }
 
 /// The lock's Redis nodes: one per lock node, or for `replicated` a
 /// primary, two replicas in sync with it, and three Sentinels (not yet
-/// waited for); none when the lock is etcd's.
+/// waited for), or for `cluster` six nodes made one cluster (n1…n3 its
+/// masters, n4…n6 their replicas; a master unreached for
+/// `--down-after-ms` is failed over); none when the lock is etcd's.
 async fn start_redis(
     options: &RunPlan,
     addresses: Addresses,
@@ -233,15 +239,26 @@ async fn start_redis(
     let start = |spec: NodeSpec| RedisNode::start(spec, nodes_dir, backend.clone());
     let ip = |name: &str, loopback: Ipv4Addr| backend.address_of(name).unwrap_or(loopback);
     let mut nodes = Vec::new();
-    let redis_locks = match options.config.locks_in_members() {
-        true => 0,
-        false => options.config.lock_nodes() as u8,
+    let (redis_locks, role) = match options.config {
+        _ if options.config.locks_in_members() => (0, Role::Lock),
+        Config::Cluster => {
+            let node_timeout_ms = options.down_after.as_millis() as u64;
+            (
+                data_nodes(options.config),
+                Role::Cluster { node_timeout_ms },
+            )
+        }
+        _ => (options.config.lock_nodes(), Role::Lock),
     };
-    for n in 1..=redis_locks {
+    for n in 1..=redis_locks as u8 {
         let name = format!("n{n}");
         let clock = clocks.for_node(&name)?;
         let at = ip(&name, addresses.data(n));
-        nodes.push(start(spec(&name, Role::Lock, at, clock)).await?);
+        nodes.push(start(spec(&name, role.clone(), at, clock)).await?);
+    }
+    if options.config == Config::Cluster {
+        let all: Vec<&RedisNode> = nodes.iter().collect();
+        backend::redis_cluster::form(&all, options.config.lock_nodes()).await?;
     }
     if options.config == Config::Replicated {
         let primary = nodes[0].addr();
@@ -366,6 +383,10 @@ impl Topology {
             block: options.address_block,
         };
         let nodes = start_redis(options, addresses, &mut clocks, nodes_dir, &backend).await?;
+        let cluster_slot = match options.config == Config::Cluster {
+            true => Some(lock_slot(&nodes[0], &options.keys.lock()).await?),
+            false => None,
+        };
         let storage = start_storage(options, addresses, nodes_dir, backend.clone()).await?;
         let mut sentinels = Vec::new();
         for node in nodes
@@ -420,6 +441,7 @@ impl Topology {
             commands: None,
             deployment: Deployment::Own,
             _bridges: None,
+            cluster_slot,
         })
     }
 
@@ -497,6 +519,7 @@ impl Topology {
             ))),
             deployment: Deployment::Own,
             _bridges: Some((bridges, storage_bridges.map(|(_, b)| b))),
+            cluster_slot: None,
         };
         // Its data nodes as the checks before and after the run reach them.
         topology.deployment = Deployment::Theirs(Box::new(Theirs {
@@ -665,6 +688,23 @@ impl Topology {
     }
 
     /// The current primary as Sentinel names it.
+    /// The master of the lock key's slot now, by the newest claim any
+    /// node shows (`cluster`).
+    async fn cluster_master(&self) -> Option<String> {
+        let slot = self.cluster_slot?;
+        let addrs: Vec<String> = self
+            .data_nodes()
+            .map(|(_, ip, port)| format!("{ip}:{port}"))
+            .collect();
+        let addr = tokio::task::spawn_blocking(move || {
+            let seen = backend::redis_cluster::look(&addrs);
+            backend::redis_cluster::master_of(&seen, slot).map(|n| n.addr.clone())
+        })
+        .await
+        .ok()??;
+        self.name_of(&addr)
+    }
+
     async fn sentinel_primary(&self) -> Option<String> {
         let (sentinels, master) = (self.sentinels.clone(), self.master.clone());
         let addr = tokio::task::spawn_blocking(move || {
@@ -849,7 +889,9 @@ impl Cluster for Topology {
             if self.locks_in_storage {
                 return self.targets(Targets::Storage).await.into_iter().next();
             }
-            let name = if self.sentinels.is_empty() {
+            let name = if self.cluster_slot.is_some() {
+                self.cluster_master().await?
+            } else if self.sentinels.is_empty() {
                 self.data_nodes().next()?.0.clone()
             } else {
                 self.sentinel_primary().await?
@@ -864,6 +906,9 @@ impl Cluster for Topology {
     }
 
     fn replicas_of(&self, primary: &str) -> Vec<String> {
+        if self.cluster_slot.is_some() {
+            return cluster_partner(primary).into_iter().collect();
+        }
         self.data_nodes()
             .map(|(n, _, _)| n.clone())
             .filter(|n| n != primary)
@@ -950,6 +995,10 @@ impl Cluster for Topology {
         self.lock_members.is_some()
     }
 
+    fn fails_over(&self) -> bool {
+        !self.sentinels.is_empty() || self.cluster_slot.is_some()
+    }
+
     fn has_leader(&self, node: &str) -> BoxFuture<'_, Result<bool, String>> {
         let addr = self
             .socket_of(node)
@@ -974,7 +1023,7 @@ impl Cluster for Topology {
                 let running = storage.filter(|n| n.pid() != 0);
                 return running.map(|n| n.node_ref()).into_iter().collect();
             }
-            if !self.sentinels.is_empty() {
+            if !self.sentinels.is_empty() || self.cluster_slot.is_some() {
                 return self.primary().await.into_iter().collect();
             }
             let names = targets.pick(&self.lock_nodes());
@@ -1119,7 +1168,11 @@ impl Cluster for Topology {
         Box::pin(async move {
             let deadline = Instant::now() + timeout;
             while Instant::now() < deadline {
-                match self.sentinel_primary().await {
+                let now = match self.cluster_slot.is_some() {
+                    true => self.cluster_master().await,
+                    false => self.sentinel_primary().await,
+                };
+                match now {
                     Some(name) if name != old => return Some(name),
                     _ => tokio::time::sleep(Duration::from_millis(50)).await,
                 }
@@ -1156,6 +1209,36 @@ async fn await_probe(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A cluster node's pair: master `n<i>` and its replica `n<i + masters>`
+/// (a failover swaps their parts, never the pairs).
+fn cluster_partner(node: &str) -> Option<String> {
+    let masters = Config::Cluster.lock_nodes();
+    let i: usize = node.strip_prefix('n')?.parse().ok()?;
+    match i {
+        0 => None,
+        i if i <= masters => Some(format!("n{}", i + masters)),
+        i if i <= 2 * masters => Some(format!("n{}", i - masters)),
+        _ => None,
+    }
+}
+
+/// The slot the lock's key hashes to, as `node` says.
+async fn lock_slot(node: &RedisNode, key: &str) -> Result<u32> {
+    let (addr, key) = (node.addr(), key.to_string());
+    let slot = tokio::task::spawn_blocking(move || backend::redis_cluster::key_slot(&addr, &key))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|slot| slot.map_err(|e| e.to_string()));
+    slot.map_err(|e| {
+        backend::Error::Node {
+            name: node.name().to_string(),
+            message: format!("CLUSTER KEYSLOT of the lock's key: {e}"),
+            log: node.log(),
+        }
+        .into()
+    })
 }
 
 /// Waits until the primary reports `replicas` replicas online and in sync.
@@ -1216,11 +1299,26 @@ mod tests {
     /// Every address a run in `block` uses, storage included.
     fn all(block: u8) -> Vec<Ipv4Addr> {
         let a = Addresses { block };
-        let mut ips: Vec<Ipv4Addr> = (1..=5).map(|n| a.data(n)).collect();
+        let most = Config::ALL.into_iter().map(data_nodes).max().unwrap() as u8;
+        let mut ips: Vec<Ipv4Addr> = (1..=most).map(|n| a.data(n)).collect();
         ips.extend((1..=3).map(|n| a.sentinel(n)));
         ips.extend((0..64).map(|w| a.worker(w)));
         ips.push(a.storage());
         ips
+    }
+
+    #[test]
+    fn a_clusters_masters_and_replicas_pair_off_both_ways() {
+        assert_eq!(data_nodes(Config::Cluster), 6);
+        assert_eq!(data_nodes(Config::Replicated), 3);
+        assert_eq!(data_nodes(Config::Redlock), 5);
+        for (master, replica) in [("n1", "n4"), ("n2", "n5"), ("n3", "n6")] {
+            assert_eq!(cluster_partner(master).as_deref(), Some(replica));
+            assert_eq!(cluster_partner(replica).as_deref(), Some(master));
+        }
+        for other in ["n0", "n7", "s1", "storage"] {
+            assert_eq!(cluster_partner(other), None, "{other}");
+        }
     }
 
     #[test]

@@ -63,7 +63,8 @@ pub trait Cluster: Send + Sync {
         None
     }
     /// The node the lock lives on now: the primary for `replicated` (as
-    /// Sentinel names it), otherwise the lock node.
+    /// Sentinel names it), the master of the lock key's slot for `cluster`
+    /// (by the newest claim a node shows), otherwise the lock node.
     fn primary(&self) -> BoxFuture<'_, Option<NodeRef>>;
     /// The other data nodes of a replicated topology (not Sentinels).
     fn replicas_of(&self, primary: &str) -> Vec<String>;
@@ -91,7 +92,12 @@ pub trait Cluster: Send + Sync {
     }
     /// Removes every rule this run added.
     fn heal(&self) -> BoxFuture<'_, std::io::Result<()>>;
-    /// Waits until Sentinel names a primary other than `old`.
+    /// A lock node that is down is replaced by a replica the topology
+    /// promotes itself (Sentinel's, or Redis Cluster's, vote).
+    fn fails_over(&self) -> bool {
+        false
+    }
+    /// Waits until Sentinel (or the cluster) names a primary other than `old`.
     fn await_promotion(&self, old: &str, timeout: Duration) -> BoxFuture<'_, Option<String>>;
     /// The independent lock nodes, in order (n1, n2, …); the primary's
     /// replicas and Sentinels are not among them.

@@ -21,8 +21,9 @@ pub struct Shape<'a> {
     pub config: &'a str,
     /// Nodes that hold the lock (0 for a setup without a lock node).
     pub lock_nodes: usize,
-    /// The lock node is a primary with replicas and Sentinel.
-    pub replicated: bool,
+    /// The lock node is a master whose replica the topology promotes when
+    /// it is down (Sentinel's vote, or a Redis Cluster's).
+    pub fails_over: bool,
     /// The lock is PostgreSQL's (held by a session or a transaction of the
     /// storage server), not a Redis node's.
     pub locks_in_storage: bool,

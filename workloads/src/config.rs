@@ -20,6 +20,11 @@ pub enum Config {
     /// A primary, two replicas and three Sentinels; the client finds the
     /// primary through Sentinel.
     Replicated,
+    /// Redis Cluster: three masters with a replica each; `SET NX PX` on
+    /// the master of the lock key's slot, found from the cluster and
+    /// followed through `MOVED`. A master's replica takes over by the
+    /// cluster's vote, with whatever of the key reached it.
+    Cluster,
     /// Redlock on five independent nodes (our own client).
     Redlock,
     /// The same five nodes, driven by the published `rslock` crate.
@@ -101,6 +106,7 @@ impl Config {
         match self {
             Config::Single
             | Config::Replicated
+            | Config::Cluster
             | Config::Redlock
             | Config::RedlockRslock
             | Config::Fenced
@@ -180,9 +186,17 @@ impl Config {
         self == Config::PgRowLock
     }
 
-    /// How many independent lock nodes the config runs (replicas aside).
+    /// A master's replica takes over when the master is down (Sentinel's
+    /// vote, or the cluster's), after `--down-after-ms`.
+    pub fn fails_over(self) -> bool {
+        matches!(self, Config::Replicated | Config::Cluster)
+    }
+
+    /// How many independent lock nodes the config runs (replicas aside):
+    /// for `cluster`, its masters.
     pub fn lock_nodes(self) -> usize {
         match self {
+            Config::Cluster => 3,
             Config::NoLock | Config::PgRowLock | Config::PgAdvisory | Config::PgAdvisoryFenced => 0,
             Config::Redlock | Config::RedlockRslock => 5,
             Config::Etcd | Config::EtcdFenced | Config::Zookeeper | Config::ZookeeperFenced => 3,
@@ -216,7 +230,7 @@ mod tests {
         let err = "redlok".parse::<Config>().unwrap_err();
         assert!(
             err.contains(
-                "single, replicated, redlock, redlock-rslock, fenced, watchdog, pg-row-lock, \
+                "single, replicated, cluster, redlock, redlock-rslock, fenced, watchdog, pg-row-lock, \
                  pg-advisory, pg-advisory-fenced, etcd, etcd-fenced, zookeeper, zookeeper-fenced, unsafe-del, unsafe-get-del, \
                  unsafe-setnx, \
                  unsafe-key-per-worker, no-lock"

@@ -199,19 +199,33 @@ impl Session {
                 "the observer needs Redis 7 or newer, and it runs {version:?}"
             )));
         }
-        let current = s.ask(&["GET", key])?;
-        s.tracker = Tracker::new(
-            key,
-            current
-                .text()
-                .map(|t| String::from_utf8_lossy(t).into_owned()),
-            senders.nodes.clone(),
-        );
+        let current = s.current(key)?;
+        s.tracker = Tracker::new(key, current, senders.nodes.clone());
         s.ask(&["CONFIG", "SET", "notify-keyspace-events", "Kg$x"])?;
         s.ask(&["SUBSCRIBE", &channel(key)])?;
         s.ask(&["MONITOR"])?;
         s.stream.set_read_timeout(Some(POLL))?;
         Ok(s)
+    }
+
+    /// The key's value on the node now. A cluster node that does not serve
+    /// the key's slot answers `MOVED`: a replica of its master reads it
+    /// once told `READONLY`; a master of other slots has none.
+    fn current(&mut self, key: &str) -> std::io::Result<Option<String>> {
+        let moved = |e: &std::io::Error| e.to_string().starts_with("GET answered MOVED");
+        let value = match self.ask(&["GET", key]) {
+            Err(e) if moved(&e) => {
+                self.ask(&["READONLY"])?;
+                match self.ask(&["GET", key]) {
+                    Err(e) if moved(&e) => return Ok(None),
+                    other => other?,
+                }
+            }
+            other => other?,
+        };
+        Ok(value
+            .text()
+            .map(|t| String::from_utf8_lossy(t).into_owned()))
     }
 
     /// Sends one command and reads its answer (an error answer is an error).

@@ -9,6 +9,7 @@ mod common;
 mod audit;
 mod cli;
 mod clients;
+mod cluster;
 mod configs;
 mod crash;
 mod docker;

@@ -1,8 +1,8 @@
 //! `failover`: the classic race, made reliable. Partition the primary from
 //! its replicas, let a worker acquire on it (the key never reaches a
-//! replica), SIGKILL it, keep the partition until Sentinel has promoted a
-//! replica — which lacks the key — then heal and restart the old primary,
-//! which Sentinel turns into a replica.
+//! replica), SIGKILL it, keep the partition until Sentinel (or, for
+//! `cluster`, the cluster's vote) has promoted a replica — which lacks the
+//! key — then heal and restart the old primary, which comes back a replica.
 //!
 //! Healing right after the kill would not lose the key: the dead primary's
 //! kernel still retransmits its send buffer to the replicas. And a release
@@ -32,10 +32,10 @@ impl Package for Failover {
         Fault::Failover.name()
     }
     fn supports(&self, shape: &Shape) -> Result<(), String> {
-        match shape.replicated {
+        match shape.fails_over {
             true => Ok(()),
             false => Err(format!(
-                "needs replicas, and config {} has none: use --config replicated",
+                "needs replicas that take over, and config {} has none: use --config replicated or cluster",
                 shape.config
             )),
         }
@@ -132,7 +132,7 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
         None => verify::attach(
             json!({"promoted": null, "after_ms": after_ms}),
             Err(format!(
-                "Sentinel promoted no replica within {after_ms} ms of the kill{}",
+                "no replica was promoted within {after_ms} ms of the kill{}",
                 if env.stopping() {
                     ", before the run ended"
                 } else {

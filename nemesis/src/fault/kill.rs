@@ -74,9 +74,34 @@ async fn nodes(env: &mut Env, targets: Targets, down_for: Duration) {
     env.journal
         .record_at(began, &Fault::Kill.start_event(), value, single(&names));
     // Restart even when the run is ending: every fault heals before the final read.
-    env.sleep(down_for).await;
+    let down = std::time::Instant::now();
+    if let [was] = killed.as_slice() {
+        if env.cluster.fails_over() {
+            promotion(env, &was.name, down_for).await;
+        }
+    }
+    env.sleep(down_for.saturating_sub(down.elapsed())).await;
     for was in &killed {
         restart(env, was, &Fault::Kill.stop_event()).await;
+    }
+}
+
+/// While `killed` is down (`down_for`), watches for a replica to take its
+/// place, and records the promotion when one does: a key granted again
+/// after it was granted on a replica that never received it. (No promotion
+/// is no fault of the kill's: a node back before the vote is the other
+/// story, an empty master.)
+async fn promotion(env: &mut Env, killed: &str, down_for: Duration) {
+    let since = std::time::Instant::now();
+    let promoted = tokio::select! {
+        p = env.cluster.await_promotion(killed, down_for) => p,
+        _ = env.stop.wait_for(|s| *s) => None,
+    };
+    if let Some(new) = promoted {
+        let after_ms = since.elapsed().as_millis() as u64;
+        let value = json!({"promoted": new, "replaces": killed, "after_ms": after_ms});
+        env.journal
+            .record(checker::history::fault::PROMOTED, value, Some(&new));
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod adapter;
 mod adapter_watch;
+mod cluster;
 mod etcd;
 mod fenced;
 mod no_lock;
@@ -168,6 +169,7 @@ pub fn client(config: Config, params: &LockParams) -> Box<dyn LockClient> {
         Config::Single => Box::new(single::Single::new(params)),
         Config::Fenced => Box::new(fenced::Fenced::new(params)),
         Config::Replicated => Box::new(replicated::Replicated::new(params)),
+        Config::Cluster => Box::new(cluster::Cluster::new(params)),
         Config::Redlock => Box::new(redlock::Redlock::new(params)),
         Config::RedlockRslock => Box::new(redlock_rslock::RedlockRslock::new(params)),
         Config::Watchdog => Box::new(watchdog::Watchdog::new(params)),

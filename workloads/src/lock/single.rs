@@ -31,16 +31,15 @@ impl Single {
         token: &str,
         ttl_ms: u64,
     ) -> Outcome<Option<Grant>> {
-        conn.run(|c| {
-            redis::cmd("SET")
-                .arg(key)
-                .arg(token)
-                .arg("NX")
-                .arg("PX")
-                .arg(ttl_ms)
-                .query::<Option<String>>(c)
-        })
-        .map(|set| set.map(|_| Grant::default()))
+        conn.run(|c| Self::set_nx_px_cmd(key, token, ttl_ms).query::<Option<String>>(c))
+            .map(|set| set.map(|_| Grant::default()))
+    }
+
+    /// `SET key token NX PX ttl_ms`: set only if absent, expiring.
+    pub(super) fn set_nx_px_cmd(key: &str, token: &str, ttl_ms: u64) -> redis::Cmd {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
+        cmd
     }
 }
 
