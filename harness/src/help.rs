@@ -28,7 +28,7 @@ fn faults_where(need: impl Fn(&dyn Package) -> bool) -> Vec<&'static str> {
         .collect()
 }
 
-/// The configs a client adapter can run on: `single, replicated, redlock, etcd or zookeeper`.
+/// The configs a client adapter can run on: `single, replicated, cluster, redlock, etcd or zookeeper`.
 fn topologies() -> String {
     let names: Vec<&str> = Config::ALL
         .into_iter()
@@ -203,7 +203,7 @@ mod tests {
         assert_eq!(and_list(&["a", "b"]), "a and b");
         assert_eq!(
             topologies(),
-            "single, replicated, redlock, etcd or zookeeper"
+            "single, replicated, cluster, redlock, etcd or zookeeper"
         );
     }
 }

@@ -55,6 +55,7 @@ pub fn topology(config: Config) -> Option<&'static str> {
     match config {
         Config::Single => Some("single"),
         Config::Replicated => Some("replicated"),
+        Config::Cluster => Some("cluster"),
         Config::Redlock => Some("redlock"),
         Config::Etcd => Some(ETCD),
         Config::Zookeeper => Some(ZOOKEEPER),
@@ -89,7 +90,7 @@ pub const SHIPPED: [Shipped; 10] = [
     Shipped {
         name: "redis-py",
         family: Family::Python,
-        topologies: &["single", "replicated"],
+        topologies: &["single", "replicated", "cluster"],
     },
     Shipped {
         name: "pottery",

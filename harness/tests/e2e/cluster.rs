@@ -104,3 +104,21 @@ fn faults_in_the_proxy_are_refused_for_a_cluster_in_one_line() {
         out.stderr
     );
 }
+
+/// redis-py's lock through its own cluster client (`RedisCluster`, seeded
+/// with every node): a pause past the lease breaks it as it breaks `single`.
+#[test]
+fn redis_py_through_its_cluster_client_breaks_under_pause_like_single() {
+    let tmp = common::tmp();
+    let args = ["--client", "redis-py"];
+    let (out, results, dir) = run_short(tmp.path(), "cluster", "pause", "10", "1", &args);
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
+    let record = run_json(&dir);
+    assert_eq!(
+        record["client"]["name"], "redis-py",
+        "{:#}",
+        record["client"]
+    );
+    common::assert_no_process_left(tmp.path());
+}

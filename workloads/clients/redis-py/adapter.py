@@ -1,11 +1,14 @@
 """lockstorm adapter for redis-py's built-in lock, `redis.lock.Lock`.
 
 One key, SET NX PX with a random token; release and ownership checks compare
-the token in Lua/GET. Topologies: `single` (nodes[0]) and `replicated` (the
-master that Redis Sentinel names; nodes[0] when no sentinels are given).
-No renewal: the lock simply expires after ttl_ms.
+the token in Lua/GET. Topologies: `single` (nodes[0]), `replicated` (the
+master that Redis Sentinel names; nodes[0] when no sentinels are given) and
+`cluster` (redis-py's `RedisCluster`, seeded with every node: it follows the
+cluster's slots and redirections itself). No renewal: the lock simply
+expires after ttl_ms.
 """
 import redis
+from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import LockError
 from redis.sentinel import Sentinel
 
@@ -23,6 +26,11 @@ class RedisPyLock(Adapter):
             sentinel = Sentinel([host_port(s) for s in req["sentinels"]],
                                 sentinel_kwargs=redis_opts(data_node=False), **redis_opts())
             self.redis = sentinel.master_for(req["master"])
+        elif topology == "cluster":
+            seeds = [ClusterNode(*host_port(n)) for n in req["nodes"]]
+            # A cluster has database 0 only: init never names another.
+            opts = {k: v for k, v in redis_opts().items() if k != "db"}
+            self.redis = RedisCluster(startup_nodes=seeds, **opts)
         elif topology in ("single", "replicated"):
             self.redis = redis.Redis(*host_port(req["nodes"][0]), **redis_opts())
         else:
