@@ -21,7 +21,8 @@ pub type DataNodes = Vec<(String, Endpoint)>;
 /// run's prefix (a run of the same seed is there, or was killed and its
 /// keys have not expired yet), are primaries (every node of a single or
 /// Redlock target; the first, the primary the Sentinels named, of a
-/// Sentinel one, whose replicas are read but never written), let the login
+/// Sentinel one, whose replicas are read but never written; a cluster's
+/// masters, its replicas read only), let the login
 /// run the lock's commands on the run's own keys, and, for Redlock, are
 /// independent servers. A run that fails any of these could never take
 /// the lock: bad input, not a finding.
@@ -29,6 +30,7 @@ pub async fn preflight(target: &Target, nodes: DataNodes, keys: &Keys) -> Result
     let (target, keys) = (target.clone(), keys.clone());
     let replicated = matches!(target.kind, Kind::Sentinel { .. });
     let redlock = matches!(target.kind, Kind::Redlock);
+    let cluster = matches!(target.kind, Kind::Cluster);
     tokio::task::spawn_blocking(move || {
         let mut servers: Vec<(String, String)> = Vec::new();
         for (i, (node, at)) in nodes.iter().enumerate() {
@@ -36,7 +38,12 @@ pub async fn preflight(target: &Target, nodes: DataNodes, keys: &Keys) -> Result
             let mut con = connect(&target, at, TIMEOUT)
                 .map_err(|e| usage(format!("does not answer: {e}")))?;
             let role = role(&mut con).map_err(|e| usage(format!("refused ROLE: {e}")))?;
-            if i == 0 || !replicated {
+            // A cluster's replica is read, never written.
+            let written = match cluster {
+                true => role.writable().is_ok(),
+                false => i == 0 || !replicated,
+            };
+            if written {
                 role.writable()
                     .map_err(|why| usage(format!("is {why}: give a primary")))?;
             }
@@ -48,7 +55,7 @@ pub async fn preflight(target: &Target, nodes: DataNodes, keys: &Keys) -> Result
                     keys.prefix
                 )));
             }
-            if i == 0 || !replicated {
+            if written {
                 probe(&mut con, &keys).map_err(|e| {
                     usage(format!(
                         "refused the lock's commands on the run's keys ({e}): let the login run SET, EVAL and UNLINK on {}*",
@@ -120,12 +127,18 @@ pub async fn clean(target: &Target, nodes: DataNodes, keys: &Keys) -> usize {
 /// script, as every lock here takes and releases.
 fn probe(con: &mut redis::Connection, keys: &Keys) -> redis::RedisResult<()> {
     let key = format!("{}preflight", keys.prefix);
-    redis::cmd("SET")
+    let set = redis::cmd("SET")
         .arg(&key)
         .arg("1")
         .arg("PX")
         .arg(PROBE_TTL_MS)
-        .query::<()>(con)?;
+        .query::<()>(con);
+    match set {
+        // A cluster master that does not serve the probe's slot: it would
+        // have run the command on its own slots' keys.
+        Err(e) if e.code() == Some("MOVED") => return Ok(()),
+        other => other?,
+    }
     redis::cmd("EVAL")
         .arg("return redis.call('unlink', KEYS[1])")
         .arg(1)
@@ -142,11 +155,12 @@ fn unlink_prefix(con: &mut redis::Connection, keys: &Keys) -> redis::RedisResult
     if role(con)?.writable().is_err() {
         return Ok(0);
     }
-    let found = scan(con, keys)?;
-    if found.is_empty() {
-        return Ok(0);
+    // One key at a time: a cluster refuses keys of two slots in one command.
+    let mut removed = 0;
+    for key in scan(con, keys)? {
+        removed += redis::cmd("UNLINK").arg(&key).query::<usize>(con)?;
     }
-    redis::cmd("UNLINK").arg(&found).query::<usize>(con)
+    Ok(removed)
 }
 
 /// Every key of the run's prefix (a library's own prefix in front too).

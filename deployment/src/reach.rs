@@ -113,6 +113,57 @@ fn ask_sentinel(addr: &str, master: &str) -> redis::RedisResult<Vec<Endpoint>> {
     Ok(found)
 }
 
+/// Every node of the cluster `target` seeds, masters and replicas, as the
+/// first seed that answers `CLUSTER NODES` names them; and the slot `key`
+/// hashes to there.
+pub async fn discover_cluster(target: &Target, key: &str) -> Result<(Vec<Endpoint>, u32)> {
+    let (target, key) = (target.clone(), key.to_string());
+    let found = tokio::task::spawn_blocking(move || {
+        let mut last = String::from("no seed given");
+        for seed in &target.endpoints {
+            match ask_cluster(&target, seed, &key) {
+                Ok(found) => return Ok(found),
+                Err(e) => last = format!("{seed}: {e}"),
+            }
+        }
+        Err(Error::Usage(format!(
+            "--target: no seed of the cluster answered CLUSTER NODES ({last}); check the addresses, and that they are cluster nodes"
+        )))
+    });
+    found
+        .await
+        .map_err(|e| crate::joined("asking the cluster's seeds", e))?
+}
+
+fn ask_cluster(
+    target: &Target,
+    seed: &Endpoint,
+    key: &str,
+) -> std::result::Result<(Vec<Endpoint>, u32), String> {
+    let mut con = connect(target, seed, TIMEOUT)?;
+    let slot: u32 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query(&mut con)
+        .map_err(|e| format!("CLUSTER KEYSLOT: {e}"))?;
+    Ok((cluster_members(&mut con)?, slot))
+}
+
+/// Every node a cluster node's `CLUSTER NODES` names, itself included.
+pub fn cluster_members(con: &mut redis::Connection) -> std::result::Result<Vec<Endpoint>, String> {
+    let text: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query(con)
+        .map_err(|e| format!("CLUSTER NODES: {e}"))?;
+    Ok(workloads::cluster_view::parse_nodes(&text)
+        .into_iter()
+        .filter_map(|n| {
+            let (host, port) = n.addr.rsplit_once(':')?;
+            Some(Endpoint::new(host.to_string(), port.parse().ok()?))
+        })
+        .collect())
+}
+
 /// A blocking connection to one of a deployment's nodes as the run reaches
 /// it (a TLS target through its bridge), logged in with the password from
 /// the environment ([`Target::password`]); `timeout` bounds the connect and

@@ -25,6 +25,9 @@ pub enum Kind {
     Sentinel { master: String },
     /// Independent nodes, each asked for the lock.
     Redlock,
+    /// One Redis Cluster, reached through the seeds listed: the lock is on
+    /// the master of its key's slot.
+    Cluster,
 }
 
 /// One `host:port` of the deployment.
@@ -78,7 +81,7 @@ impl Target {
     pub fn parse(raw: &str) -> Result<Target, String> {
         let (scheme, rest) = raw.split_once("://").ok_or_else(|| {
             format!(
-                "--target {raw}: no scheme; use redis://host:port, sentinel://host:port/<master> or redlock://host:port,host:port,host:port"
+                "--target {raw}: no scheme; use redis://host:port, sentinel://host:port/<master>, redlock://host:port,host:port,host:port or redis+cluster://host:port[,host:port…]"
             )
         })?;
         let (login, rest) = match rest.rsplit_once('@') {
@@ -160,8 +163,17 @@ impl Target {
                 }
                 Ok(target(Kind::Redlock, false, db(path)?))
             }
+            "redis+cluster" => match db(path)? {
+                0 => Ok(target(Kind::Cluster, false, 0)),
+                n => Err(format!(
+                    "--target {raw}: a Redis Cluster has database 0 only, not {n}: drop /{n}"
+                )),
+            },
+            "rediss+cluster" => Err(format!(
+                "--target {raw}: a TLS cluster is not reachable yet (its nodes name their own addresses, which lockstorm's TLS bridges do not stand in for): use redis+cluster:// on a cluster without TLS"
+            )),
             other => Err(format!(
-                "--target {raw}: unknown scheme {other}://; use redis://, rediss://, sentinel:// or redlock://"
+                "--target {raw}: unknown scheme {other}://; use redis://, rediss://, sentinel://, redlock:// or redis+cluster://"
             )),
         }
     }
@@ -173,6 +185,7 @@ impl Target {
             Kind::Single => "single",
             Kind::Sentinel { .. } => "sentinel",
             Kind::Redlock => "redlock",
+            Kind::Cluster => "cluster",
         }
     }
 
@@ -214,6 +227,7 @@ impl fmt::Display for Target {
             (Kind::Single, false) => "redis",
             (Kind::Sentinel { .. }, _) => "sentinel",
             (Kind::Redlock, _) => "redlock",
+            (Kind::Cluster, _) => "redis+cluster",
         };
         let user = self
             .user
@@ -289,6 +303,11 @@ mod tests {
         let t = Target::parse("redlock://a:1,b:2,c:3,[::1]:4,e:5").unwrap();
         assert_eq!(t.kind, Kind::Redlock);
         assert_eq!(t.endpoints[3], ep("::1", 4));
+
+        let t = Target::parse("redis+cluster://app@a:7000,b").unwrap();
+        assert_eq!(t.kind, Kind::Cluster);
+        assert_eq!(t.endpoints, [ep("a", 7000), ep("b", 6379)]);
+        assert_eq!(t.to_string(), "redis+cluster://app@a:7000,b:6379");
     }
 
     #[test]
@@ -305,6 +324,8 @@ mod tests {
             ("redlock://a:1,b:2", "at least 3"),
             ("memcached://h:1", "unknown scheme"),
             ("redis://:1", "no host"),
+            ("redis+cluster://h:1/3", "database 0 only"),
+            ("rediss+cluster://h:1", "use redis+cluster://"),
         ] {
             let why = Target::parse(raw).expect_err(raw);
             assert!(why.contains(says), "{raw}: {why}");

@@ -795,16 +795,17 @@ impl RunOptions {
         Ok(storage)
     }
 
-    /// `cluster` runs on lockstorm's own cluster, on this machine; its
-    /// clients follow the addresses the cluster names, which the fault
-    /// proxy does not rewrite yet.
+    /// `cluster` runs on lockstorm's own cluster, on this machine, or on a
+    /// deployment's (`--target redis+cluster://`); its clients follow the
+    /// addresses the cluster names, which the fault proxy does not rewrite
+    /// yet.
     fn check_cluster(&self) -> Result<(), Refusal> {
         if self.config != Config::Cluster {
             return Ok(());
         }
-        if self.nodes.target.is_some() || self.nodes.hosts.is_some() {
+        if self.nodes.hosts.is_some() {
             return Err(Refusal::Invalid(
-                "--config cluster starts its own Redis Cluster on this machine (a deployment's or other hosts' not yet): drop --target or --nodes".into(),
+                "--config cluster starts its own Redis Cluster on this machine (on other hosts not yet): drop --nodes, or give your cluster as --target redis+cluster://host:port".into(),
             ));
         }
         if self.nemesis.any(|p| in_proxy(self.config, p)) || self.latency_ms.is_some() {
@@ -951,6 +952,7 @@ impl RunOptions {
                 config.lock_nodes() > 1 && !config.fails_over() && !config.locks_in_members()
             }
             Kind::Sentinel { .. } => config == Config::Replicated,
+            Kind::Cluster => config == Config::Cluster,
         };
         if !runs_on(self.config) {
             let configs: Vec<&str> = Config::ALL

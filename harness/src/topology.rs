@@ -466,7 +466,15 @@ impl Topology {
             let (ip, port) = deployment::reach::resolve(at)?;
             Ok((format!("{prefix}{}", i + 1), ip, port))
         };
+        let mut cluster_slot = None;
         let data = match &target.kind {
+            // The seeds name every node, and the lock key's slot.
+            deployment::target::Kind::Cluster => {
+                let (nodes, slot) =
+                    deployment::reach::discover_cluster(target, &options.keys.lock()).await?;
+                cluster_slot = Some(slot);
+                nodes
+            }
             // The Sentinels name the primary and its replicas.
             deployment::target::Kind::Sentinel { master } => {
                 for (i, at) in target.endpoints.iter().enumerate() {
@@ -519,7 +527,7 @@ impl Topology {
             ))),
             deployment: Deployment::Own,
             _bridges: Some((bridges, storage_bridges.map(|(_, b)| b))),
-            cluster_slot: None,
+            cluster_slot,
         };
         // Its data nodes as the checks before and after the run reach them.
         topology.deployment = Deployment::Theirs(Box::new(Theirs {
@@ -698,7 +706,7 @@ impl Topology {
             .collect();
         let addr = tokio::task::spawn_blocking(move || {
             let seen = backend::redis_cluster::look(&addrs);
-            backend::redis_cluster::master_of(&seen, slot).map(|n| n.addr.clone())
+            workloads::cluster_view::master_of(&seen, slot).map(|n| n.addr.clone())
         })
         .await
         .ok()??;

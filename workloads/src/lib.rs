@@ -5,6 +5,7 @@
 
 pub mod adapter;
 pub mod clock;
+pub mod cluster_view;
 pub mod config;
 pub mod conn;
 pub mod etcd;

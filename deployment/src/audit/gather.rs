@@ -15,13 +15,16 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(2);
 
 /// The settings the rules read, asked one at a time (older servers take
 /// one name per `CONFIG GET`).
-pub const CONFIG: [&str; 6] = [
+pub const CONFIG: [&str; 9] = [
     "maxmemory-policy",
     "maxmemory",
     "appendonly",
     "appendfsync",
     "save",
     "min-replicas-to-write",
+    "cluster-node-timeout",
+    "cluster-replica-validity-factor",
+    "cluster-require-full-coverage",
 ];
 
 /// `TIME` samples per node; the one with the shortest round trip is kept.
@@ -51,6 +54,7 @@ pub fn gather(target: &Target, ttl_ms: u64, pings: u32) -> Facts {
             );
             (sentinels.into_iter().map(|s| s.facts).collect(), data)
         }
+        Kind::Cluster => (Vec::new(), cluster_nodes(target)),
         Kind::Single | Kind::Redlock => (Vec::new(), target.endpoints.clone()),
     };
     let nodes = std::thread::scope(|s| {
@@ -66,6 +70,16 @@ pub fn gather(target: &Target, ttl_ms: u64, pings: u32) -> Facts {
         sentinels,
         ttl_ms,
     }
+}
+
+/// Every node of the cluster the first answering seed names; the seeds
+/// themselves when none answers (each then a fact: unreachable).
+fn cluster_nodes(target: &Target) -> Vec<Endpoint> {
+    target
+        .endpoints
+        .iter()
+        .find_map(|seed| crate::reach::cluster_members(&mut connect(target, seed).ok()?).ok())
+        .unwrap_or_else(|| target.endpoints.clone())
 }
 
 fn join<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {

@@ -7,6 +7,7 @@
 //! Each finding's reason is one sentence of the source material, quoted;
 //! its command is the lockstorm run that shows the failure on a local copy.
 
+use super::cluster;
 use super::facts::{Facts, Node, Role, Sentinel};
 use crate::target::Kind;
 use checker::Validity;
@@ -95,7 +96,7 @@ pub fn rule(name: &str) -> Option<&'static Rule> {
 }
 
 /// Every rule, in the order the docs list them.
-pub const RULES: [&Rule; 10] = [
+pub const RULES: [&Rule; 14] = [
     &REACHABLE,
     &WRITABLE,
     &EVICTION,
@@ -103,6 +104,10 @@ pub const RULES: [&Rule; 10] = [
     &REPLICATION,
     &DOWN_AFTER,
     &FAILOVER_TIMEOUT,
+    &cluster::NODE_TIMEOUT,
+    &cluster::VALIDITY,
+    &cluster::REPLICAS,
+    &cluster::COVERAGE,
     &INDEPENDENCE,
     &CLOCK,
     &LATENCY,
@@ -123,7 +128,12 @@ pub struct Finding {
 }
 
 impl Rule {
-    fn found(&'static self, nodes: &[&str], severity: Severity, what: String) -> Finding {
+    pub(super) fn found(
+        &'static self,
+        nodes: &[&str],
+        severity: Severity,
+        what: String,
+    ) -> Finding {
         Finding {
             rule: self.name,
             nodes: nodes.iter().map(|n| n.to_string()).collect(),
@@ -136,7 +146,7 @@ impl Rule {
 }
 
 impl Finding {
-    fn shown_by(mut self, command: impl Into<String>) -> Finding {
+    pub(super) fn shown_by(mut self, command: impl Into<String>) -> Finding {
         // An ok finding has nothing to show.
         if self.severity != Severity::Ok {
             self.demonstrate = Some(command.into());
@@ -169,8 +179,11 @@ pub fn audit(facts: &Facts) -> Vec<Finding> {
         }
         out.push(eviction(node));
         out.push(persistence(node));
-        out.extend(replication(node));
+        out.extend(replication(node, &facts.kind));
         out.push(latency(node, facts.ttl_ms));
+        if facts.kind == Kind::Cluster {
+            out.extend(cluster::master(node, facts.ttl_ms));
+        }
     }
     if matches!(facts.kind, Kind::Sentinel { .. }) {
         for s in facts.sentinels.iter().filter(|s| s.unreachable.is_none()) {
@@ -239,7 +252,7 @@ fn writable_finding(node: &Node) -> Finding {
     }
 }
 
-fn config_unknown(rule: &'static Rule, node: &Node, missing: &str) -> Finding {
+pub(super) fn config_unknown(rule: &'static Rule, node: &Node, missing: &str) -> Finding {
     let what = match node.config {
         None => "CONFIG refused: cannot see".to_string(),
         Some(_) => "CONFIG GET gave no".to_string(),
@@ -326,7 +339,7 @@ fn persistence(node: &Node) -> Finding {
 /// A primary with replicas: unless it refuses writes without a replica
 /// (`min-replicas-to-write`), a failover can lose a lock it acknowledged.
 /// Even with it, replication stays asynchronous: a warning, not ok.
-fn replication(node: &Node) -> Option<Finding> {
+fn replication(node: &Node, kind: &Kind) -> Option<Finding> {
     let Some(Role::Master { replicas }) = &node.role else {
         return None;
     };
@@ -354,7 +367,13 @@ fn replication(node: &Node) -> Option<Finding> {
             format!("{what}: fewer losses, but replication is still asynchronous"),
         ),
     };
-    Some(finding.shown_by("lockstorm run --config replicated --nemesis failover"))
+    let config = match kind {
+        Kind::Cluster => "cluster",
+        _ => "replicated",
+    };
+    Some(finding.shown_by(format!(
+        "lockstorm run --config {config} --nemesis failover"
+    )))
 }
 
 /// Sentinel's timings against the lease.

@@ -6,6 +6,9 @@
 use crate::common;
 
 use common::{count, events, run_short};
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+use testkit::{Builder, Server};
 
 fn run_json(dir: &std::path::Path) -> serde_json::Value {
     let text = std::fs::read_to_string(dir.join("run.json")).unwrap();
@@ -121,4 +124,163 @@ fn redis_py_through_its_cluster_client_breaks_under_pause_like_single() {
         record["client"]
     );
     common::assert_no_process_left(tmp.path());
+}
+
+/// A Redis Cluster as a user starts one: six `redis-server`s
+/// (`cluster-enabled`, each bus on a free port) made one by `redis-cli
+/// --cluster create --cluster-replicas 1`, holding a key of its owner's;
+/// returned once every node says `cluster_state:ok`.
+fn hand_made_cluster() -> Vec<Server> {
+    let servers: Vec<Server> = (0..6)
+        .map(|_| {
+            let bus = testkit::free_port(Ipv4Addr::LOCALHOST).to_string();
+            Builder::redis()
+                .args([
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                ])
+                .args(["--cluster-node-timeout", "1000", "--cluster-port", &bus])
+                .start()
+        })
+        .collect();
+    let create = std::process::Command::new("timeout")
+        .args(["60", "redis-cli", "--cluster", "create"])
+        .args(servers.iter().map(|s| s.addr().to_string()))
+        .args(["--cluster-replicas", "1", "--cluster-yes"])
+        .output()
+        .expect("redis-cli runs");
+    assert!(
+        create.status.success(),
+        "{}",
+        String::from_utf8_lossy(&create.stdout)
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for server in &servers {
+        loop {
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query(&mut server.client())
+                .unwrap_or_default();
+            if info.contains("cluster_state:ok") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} never ok: {info}",
+                server.addr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    servers
+}
+
+/// Every key on the cluster's masters, sorted (a replica holds its
+/// master's).
+fn cluster_keys(servers: &[Server]) -> Vec<String> {
+    let mut keys = Vec::new();
+    for server in servers {
+        let mut con = server.client();
+        let role: redis::Value = redis::cmd("ROLE").query(&mut con).unwrap();
+        let master = matches!(&role, redis::Value::Array(r) if r.first() == Some(&redis::Value::BulkString(b"master".to_vec())));
+        if master {
+            keys.extend(
+                redis::cmd("KEYS")
+                    .arg("*")
+                    .query::<Vec<String>>(&mut con)
+                    .unwrap(),
+            );
+        }
+    }
+    keys.sort();
+    keys
+}
+
+/// A cluster lockstorm did not start, reached through one seed: the run
+/// finds the other nodes and the lock's slot, stays valid with no fault,
+/// and leaves only its owner's key; `audit` reads every node and names the
+/// cluster's own settings.
+#[test]
+fn a_hand_made_cluster_is_tested_through_a_seed_left_as_found_and_audited() {
+    let servers = hand_made_cluster();
+    // On the master that serves its slot (the others answer MOVED).
+    let set = servers.iter().filter(|s| {
+        let mut con = s.client();
+        redis::cmd("SET")
+            .arg("owner:key")
+            .arg("keep")
+            .query::<()>(&mut con)
+            .is_ok()
+    });
+    assert_eq!(set.count(), 1, "one master serves owner:key");
+    let before = cluster_keys(&servers);
+    assert_eq!(before, ["owner:key"]);
+    let seed = format!("redis+cluster://{}", servers[1].addr());
+    let tmp = common::tmp();
+    let (out, results, dir) = common::run(
+        tmp.path(),
+        &[
+            "--target",
+            &seed,
+            "--config",
+            "cluster",
+            "--nemesis",
+            "none",
+            "--time-limit",
+            "5",
+            "--seed",
+            "1",
+        ],
+    );
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert!(results.stats.acquired >= 5, "{}", out.stdout);
+    assert_eq!(
+        cluster_keys(&servers),
+        before,
+        "the run's keys are gone, the owner's kept"
+    );
+    let record = run_json(&dir);
+    let named: Vec<_> = record["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["name"].as_str().unwrap().starts_with('n'))
+        .collect();
+    assert_eq!(
+        named.len(),
+        6,
+        "every node found through one seed: {:#}",
+        record["nodes"]
+    );
+    let audit_dir = tempfile::tempdir().unwrap();
+    let audit = common::lockstorm(&[
+        "audit",
+        "--target",
+        &seed,
+        "--output",
+        audit_dir.path().to_str().unwrap(),
+    ]);
+    // cluster-node-timeout 1000 ms is within the default 10 s TTL: at risk.
+    assert_eq!(audit.code, 1, "{}", audit.stdout);
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(audit_dir.path().join("audit.json")).unwrap(),
+    )
+    .unwrap();
+    let text = json.to_string();
+    for rule in [
+        "cluster-node-timeout",
+        "cluster-replica-validity",
+        "cluster-replicas",
+        "cluster-full-coverage",
+    ] {
+        assert!(text.contains(rule), "{rule} missing: {}", audit.stdout);
+    }
+    assert!(
+        audit.stdout.contains("cluster-node-timeout 1000 ms < TTL"),
+        "{}",
+        audit.stdout
+    );
+    assert_eq!(cluster_keys(&servers), before, "audit writes nothing");
 }
