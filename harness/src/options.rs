@@ -623,6 +623,9 @@ impl RunOptions {
             plan.keys = workloads::Keys::for_run(&run_id, expire.as_millis() as u64);
             plan.target = target;
         }
+        if plan.config.keys_in_one_slot() {
+            plan.keys = plan.keys.in_one_slot();
+        }
         match schedule {
             Some(text) => {
                 let steps = text.steps(&plan.schedule_spec(), plan.at);
@@ -800,18 +803,18 @@ impl RunOptions {
     /// addresses the cluster names, which the fault proxy does not rewrite
     /// yet.
     fn check_cluster(&self) -> Result<(), Refusal> {
-        if self.config != Config::Cluster {
+        if !self.config.in_cluster() {
             return Ok(());
         }
         if self.nodes.hosts.is_some() {
             return Err(Refusal::Invalid(
-                "--config cluster starts its own Redis Cluster on this machine (on other hosts not yet): drop --nodes, or give your cluster as --target redis+cluster://host:port".into(),
+                format!("--config {} starts its own Redis Cluster on this machine (on other hosts not yet): drop --nodes, or give your cluster as --target redis+cluster://host:port", self.config),
             ));
         }
         if self.nemesis.any(|p| in_proxy(self.config, p)) || self.latency_ms.is_some() {
             return Err(Refusal::Inapplicable(format!(
-                "--nemesis {} acts in the fault proxy, which a cluster's clients leave as they follow the nodes the cluster names: with --config cluster choose pause, crash, kill, pause-node or clock",
-                self.nemesis
+                "--nemesis {} acts in the fault proxy, which a cluster's clients leave as they follow the nodes the cluster names: with --config {} choose pause, crash, kill, pause-node, failover or clock",
+                self.nemesis, self.config
             )));
         }
         Ok(())
@@ -952,7 +955,7 @@ impl RunOptions {
                 config.lock_nodes() > 1 && !config.fails_over() && !config.locks_in_members()
             }
             Kind::Sentinel { .. } => config == Config::Replicated,
-            Kind::Cluster => config == Config::Cluster,
+            Kind::Cluster => config.in_cluster(),
         };
         if !runs_on(self.config) {
             let configs: Vec<&str> = Config::ALL

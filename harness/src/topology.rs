@@ -211,7 +211,7 @@ const SENTINELS: u8 = 3;
 pub fn data_nodes(config: Config) -> usize {
     let replicas = match config {
         Config::Replicated => usize::from(REPLICAS),
-        Config::Cluster => config.lock_nodes(),
+        _ if config.in_cluster() => config.lock_nodes(),
         _ => 0,
     };
     config.lock_nodes() + replicas
@@ -241,7 +241,7 @@ async fn start_redis(
     let mut nodes = Vec::new();
     let (redis_locks, role) = match options.config {
         _ if options.config.locks_in_members() => (0, Role::Lock),
-        Config::Cluster => {
+        _ if options.config.in_cluster() => {
             let node_timeout_ms = options.down_after.as_millis() as u64;
             (
                 data_nodes(options.config),
@@ -256,7 +256,7 @@ async fn start_redis(
         let at = ip(&name, addresses.data(n));
         nodes.push(start(spec(&name, role.clone(), at, clock)).await?);
     }
-    if options.config == Config::Cluster {
+    if options.config.in_cluster() {
         let all: Vec<&RedisNode> = nodes.iter().collect();
         backend::redis_cluster::form(&all, options.config.lock_nodes()).await?;
     }
@@ -383,7 +383,7 @@ impl Topology {
             block: options.address_block,
         };
         let nodes = start_redis(options, addresses, &mut clocks, nodes_dir, &backend).await?;
-        let cluster_slot = match options.config == Config::Cluster {
+        let cluster_slot = match options.config.in_cluster() {
             true => Some(lock_slot(&nodes[0], &options.keys.lock()).await?),
             false => None,
         };

@@ -25,6 +25,10 @@ pub enum Config {
     /// followed through `MOVED`. A master's replica takes over by the
     /// cluster's vote, with whatever of the key reached it.
     Cluster,
+    /// `cluster` plus a fencing token, checked by the storage: one script
+    /// sets the key and increments the fence counter, which a hash tag
+    /// keeps in the lock key's slot (a script may touch one slot only).
+    ClusterFenced,
     /// Redlock on five independent nodes (our own client).
     Redlock,
     /// The same five nodes, driven by the published `rslock` crate.
@@ -82,6 +86,7 @@ impl Config {
         matches!(
             self,
             Config::Fenced
+                | Config::ClusterFenced
                 | Config::PgAdvisoryFenced
                 | Config::EtcdFenced
                 | Config::ZookeeperFenced
@@ -107,6 +112,7 @@ impl Config {
             Config::Single
             | Config::Replicated
             | Config::Cluster
+            | Config::ClusterFenced
             | Config::Redlock
             | Config::RedlockRslock
             | Config::Fenced
@@ -189,14 +195,25 @@ impl Config {
     /// A master's replica takes over when the master is down (Sentinel's
     /// vote, or the cluster's), after `--down-after-ms`.
     pub fn fails_over(self) -> bool {
-        matches!(self, Config::Replicated | Config::Cluster)
+        matches!(self, Config::Replicated) || self.in_cluster()
+    }
+
+    /// The lock lives in a Redis Cluster: on the master of its key's slot.
+    pub fn in_cluster(self) -> bool {
+        matches!(self, Config::Cluster | Config::ClusterFenced)
+    }
+
+    /// Every key of the run in one slot (a hash tag around the prefix):
+    /// what a cluster needs for one script to touch the lock and its fence.
+    pub fn keys_in_one_slot(self) -> bool {
+        self == Config::ClusterFenced
     }
 
     /// How many independent lock nodes the config runs (replicas aside):
     /// for `cluster`, its masters.
     pub fn lock_nodes(self) -> usize {
         match self {
-            Config::Cluster => 3,
+            Config::Cluster | Config::ClusterFenced => 3,
             Config::NoLock | Config::PgRowLock | Config::PgAdvisory | Config::PgAdvisoryFenced => 0,
             Config::Redlock | Config::RedlockRslock => 5,
             Config::Etcd | Config::EtcdFenced | Config::Zookeeper | Config::ZookeeperFenced => 3,
@@ -230,7 +247,7 @@ mod tests {
         let err = "redlok".parse::<Config>().unwrap_err();
         assert!(
             err.contains(
-                "single, replicated, cluster, redlock, redlock-rslock, fenced, watchdog, pg-row-lock, \
+                "single, replicated, cluster, cluster-fenced, redlock, redlock-rslock, fenced, watchdog, pg-row-lock, \
                  pg-advisory, pg-advisory-fenced, etcd, etcd-fenced, zookeeper, zookeeper-fenced, unsafe-del, unsafe-get-del, \
                  unsafe-setnx, \
                  unsafe-key-per-worker, no-lock"

@@ -36,6 +36,15 @@ impl Keys {
         }
     }
 
+    /// The same keys, every one in one Redis Cluster slot: the prefix as a
+    /// hash tag (`{lockstorm:}lock`), which alone decides the slot.
+    pub fn in_one_slot(self) -> Keys {
+        Keys {
+            prefix: format!("{{{}}}", self.prefix),
+            ..self
+        }
+    }
+
     /// The lock, on every lock node (the built-in clients and the
     /// adapters alike).
     pub fn lock(&self) -> String {
@@ -95,5 +104,18 @@ mod tests {
             expire_ms: None,
         };
         assert_eq!(odd.pattern(), r"*a\*\[b\]\?*");
+    }
+
+    #[test]
+    fn keys_in_one_slot_share_a_hash_tag() {
+        let own = Keys::default().in_one_slot();
+        assert_eq!(
+            (own.lock(), own.fence()),
+            ("{lockstorm:}lock".into(), "{lockstorm:}fence".into())
+        );
+        let run = Keys::for_run("r:1", 60_000).in_one_slot();
+        assert_eq!(run.lock(), "{lockstorm:r:1:}lock");
+        assert_eq!(run.expire_ms, Some(60_000));
+        assert_eq!(run.pattern(), "*{lockstorm:r:1:}*");
     }
 }

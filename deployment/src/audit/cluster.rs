@@ -4,7 +4,7 @@
 //! is judged on its own settings (a cluster's nodes may differ).
 
 use super::facts::{Node, Role};
-use super::rules::{Finding, Rule, Severity};
+use super::finding::{config_unknown, Finding, Rule, Severity};
 
 pub const NODE_TIMEOUT: Rule = Rule {
     name: "cluster-node-timeout",
@@ -128,7 +128,7 @@ fn coverage(node: &Node) -> Finding {
 }
 
 fn unknown(rule: &'static Rule, node: &Node, missing: &str) -> Finding {
-    super::rules::config_unknown(rule, node, missing)
+    config_unknown(rule, node, missing)
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 
 mod cluster;
 pub mod facts;
+mod finding;
 pub mod gather;
 pub mod rules;
 pub mod samples;

@@ -19,7 +19,7 @@ fn an_unknown_config_exits_254_naming_the_valid_ones() {
     assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
     assert!(
         out.stderr
-            .contains("single, replicated, cluster, redlock, redlock-rslock, fenced, watchdog, pg-row-lock, pg-advisory, pg-advisory-fenced, etcd, etcd-fenced, zookeeper, zookeeper-fenced, unsafe-del, unsafe-get-del, unsafe-setnx, unsafe-key-per-worker, no-lock"),
+            .contains("single, replicated, cluster, cluster-fenced, redlock, redlock-rslock, fenced, watchdog, pg-row-lock, pg-advisory, pg-advisory-fenced, etcd, etcd-fenced, zookeeper, zookeeper-fenced, unsafe-del, unsafe-get-del, unsafe-setnx, unsafe-key-per-worker, no-lock"),
         "{}",
         out.stderr
     );

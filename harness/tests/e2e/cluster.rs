@@ -88,6 +88,34 @@ fn a_failover_to_a_replica_without_the_key_loses_the_lock_in_a_cluster_too() {
     common::assert_no_process_left(tmp.path());
 }
 
+/// `cluster-fenced`: the fence counter beside the key, in its slot (one
+/// hash tag). A paused holder's late write is refused by the storage...
+#[test]
+fn a_fenced_cluster_keeps_the_data_safe_under_pause() {
+    let tmp = common::tmp();
+    let (out, results, dir) = run_short(tmp.path(), "cluster-fenced", "pause", "10", "1", &[]);
+    common::assert_valid(&results, &dir);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    let counter = results.counter().expect("a counter report");
+    assert!(counter.stale_fence_rejected.writes >= 1, "{}", out.stdout);
+    let keys = &run_json(&dir)["options"]["keys"];
+    assert_eq!(keys["prefix"], "{lockstorm:}", "{keys:#}");
+}
+
+/// ...but a failover takes the counter back with the key, even with every
+/// write made durable: the promoted replica hands the next holder the
+/// stale holder's token, the storage takes a token equal to the highest
+/// (a holder reads and writes with one), and an update is lost.
+#[test]
+fn a_failover_takes_a_fenced_clusters_token_back_with_its_key() {
+    let tmp = common::tmp();
+    let args = ["--work-ms", "5500", "--persistence", "aof-always"];
+    let (out, results, _) = run_short(tmp.path(), "cluster-fenced", "failover", "24", "1", &args);
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    assert!(count(&results, "lost-update") > 0, "{}", out.stdout);
+    common::assert_no_process_left(tmp.path());
+}
+
 #[test]
 fn faults_in_the_proxy_are_refused_for_a_cluster_in_one_line() {
     let tmp = common::tmp();

@@ -6,6 +6,11 @@
 //! the key reached it: replication is asynchronous, so a key the old master
 //! granted and never sent is gone.
 //!
+//! `cluster-fenced` takes a fencing token with the key, in `fenced`'s one
+//! script: its counter must be in the lock key's slot (a script touches one
+//! slot; another is refused, `CROSSSLOT`), which the run's hash-tagged keys
+//! give. The counter is then as durable as the key, no more.
+//!
 //! Routing is ours, over [`Conn`], rather than the `redis` crate's cluster
 //! client: that client retries a request whose reply was lost (an acquire
 //! that may have taken effect would be recorded as refused) and cannot
@@ -25,11 +30,23 @@ pub struct Cluster {
     params: LockParams,
     ttl_ms: u64,
     release: Script,
+    /// `cluster-fenced`: the fence counter's key, the script that takes
+    /// the lock with a token, and how long the counter lives (0: for ever).
+    fence: Option<(String, Script, u64)>,
 }
 
 impl Cluster {
-    pub fn new(params: &LockParams) -> Self {
+    pub fn new(params: &LockParams, fenced: bool) -> Self {
+        let fence = fenced.then(|| {
+            let expire_ms = params.keys.expire_ms.unwrap_or(0);
+            (
+                params.keys.fence(),
+                Script::new(super::fenced::ACQUIRE),
+                expire_ms,
+            )
+        });
         Cluster {
+            fence,
             key: params.keys.lock(),
             seeds: params.nodes.clone(),
             master: None,
@@ -130,6 +147,23 @@ fn slot_master(c: &mut dyn ConnectionLike, key: &str) -> RedisResult<Option<Stri
 impl LockClient for Cluster {
     fn try_acquire(&mut self, token: &str) -> Outcome<Option<Grant>> {
         let (key, ttl_ms) = (self.key.clone(), self.ttl_ms);
+        if let Some((fence_key, script, expire_ms)) = self.fence.clone() {
+            let mut acquire = script.prepare_invoke();
+            acquire
+                .key(&key)
+                .key(&fence_key)
+                .arg(token)
+                .arg(ttl_ms)
+                .arg(expire_ms);
+            return self
+                .on_master(|c| acquire.invoke::<Option<u64>>(c))
+                .map(|fence| {
+                    fence.map(|f| Grant {
+                        fence: Some(f),
+                        ..Grant::default()
+                    })
+                });
+        }
         let set = super::single::Single::set_nx_px_cmd(&key, token, ttl_ms);
         self.on_master(|c| set.query::<Option<String>>(c))
             .map(|set| set.map(|_| Grant::default()))

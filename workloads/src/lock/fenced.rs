@@ -8,7 +8,7 @@ use redis::Script;
 
 /// The fence counter lives as long as the run's keys may (ARGV[3] ms; 0:
 /// for ever, on nodes lockstorm started).
-const ACQUIRE: &str = r#"
+pub(super) const ACQUIRE: &str = r#"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence = redis.call('INCR', KEYS[2])
   if tonumber(ARGV[3]) > 0 then
