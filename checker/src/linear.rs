@@ -13,7 +13,10 @@
 //! answered op, whose request followed it ([`kept_id_deadlines`]).
 //! A release that fails `not-held` in lockstorm's own histories is a hold
 //! that ended (its lease ran out) between its acquire and the refusal
-//! (see `kept::lost_hold`); in a Jepsen history it did not happen.
+//! (see `kept::lost_hold`); in a Jepsen history it did not happen. One
+//! refused for any other reason leaves the key to its TTL: an uncertain
+//! release from the refusal on (`kept::lapses`), as a crash's; a grant to
+//! another before the refusal still fits no order.
 //!
 //! An `info`/unfinished acquire *without a token* has an unknown owner: it may
 //! be released by its own process or by a token that no acquire carries (the
@@ -336,11 +339,16 @@ impl Preparing {
             // A lost hold: it ended by the refusal (certain once its owner
             // is known to have held, below).
             Some(c) if c.kind == OpType::Fail && c.lost => (c.time, c.index),
+            // Refused otherwise, in lockstorm's histories: its key lapses
+            // at some moment after, as an uncertain release would.
+            Some(c) if c.kind == OpType::Fail && c.lapses => (u64::MAX, e.index),
             Some(c) if c.kind == OpType::Fail => return,
             Some(c) if c.kind == OpType::Ok => (c.time, c.index),
             _ => (u64::MAX, e.index),
         };
         let lost = completion.is_some_and(|c| c.lost);
+        // A refused release's key lapses after the refusal, not before.
+        let lapse_from = completion.filter(|c| c.lapses).map(|c| c.time);
         let token = completion
             .map(|c| c.token)
             .filter(|&t| t != NONE)
@@ -365,7 +373,7 @@ impl Preparing {
                 }
                 (e.time, e.index, true)
             }
-            (false, _) => (e.time, index, false),
+            (false, _) => (lapse_from.unwrap_or(e.time), index, false),
         };
         // An uncertain op whose process went on under the same id: if it
         // took effect, it did so by its process's next answered op.

@@ -811,9 +811,15 @@ impl RunOptions {
                 format!("--config {} starts its own Redis Cluster on this machine (on other hosts not yet): drop --nodes, or give your cluster as --target redis+cluster://host:port", self.config),
             ));
         }
+        if self.nodes.target.is_some() && self.nemesis.any(|p| p.cuts_members()) {
+            return Err(Refusal::Inapplicable(format!(
+                "--nemesis {} cuts a cluster's nodes from each other with iptables, which lockstorm does only on nodes it started: drop --target, or choose another fault",
+                self.nemesis
+            )));
+        }
         if self.nemesis.any(|p| in_proxy(self.config, p)) || self.latency_ms.is_some() {
             return Err(Refusal::Inapplicable(format!(
-                "--nemesis {} acts in the fault proxy, which a cluster's clients leave as they follow the nodes the cluster names: with --config {} choose pause, crash, kill, pause-node, failover or clock",
+                "--nemesis {} acts in the fault proxy, which a cluster's clients leave as they follow the nodes the cluster names: with --config {} choose pause, crash, kill, pause-node, failover, partition or clock",
                 self.nemesis, self.config
             )));
         }
@@ -1235,10 +1241,10 @@ impl RunPlan {
     }
 
     /// Whether the run cuts links with iptables: a failover's, or a
-    /// partition between etcd's members.
+    /// partition between etcd's members or a cluster's nodes.
     pub fn cuts_with_iptables(&self) -> bool {
-        let etcd = self.config.locks_in_etcd();
-        self.needs(|p| p.needs_firewall() || (etcd && p.cuts_members()))
+        let talk = self.config.nodes_talk();
+        self.needs(|p| p.needs_firewall() || (talk && p.cuts_members()))
     }
 
     /// The nemesis and where it strikes: `pause@read`, or `pause` at the default point.
@@ -1372,7 +1378,7 @@ fn rand_seed() -> u64 {
 /// Whether fault `p` acts in the fault proxy on `config`: a partition of
 /// etcd's members is made with iptables instead.
 fn in_proxy(config: Config, p: &dyn Package) -> bool {
-    p.needs_proxy() && !(config.locks_in_etcd() && p.cuts_members())
+    p.needs_proxy() && !(config.nodes_talk() && p.cuts_members())
 }
 
 #[cfg(test)]
@@ -1505,7 +1511,7 @@ mod tests {
 
     #[test]
     fn a_cluster_refuses_the_proxys_faults_and_other_machines_and_waits_out_its_vote() {
-        for nemesis in ["delay", "partition", "lose-reply"] {
+        for nemesis in ["delay", "lose-reply"] {
             let o = RunOptions::new(Config::Cluster, nemesis.parse().unwrap());
             let err = o.resolve().unwrap_err();
             let Refusal::Inapplicable(why) = err else {

@@ -73,6 +73,9 @@ pub struct Topology {
     _bridges: Option<(deployment::tls::Bridges, Option<deployment::tls::Bridges>)>,
     /// `cluster`: the lock key's slot, whose master node faults aim at.
     cluster_slot: Option<u32>,
+    /// `cluster`: each node's bus port (gossip and votes), which a cut
+    /// between nodes drops with their client port.
+    buses: Vec<(String, u16)>,
 }
 
 /// Where one run's nodes listen and its workers connect from: every
@@ -387,6 +390,11 @@ impl Topology {
             true => Some(lock_slot(&nodes[0], &options.keys.lock()).await?),
             false => None,
         };
+        let buses = nodes
+            .iter()
+            .filter(|n| n.bus_port() != 0)
+            .map(|n| (n.name().to_string(), n.bus_port()))
+            .collect();
         let storage = start_storage(options, addresses, nodes_dir, backend.clone()).await?;
         let mut sentinels = Vec::new();
         for node in nodes
@@ -442,6 +450,7 @@ impl Topology {
             deployment: Deployment::Own,
             _bridges: None,
             cluster_slot,
+            buses,
         })
     }
 
@@ -528,6 +537,7 @@ impl Topology {
             deployment: Deployment::Own,
             _bridges: Some((bridges, storage_bridges.map(|(_, b)| b))),
             cluster_slot,
+            buses: Vec::new(),
         };
         // Its data nodes as the checks before and after the run reach them.
         topology.deployment = Deployment::Theirs(Box::new(Theirs {
@@ -868,6 +878,20 @@ impl Topology {
                 server: oip,
                 port: oport,
             });
+            // A cluster's nodes also talk over their bus: gossip, votes.
+            let bus = |n: &str| self.buses.iter().find(|(b, _)| b == n).map(|(_, p)| *p);
+            if let (Some(abus), Some(obus)) = (bus(a), bus(o)) {
+                links.push(Link {
+                    client: oip,
+                    server: aip,
+                    port: abus,
+                });
+                links.push(Link {
+                    client: aip,
+                    server: oip,
+                    port: obus,
+                });
+            }
         }
         fw.cut(&links)
     }
@@ -1005,6 +1029,10 @@ impl Cluster for Topology {
 
     fn fails_over(&self) -> bool {
         !self.sentinels.is_empty() || self.cluster_slot.is_some()
+    }
+
+    fn votes(&self) -> bool {
+        self.cluster_slot.is_some() && self.deployment.owned()
     }
 
     fn has_leader(&self, node: &str) -> BoxFuture<'_, Result<bool, String>> {

@@ -92,6 +92,12 @@ pub trait Cluster: Send + Sync {
     }
     /// Removes every rule this run added.
     fn heal(&self) -> BoxFuture<'_, std::io::Result<()>>;
+    /// The lock's nodes are one Redis Cluster of lockstorm's: they gossip
+    /// and vote over their bus, so a partition cuts the slot's master off
+    /// from the other nodes (not the workers from it).
+    fn votes(&self) -> bool {
+        false
+    }
     /// A lock node that is down is replaced by a replica the topology
     /// promotes itself (Sentinel's, or Redis Cluster's, vote).
     fn fails_over(&self) -> bool {

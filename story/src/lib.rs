@@ -734,8 +734,9 @@ impl<'a> Story<'a> {
                 }
                 fault::PROMOTED => match text("promoted") {
                     Some(new) => format!(
-                        "{new} became the primary, {:.2} s after the kill",
-                        number("after_ms").unwrap_or(0) as f64 / 1e3
+                        "{new} became the primary, {:.2} s after {}",
+                        number("after_ms").unwrap_or(0) as f64 / 1e3,
+                        text("since").unwrap_or("the kill")
                     ),
                     None => "no replica became the primary".into(),
                 },

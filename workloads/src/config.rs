@@ -198,6 +198,13 @@ impl Config {
         matches!(self, Config::Replicated) || self.in_cluster()
     }
 
+    /// The lock's nodes talk to each other (etcd's members, a Redis
+    /// Cluster's nodes): a partition cuts them from each other, with
+    /// iptables, not the workers from them in the fault proxy.
+    pub fn nodes_talk(self) -> bool {
+        self.locks_in_etcd() || self.in_cluster()
+    }
+
     /// The lock lives in a Redis Cluster: on the master of its key's slot.
     pub fn in_cluster(self) -> bool {
         matches!(self, Config::Cluster | Config::ClusterFenced)

@@ -35,6 +35,9 @@ pub struct LockEvent {
     /// A release refused `not-held` in a history that reads it as a lost
     /// hold (see [`Kept::new`]).
     pub lost: bool,
+    /// A release refused for another reason in such a history: its key
+    /// stays until its lease runs out (see [`lapses`]).
+    pub lapses: bool,
 }
 
 /// The kept events, in the order they were fed, and the interning tables.
@@ -89,6 +92,7 @@ impl Kept {
             kind: e.kind,
             does,
             lost: self.lost_on_not_held && lost_hold(e),
+            lapses: self.lost_on_not_held && lapses(e),
         };
         self.events.push(kept);
     }
@@ -187,6 +191,15 @@ fn invert<K>(table: &FxHashMap<K, u32>) -> Vec<&K> {
 fn lost_hold(e: &Event) -> bool {
     let not_held = e.error.as_deref().map(error::kind) == Some(error::NOT_HELD);
     e.kind == OpType::Fail && e.f == f::RELEASE && not_held
+}
+
+/// A release that failed for any other reason (the node refused it: a
+/// cluster that lost its majority, a connection that never opened) left the
+/// key where it was, and a lease lock's key goes at its TTL: the hold ends
+/// some time after the refusal, as a crashed holder's does. (Knossos reads
+/// the same `fail` as a holder that holds for good: its locks have no TTL.)
+fn lapses(e: &Event) -> bool {
+    e.kind == OpType::Fail && e.f == f::RELEASE && !lost_hold(e)
 }
 
 fn next_id(len: usize) -> u32 {

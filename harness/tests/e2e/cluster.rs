@@ -116,6 +116,31 @@ fn a_failover_takes_a_fenced_clusters_token_back_with_its_key() {
     common::assert_no_process_left(tmp.path());
 }
 
+/// `partition` on a cluster cuts the slot's master off from every other
+/// node (its bus too), not the workers from it: probes across the cut are
+/// refused, the majority votes the replica in (`promoted`, since the cut),
+/// the cut heals and no rule is left. A release the minority master refused
+/// (`ClusterDown`) leaves the key to lapse at its TTL: no verdict of the
+/// mutex model's own.
+#[test]
+fn a_partitioned_master_is_voted_out_and_the_cut_heals() {
+    let tmp = common::tmp();
+    let (out, results, dir) = run_short(tmp.path(), "cluster", "partition", "20", "1", &[]);
+    let orphans = common::orphaned_chains();
+    assert!(orphans.is_empty(), "iptables rules left: {orphans:?}");
+    assert_ne!(out.code, 2, "{}", out.stdout);
+    for op in ["start-partition", "stop-partition"] {
+        common::assert_verified(&dir, op);
+    }
+    let start = &events(&dir, "start-partition")[0]["value"];
+    assert_eq!(start["cut"][1].as_array().unwrap().len(), 5, "{start:#}");
+    let promoted = events(&dir, "promoted");
+    assert_eq!(promoted.len(), 1, "{}", out.stdout);
+    assert_eq!(promoted[0]["value"]["since"], "the cut");
+    assert_eq!(count(&results, "nonlinearizable"), 0, "{}", out.stdout);
+    common::assert_no_process_left(tmp.path());
+}
+
 #[test]
 fn faults_in_the_proxy_are_refused_for_a_cluster_in_one_line() {
     let tmp = common::tmp();

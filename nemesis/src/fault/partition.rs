@@ -14,8 +14,16 @@
 //! from the rest with iptables (`net::member_cut_rules`), the workers still
 //! reach every member. It is seen to act when each member on the smaller
 //! side says it has no leader.
+//!
+//! On a Redis Cluster of lockstorm's the nodes gossip and vote over their
+//! bus: the slot's master is cut off from every other node (client ports
+//! and bus, iptables), the workers still reach it. The majority votes its
+//! replica in after `cluster-node-timeout`, while the master, alone, goes
+//! on granting to the clients it still has until its own timeout tells it
+//! it is in a minority. Seen to act when probes across the cut are refused.
 
 use crate::cluster::BoxFuture;
+use crate::cluster::Source;
 use crate::cluster::Targets;
 use crate::names::{skip_event, Fault};
 use crate::package::{needs_lock_node, Package, Shape};
@@ -46,6 +54,9 @@ impl Package for Partition {
         true
     }
     fn run<'a>(&'a self, env: &'a mut Env, p: &'a FaultParams) -> BoxFuture<'a, ()> {
+        if env.cluster.votes() {
+            return Box::pin(cut_master(env, p.hold));
+        }
         match env.cluster.consensus() {
             true => Box::pin(cut_members(env, p.targets, p.hold)),
             false => Box::pin(cut(env, p.targets, p.hold)),
@@ -110,6 +121,72 @@ async fn cut_members(env: &mut Env, targets: Targets, hold: Duration) {
     let value = verify::attach(cut, healed.map_err(|e| e.to_string()));
     env.journal
         .record(&Fault::Partition.stop_event(), value, None);
+}
+
+/// Cuts the lock slot's master off from the cluster's other nodes, holds
+/// (recording the promotion of its replica if the majority votes one in),
+/// heals.
+async fn cut_master(env: &mut Env, hold: Duration) {
+    let fault = Partition.name();
+    let Some(master) = env.cluster.primary().await else {
+        let reason = json!({"reason": "no master of the lock's slot known"});
+        env.journal.record(&skip_event(fault), reason, None);
+        return;
+    };
+    let name = master.name.clone();
+    let rest: Vec<String> = env
+        .cluster
+        .lock_nodes()
+        .into_iter()
+        .filter(|n| *n != name)
+        .collect();
+    let began = env.journal.now_ns();
+    if let Err(e) = env.cluster.partition(&name, &rest).await {
+        let healed = env
+            .cluster
+            .heal()
+            .await
+            .err()
+            .map(|h| format!("; healing: {h}"));
+        let reason = format!("{e}{}", healed.unwrap_or_default());
+        env.journal
+            .record(&skip_event(fault), json!({"reason": reason}), Some(&name));
+        return;
+    }
+    let probes: Vec<(Source, String)> = rest
+        .iter()
+        .flat_map(|r| {
+            [
+                (Source::Node(r.clone()), name.clone()),
+                (Source::Node(name.clone()), r.clone()),
+            ]
+        })
+        .collect();
+    let seen = verify::cut(env, &probes).await;
+    let cut = json!({"cut": [[&name], &rest], "by": "iptables", "target": name});
+    env.journal.record_at(
+        began,
+        &Fault::Partition.start_event(),
+        verify::attach(cut.clone(), seen),
+        Some(&name),
+    );
+    let since = std::time::Instant::now();
+    let promoted = tokio::select! {
+        p = env.cluster.await_promotion(&name, hold) => p,
+        _ = env.stop.wait_for(|s| *s) => None,
+    };
+    if let Some(new) = promoted {
+        let after_ms = since.elapsed().as_millis() as u64;
+        let value =
+            json!({"promoted": new, "replaces": name, "after_ms": after_ms, "since": "the cut"});
+        env.journal
+            .record(checker::history::fault::PROMOTED, value, Some(&new));
+    }
+    env.sleep(hold.saturating_sub(since.elapsed())).await;
+    let healed = env.cluster.heal().await.map(|()| json!({"flushed": true}));
+    let value = verify::attach(cut, healed.map_err(|e| e.to_string()));
+    env.journal
+        .record(&Fault::Partition.stop_event(), value, Some(&name));
 }
 
 /// The members `targets` picks, and the rest (pure).
