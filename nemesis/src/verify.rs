@@ -243,6 +243,19 @@ pub(crate) async fn leaderless(
 
 /// Probes every cut link (each must fail) and, from the harness, every node
 /// behind one (each must connect, so the node was up and the cut did it).
+/// The probes that show `a` cut from each of `others`, both directions.
+pub(crate) fn both_ways(a: &str, others: &[String]) -> Vec<(Source, String)> {
+    others
+        .iter()
+        .flat_map(|o| {
+            [
+                (Source::Node(o.clone()), a.to_string()),
+                (Source::Node(a.to_string()), o.clone()),
+            ]
+        })
+        .collect()
+}
+
 pub(crate) async fn cut(env: &Env, links: &[(Source, String)]) -> Result<Value, String> {
     let mut probes = JoinSet::new();
     let mut nodes: Vec<&String> = links.iter().map(|(_, n)| n).collect();

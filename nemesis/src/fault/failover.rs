@@ -16,7 +16,6 @@ use crate::names::{skip_event, Fault};
 use crate::package::{Package, Shape, RESTART_MARGIN};
 use crate::runner::{Env, FaultParams};
 use crate::verify;
-use crate::Source;
 use checker::history::fault;
 use serde_json::json;
 use std::time::Duration;
@@ -80,16 +79,7 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
         return;
     }
     // Both directions are cut: the replicas cannot reach the primary, nor it them.
-    let probes: Vec<(Source, String)> = replicas
-        .iter()
-        .flat_map(|r| {
-            [
-                (Source::Node(r.clone()), name.clone()),
-                (Source::Node(name.clone()), r.clone()),
-            ]
-        })
-        .collect();
-    let seen = verify::cut(env, &probes).await;
+    let seen = verify::cut(env, &verify::both_ways(&name, &replicas)).await;
     let value = json!({"target": name, "pid": primary.pid, "cut-from": replicas});
     let start = verify::attach(value, seen);
     env.journal

@@ -23,7 +23,6 @@
 //! it is in a minority. Seen to act when probes across the cut are refused.
 
 use crate::cluster::BoxFuture;
-use crate::cluster::Source;
 use crate::cluster::Targets;
 use crate::names::{skip_event, Fault};
 use crate::package::{needs_lock_node, Package, Shape};
@@ -91,16 +90,7 @@ async fn cut_members(env: &mut Env, targets: Targets, hold: Duration) {
         }
     }
     if let Some(e) = failed {
-        let healed = env
-            .cluster
-            .heal()
-            .await
-            .err()
-            .map(|h| format!("; healing: {h}"));
-        let reason = format!("{e}{}", healed.unwrap_or_default());
-        env.journal
-            .record(&skip_event(fault), json!({"reason": reason}), None);
-        return;
+        return skip_healed(env, e, None).await;
     }
     let cut = json!({"cut": [&side, &rest], "by": "iptables", "targets": targets.name()});
     let smaller = if side.len() <= rest.len() {
@@ -142,27 +132,9 @@ async fn cut_master(env: &mut Env, hold: Duration) {
         .collect();
     let began = env.journal.now_ns();
     if let Err(e) = env.cluster.partition(&name, &rest).await {
-        let healed = env
-            .cluster
-            .heal()
-            .await
-            .err()
-            .map(|h| format!("; healing: {h}"));
-        let reason = format!("{e}{}", healed.unwrap_or_default());
-        env.journal
-            .record(&skip_event(fault), json!({"reason": reason}), Some(&name));
-        return;
+        return skip_healed(env, e, Some(&name)).await;
     }
-    let probes: Vec<(Source, String)> = rest
-        .iter()
-        .flat_map(|r| {
-            [
-                (Source::Node(r.clone()), name.clone()),
-                (Source::Node(name.clone()), r.clone()),
-            ]
-        })
-        .collect();
-    let seen = verify::cut(env, &probes).await;
+    let seen = verify::cut(env, &verify::both_ways(&name, &rest)).await;
     let cut = json!({"cut": [[&name], &rest], "by": "iptables", "target": name});
     env.journal.record_at(
         began,
@@ -187,6 +159,23 @@ async fn cut_master(env: &mut Env, hold: Duration) {
     let value = verify::attach(cut, healed.map_err(|e| e.to_string()));
     env.journal
         .record(&Fault::Partition.stop_event(), value, Some(&name));
+}
+
+/// A cut that could not be made: what of it was made goes, and the fault
+/// is skipped, saying why.
+async fn skip_healed(env: &mut Env, e: std::io::Error, node: Option<&str>) {
+    let healed = env
+        .cluster
+        .heal()
+        .await
+        .err()
+        .map(|h| format!("; healing: {h}"));
+    let reason = format!("{e}{}", healed.unwrap_or_default());
+    env.journal.record(
+        &skip_event(Partition.name()),
+        json!({"reason": reason}),
+        node,
+    );
 }
 
 /// The members `targets` picks, and the rest (pure).
