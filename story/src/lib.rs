@@ -423,9 +423,11 @@ impl<'a> Story<'a> {
         }
     }
 
-    /// A promotion during the chain to a node the observer never saw a
-    /// hold's key on, though it saw it set elsewhere: the new primary never
-    /// had that key, so the hold ended there.
+    /// A promotion during the chain to a node cut off from where the
+    /// observer saw a hold's key set, from before the grant on: the new
+    /// primary never had that key, so the hold ended there. (Without the
+    /// cut nothing is said: a replica's copy comes by replication, which
+    /// the observer does not see, so its absence proves nothing.)
     fn promoted_without(&self, start: u64, end: u64, holds: &[&Event], chain: &mut Chain<'a>) {
         let promotions = self.events.iter().filter(|e| {
             e.is_nemesis() && e.f == fault::PROMOTED && e.time >= start && e.time <= end
@@ -449,6 +451,12 @@ impl<'a> Story<'a> {
                 if sets.is_empty() || sets.contains(&node) {
                     continue;
                 }
+                if !sets
+                    .iter()
+                    .any(|set_on| self.cut_at(set_on, node, grant.time))
+                {
+                    continue;
+                }
                 let text = format!(
                     "{node}, the new primary, never had {}'s key (the observer saw it set on {} only)",
                     self.name(&grant.process),
@@ -457,6 +465,51 @@ impl<'a> Story<'a> {
                 chain.implied(p.time, p.index, grant.index, text);
             }
         }
+    }
+
+    /// Whether nodes `a` and `b` were cut from each other at `at`: a
+    /// fault's start before it naming one on each side (a failover's
+    /// `target` and `cut-from`, a cluster partition's `cut`), not yet
+    /// stopped.
+    fn cut_at(&self, a: &str, b: &str, at: u64) -> bool {
+        let names = |v: Option<&serde_json::Value>| -> Vec<String> {
+            match v {
+                Some(serde_json::Value::Array(all)) => all
+                    .iter()
+                    .flat_map(|x| match x {
+                        serde_json::Value::Array(inner) => inner.clone(),
+                        other => vec![other.clone()],
+                    })
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect(),
+                Some(serde_json::Value::String(s)) => vec![s.clone()],
+                _ => Vec::new(),
+            }
+        };
+        let mut cut = false;
+        for e in self
+            .events
+            .iter()
+            .take_while(|e| e.time <= at)
+            .filter(|e| e.is_nemesis())
+        {
+            if let Some(kind) = fault::started(&e.f) {
+                let (one, other) = match e.value.get("cut") {
+                    Some(serde_json::Value::Array(sides)) if sides.len() == 2 => {
+                        (names(sides.first()), names(sides.get(1)))
+                    }
+                    _ => (names(e.value.get("target")), names(e.value.get("cut-from"))),
+                };
+                let across =
+                    |x: &str, y: &str| one.iter().any(|n| n == x) && other.iter().any(|n| n == y);
+                if across(a, b) || across(b, a) {
+                    cut = kind == "failover" || kind == "partition";
+                }
+            } else if fault::stopped(&e.f).is_some_and(|k| k == "failover" || k == "partition") {
+                cut = false;
+            }
+        }
+        cut
     }
 
     /// The first data op or release `holder`'s process sent after `after`;
@@ -1144,6 +1197,36 @@ mod tests {
             };
             assert_eq!(story.lease_text(grant, from), want);
         }
+    }
+
+    /// Granted before the cut, the key went to the replica by replication,
+    /// which the observer does not show: its absence there proves nothing,
+    /// and the story does not say the new primary lacked it.
+    #[test]
+    fn a_key_granted_before_the_cut_is_not_said_missing_from_the_new_primary() {
+        let mut h = Hist::new();
+        h.invoke(0, f::ACQUIRE).time(S);
+        h.key(key::SET, "n1", "0-1").time(S + 1);
+        h.ok(0, f::ACQUIRE).time(S + 2).token("0-1");
+        h.nemesis("start-partition")
+            .time(2 * S)
+            .value(json!({"cut": [["n1"], ["n2", "n3", "n4"]], "target": "n1"}));
+        h.nemesis("promoted").time(4 * S).value(
+            json!({"promoted": "n4", "replaces": "n1", "after_ms": 2000, "since": "the cut"}),
+        );
+        h.invoke(1, f::ACQUIRE).time(4 * S + 2);
+        h.key(key::SET, "n4", "1-1").time(4 * S + 3);
+        h.ok(1, f::ACQUIRE).time(4 * S + 4).token("1-1");
+        h.release(0, "0-1");
+        h.release(1, "1-1");
+        let all = told(&h);
+        let overlap = all.iter().find(|e| e.anomaly == anomaly::LOCK_OVERLAP);
+        let steps = texts(overlap.expect("an overlap"));
+        assert!(
+            steps.contains(&"n4 became the primary, 2.00 s after the cut"),
+            "{steps:#?}"
+        );
+        assert!(!steps.iter().any(|s| s.contains("never had")), "{steps:#?}");
     }
 
     #[test]
