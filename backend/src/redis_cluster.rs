@@ -12,7 +12,7 @@ use crate::node::{connect, RedisNode};
 use crate::server::Server;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use workloads::cluster_view::{parse_nodes, share, Seen};
+use workloads::cluster_view::{parse_nodes, partner, share, Seen};
 
 /// How long a cluster may take to agree once formed.
 const AGREE_WITHIN: Duration = Duration::from_secs(30);
@@ -123,7 +123,9 @@ fn form_blocking(plan: &[(String, String, u16)], masters: usize) -> Result<(), (
     // A node replicates a master only once it knows it: gossip first.
     let deadline = Instant::now() + AGREE_WITHIN;
     for at in masters..plan.len() {
-        let master = &ids[(at - masters) % masters];
+        let Some(master) = partner(at, masters).map(|m| &ids[m]) else {
+            continue;
+        };
         loop {
             match ask(at, redis::cmd("CLUSTER").arg("REPLICATE").arg(master)) {
                 Ok(_) => break,

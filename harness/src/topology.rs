@@ -705,7 +705,6 @@ impl Topology {
         }
     }
 
-    /// The current primary as Sentinel names it.
     /// The master of the lock key's slot now, by the newest claim any
     /// node shows (`cluster`).
     async fn cluster_master(&self) -> Option<String> {
@@ -723,6 +722,7 @@ impl Topology {
         self.name_of(&addr)
     }
 
+    /// The current primary as Sentinel names it.
     async fn sentinel_primary(&self) -> Option<String> {
         let (sentinels, master) = (self.sentinels.clone(), self.master.clone());
         let addr = tokio::task::spawn_blocking(move || {
@@ -864,6 +864,7 @@ impl Topology {
             return fw.cut_members(member(a)?, &others);
         }
         let find = |n: &str| self.socket_of(n);
+        let bus = |n: &str| self.buses.iter().find(|(b, _)| b == n).map(|(_, p)| *p);
         let (aip, aport) = find(a)?;
         let mut links = Vec::new();
         for o in others {
@@ -879,7 +880,6 @@ impl Topology {
                 port: oport,
             });
             // A cluster's nodes also talk over their bus: gossip, votes.
-            let bus = |n: &str| self.buses.iter().find(|(b, _)| b == n).map(|(_, p)| *p);
             if let (Some(abus), Some(obus)) = (bus(a), bus(o)) {
                 links.push(Link {
                     client: oip,
@@ -1247,17 +1247,12 @@ async fn await_probe(
     }
 }
 
-/// A cluster node's pair: master `n<i>` and its replica `n<i + masters>`
-/// (a failover swaps their parts, never the pairs).
+/// A cluster node's pair, by name ([`workloads::cluster_view::partner`]).
 fn cluster_partner(node: &str) -> Option<String> {
-    let masters = Config::Cluster.lock_nodes();
     let i: usize = node.strip_prefix('n')?.parse().ok()?;
-    match i {
-        0 => None,
-        i if i <= masters => Some(format!("n{}", i + masters)),
-        i if i <= 2 * masters => Some(format!("n{}", i - masters)),
-        _ => None,
-    }
+    let masters = Config::Cluster.lock_nodes();
+    let other = workloads::cluster_view::partner(i.checked_sub(1)?, masters)?;
+    Some(format!("n{}", other + 1))
 }
 
 /// The slot the lock's key hashes to, as `node` says.

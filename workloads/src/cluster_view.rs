@@ -64,6 +64,17 @@ pub fn master_of(view: &[Seen], slot: u32) -> Option<&Seen> {
         .max_by_key(|n| n.config_epoch)
 }
 
+/// The other node of a master–replica pair, by 0-based index among
+/// `2 × masters` nodes: master `i`'s replica is node `i + masters` (a
+/// failover swaps their parts, never the pairs).
+pub fn partner(i: usize, masters: usize) -> Option<usize> {
+    match i {
+        i if i < masters => Some(i + masters),
+        i if i < 2 * masters => Some(i - masters),
+        _ => None,
+    }
+}
+
 /// Master `i`'s share of the slots, of `masters`.
 pub fn share(i: usize, masters: usize) -> (u32, u32) {
     let at = |i: usize| (SLOTS as usize * i / masters) as u32;
@@ -103,6 +114,13 @@ e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 127.0.0.1:30001@31001 myself,master,fai
         );
         assert_eq!(master_of(&view, 16383).unwrap().addr, "127.0.0.1:30003");
         assert!(master_of(&[], 0).is_none());
+    }
+
+    #[test]
+    fn masters_and_replicas_pair_off_both_ways() {
+        assert_eq!((partner(0, 3), partner(2, 3)), (Some(3), Some(5)));
+        assert_eq!((partner(3, 3), partner(5, 3)), (Some(0), Some(2)));
+        assert_eq!(partner(6, 3), None);
     }
 
     #[test]

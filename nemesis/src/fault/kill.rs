@@ -77,7 +77,7 @@ async fn nodes(env: &mut Env, targets: Targets, down_for: Duration) {
     let down = std::time::Instant::now();
     if let [was] = killed.as_slice() {
         if env.cluster.fails_over() {
-            promotion(env, &was.name, down_for).await;
+            promotion(env, &was.name, down_for, "the kill").await;
         }
     }
     env.sleep(down_for.saturating_sub(down.elapsed())).await;
@@ -91,15 +91,17 @@ async fn nodes(env: &mut Env, targets: Targets, down_for: Duration) {
 /// after it was granted on a replica that never received it. (No promotion
 /// is no fault of the kill's: a node back before the vote is the other
 /// story, an empty master.)
-async fn promotion(env: &mut Env, killed: &str, down_for: Duration) {
-    let since = std::time::Instant::now();
+/// `since`: what began the wait, as the story tells it.
+pub(crate) async fn promotion(env: &mut Env, killed: &str, down_for: Duration, since: &str) {
+    let began = std::time::Instant::now();
     let promoted = tokio::select! {
         p = env.cluster.await_promotion(killed, down_for) => p,
         _ = env.stop.wait_for(|s| *s) => None,
     };
     if let Some(new) = promoted {
-        let after_ms = since.elapsed().as_millis() as u64;
-        let value = json!({"promoted": new, "replaces": killed, "after_ms": after_ms});
+        let after_ms = began.elapsed().as_millis() as u64;
+        let value =
+            json!({"promoted": new, "replaces": killed, "after_ms": after_ms, "since": since});
         env.journal
             .record(checker::history::fault::PROMOTED, value, Some(&new));
     }

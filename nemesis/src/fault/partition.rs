@@ -143,17 +143,7 @@ async fn cut_master(env: &mut Env, hold: Duration) {
         Some(&name),
     );
     let since = std::time::Instant::now();
-    let promoted = tokio::select! {
-        p = env.cluster.await_promotion(&name, hold) => p,
-        _ = env.stop.wait_for(|s| *s) => None,
-    };
-    if let Some(new) = promoted {
-        let after_ms = since.elapsed().as_millis() as u64;
-        let value =
-            json!({"promoted": new, "replaces": name, "after_ms": after_ms, "since": "the cut"});
-        env.journal
-            .record(checker::history::fault::PROMOTED, value, Some(&new));
-    }
+    super::kill::promotion(env, &name, hold, "the cut").await;
     env.sleep(hold.saturating_sub(since.elapsed())).await;
     let healed = env.cluster.heal().await.map(|()| json!({"flushed": true}));
     let value = verify::attach(cut, healed.map_err(|e| e.to_string()));
