@@ -613,7 +613,7 @@ fn a_hung_adapter_leaves_its_op_info_and_is_restarted_under_a_new_process() {
         "--client-cmd",
         &cmd,
         "--time-limit",
-        "10",
+        "12",
         "--ttl-ms",
         "1000",
         "--workers",
@@ -644,17 +644,21 @@ fn a_hung_adapter_leaves_its_op_info_and_is_restarted_under_a_new_process() {
         dir.display()
     );
     // The worker goes on as process first + 2 (two workers), or, if that
-    // adapter's start also failed on a busy machine, as a later one of its own.
+    // adapter's start also failed on a busy machine, as a later one of its
+    // own; its new adapter answers. A grant is not asked for: the other
+    // worker releases and takes the lock again within a millisecond, and on
+    // a busy machine every try of the new one met it held (CI, once), which
+    // is a definite `lock-busy`, an answer all the same.
     let first = hung[0]["process"].as_u64().unwrap();
-    let later_ok = acquires.iter().any(|e| {
-        e["type"] == "ok"
+    let later_answered = acquires.iter().any(|e| {
+        (e["type"] == "ok" || e["type"] == "fail")
             && e["process"]
                 .as_u64()
                 .is_some_and(|p| p > first && (p - first) % 2 == 0)
     });
     assert!(
-        later_ok,
-        "the worker of process {first} acquired nothing under a later process ({})",
+        later_answered,
+        "the worker of process {first} had no acquire answered under a later process ({})",
         dir.display()
     );
     let stderr = std::fs::read_to_string(dir.join("clients/worker-0.stderr")).unwrap_or_default()
