@@ -26,6 +26,22 @@ pub fn key_slot(addr: &str, key: &str) -> redis::RedisResult<u32> {
         .query(&mut con)
 }
 
+/// Asks the replica at `addr` to take its master's slots: `CLUSTER
+/// FAILOVER` (the master stops taking writes until the replica has all of
+/// them, then the replica is voted in) or, with `takeover`, `CLUSTER
+/// FAILOVER TAKEOVER` (at once: no master, no vote). The reply only says
+/// the replica began; the new claim in `CLUSTER NODES` says it is done.
+pub fn failover(addr: &str, takeover: bool) -> std::result::Result<(), String> {
+    let mut con = connect(addr).map_err(|e| format!("{addr}: {e}"))?;
+    let mut cmd = redis::cmd("CLUSTER");
+    cmd.arg("FAILOVER");
+    if takeover {
+        cmd.arg("TAKEOVER");
+    }
+    cmd.query::<()>(&mut con)
+        .map_err(|e| format!("{addr} refused CLUSTER FAILOVER: {e}"))
+}
+
 /// Every view of the nodes at `addrs` that answer, one after another:
 /// what [`master_of`] reads (a node that is down adds nothing).
 pub fn look(addrs: &[String]) -> Vec<Seen> {

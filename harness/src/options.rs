@@ -1321,6 +1321,7 @@ fn shape(
         config: config.name(),
         lock_nodes: config.lock_nodes(),
         fails_over: config.fails_over(),
+        cluster: config.in_cluster(),
         locks_in_storage: config.locks_in_storage(),
         storage_targeted,
         owned,

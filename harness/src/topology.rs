@@ -1035,6 +1035,22 @@ impl Cluster for Topology {
         self.cluster_slot.is_some() && self.deployment.owned()
     }
 
+    fn hand_over(&self, replica: &str, takeover: bool) -> BoxFuture<'_, Result<(), String>> {
+        let addr = self
+            .socket_of(replica)
+            .map(|(ip, port)| format!("{ip}:{port}"));
+        let ours = self.votes();
+        Box::pin(async move {
+            let addr = addr.map_err(|e| e.to_string())?;
+            if !ours {
+                return Err("not a Redis Cluster lockstorm started".into());
+            }
+            tokio::task::spawn_blocking(move || backend::redis_cluster::failover(&addr, takeover))
+                .await
+                .map_err(|e| e.to_string())?
+        })
+    }
+
     fn has_leader(&self, node: &str) -> BoxFuture<'_, Result<bool, String>> {
         let addr = self
             .socket_of(node)

@@ -217,12 +217,15 @@ pub mod fault {
     /// accepted it (a fenced storage refuses a stale write).
     pub const ACCEPTED: &str = "accepted";
     /// A failover's steps between its start and its end: the primary killed
-    /// (`holder`: who held the lock then), a replica promoted (`promoted`,
-    /// or null, and `after_ms` since the kill), a heal that failed (`error`).
+    /// (`holder`: who held the lock then), a replica told to take the
+    /// slots (`replica`, `command`, `holder`), a replica promoted
+    /// (`promoted`, or null, and `after_ms` since the kill or the command),
+    /// a heal that failed (`error`).
     pub const KILLED: &str = "kill";
+    pub const TAKEN_OVER: &str = "taken-over";
     pub const PROMOTED: &str = "promoted";
     pub const HEAL_FAILED: &str = "heal-failed";
-    pub const STEPS: [&str; 3] = [KILLED, PROMOTED, HEAL_FAILED];
+    pub const STEPS: [&str; 4] = [KILLED, TAKEN_OVER, PROMOTED, HEAL_FAILED];
 }
 
 /// The key of an acquire `ok`'s value holding the history time its granted

@@ -103,6 +103,12 @@ pub trait Cluster: Send + Sync {
     fn fails_over(&self) -> bool {
         false
     }
+    /// Asks `replica`, of lockstorm's own Redis Cluster, to take its
+    /// master's slots by `CLUSTER FAILOVER` (coordinated) or, with
+    /// `takeover`, `CLUSTER FAILOVER TAKEOVER`; returns once it began.
+    fn hand_over(&self, _replica: &str, _takeover: bool) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async { Err("not a Redis Cluster lockstorm started".to_string()) })
+    }
     /// Waits until Sentinel (or the cluster) names a primary other than `old`.
     fn await_promotion(&self, old: &str, timeout: Duration) -> BoxFuture<'_, Option<String>>;
     /// The independent lock nodes, in order (n1, n2, …); the primary's

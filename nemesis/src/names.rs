@@ -26,6 +26,13 @@ pub enum Fault {
     /// Partition the primary from its replicas, kill it after an
     /// acquisition, heal once Sentinel has promoted a replica.
     Failover,
+    /// Ask the replica of a Redis Cluster's slot master to take over by
+    /// `CLUSTER FAILOVER`, in step with its master, while a worker holds.
+    ManualFailover,
+    /// Cut a Redis Cluster's slot master off from its replica, and once a
+    /// worker holds, make the replica take the slots by `CLUSTER FAILOVER
+    /// TAKEOVER`; heal once the old master follows it.
+    Takeover,
     /// Jump lock nodes' wall clocks (and optionally skew the holder's lease clock).
     Clock,
     /// Cut links between workers and lock nodes (in the fault proxy).
@@ -154,7 +161,7 @@ mod tests {
     fn an_unknown_fault_lists_the_valid_ones() {
         assert_eq!(
             "gc".parse::<Fault>(),
-            Err("unknown fault 'gc': choose one of pause, pause-node, crash, kill, failover, clock, partition, delay, lose-reply, terminate-session".to_string())
+            Err("unknown fault 'gc': choose one of pause, pause-node, crash, kill, failover, manual-failover, takeover, clock, partition, delay, lose-reply, terminate-session".to_string())
         );
     }
 }

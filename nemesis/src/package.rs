@@ -24,6 +24,9 @@ pub struct Shape<'a> {
     /// The lock node is a master whose replica the topology promotes when
     /// it is down (Sentinel's vote, or a Redis Cluster's).
     pub fails_over: bool,
+    /// The lock lives in a Redis Cluster: a replica takes its master's
+    /// slots by the cluster's vote, or when asked to.
+    pub cluster: bool,
     /// The lock is PostgreSQL's (held by a session or a transaction of the
     /// storage server), not a Redis node's.
     pub locks_in_storage: bool,

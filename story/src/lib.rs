@@ -503,9 +503,9 @@ impl<'a> Story<'a> {
                 let across =
                     |x: &str, y: &str| one.iter().any(|n| n == x) && other.iter().any(|n| n == y);
                 if across(a, b) || across(b, a) {
-                    cut = kind == "failover" || kind == "partition";
+                    cut = CUTS.contains(&kind);
                 }
-            } else if fault::stopped(&e.f).is_some_and(|k| k == "failover" || k == "partition") {
+            } else if fault::stopped(&e.f).is_some_and(|k| CUTS.contains(&k)) {
                 cut = false;
             }
         }
@@ -706,8 +706,10 @@ impl<'a> Story<'a> {
             (f::WRITE, OpType::Info) => {
                 format!("{who}'s write of {value} got no answer ({error}): it may have landed")
             }
-            (f::RELEASE, OpType::Invoke) => format!("{who} released the lock"),
+            // Sent, not done: a release can find another's key in its place.
+            (f::RELEASE, OpType::Invoke) => format!("{who} sent its release"),
             (f::RELEASE, OpType::Ok) => format!("{who}'s release succeeded"),
+            (f::RELEASE, OpType::Fail) => format!("{who}'s release was refused ({error})"),
             (f::CRASH, _) => format!(
                 "{} died",
                 value.get("process").map_or(who, |p| p.to_string())
@@ -750,71 +752,126 @@ impl<'a> Story<'a> {
             .map(|p| format!(" {}", p.place()))
             .unwrap_or_default();
         if let Some(kind) = fault::started(&e.f) {
-            return match kind {
-                "pause" => format!("the nemesis froze{on}{place}"),
-                "crash" => format!("the nemesis killed{on}{place}"),
-                "kill" => format!("the nemesis killed{on} (a restart follows)"),
-                "delay" => format!(
-                    "the proxy held{on}'s {}",
-                    e.value
-                        .get("command")
-                        .and_then(|c| c.as_str())
-                        .unwrap_or("command")
-                ),
-                "failover" => {
-                    let replicas = e.value.get("cut-from").and_then(|r| r.as_array());
-                    let replicas: Vec<&str> = replicas
-                        .map(|r| r.iter().filter_map(|n| n.as_str()).collect())
-                        .unwrap_or_default();
-                    format!(
-                    "the nemesis cut{on} off from its replicas {}: what it takes now, they never see",
+            return self.fault_began(kind, e, &on, &place);
+        }
+        match fault::stopped(&e.f) {
+            Some(kind) => fault_ended(kind, e, target, &on),
+            // A step inside a fault (a failover's).
+            None => self.fault_step(e, &on),
+        }
+    }
+
+    /// A fault's start event, in words.
+    fn fault_began(&self, kind: &str, e: &Event, on: &str, place: &str) -> String {
+        let text = |k: &str| e.value.get(k).and_then(|v| v.as_str());
+        match kind {
+            "pause" => format!("the nemesis froze{on}{place}"),
+            "crash" => format!("the nemesis killed{on}{place}"),
+            "kill" => format!("the nemesis killed{on} (a restart follows)"),
+            "delay" => format!(
+                "the proxy held{on}'s {}",
+                e.value
+                    .get("command")
+                    .and_then(|c| c.as_str())
+                    .unwrap_or("command")
+            ),
+            "manual-failover" => format!(
+                "the nemesis asked {} to take over from{on} in step with it (CLUSTER FAILOVER: the master stops taking writes until its replica has them all)",
+                text("replica").unwrap_or("its replica")
+            ),
+            "failover" | "takeover" => {
+                let replicas = e.value.get("cut-from").and_then(|r| r.as_array());
+                let replicas: Vec<&str> = replicas
+                    .map(|r| r.iter().filter_map(|n| n.as_str()).collect())
+                    .unwrap_or_default();
+                let (its, they) = match replicas.len() {
+                    1 => ("its replica", "it never sees"),
+                    _ => ("its replicas", "they never see"),
+                };
+                format!(
+                    "the nemesis cut{on} off from {its} {}: what it takes now, {they}",
                     nodes_text(replicas)
                 )
-                }
-                _ => format!("fault {kind} began{on}"),
-            };
+            }
+            _ => format!("fault {kind} began{on}"),
         }
+    }
+
+    /// A step inside a fault (a failover's), in words.
+    fn fault_step(&self, e: &Event, on: &str) -> String {
         let number = |k: &str| e.value.get(k).and_then(|v| v.as_u64());
         let text = |k: &str| e.value.get(k).and_then(|v| v.as_str());
-        let Some(kind) = fault::stopped(&e.f) else {
-            // A step inside a fault (a failover's).
-            return match e.f.as_str() {
-                fault::KILLED => {
-                    let holder = number("holder")
-                        .map(|p| format!(" while {} held the lock", self.name(&Process::Client(p))))
-                        .unwrap_or_default();
-                    format!("the nemesis killed{on}{holder}")
-                }
-                fault::PROMOTED => match text("promoted") {
-                    Some(new) => format!(
-                        "{new} became the primary, {:.2} s after {}",
-                        number("after_ms").unwrap_or(0) as f64 / 1e3,
-                        text("since").unwrap_or("the kill")
-                    ),
-                    None => "no replica became the primary".into(),
-                },
-                fault::HEAL_FAILED => format!("healing failed: {}", text("error").unwrap_or("?")),
-                other => format!("the nemesis: {other}{on}"),
-            };
-        };
-        match kind {
-            "pause" => format!("{} woke", target.unwrap_or("the frozen process")),
-            "kill" => format!("{} restarted", target.unwrap_or("the killed node")),
-            "failover" => format!(
-                "{} restarted and its links healed",
-                target.unwrap_or("the old primary")
-            ),
-            "delay" => {
-                let reply = e.value.get("reply").and_then(|r| r.as_str());
-                let answered = reply
-                    .map(|r| format!(": the node answered {r}"))
+        match e.f.as_str() {
+            fault::KILLED => {
+                let holder = number("holder")
+                    .map(|p| format!(" while {} held the lock", self.name(&Process::Client(p))))
                     .unwrap_or_default();
-                format!("the proxy let{on}'s command go{answered}")
+                format!("the nemesis killed{on}{holder}")
             }
-            _ => format!("fault {kind} healed{on}"),
+            fault::TAKEN_OVER => {
+                let holder = number("holder")
+                    .map(|p| format!(", while {} held the lock", self.name(&Process::Client(p))))
+                    .unwrap_or_default();
+                format!(
+                    "{} took the slots of{on} at once, without it or a vote (CLUSTER FAILOVER TAKEOVER){holder}",
+                    text("replica").unwrap_or("its replica")
+                )
+            }
+            fault::PROMOTED => match text("promoted") {
+                Some(new) => format!(
+                    "{new} became the primary, {:.2} s after {}",
+                    number("after_ms").unwrap_or(0) as f64 / 1e3,
+                    text("since").unwrap_or("the kill")
+                ),
+                None => "no replica became the primary".into(),
+            },
+            fault::HEAL_FAILED => format!("healing failed: {}", text("error").unwrap_or("?")),
+            other => format!("the nemesis: {other}{on}"),
         }
     }
 }
+
+/// A fault's stop event, in words.
+fn fault_ended(kind: &str, e: &Event, target: Option<&str>, on: &str) -> String {
+    match kind {
+        "pause" => format!("{} woke", target.unwrap_or("the frozen process")),
+        "kill" => format!("{} restarted", target.unwrap_or("the killed node")),
+        "failover" => format!(
+            "{} restarted and its links healed",
+            target.unwrap_or("the old primary")
+        ),
+        "takeover" | "manual-failover" => {
+            let old = target.unwrap_or("the old master");
+            let healed = match kind {
+                "takeover" => format!("{old}'s link to its replica healed; "),
+                _ => String::new(),
+            };
+            let still = e
+                .value
+                .get("old_primary")
+                .and_then(|o| o.get("still_primary_after_ms"));
+            match still.and_then(|ms| ms.as_u64()) {
+                Some(ms) => format!(
+                    "{healed}{old} was still a master {:.2} s on",
+                    ms as f64 / 1e3
+                ),
+                None => format!("{healed}{old} follows the new master"),
+            }
+        }
+        "delay" => {
+            let reply = e.value.get("reply").and_then(|r| r.as_str());
+            let answered = reply
+                .map(|r| format!(": the node answered {r}"))
+                .unwrap_or_default();
+            format!("the proxy let{on}'s command go{answered}")
+        }
+        _ => format!("fault {kind} healed{on}"),
+    }
+}
+
+/// The faults that cut nodes off from each other: what a node never
+/// received while one lasted, it never had.
+const CUTS: [&str; 3] = ["failover", "takeover", "partition"];
 
 /// The steps gathered for one example: events (each once, at the best
 /// rank it was added with) and implied lease ends.
@@ -1158,7 +1215,7 @@ mod tests {
             assert!(steps.contains(&want), "missing {want:?}: {steps:#?}");
         }
         // The holders' reads and releases go first.
-        assert!(!steps.contains(&"worker-1 released the lock"), "{steps:#?}");
+        assert!(!steps.contains(&"worker-1 sent its release"), "{steps:#?}");
         assert!(lost.left_out > 0);
         let shown = lost.to_string();
         assert!(shown.contains("lesser step(s) left out"), "{shown}");
@@ -1304,7 +1361,7 @@ mod tests {
                 "worker-0 read 7",
                 "worker-0 sent its write of 8",
                 "worker-0's write of 8 got no answer (timeout): it may have landed",
-                "worker-0 released the lock",
+                "worker-0 sent its release",
             ]
         );
     }

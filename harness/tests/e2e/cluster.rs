@@ -141,6 +141,74 @@ fn a_partitioned_master_is_voted_out_and_the_cut_heals() {
     common::assert_no_process_left(tmp.path());
 }
 
+/// `manual-failover`: `CLUSTER FAILOVER` on the slot master's replica
+/// while a worker holds. The master stops taking writes until its replica
+/// has them all, so the key moves with the slot: the holder's release,
+/// sent after the promotion, deletes its key on the new master, and the
+/// run holds. The old master follows the new one.
+#[test]
+fn a_coordinated_manual_failover_moves_the_key_with_the_slot() {
+    let tmp = common::tmp();
+    let (out, results, dir) = run_short(tmp.path(), "cluster", "manual-failover", "20", "1", &[]);
+    common::assert_valid(&results, &dir);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    common::assert_verified(&dir, "start-manual-failover");
+    let start = &events(&dir, "start-manual-failover")[0];
+    let promoted = &events(&dir, "promoted")[0];
+    assert_eq!(promoted["value"]["since"], "the manual failover");
+    let (new, at) = (
+        &promoted["value"]["promoted"],
+        promoted["time"].as_u64().unwrap(),
+    );
+    assert_eq!(start["value"]["replica"], *new, "{start}");
+    let stop = &events(&dir, "stop-manual-failover")[0]["value"];
+    assert_eq!(stop["old_primary"]["role"], "slave", "{stop}");
+    // The holder at the command released its key on the new master.
+    let holder = start["value"]["holder"].as_u64().unwrap();
+    let released = events(&dir, "release")
+        .into_iter()
+        .find(|e| e["process"] == holder && e["type"] == "ok" && e["time"].as_u64().unwrap() > at);
+    assert!(
+        released.is_some(),
+        "the holder released after the promotion"
+    );
+    // (The observer hears of a deletion as the reply comes back, and
+    // stamps it a little before or after the client does.)
+    let by = format!("worker-{holder}");
+    let deleted = events(&dir, "key-deleted")
+        .into_iter()
+        .any(|e| e["node"] == *new && e["value"]["by"] == by && e["time"].as_u64().unwrap() > at);
+    assert!(
+        deleted,
+        "no key deleted on {new} by the release: {}",
+        dir.display()
+    );
+    common::assert_no_process_left(tmp.path());
+}
+
+/// `takeover`: the same hold, but the replica, cut off from its master
+/// since before the grant, takes the slots by `CLUSTER FAILOVER
+/// TAKEOVER`: without the key, it grants the lock to a second worker.
+#[test]
+fn a_takeover_by_a_replica_behind_its_master_loses_the_lock() {
+    let tmp = common::tmp();
+    let (out, results, dir) = run_short(tmp.path(), "cluster", "takeover", "24", "1", &[]);
+    let orphans = common::orphaned_chains();
+    assert!(orphans.is_empty(), "iptables rules left: {orphans:?}");
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
+    for op in ["start-takeover", "taken-over"] {
+        common::assert_verified(&dir, op);
+    }
+    let taken = &events(&dir, "taken-over")[0]["value"];
+    let promoted = &events(&dir, "promoted")[0]["value"];
+    assert_eq!(promoted["since"], "the takeover");
+    assert_eq!(taken["replica"], promoted["promoted"], "{taken}");
+    let stop = &events(&dir, "stop-takeover")[0]["value"];
+    assert_eq!(stop["healed"], true, "{stop}");
+    common::assert_no_process_left(tmp.path());
+}
+
 #[test]
 fn faults_in_the_proxy_are_refused_for_a_cluster_in_one_line() {
     let tmp = common::tmp();

@@ -54,8 +54,9 @@ impl Package for Failover {
     }
 }
 
-/// How long Sentinel gets to promote a replica before the fault gives up.
-const PROMOTION_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long Sentinel (or a cluster) gets to promote a replica before the
+/// fault gives up.
+pub(crate) const PROMOTION_TIMEOUT: Duration = Duration::from_secs(30);
 
 async fn run(env: &mut Env, lock_ttl: Duration) {
     let Some(primary) = env.cluster.primary().await else {
@@ -203,7 +204,7 @@ const DEMOTION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Waits until the old primary `name` is no longer a primary (a replica, or
 /// gone), the run ends or [`DEMOTION_TIMEOUT`] passes; says which.
-async fn demotion(env: &Env, name: &str) -> serde_json::Value {
+pub(crate) async fn demotion(env: &Env, name: &str) -> serde_json::Value {
     let began = Instant::now();
     loop {
         match env.cluster.role_of(name).await.as_deref() {

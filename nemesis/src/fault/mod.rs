@@ -9,6 +9,7 @@ mod crash;
 mod delay;
 mod failover;
 mod kill;
+mod manual_failover;
 pub mod partition;
 mod pause;
 mod scenario;
@@ -24,6 +25,7 @@ use crash::Crash;
 use delay::{Delay, LoseReply};
 use failover::Failover;
 use kill::Kill;
+use manual_failover::{ManualFailover, Takeover};
 use partition::Partition;
 use pause::{Pause, PauseNode};
 use scenario::{KillClock, SplitClock};
@@ -42,6 +44,8 @@ impl Fault {
             Fault::Crash => &Crash,
             Fault::Kill => &Kill,
             Fault::Failover => &Failover,
+            Fault::ManualFailover => &ManualFailover,
+            Fault::Takeover => &Takeover,
             Fault::Clock => &Clock,
             Fault::Partition => &Partition,
             Fault::Delay => &Delay,
@@ -356,7 +360,7 @@ mod tests {
         let err = "pause,gc".parse::<Nemesis>().unwrap_err();
         assert_eq!(
             err,
-            "unknown nemesis 'gc': choose from none, pause, pause-node, crash, kill, failover, clock, partition, delay, lose-reply, terminate-session, all"
+            "unknown nemesis 'gc': choose from none, pause, pause-node, crash, kill, failover, manual-failover, takeover, clock, partition, delay, lose-reply, terminate-session, all"
         );
     }
 
@@ -373,7 +377,7 @@ mod tests {
         );
         let all = nemesis("all").actions();
         assert!(all.contains(&Action::SplitClock) && all.contains(&Action::Fault(Fault::Clock)));
-        assert_eq!(all.len(), 12);
+        assert_eq!(all.len(), 14);
         for a in all {
             assert_eq!(Action::try_from(String::from(a)).unwrap(), a);
         }
@@ -406,6 +410,8 @@ mod tests {
                 "crash",
                 "kill",
                 "failover",
+                "manual-failover",
+                "takeover",
                 "clock",
                 "partition",
                 "delay",
