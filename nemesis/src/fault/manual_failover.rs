@@ -10,8 +10,7 @@
 //! (as `failover` does, for one TTL, so keys the replica has from before
 //! the cut expire), so the grant reaches only the master: the lag a replica
 //! has under load or across a slow link, made certain. A coordinated
-//! failover under that cut does not go ahead at all (it needs the master's
-//! answer, and times out without it): the safety it buys.
+//! failover would not run under that cut: it needs its master's answer.
 
 use crate::cluster::BoxFuture;
 use crate::fault::failover::{demotion, PROMOTION_TIMEOUT};
