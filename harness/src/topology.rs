@@ -722,6 +722,35 @@ impl Topology {
         self.name_of(&addr)
     }
 
+    /// On a cluster, whether `key` (the one a client adapter says its
+    /// library stores the lock under) is in the run's slot, whose master the
+    /// faults strike and the observer watches: `Err` says why not.
+    pub async fn check_lock_slot(&self, key: &str) -> std::result::Result<(), String> {
+        let Some(slot) = self.cluster_slot else {
+            return Ok(());
+        };
+        let addrs: Vec<String> = self
+            .data_nodes()
+            .map(|(_, ip, port)| format!("{ip}:{port}"))
+            .collect();
+        let asked = key.to_string();
+        let theirs = tokio::task::spawn_blocking(move || {
+            addrs
+                .iter()
+                .find_map(|a| backend::redis_cluster::key_slot(a, &asked).ok())
+        })
+        .await
+        .ok()
+        .flatten();
+        match theirs {
+            Some(s) if s == slot => Ok(()),
+            Some(s) => Err(format!(
+                "the adapter says its library stores the lock under {key}, in slot {s}, not in the run's slot {slot}, whose master the faults strike: keep init's key whole in yours (its hash tag keeps the slot)"
+            )),
+            None => Err(format!("no cluster node answered CLUSTER KEYSLOT {key}")),
+        }
+    }
+
     /// The current primary as Sentinel names it.
     async fn sentinel_primary(&self) -> Option<String> {
         let (sentinels, master) = (self.sentinels.clone(), self.master.clone());

@@ -211,9 +211,11 @@ impl Config {
     }
 
     /// Every key of the run in one slot (a hash tag around the prefix):
-    /// what a cluster needs for one script to touch the lock and its fence.
+    /// what a cluster needs for one script to touch the lock and its fence,
+    /// and what keeps a library's own prefix on the key (`mutex:`) in the
+    /// slot whose master the faults strike.
     pub fn keys_in_one_slot(self) -> bool {
-        self == Config::ClusterFenced
+        self.in_cluster()
     }
 
     /// How many independent lock nodes the config runs (replicas aside):

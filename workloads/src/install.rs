@@ -125,17 +125,17 @@ pub const SHIPPED: [Shipped; 10] = [
     Shipped {
         name: "node-redlock",
         family: Family::Node,
-        topologies: &["redlock", "single"],
+        topologies: &["redlock", "single", "cluster"],
     },
     Shipped {
         name: "redis-semaphore",
         family: Family::Node,
-        topologies: &["single", "redlock"],
+        topologies: &["single", "redlock", "cluster"],
     },
     Shipped {
         name: "sesamecare-redlock",
         family: Family::Node,
-        topologies: &["redlock", "single"],
+        topologies: &["redlock", "single", "cluster"],
     },
 ];
 

@@ -30,6 +30,10 @@ impl Run<'_> {
         let mut clients = Clients::default();
         if let Some(spec) = self.adapter("preflight") {
             let hello = self.check_adapter(&spec).await?;
+            if let Some(key) = &hello.key {
+                let in_slot = self.topology.check_lock_slot(key).await;
+                in_slot.map_err(|why| Halt::from(Error::Adapter(why)))?;
+            }
             let chosen = self
                 .options
                 .client

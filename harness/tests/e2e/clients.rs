@@ -331,7 +331,7 @@ fn strikes_say_if_the_library_had_decided(r: &Results, dir: &Path) {
 }
 
 /// The protocol page's complete example adapter, as a newcomer would copy it.
-fn protocol_example(dir: &Path) -> PathBuf {
+pub(crate) fn protocol_example(dir: &Path) -> PathBuf {
     let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/protocol.md"))
         .unwrap();
     let (_, after) = page

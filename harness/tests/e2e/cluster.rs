@@ -247,6 +247,87 @@ fn redis_py_through_its_cluster_client_breaks_under_pause_like_single() {
     common::assert_no_process_left(tmp.path());
 }
 
+/// A Node library through ioredis' `Cluster` client (seeded with every
+/// node, following the slots itself): a pause past the lease breaks it as
+/// it breaks `single`, and every key it sets lands on one node, the slot's
+/// master, its own prefix (`mutex:`) kept in the run's slot by the hash tag.
+fn through_ioredis_cluster_breaks_under_pause(client: &str, key: Option<&str>) {
+    let tmp = common::tmp();
+    let args = ["--client", client];
+    let (out, results, dir) = run_short(tmp.path(), "cluster", "pause", "10", "1", &args);
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    assert!(count(&results, "lock-overlap") > 0, "{}", out.stdout);
+    let record = run_json(&dir);
+    assert!(
+        record["client"]["library"]
+            .as_str()
+            .is_some_and(|l| l.contains("ioredis")),
+        "{:#}",
+        record["client"]
+    );
+    let declared = record["client"]["key"].as_str();
+    assert_eq!(declared, key, "{:#}", record["client"]);
+    let mut nodes: Vec<String> = events(&dir, "key-set")
+        .iter()
+        .map(|e| e["node"].as_str().unwrap().to_string())
+        .collect();
+    nodes.dedup();
+    assert_eq!(nodes.len(), 1, "keys set on {nodes:?}");
+    common::assert_no_process_left(tmp.path());
+}
+
+#[test]
+fn redis_semaphore_through_ioredis_cluster_breaks_under_pause() {
+    through_ioredis_cluster_breaks_under_pause("redis-semaphore", Some("mutex:{lockstorm:}lock"));
+}
+
+#[test]
+fn node_redlock_through_ioredis_cluster_breaks_under_pause() {
+    through_ioredis_cluster_breaks_under_pause("node-redlock", None);
+}
+
+/// An adapter whose library stores the lock under a key of another slot
+/// than the run's (here the example adapter, told to say so) would be
+/// struck on the wrong master: refused in one line before any worker
+/// starts, exit 254, nothing left running.
+#[test]
+fn an_adapter_whose_key_leaves_the_runs_slot_is_refused_in_one_line() {
+    let tmp = common::tmp();
+    let example = crate::clients::protocol_example(tmp.path());
+    let code = std::fs::read_to_string(&example).unwrap();
+    let init = r#"reply.update(client="example 1.0", features=["token"])"#;
+    assert!(code.contains(init), "the example's init reply");
+    let moved = code.replace(
+        init,
+        r#"reply.update(client="example 1.0", features=["token"], key="elsewhere")"#,
+    );
+    std::fs::write(&example, moved).unwrap();
+    let cmd = format!("python3 {}", example.display());
+    let results = tmp.path().join("results");
+    let args = [
+        "--config",
+        "cluster",
+        "--client-cmd",
+        &cmd,
+        "--time-limit",
+        "5",
+    ];
+    let out = common::lockstorm_at(
+        Some(tmp.path()),
+        &[&["--results", results.to_str().unwrap()], &args[..]].concat(),
+        &[],
+    );
+    assert_eq!(out.code, 254, "{}{}", out.stdout, out.stderr);
+    let lines: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("elsewhere"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", out.stderr);
+    assert!(lines[0].contains("not in the run's slot"), "{}", lines[0]);
+    common::assert_no_process_left(tmp.path());
+}
+
 /// A Redis Cluster as a user starts one: six `redis-server`s
 /// (`cluster-enabled`, each bus on a free port) made one by `redis-cli
 /// --cluster create --cluster-replicas 1`, holding a key of its owner's;

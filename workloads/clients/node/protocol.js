@@ -101,6 +101,37 @@ function redisClient(node) {
   return client;
 }
 
+// For `topology: cluster`: ioredis' Cluster over the nodes init names (every
+// node of one Redis Cluster), which finds each slot's master and follows
+// MOVED/ASK itself. Each node connection fails fast as redisClient's do; the
+// cluster's own retries after a redirection or a failover stay as ioredis
+// ships them (they are the library's behaviour under test). A cluster has
+// database 0 only: init never names another.
+// What init's "options" say of it, over CONNECTION_OPTIONS.
+const CLUSTER_OPTIONS = {
+  retryStrategy: 'none per node: the cluster client reconnects',
+  clusterRetryStrategy: 'min(50 x n, 500) ms (default: min(100 + 2 x n, 2000))',
+};
+function clusterClient(seeds) {
+  const Redis = require('ioredis');
+  const cluster = new Redis.Cluster(seeds.map(parseHostPort), {
+    enableOfflineQueue: false,
+    clusterRetryStrategy: (times) => Math.min(50 * times, 500),
+    redisOptions: {
+      username: process.env.LOCKSTORM_REDIS_USER || undefined,
+      password: process.env.LOCKSTORM_REDIS_PASSWORD || undefined,
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      connectTimeout: 1000,
+      commandTimeout: 1000,
+    },
+  });
+  let last = null;
+  cluster.on('error', (e) => { if (e.message !== last) log('redis cluster:', e.message); last = e.message; });
+  cluster.on('ready', () => { last = null; });
+  return cluster;
+}
+
 // With the offline queue off, a command sent before the connection is ready
 // fails at once, so init waits until enough nodes are ready to work with.
 async function waitReady(clients, needed, ms = 2000) {
@@ -178,4 +209,4 @@ function serve(adapter) {
   });
 }
 
-module.exports = { CONNECTION_OPTIONS, serve, log, describeError, parseHostPort, packageVersion, redisClient, waitReady };
+module.exports = { CONNECTION_OPTIONS, CLUSTER_OPTIONS, serve, log, describeError, parseHostPort, packageVersion, redisClient, clusterClient, waitReady };

@@ -5,6 +5,8 @@
 // touches them. Each library's adapter passes its own classes.
 //   topology single  -> Redlock over one ioredis client
 //   topology redlock -> Redlock over one ioredis client per node (quorum N/2+1)
+//   topology cluster -> Redlock over one ioredis Cluster client (quorum 1):
+//                       the libraries' documented way to use a Redis Cluster
 //   acquire -> redlock.acquire([key], ttl_ms, retries sized to timeout_ms)
 //   check   -> lock.expiration > Date.now(), the library's own validity view
 //   token   -> lock.value (random 16 bytes, the value stored under the key)
@@ -44,13 +46,15 @@ function redlockAdapter({ library, Redlock, ExecutionError, ResourceLockedError,
 
   return {
     library,
-    topologies: ['single', 'redlock'],
+    topologies: ['single', 'redlock', 'cluster'],
     features: ['check', 'token'],
     lock: null,
 
     async init(req) {
       const nodes = req.topology === 'single' ? req.nodes.slice(0, 1) : req.nodes;
-      const clients = nodes.map(proto.redisClient);
+      const cluster = req.topology === 'cluster';
+      const clients = cluster ? [proto.clusterClient(nodes)] : nodes.map(proto.redisClient);
+      if (cluster) this.options = proto.CLUSTER_OPTIONS;
       await proto.waitReady(clients, Math.floor(clients.length / 2) + 1);
       // Instance settings only govern release (acquire passes its own): a
       // short retry keeps a release of a lost lock from spinning for seconds.

@@ -2,6 +2,7 @@
 // lockstorm adapter for npm `redis-semaphore` 5.8.0 on ioredis.
 //   topology single  -> Mutex(client, key)            (SET NX PX, one node)
 //   topology redlock -> RedlockMutex(clients, key)    (quorum round(N+1)/2)
+//   topology cluster -> Mutex(cluster, key) on one ioredis Cluster client
 //   Both store the lock under "mutex:<key>", not <key> itself.
 //   acquire -> new mutex per acquire: lockTimeout = ttl_ms, acquireTimeout =
 //              timeout_ms, default refresh every round(0.8 * ttl_ms) ms
@@ -15,13 +16,17 @@ const { Mutex, RedlockMutex, TimeoutError } = require('redis-semaphore');
 
 const adapter = {
   library: 'redis-semaphore',
-  topologies: ['single', 'redlock'],
+  topologies: ['single', 'redlock', 'cluster'],
   features: ['check', 'token'],
   mutex: null,
 
   async init(req) {
-    const single = req.topology === 'single';
-    this.clients = (single ? req.nodes.slice(0, 1) : req.nodes).map(proto.redisClient);
+    const single = req.topology !== 'redlock';
+    const cluster = req.topology === 'cluster';
+    this.clients = cluster
+      ? [proto.clusterClient(req.nodes)]
+      : (single ? req.nodes.slice(0, 1) : req.nodes).map(proto.redisClient);
+    if (cluster) this.options = proto.CLUSTER_OPTIONS;
     await proto.waitReady(this.clients, Math.floor(this.clients.length / 2) + 1);
     this.newMutex = (options) => (single
       ? new Mutex(this.clients[0], req.key, options)
