@@ -5,7 +5,7 @@
 //! the prefix. Only read commands, `SCAN` and `UNLINK` of the run's own keys:
 //! no `FLUSHALL`, no `CONFIG SET`, no script that touches other keys.
 
-use crate::reach::{connect, role, run_id, TIMEOUT};
+use crate::reach::{cluster_enabled, connect, role, run_id, TIMEOUT};
 use crate::target::{Endpoint, Kind, Target};
 use crate::{Error, Result};
 use workloads::Keys;
@@ -38,6 +38,9 @@ pub async fn preflight(target: &Target, nodes: DataNodes, keys: &Keys) -> Result
             let mut con = connect(&target, at, TIMEOUT)
                 .map_err(|e| usage(format!("does not answer: {e}")))?;
             let role = role(&mut con).map_err(|e| usage(format!("refused ROLE: {e}")))?;
+            if !cluster && cluster_enabled(&mut con).unwrap_or(false) {
+                return Err(usage(in_a_cluster(redlock, at)));
+            }
             // A cluster's replica is read, never written.
             let written = match cluster {
                 true => role.writable().is_ok(),
@@ -78,6 +81,19 @@ pub async fn preflight(target: &Target, nodes: DataNodes, keys: &Keys) -> Result
     })
     .await
     .map_err(|e| crate::joined("checking the target", e))?
+}
+
+/// Why a node of a Redis Cluster cannot be a single or Redlock target:
+/// it takes a key only on the master of its slot (the others answer
+/// `MOVED`), and a cluster's masters share one failover and one config.
+fn in_a_cluster(redlock: bool, at: &Endpoint) -> String {
+    let why = match redlock {
+        true => "Redlock needs independent servers, and a cluster's masters each take a key only in their own slots (the others answer MOVED)",
+        false => "it takes a key only in its own slots (the others answer MOVED)",
+    };
+    format!(
+        "is a node of a Redis Cluster: {why}; test the cluster as --target redis+cluster://{at}"
+    )
 }
 
 /// Whether a key of the run is in the target's database on one of its

@@ -200,6 +200,12 @@ pub fn run_id(con: &mut redis::Connection) -> redis::RedisResult<String> {
         .to_string())
 }
 
+/// Whether the node runs with `cluster-enabled` (`INFO cluster`).
+pub fn cluster_enabled(con: &mut redis::Connection) -> redis::RedisResult<bool> {
+    let info: String = redis::cmd("INFO").arg("cluster").query(con)?;
+    Ok(info.lines().any(|l| l.trim() == "cluster_enabled:1"))
+}
+
 /// The node's `ROLE`, read as the audit reads it.
 pub fn role(con: &mut redis::Connection) -> redis::RedisResult<Role> {
     let reply: redis::Value = redis::cmd("ROLE").query(con)?;

@@ -485,4 +485,28 @@ fn a_hand_made_cluster_is_tested_through_a_seed_left_as_found_and_audited() {
         audit.stdout
     );
     assert_eq!(cluster_keys(&servers), before, "audit writes nothing");
+    // Its masters as Redlock's nodes: refused before the run, one line.
+    let masters: Vec<String> = servers
+        .iter()
+        .filter(|s| {
+            let mut con = s.client();
+            let role: redis::Value = redis::cmd("ROLE").query(&mut con).unwrap();
+            matches!(&role, redis::Value::Array(r) if r.first() == Some(&redis::Value::BulkString(b"master".to_vec())))
+        })
+        .map(|s| s.addr().to_string())
+        .collect();
+    assert_eq!(masters.len(), 3, "{masters:?}");
+    let redlock = format!("redlock://{}", masters.join(","));
+    let results = tmp.path().join("redlock");
+    let args = ["--target", &redlock, "--config", "redlock", "--results"];
+    let out = common::lockstorm(&[&args[..], &[results.to_str().unwrap()]].concat());
+    assert_eq!(out.code, 254, "{}{}", out.stdout, out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("is a node of a Redis Cluster")
+            && out.stderr.contains("redis+cluster://"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(cluster_keys(&servers), before, "the refusal wrote nothing");
 }
