@@ -709,10 +709,7 @@ impl Topology {
     /// node shows (`cluster`).
     async fn cluster_master(&self) -> Option<String> {
         let slot = self.cluster_slot?;
-        let addrs: Vec<String> = self
-            .data_nodes()
-            .map(|(_, ip, port)| format!("{ip}:{port}"))
-            .collect();
+        let addrs = self.data_addrs();
         let addr = tokio::task::spawn_blocking(move || {
             let seen = backend::redis_cluster::look(&addrs);
             workloads::cluster_view::master_of(&seen, slot).map(|n| n.addr.clone())
@@ -722,6 +719,13 @@ impl Topology {
         self.name_of(&addr)
     }
 
+    /// The data nodes' `ip:port`s.
+    fn data_addrs(&self) -> Vec<String> {
+        self.data_nodes()
+            .map(|(_, ip, port)| format!("{ip}:{port}"))
+            .collect()
+    }
+
     /// On a cluster, whether `key` (the one a client adapter says its
     /// library stores the lock under) is in the run's slot, whose master the
     /// faults strike and the observer watches: `Err` says why not.
@@ -729,10 +733,7 @@ impl Topology {
         let Some(slot) = self.cluster_slot else {
             return Ok(());
         };
-        let addrs: Vec<String> = self
-            .data_nodes()
-            .map(|(_, ip, port)| format!("{ip}:{port}"))
-            .collect();
+        let addrs = self.data_addrs();
         let asked = key.to_string();
         let theirs = tokio::task::spawn_blocking(move || {
             addrs
@@ -1077,6 +1078,23 @@ impl Cluster for Topology {
             tokio::task::spawn_blocking(move || backend::redis_cluster::failover(&addr, takeover))
                 .await
                 .map_err(|e| e.to_string())?
+        })
+    }
+
+    fn slot_epoch(&self, node: &str) -> BoxFuture<'_, Option<u64>> {
+        let addr = self
+            .socket_of(node)
+            .map(|(ip, port)| format!("{ip}:{port}"));
+        Box::pin(async move {
+            let (slot, addr) = (self.cluster_slot?, addr.ok()?);
+            let addrs = self.data_addrs();
+            tokio::task::spawn_blocking(move || {
+                let seen = backend::redis_cluster::look(&addrs);
+                let master = workloads::cluster_view::master_of(&seen, slot)?;
+                (master.addr == addr).then_some(master.config_epoch)
+            })
+            .await
+            .ok()?
         })
     }
 

@@ -109,6 +109,12 @@ pub trait Cluster: Send + Sync {
     fn hand_over(&self, _replica: &str, _takeover: bool) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async { Err("not a Redis Cluster lockstorm started".to_string()) })
     }
+    /// The config epoch under which `node` claims the lock's slot, as the
+    /// newest claim any node shows; `None` off a cluster, or when it is not
+    /// the slot's master. A promotion's evidence: the epoch it won.
+    fn slot_epoch(&self, _node: &str) -> BoxFuture<'_, Option<u64>> {
+        Box::pin(async { None })
+    }
     /// Waits until Sentinel (or the cluster) names a primary other than `old`.
     fn await_promotion(&self, old: &str, timeout: Duration) -> BoxFuture<'_, Option<String>>;
     /// The independent lock nodes, in order (n1, n2, …); the primary's

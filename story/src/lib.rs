@@ -819,9 +819,12 @@ impl<'a> Story<'a> {
             }
             fault::PROMOTED => match text("promoted") {
                 Some(new) => format!(
-                    "{new} became the primary, {:.2} s after {}",
+                    "{new} became the primary, {:.2} s after {}{}",
                     number("after_ms").unwrap_or(0) as f64 / 1e3,
-                    text("since").unwrap_or("the kill")
+                    text("since").unwrap_or("the kill"),
+                    number("epoch")
+                        .map(|n| format!(" (config epoch {n})"))
+                        .unwrap_or_default()
                 ),
                 None => "no replica became the primary".into(),
             },

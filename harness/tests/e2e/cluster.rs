@@ -156,6 +156,9 @@ fn a_coordinated_manual_failover_moves_the_key_with_the_slot() {
     let start = &events(&dir, "start-manual-failover")[0];
     let promoted = &events(&dir, "promoted")[0];
     assert_eq!(promoted["value"]["since"], "the manual failover");
+    // The epoch it won the slot under, read back from CLUSTER NODES.
+    let epoch = promoted["value"]["epoch"].as_u64();
+    assert!(epoch.is_some_and(|e| e > 0), "{promoted}");
     let (new, at) = (
         &promoted["value"]["promoted"],
         promoted["time"].as_u64().unwrap(),

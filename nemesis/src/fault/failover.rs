@@ -115,7 +115,10 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
     };
     let after_ms = killed_at.elapsed().as_millis() as u64;
     let value = match &promoted {
-        Some(new) => json!({"promoted": new, "after_ms": after_ms}),
+        Some(new) => {
+            env.with_epoch(json!({"promoted": new, "after_ms": after_ms}), new)
+                .await
+        }
         // No failover happened: the run did not test one, whatever it saw.
         // (Sentinel skips a replica cut off from its primary for more than
         // ten times down-after, so a long wait for a holder can leave none

@@ -102,6 +102,7 @@ pub(crate) async fn promotion(env: &mut Env, killed: &str, down_for: Duration, s
         let after_ms = began.elapsed().as_millis() as u64;
         let value =
             json!({"promoted": new, "replaces": killed, "after_ms": after_ms, "since": since});
+        let value = env.with_epoch(value, &new).await;
         env.journal
             .record(checker::history::fault::PROMOTED, value, Some(&new));
     }

@@ -204,6 +204,8 @@ async fn promoted_by(
         format!("no node claimed the slot of {master} within {after_ms} ms of {since}")
     })?;
     let value = json!({"promoted": new, "replaces": master, "after_ms": after_ms, "since": since});
+    let value = env.with_epoch(value, &new).await;
+    let evidence = json!({"slot master": new, "epoch": value.get("epoch")});
     env.journal.record(fault::PROMOTED, value, Some(&new));
-    Ok(json!({"slot master": new}))
+    Ok(evidence)
 }
