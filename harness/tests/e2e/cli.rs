@@ -37,7 +37,7 @@ fn an_unknown_nemesis_exits_254_naming_the_valid_ones() {
     assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
     assert!(
         out.stderr
-            .contains("none, pause, pause-node, crash, kill, failover, clock, partition, delay, lose-reply, terminate-session, all"),
+            .contains("none, pause, pause-node, crash, kill, failover, manual-failover, takeover, clock, partition, delay, lose-reply, terminate-session, all"),
         "{}",
         out.stderr
     );
