@@ -35,11 +35,14 @@ impl Package for Kill {
         true
     }
     fn run<'a>(&'a self, env: &'a mut Env, p: &'a FaultParams) -> BoxFuture<'a, ()> {
-        Box::pin(nodes(env, p.targets, p.kill_down))
+        Box::pin(nodes(env, p.targets, p.kill_down, p.promotion))
     }
 }
 
-async fn nodes(env: &mut Env, targets: Targets, down_for: Duration) {
+/// `promotion`: how long after a kill a replica may still be voted in;
+/// watched past the restart, as the cluster's vote can end after the node
+/// is back.
+async fn nodes(env: &mut Env, targets: Targets, down_for: Duration, promotion_within: Duration) {
     let Some(holder) = env.await_holder(Kill.name()).await else {
         return;
     };
@@ -75,14 +78,23 @@ async fn nodes(env: &mut Env, targets: Targets, down_for: Duration) {
         .record_at(began, &Fault::Kill.start_event(), value, single(&names));
     // Restart even when the run is ending: every fault heals before the final read.
     let down = std::time::Instant::now();
-    if let [was] = killed.as_slice() {
-        if env.cluster.fails_over() {
-            promotion(env, &was.name, down_for, "the kill").await;
-        }
+    let watched = match killed.as_slice() {
+        [was] if env.cluster.fails_over() => Some(was.name.clone()),
+        _ => None,
+    };
+    let mut promoted = false;
+    if let Some(name) = &watched {
+        promoted = promotion(env, name, down, down_for, "the kill").await;
     }
     env.sleep(down_for.saturating_sub(down.elapsed())).await;
     for was in &killed {
         restart(env, was, &Fault::Kill.stop_event()).await;
+    }
+    // A vote begun while the node was down can end after it is back (its
+    // peers had marked it failed): the history must have that promotion too.
+    if let (Some(name), false) = (&watched, promoted) {
+        let until = promotion_within.max(down_for);
+        promotion(env, name, down, until, "the kill").await;
     }
 }
 
@@ -91,21 +103,28 @@ async fn nodes(env: &mut Env, targets: Targets, down_for: Duration) {
 /// after it was granted on a replica that never received it. (No promotion
 /// is no fault of the kill's: a node back before the vote is the other
 /// story, an empty master.)
-/// `since`: what began the wait, as the story tells it.
-pub(crate) async fn promotion(env: &mut Env, killed: &str, down_for: Duration, since: &str) {
-    let began = std::time::Instant::now();
+/// `since`: what began the wait at `began`, as the story tells it; the
+/// watch lasts until `until` after it. Returns whether a replica took over.
+pub(crate) async fn promotion(
+    env: &mut Env,
+    killed: &str,
+    began: std::time::Instant,
+    until: Duration,
+    since: &str,
+) -> bool {
     let promoted = tokio::select! {
-        p = env.cluster.await_promotion(killed, down_for) => p,
+        p = env.cluster.await_promotion(killed, until.saturating_sub(began.elapsed())) => p,
         _ = env.stop.wait_for(|s| *s) => None,
     };
-    if let Some(new) = promoted {
-        let after_ms = began.elapsed().as_millis() as u64;
-        let value =
-            json!({"promoted": new, "replaces": killed, "after_ms": after_ms, "since": since});
-        let value = env.with_epoch(value, &new).await;
-        env.journal
-            .record(checker::history::fault::PROMOTED, value, Some(&new));
-    }
+    let Some(new) = promoted else {
+        return false;
+    };
+    let after_ms = began.elapsed().as_millis() as u64;
+    let value = json!({"promoted": new, "replaces": killed, "after_ms": after_ms, "since": since});
+    let value = env.with_epoch(value, &new).await;
+    env.journal
+        .record(checker::history::fault::PROMOTED, value, Some(&new));
+    true
 }
 
 fn single<'a>(names: &[&'a str]) -> Option<&'a str> {

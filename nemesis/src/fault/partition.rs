@@ -143,7 +143,7 @@ async fn cut_master(env: &mut Env, hold: Duration) {
         Some(&name),
     );
     let since = std::time::Instant::now();
-    super::kill::promotion(env, &name, hold, "the cut").await;
+    super::kill::promotion(env, &name, since, hold, "the cut").await;
     env.sleep(hold.saturating_sub(since.elapsed())).await;
     let healed = env.cluster.heal().await.map(|()| json!({"flushed": true}));
     let value = verify::attach(cut, healed.map_err(|e| e.to_string()));
