@@ -149,7 +149,9 @@ fn a_failover_takes_a_fenced_clusters_token_back_with_its_key() {
 /// refused, the majority votes the replica in (`promoted`, since the cut),
 /// the cut heals and no rule is left. A release the minority master refused
 /// (`ClusterDown`) leaves the key to lapse at its TTL: no verdict of the
-/// mutex model's own.
+/// mutex model's own. (A grant the minority master made before it noticed
+/// the cut is a real second holder, and then the model must say so: on a
+/// busy CI machine it granted one 2.4 s after the cut.)
 #[test]
 fn a_partitioned_master_is_voted_out_and_the_cut_heals() {
     let tmp = common::tmp();
@@ -165,7 +167,11 @@ fn a_partitioned_master_is_voted_out_and_the_cut_heals() {
     let promoted = events(&dir, "promoted");
     assert_eq!(promoted.len(), 1, "{}", out.stdout);
     assert_eq!(promoted[0]["value"]["since"], "the cut");
-    assert_eq!(count(&results, "nonlinearizable"), 0, "{}", out.stdout);
+    let (model, holds) = (
+        count(&results, "nonlinearizable"),
+        count(&results, "lock-overlap"),
+    );
+    assert!(model == 0 || holds > 0, "{}", out.stdout);
     common::assert_no_process_left(tmp.path());
 }
 
