@@ -12,6 +12,8 @@ use crate::node::{connect, RedisNode};
 use crate::server::Server;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+#[cfg(doc)]
+use workloads::cluster_view::agreed_master;
 use workloads::cluster_view::{parse_nodes, partner, share, Seen};
 
 /// How long a cluster may take to agree once formed.
@@ -42,9 +44,10 @@ pub fn failover(addr: &str, takeover: bool) -> std::result::Result<(), String> {
         .map_err(|e| format!("{addr} refused CLUSTER FAILOVER: {e}"))
 }
 
-/// Every view of the nodes at `addrs` that answer, one after another:
-/// what [`master_of`] reads (a node that is down adds nothing).
-pub fn look(addrs: &[String]) -> Vec<Seen> {
+/// Each answering node's view of the nodes at `addrs` (`CLUSTER NODES`),
+/// one per node: what [`agreed_master`] counts (a node that is down adds
+/// nothing).
+pub fn look(addrs: &[String]) -> Vec<Vec<Seen>> {
     addrs
         .iter()
         .filter_map(|addr| {
@@ -54,7 +57,7 @@ pub fn look(addrs: &[String]) -> Vec<Seen> {
                 .query::<String>(&mut con)
                 .ok()
         })
-        .flat_map(|text| parse_nodes(&text))
+        .map(|text| parse_nodes(&text))
         .collect()
 }
 
@@ -121,6 +124,16 @@ fn form_blocking(plan: &[(String, String, u16)], masters: usize) -> Result<(), (
     for (at, (name, _, _)) in plan.iter().enumerate() {
         let id = ask(at, redis::cmd("CLUSTER").arg("MYID"))?;
         ids.push(redis::from_redis_value::<String>(id).map_err(|e| (name.clone(), e.to_string()))?);
+    }
+    // A config epoch of its own for each node, before they meet, as
+    // `redis-cli --cluster create` gives: with every master at 0 the
+    // cluster's collision rule spreads them at random, and a replica's
+    // takeover could tie its master's epoch and not take the slots.
+    for (at, _) in plan.iter().enumerate() {
+        ask(
+            at,
+            redis::cmd("CLUSTER").arg("SET-CONFIG-EPOCH").arg(at + 1),
+        )?;
     }
     for i in 0..masters {
         let (from, to) = share(i, masters);

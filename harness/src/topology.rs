@@ -705,14 +705,14 @@ impl Topology {
         }
     }
 
-    /// The master of the lock key's slot now, by the newest claim any
-    /// node shows (`cluster`).
+    /// The master of the lock key's slot now, as more than half of the
+    /// nodes' views name it (`cluster`).
     async fn cluster_master(&self) -> Option<String> {
         let slot = self.cluster_slot?;
         let addrs = self.data_addrs();
         let addr = tokio::task::spawn_blocking(move || {
-            let seen = backend::redis_cluster::look(&addrs);
-            workloads::cluster_view::master_of(&seen, slot).map(|n| n.addr.clone())
+            let views = backend::redis_cluster::look(&addrs);
+            workloads::cluster_view::agreed_master(&views, slot).map(|n| n.addr.clone())
         })
         .await
         .ok()??;
@@ -1089,8 +1089,8 @@ impl Cluster for Topology {
             let (slot, addr) = (self.cluster_slot?, addr.ok()?);
             let addrs = self.data_addrs();
             tokio::task::spawn_blocking(move || {
-                let seen = backend::redis_cluster::look(&addrs);
-                let master = workloads::cluster_view::master_of(&seen, slot)?;
+                let views = backend::redis_cluster::look(&addrs);
+                let master = workloads::cluster_view::agreed_master(&views, slot)?;
                 (master.addr == addr).then_some(master.config_epoch)
             })
             .await

@@ -64,7 +64,7 @@ pub trait Cluster: Send + Sync {
     }
     /// The node the lock lives on now: the primary for `replicated` (as
     /// Sentinel names it), the master of the lock key's slot for `cluster`
-    /// (by the newest claim a node shows), otherwise the lock node.
+    /// (as most nodes name it), otherwise the lock node.
     fn primary(&self) -> BoxFuture<'_, Option<NodeRef>>;
     /// The other data nodes of a replicated topology (not Sentinels).
     fn replicas_of(&self, primary: &str) -> Vec<String>;
@@ -109,8 +109,8 @@ pub trait Cluster: Send + Sync {
     fn hand_over(&self, _replica: &str, _takeover: bool) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async { Err("not a Redis Cluster lockstorm started".to_string()) })
     }
-    /// The config epoch under which `node` claims the lock's slot, as the
-    /// newest claim any node shows; `None` off a cluster, or when it is not
+    /// The config epoch under which `node` serves the lock's slot, as most
+    /// nodes name it; `None` off a cluster, or when it is not
     /// the slot's master. A promotion's evidence: the epoch it won.
     fn slot_epoch(&self, _node: &str) -> BoxFuture<'_, Option<u64>> {
         Box::pin(async { None })

@@ -64,6 +64,19 @@ pub fn master_of(view: &[Seen], slot: u32) -> Option<&Seen> {
         .max_by_key(|n| n.config_epoch)
 }
 
+/// Who serves `slot` by the cluster's say: the master that more than half
+/// of the `views` name ([`master_of`] in each). A node's own claim is not
+/// enough: a replica that took the slots by `TAKEOVER` under its master's
+/// epoch, or a master cut off from the rest, names itself, and the others
+/// keep the claim they had; `None` while no majority agrees.
+pub fn agreed_master(views: &[Vec<Seen>], slot: u32) -> Option<&Seen> {
+    let named: Vec<&Seen> = views.iter().filter_map(|v| master_of(v, slot)).collect();
+    named
+        .iter()
+        .find(|n| named.iter().filter(|m| m.addr == n.addr).count() * 2 > views.len())
+        .copied()
+}
+
 /// The other node of a master–replica pair, by 0-based index among
 /// `2 × masters` nodes: master `i`'s replica is node `i + masters` (a
 /// failover swaps their parts, never the pairs).
@@ -114,6 +127,32 @@ e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 127.0.0.1:30001@31001 myself,master,fai
         );
         assert_eq!(master_of(&view, 16383).unwrap().addr, "127.0.0.1:30003");
         assert!(master_of(&[], 0).is_none());
+    }
+
+    #[test]
+    fn the_slots_master_is_the_one_most_views_name_not_a_lone_claim() {
+        let master = |addr: &str, epoch: u64| Seen {
+            id: addr.into(),
+            addr: addr.into(),
+            master: true,
+            failed: false,
+            master_id: None,
+            config_epoch: epoch,
+            slots: vec![(0, 100)],
+        };
+        let old = vec![master("a:1", 3)];
+        // The replica claims the slot under the same epoch: only its own
+        // view names it.
+        let lone = vec![master("a:1", 3), master("b:1", 3)];
+        let views = [old.clone(), old.clone(), old.clone(), lone.clone()];
+        assert_eq!(agreed_master(&views, 5).unwrap().addr, "a:1");
+        // Once most views have taken the newer claim, it is the master.
+        let newer = vec![master("a:1", 3), master("b:1", 7)];
+        let views = [newer.clone(), newer.clone(), newer, old.clone()];
+        assert_eq!(agreed_master(&views, 5).unwrap().addr, "b:1");
+        // Split evenly, or a slot nobody serves: no master agreed.
+        assert!(agreed_master(&[old.clone(), lone], 5).is_none());
+        assert!(agreed_master(&[old], 500).is_none());
     }
 
     #[test]
