@@ -170,15 +170,19 @@ async fn takeover(env: &mut Env, lock_ttl: Duration) {
             verify::attach(value, seen),
             Some(&replica),
         );
-        // Cut from its replica, the old master hears of the new claim from
-        // the other masters, and stops taking the slot's writes.
-        stop["old_primary"] = demotion(env, &master).await;
     }
+    // The lag was the cut's to make, and the new master has the slot: the
+    // link back lets the old master hear of it from the new one at once
+    // (the other masters' word reached it within 0.3 s in some runs and not
+    // in 13 s in others) and resync from it, without the key.
     let healed = env.cluster.heal().await;
     stop["healed"] = json!(healed.is_ok());
-    if let Err(e) = healed {
+    if let Err(e) = &healed {
         env.journal
             .record(fault::HEAL_FAILED, json!({"error": e.to_string()}), None);
+    }
+    if holder.is_some() && healed.is_ok() {
+        stop["old_primary"] = demotion(env, &master).await;
     }
     env.journal
         .record(&Fault::Takeover.stop_event(), stop, Some(&master));
