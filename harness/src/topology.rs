@@ -708,15 +708,22 @@ impl Topology {
     /// The master of the lock key's slot now, as more than half of the
     /// nodes' views name it (`cluster`).
     async fn cluster_master(&self) -> Option<String> {
+        self.slot_claim().await.map(|(name, _)| name)
+    }
+
+    /// [`Self::cluster_master`] and the config epoch it serves the slot
+    /// under.
+    async fn slot_claim(&self) -> Option<(String, u64)> {
         let slot = self.cluster_slot?;
         let addrs = self.data_addrs();
-        let addr = tokio::task::spawn_blocking(move || {
+        let (addr, epoch) = tokio::task::spawn_blocking(move || {
             let views = backend::redis_cluster::look(&addrs);
-            workloads::cluster_view::agreed_master(&views, slot).map(|n| n.addr.clone())
+            let master = workloads::cluster_view::agreed_master(&views, slot)?;
+            Some((master.addr.clone(), master.config_epoch))
         })
         .await
         .ok()??;
-        self.name_of(&addr)
+        Some((self.name_of(&addr)?, epoch))
     }
 
     /// The data nodes' `ip:port`s.
@@ -1082,19 +1089,10 @@ impl Cluster for Topology {
     }
 
     fn slot_epoch(&self, node: &str) -> BoxFuture<'_, Option<u64>> {
-        let addr = self
-            .socket_of(node)
-            .map(|(ip, port)| format!("{ip}:{port}"));
+        let node = node.to_string();
         Box::pin(async move {
-            let (slot, addr) = (self.cluster_slot?, addr.ok()?);
-            let addrs = self.data_addrs();
-            tokio::task::spawn_blocking(move || {
-                let views = backend::redis_cluster::look(&addrs);
-                let master = workloads::cluster_view::agreed_master(&views, slot)?;
-                (master.addr == addr).then_some(master.config_epoch)
-            })
-            .await
-            .ok()?
+            let (master, epoch) = self.slot_claim().await?;
+            (master == node).then_some(epoch)
         })
     }
 
