@@ -159,6 +159,11 @@ async fn takeover(env: &mut Env, lock_ttl: Duration) {
     // A lock taken now lives on the master alone.
     let holder = env.await_holder(Takeover.name()).await;
     let mut stop = json!({"target": master});
+    if holder.is_none() && !env.stopping() {
+        // The cut alone is no takeover: the run must not pass for one.
+        let why = "no worker held the lock after the cut: the replica was never told to take over";
+        stop = verify::attach(stop, Err(why.into()));
+    }
     if holder.is_some() && !env.stopping() {
         let asked_at = env.journal.now_ns();
         let asked = env.cluster.hand_over(&replica, true).await;
