@@ -214,6 +214,11 @@ pub struct RunOptions {
     /// How long a killed node stays down before it restarts.
     #[arg(long, default_value_t = 300)]
     pub restart_ms: u64,
+    /// Restart a killed primary as soon as Sentinel or the cluster marks it
+    /// down, as the vote for its replica begins, instead of after
+    /// --restart-ms (replicated and cluster configs).
+    #[arg(long, conflicts_with = "restart_ms")]
+    pub restart_at_vote: bool,
     /// What lock nodes keep across a restart.
     #[arg(long, value_enum, default_value = "none")]
     pub persistence: Persistence,
@@ -374,6 +379,9 @@ pub struct RunPlan {
     pub node_pause: Duration,
     #[serde(rename = "restart_ms", with = "millis")]
     pub restart: Duration,
+    /// `--restart-at-vote`: `restart` does not apply to a failed-over primary.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restart_at_vote: bool,
     pub persistence: Persistence,
     /// Where the counter lives.
     pub storage: StorageKind,
@@ -594,6 +602,7 @@ impl RunOptions {
         self.check_storage_cmd()?;
         self.check_etcd()?;
         self.check_cluster()?;
+        self.check_restart_at_vote()?;
         self.check_zookeeper()?;
         self.check_client()?;
         let hosts = self.check_hosts()?;
@@ -737,6 +746,7 @@ impl RunOptions {
             pause: ms(self.pause_ms.unwrap_or(ttl * 3 / 2)),
             node_pause: ms(self.node_pause_ms.unwrap_or(node_pause)),
             restart: ms(self.restart_ms),
+            restart_at_vote: self.restart_at_vote,
             persistence: self.persistence,
             storage,
             postgres_settings: self.postgres_settings.clone(),
@@ -822,6 +832,27 @@ impl RunOptions {
                 "--nemesis {} acts in the fault proxy, which a cluster's clients leave as they follow the nodes the cluster names: with --config {} choose pause, crash, kill, pause-node, failover, partition or clock",
                 self.nemesis, self.config
             )));
+        }
+        Ok(())
+    }
+
+    /// `--restart-at-vote` times a restart by the vote that replaces the
+    /// killed primary: a setup with such a vote, on nodes lockstorm started
+    /// (a deployment's nodes come back by its own means).
+    fn check_restart_at_vote(&self) -> Result<(), Refusal> {
+        if !self.restart_at_vote {
+            return Ok(());
+        }
+        if !self.config.fails_over() {
+            return Err(Refusal::Inapplicable(format!(
+                "--restart-at-vote restarts a killed primary as its replica is voted in, and --config {} has no replica to vote in: choose replicated, cluster or cluster-fenced, or give --restart-ms",
+                self.config
+            )));
+        }
+        if self.nodes.target.is_some() || self.nodes.hosts.is_some() {
+            return Err(Refusal::Invalid(
+                "--restart-at-vote times the restart of nodes lockstorm started on this machine: drop --target/--nodes, or give --restart-ms".to_string(),
+            ));
         }
         Ok(())
     }
@@ -1213,7 +1244,9 @@ impl RunPlan {
             pause: self.pause,
             node_pause: self.node_pause,
             kill_down: self.restart,
+            restart_at_vote: self.restart_at_vote,
             promotion: self.down_after + self.failover_timeout,
+            down_after: self.down_after,
             targets: self.targets,
             clock_jump_ns: self.clock_jump_ms * 1_000_000,
             holder_skew_ns: self.holder_skew_ms * 1_000_000,
@@ -1531,6 +1564,39 @@ mod tests {
             "{:?}",
             p.node_pause
         );
+    }
+
+    #[test]
+    fn a_restart_at_the_vote_needs_a_vote_on_nodes_lockstorm_started() {
+        let kill = || "kill".parse().unwrap();
+        let mut o = RunOptions::new(Config::Single, kill());
+        o.restart_at_vote = true;
+        let Err(Refusal::Inapplicable(why)) = o.resolve() else {
+            panic!("single has no replica to vote in")
+        };
+        assert!(why.contains("choose replicated, cluster"), "{why}");
+        let mut o = RunOptions::new(Config::Cluster, kill());
+        o.restart_at_vote = true;
+        o.nodes.target = Some("redis+cluster://127.0.0.1:7000".into());
+        assert!(matches!(o.resolve(), Err(Refusal::Invalid(_))));
+        let mut o = RunOptions::new(Config::Replicated, kill());
+        o.restart_at_vote = true;
+        let plan = o.resolve().unwrap();
+        let p = plan.fault_params();
+        assert!(p.restart_at_vote && p.down_after == plan.down_after);
+        // The restart's time is the vote's, not --restart-ms's: both refused.
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            run: RunOptions,
+        }
+        let parse = |a: &[&str]| <Cli as clap::Parser>::try_parse_from(a).map(|c| c.run);
+        assert!(
+            parse(&["run", "--restart-at-vote"])
+                .unwrap()
+                .restart_at_vote
+        );
+        assert!(parse(&["run", "--restart-at-vote", "--restart-ms", "900"]).is_err());
     }
 
     #[test]

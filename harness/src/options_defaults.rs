@@ -39,6 +39,7 @@ pub(crate) fn before() -> RunOptions {
         pause_ms: None,
         node_pause_ms: None,
         restart_ms: 300,
+        restart_at_vote: false,
         persistence: Persistence::None,
         shared: Shared {
             storage: None,
@@ -108,6 +109,7 @@ pub(crate) fn plan_before() -> RunPlan {
         pause: ms(3000),
         node_pause: ms(3000),
         restart: ms(300),
+        restart_at_vote: false,
         persistence: Persistence::None,
         storage: StorageKind::Redis,
         postgres_settings: Vec::new(),

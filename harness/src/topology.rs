@@ -726,6 +726,49 @@ impl Topology {
         Some((self.name_of(&addr)?, epoch))
     }
 
+    /// Whether the cluster flags the node at `addr` `fail` (a node that
+    /// gathered a majority of masters' doubts said so, and told the rest):
+    /// how many of the answering nodes show it.
+    async fn cluster_flags_failed(&self, addr: &str) -> Option<String> {
+        let (addrs, addr) = (self.data_addrs(), addr.to_string());
+        tokio::task::spawn_blocking(move || {
+            let views = backend::redis_cluster::look(&addrs);
+            let flagging = views
+                .iter()
+                .filter(|v| v.iter().any(|n| n.addr == addr && n.failed))
+                .count();
+            (flagging > 0).then(|| format!("{flagging} of {} nodes flag it fail", views.len()))
+        })
+        .await
+        .ok()?
+    }
+
+    /// Whether a Sentinel holds the primary objectively down (`o_down`:
+    /// its quorum agreed), the step before the Sentinels elect a leader to
+    /// fail it over.
+    async fn sentinel_says_down(&self) -> Option<String> {
+        let (sentinels, master) = (self.sentinels.clone(), self.master.clone());
+        let (who, flags) = tokio::task::spawn_blocking(move || {
+            sentinels.into_iter().find_map(|s| {
+                let mut con = connect(&s).ok()?;
+                let fields: std::collections::HashMap<String, String> = redis::cmd("SENTINEL")
+                    .arg("master")
+                    .arg(&master)
+                    .query(&mut con)
+                    .ok()?;
+                let flags = fields.get("flags")?.clone();
+                flags
+                    .split(',')
+                    .any(|f| f == "o_down")
+                    .then_some((s, flags))
+            })
+        })
+        .await
+        .ok()??;
+        let who = self.name_of(&who).unwrap_or(who);
+        Some(format!("Sentinel {who} flags it {flags}"))
+    }
+
     /// The data nodes' `ip:port`s.
     fn data_addrs(&self) -> Vec<String> {
         self.data_nodes()
@@ -1257,6 +1300,25 @@ impl Cluster for Topology {
             })
             .await
             .map_err(|e| e.to_string())?
+        })
+    }
+
+    fn await_marked_down(&self, node: &str, timeout: Duration) -> BoxFuture<'_, Option<String>> {
+        let addr = self.addr_of(node);
+        Box::pin(async move {
+            let addr = addr?;
+            let deadline = Instant::now() + timeout;
+            while Instant::now() < deadline {
+                let said = match self.cluster_slot.is_some() {
+                    true => self.cluster_flags_failed(&addr).await,
+                    false => self.sentinel_says_down().await,
+                };
+                if said.is_some() {
+                    return said;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            None
         })
     }
 

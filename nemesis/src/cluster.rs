@@ -115,6 +115,13 @@ pub trait Cluster: Send + Sync {
     fn slot_epoch(&self, _node: &str) -> BoxFuture<'_, Option<u64>> {
         Box::pin(async { None })
     }
+    /// Waits until the topology has agreed that `node` is down, the step
+    /// before it votes in a replacement: the cluster flags it `fail`, or
+    /// Sentinel's quorum `o_down`. Returns who said so, `None` on timeout
+    /// (or on a topology that does not fail over).
+    fn await_marked_down(&self, _node: &str, _timeout: Duration) -> BoxFuture<'_, Option<String>> {
+        Box::pin(async { None })
+    }
     /// Waits until Sentinel (or the cluster) names a primary other than `old`.
     fn await_promotion(&self, old: &str, timeout: Duration) -> BoxFuture<'_, Option<String>>;
     /// The independent lock nodes, in order (n1, n2, …); the primary's

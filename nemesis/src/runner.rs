@@ -159,9 +159,15 @@ pub struct FaultParams {
     pub pause: Duration,
     pub node_pause: Duration,
     pub kill_down: Duration,
+    /// `kill` restarts its node as soon as the topology marks it down
+    /// (the vote for its replica begins), not after `kill_down`.
+    pub restart_at_vote: bool,
     /// How long Sentinel takes to notice a dead primary and promote a replica
     /// (down-after plus failover timeout).
     pub promotion: Duration,
+    /// How long a primary is silent before Sentinel (or the cluster) doubts
+    /// it: `--down-after-ms`.
+    pub down_after: Duration,
     /// Which lock nodes node faults hit (Redlock).
     pub targets: Targets,
     /// How far `clock` jumps node clocks, and for how long.

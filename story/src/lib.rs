@@ -834,11 +834,28 @@ impl<'a> Story<'a> {
     }
 }
 
+/// `--restart-at-vote`'s part of a restart: when the node was marked down,
+/// and by whom, or that it never was (and so came back before any vote).
+fn at_vote(e: &Event) -> String {
+    let Some(v) = e.value.get("at_vote") else {
+        return String::new();
+    };
+    let after = v["after_ms"].as_u64().unwrap_or(0) as f64 / 1e3;
+    match v["by"].as_str() {
+        Some(by) => format!(", as its replica's vote began ({by}, {after:.2} s after the kill)"),
+        None => format!(", never marked down ({after:.2} s after the kill): no vote began"),
+    }
+}
+
 /// A fault's stop event, in words.
 fn fault_ended(kind: &str, e: &Event, target: Option<&str>, on: &str) -> String {
     match kind {
         "pause" => format!("{} woke", target.unwrap_or("the frozen process")),
-        "kill" => format!("{} restarted", target.unwrap_or("the killed node")),
+        "kill" => format!(
+            "{} restarted{}",
+            target.unwrap_or("the killed node"),
+            at_vote(e)
+        ),
         "failover" => format!(
             "{} restarted and its links healed",
             target.unwrap_or("the old primary")
@@ -1518,5 +1535,25 @@ mod tests {
             "the nemesis killed n1, n2, n3 (a restart follows)"
         );
         assert_eq!(story.describe(&back), "n1 restarted");
+    }
+
+    #[test]
+    fn a_restart_at_the_vote_says_who_marked_the_node_down() {
+        let at = |v| {
+            let value = json!({"target": "n3", "at_vote": v});
+            Event::new(2, Process::nemesis(), OpType::Info, "stop-kill").with_value(value)
+        };
+        let marked = at(json!({"after_ms": 1210, "by": "5 of 5 nodes flag it fail"}));
+        let never = at(json!({"after_ms": 6000}));
+        let h = History::new(vec![marked.clone(), never.clone()]);
+        let story = Story::new(&h, Known::default());
+        assert_eq!(
+            story.describe(&marked),
+            "n3 restarted, as its replica's vote began (5 of 5 nodes flag it fail, 1.21 s after the kill)"
+        );
+        assert_eq!(
+            story.describe(&never),
+            "n3 restarted, never marked down (6.00 s after the kill): no vote began"
+        );
     }
 }

@@ -64,6 +64,56 @@ fn a_master_down_past_the_vote_is_replaced_and_faults_follow_its_slot() {
     common::assert_no_process_left(tmp.path());
 }
 
+/// `--restart-at-vote`: the slot's master killed after a grant and back,
+/// empty, as soon as its peers flag it `fail`. The vote goes on (a master
+/// flagged `fail` is not cleared for twice the node timeout); its replica
+/// resyncs from the empty master first, in most kills, and is voted in
+/// without the key, which is then granted again while its first holder
+/// works. Timed by what the nodes say rather than a fixed delay, it holds
+/// under load (8 of 9 kills lost the key beside six other runs and a busy
+/// loop); a kill whose replica won the vote before its resync keeps the
+/// key, so the run is tried on up to three seeds, as the issue asks.
+#[test]
+fn a_master_back_empty_as_its_replica_is_voted_in_loses_the_lock_with_the_promotion() {
+    let mut tried = Vec::new();
+    for seed in ["1", "2", "3"] {
+        let tmp = common::tmp();
+        let args = ["--restart-at-vote"];
+        let (out, results, dir) = run_short(tmp.path(), "cluster", "kill", "20", seed, &args);
+        assert_ne!(out.code, 2, "{}", out.stdout);
+        common::assert_no_process_left(tmp.path());
+        let restarts = events(&dir, "stop-kill");
+        for r in &restarts {
+            assert_eq!(r["value"]["at_vote"]["marked_down"], true, "{r}");
+        }
+        let time = |e: &serde_json::Value| e["time"].as_u64().unwrap();
+        // A promotion of the killed master's replica after that master was back.
+        let after_a_restart = events(&dir, "promoted").into_iter().any(|p| {
+            restarts
+                .iter()
+                .any(|r| r["value"]["target"] == p["value"]["replaces"] && time(r) < time(&p))
+        });
+        let overlaps = count(&results, "lock-overlap");
+        if out.code == 1 && overlaps > 0 && after_a_restart {
+            assert!(
+                out.stdout.contains("as its replica's vote began"),
+                "{}",
+                out.stdout
+            );
+            return;
+        }
+        tried.push(format!(
+            "seed {seed}: exit {}, lock-overlap {overlaps}, promotion after a restart {after_a_restart}: {}",
+            out.code,
+            dir.display()
+        ));
+    }
+    panic!(
+        "no seed lost the lock to a promotion:\n{}",
+        tried.join("\n")
+    );
+}
+
 /// The failover race made reliable, as for `replicated`: the slot's master
 /// cut from its replica, a grant, the kill, the cluster's vote for the
 /// replica that never received the key. 5.5 s of work (within the 6 s

@@ -146,6 +146,7 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
         env,
         killed.as_ref().unwrap_or(&primary),
         &Fault::Failover.stop_event(),
+        None,
     )
     .await;
 }

@@ -4,13 +4,12 @@
 //! holder's nodes die.
 
 use crate::cluster::BoxFuture;
-use crate::cluster::Targets;
 use crate::names::{skip_event, Fault};
 use crate::package::{needs_lock_node, Package, Shape, RESTART_MARGIN};
 use crate::runner::{Env, FaultParams};
 use crate::verify;
 use crate::NodeRef;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::time::Duration;
 
 pub struct Kill;
@@ -26,7 +25,12 @@ impl Package for Kill {
         needs_lock_node(shape)
     }
     fn duration(&self, p: &FaultParams) -> Duration {
-        p.kill_down + RESTART_MARGIN
+        // Marked down after its silence and the doubts' gossip: within
+        // twice the silence on an idle machine (1.3–1.7 s for 1 s).
+        match p.restart_at_vote {
+            true => p.down_after * 2 + RESTART_MARGIN,
+            false => p.kill_down + RESTART_MARGIN,
+        }
     }
     fn slow(&self) -> bool {
         true
@@ -35,18 +39,18 @@ impl Package for Kill {
         true
     }
     fn run<'a>(&'a self, env: &'a mut Env, p: &'a FaultParams) -> BoxFuture<'a, ()> {
-        Box::pin(nodes(env, p.targets, p.kill_down, p.promotion))
+        Box::pin(nodes(env, p))
     }
 }
 
-/// `promotion`: how long after a kill a replica may still be voted in;
+/// `p.promotion`: how long after a kill a replica may still be voted in;
 /// watched past the restart, as the cluster's vote can end after the node
 /// is back.
-async fn nodes(env: &mut Env, targets: Targets, down_for: Duration, promotion_within: Duration) {
+async fn nodes(env: &mut Env, p: &FaultParams) {
     let Some(holder) = env.await_holder(Kill.name()).await else {
         return;
     };
-    let nodes = env.cluster.targets(targets).await;
+    let nodes = env.cluster.targets(p.targets).await;
     if nodes.is_empty() {
         env.journal.record(
             &skip_event(Kill.name()),
@@ -82,19 +86,62 @@ async fn nodes(env: &mut Env, targets: Targets, down_for: Duration, promotion_wi
         [was] if env.cluster.fails_over() => Some(was.name.clone()),
         _ => None,
     };
-    let mut promoted = false;
-    if let Some(name) = &watched {
-        promoted = promotion(env, name, down, down_for, "the kill").await;
-    }
-    env.sleep(down_for.saturating_sub(down.elapsed())).await;
+    let (promoted, at_vote) = stay_down(env, p, watched.as_deref(), down).await;
     for was in &killed {
-        restart(env, was, &Fault::Kill.stop_event()).await;
+        restart(env, was, &Fault::Kill.stop_event(), at_vote.clone()).await;
     }
     // A vote begun while the node was down can end after it is back (its
     // peers had marked it failed): the history must have that promotion too.
     if let (Some(name), false) = (&watched, promoted) {
-        let until = promotion_within.max(down_for);
+        let until = p.promotion.max(p.kill_down);
         promotion(env, name, down, until, "the kill").await;
+    }
+}
+
+/// Waits out the node's time down: `kill_down`, watching a node the
+/// topology fails over (`watched`) for a promotion meanwhile; or, with
+/// `--restart-at-vote`, until it is marked down. Returns whether a replica
+/// took over, and when it was marked down.
+async fn stay_down(
+    env: &mut Env,
+    p: &FaultParams,
+    watched: Option<&str>,
+    down: std::time::Instant,
+) -> (bool, Option<Value>) {
+    match watched {
+        Some(name) if p.restart_at_vote => {
+            (false, Some(marked_down(env, name, down, p.promotion).await))
+        }
+        Some(name) => {
+            let promoted = promotion(env, name, down, p.kill_down, "the kill").await;
+            env.sleep(p.kill_down.saturating_sub(down.elapsed())).await;
+            (promoted, None)
+        }
+        None => {
+            env.sleep(p.kill_down).await;
+            (false, None)
+        }
+    }
+}
+
+/// `--restart-at-vote`: waits (until `within` after `began`, or the run's
+/// end) for the topology to mark `killed` down, and says when and who said
+/// so, for the restart's event: the node comes back as its replica is being
+/// voted in, a supervisor's quick restart met by a failover.
+async fn marked_down(
+    env: &mut Env,
+    killed: &str,
+    began: std::time::Instant,
+    within: Duration,
+) -> serde_json::Value {
+    let said = tokio::select! {
+        s = env.cluster.await_marked_down(killed, within.saturating_sub(began.elapsed())) => s,
+        _ = env.stop.wait_for(|s| *s) => None,
+    };
+    let after_ms = began.elapsed().as_millis() as u64;
+    match said {
+        Some(by) => json!({"marked_down": true, "after_ms": after_ms, "by": by}),
+        None => json!({"marked_down": false, "after_ms": after_ms}),
     }
 }
 
@@ -138,11 +185,14 @@ fn single<'a>(names: &[&'a str]) -> Option<&'a str> {
 /// evidence that it is a new process. A failed restart leaves the run
 /// without a node it relies on (or with a foreign server in its place), so
 /// the event says `unverified` and the run cannot be valid.
-pub(crate) async fn restart(env: &Env, was: &NodeRef, f: &str) {
+pub(crate) async fn restart(env: &Env, was: &NodeRef, f: &str, at_vote: Option<Value>) {
     let name = was.name.as_str();
     let value = match env.cluster.restart(name).await {
         Ok(node) => {
-            let value = json!({"target": name, "pid": node.pid});
+            let mut value = json!({"target": name, "pid": node.pid});
+            if let Some(at_vote) = at_vote {
+                value["at_vote"] = at_vote;
+            }
             verify::attach(value, verify::restarted(was, &node))
         }
         Err(e) => {

@@ -137,7 +137,7 @@ async fn kill_clock(env: &mut Env, down: Duration, jump_ns: i64, hold: Duration)
         .record_at(began, &Fault::Kill.start_event(), value, None);
     tokio::time::sleep(down).await;
     for was in &killed {
-        crate::fault::kill::restart(env, was, &Fault::Kill.stop_event()).await;
+        crate::fault::kill::restart(env, was, &Fault::Kill.stop_event(), None).await;
     }
     jump_one_node(env, &nodes[2], jump_ns, holder, hold).await;
 }
