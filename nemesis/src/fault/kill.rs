@@ -60,6 +60,10 @@ async fn nodes(env: &mut Env, p: &FaultParams) {
         return;
     }
     let began = env.journal.now_ns();
+    // The node's time down, and a promotion's, count from the SIGKILL, not
+    // from after its evidence is gathered and recorded (which a busy
+    // machine stretched to 1.4 s, past the vote a 300 ms restart beats).
+    let down = std::time::Instant::now();
     let mut killed = Vec::new();
     for node in &nodes {
         match env.cluster.kill(&node.name).await {
@@ -81,7 +85,6 @@ async fn nodes(env: &mut Env, p: &FaultParams) {
     env.journal
         .record_at(began, &Fault::Kill.start_event(), value, single(&names));
     // Restart even when the run is ending: every fault heals before the final read.
-    let down = std::time::Instant::now();
     let watched = match killed.as_slice() {
         [was] if env.cluster.fails_over() => Some(was.name.clone()),
         _ => None,
@@ -118,7 +121,7 @@ async fn stay_down(
             (promoted, None)
         }
         None => {
-            env.sleep(p.kill_down).await;
+            env.sleep(p.kill_down.saturating_sub(down.elapsed())).await;
             (false, None)
         }
     }
