@@ -18,6 +18,8 @@ pub struct Exposure {
     /// met none.
     pub met: u64,
     pub unmet: u64,
+    /// Of `unmet`: faults the run's end cut short before they acted.
+    pub interrupted: u64,
     /// Holds live, and acquires and writes in flight, at a fault's start;
     /// grants and client writes while it was active (an event inside two
     /// overlapping faults counts for each).
@@ -36,6 +38,7 @@ impl Exposure {
 /// One fault's tally, from its start to its heal.
 struct Open {
     kind: String,
+    interrupted: bool,
     holds: u64,
     in_flight: u64,
     grants: u64,
@@ -62,6 +65,7 @@ impl OnEvent for ExposureCheck {
             if let Some(kind) = fault::started(&e.f) {
                 self.open.push(Open {
                     kind: kind.to_string(),
+                    interrupted: false,
                     holds: self.holders.len() as u64,
                     in_flight: self.in_flight.len() as u64,
                     grants: 0,
@@ -70,7 +74,8 @@ impl OnEvent for ExposureCheck {
             } else if let Some(kind) = fault::stopped(&e.f) {
                 // Faults of one kind heal in the order they started.
                 if let Some(i) = self.open.iter().position(|o| o.kind == kind) {
-                    let closed = self.open.remove(i);
+                    let mut closed = self.open.remove(i);
+                    closed.interrupted = e.value.get(fault::INTERRUPTED).is_some();
                     self.close(closed);
                 }
             }
@@ -102,9 +107,13 @@ impl OnEvent for ExposureCheck {
 impl ExposureCheck {
     fn close(&mut self, o: Open) {
         let x = &mut self.exposure;
-        match o.holds + o.in_flight + o.grants + o.writes {
-            0 => x.unmet += 1,
-            _ => x.met += 1,
+        match (o.interrupted, o.holds + o.in_flight + o.grants + o.writes) {
+            (true, _) => {
+                x.unmet += 1;
+                x.interrupted += 1;
+            }
+            (false, 0) => x.unmet += 1,
+            (false, _) => x.met += 1,
         }
         x.holds += o.holds;
         x.in_flight += o.in_flight;
@@ -158,6 +167,20 @@ mod tests {
         let x = exposure(&h);
         assert_eq!((x.met, x.unmet), (1, 1));
         assert_eq!((x.holds, x.grants, x.writes), (0, 1, 1));
+    }
+
+    #[test]
+    fn a_fault_the_runs_end_cut_short_is_no_evidence_whatever_it_met() {
+        let mut h = Hist::new();
+        h.nemesis("start-failover");
+        h.acquire(1, "t1");
+        h.write(1, 1);
+        let why = serde_json::json!({ fault::INTERRUPTED: "the run ended before the kill" });
+        h.nemesis("stop-failover").value(why);
+        let x = exposure(&h);
+        assert_eq!((x.met, x.unmet, x.interrupted), (0, 1, 1));
+        // What it saw still counts: the grant and the write happened.
+        assert_eq!((x.grants, x.writes), (1, 1));
     }
 
     #[test]

@@ -56,8 +56,9 @@ pub fn judge_run(results: &mut Results, record: &RunRecord) {
     let exposure = &results.stats.exposure;
     if asked && exposure.unmet > 0 && exposure.met == 0 {
         unknown(format!(
-            "no fault met the lock: each of the {} fault(s) started with no holder and no acquire or write in flight, and saw no grant or write while active, so the run tested nothing --nemesis {} was for",
-            exposure.unmet, record.options.nemesis
+            "no fault met the lock: {}, so the run tested nothing --nemesis {} was for",
+            unmet_faults(exposure),
+            record.options.nemesis
         ));
     }
     let granted_none = record.options.config.has_lock_node() && results.stats.acquired == 0;
@@ -78,6 +79,22 @@ pub fn judge_run(results: &mut Results, record: &RunRecord) {
         // and a `deadlock` it shows is that, not a finding about the lock.
         results.valid = Validity::Unknown;
     }
+}
+
+/// Why each fault of a run that met nothing is no evidence.
+fn unmet_faults(x: &checker::Exposure) -> String {
+    let idle = x.unmet - x.interrupted;
+    let mut said = Vec::new();
+    if idle > 0 {
+        said.push(format!("{idle} fault(s) started with no holder and no acquire or write in flight, and saw no grant or write while active"));
+    }
+    if x.interrupted > 0 {
+        said.push(format!(
+            "{} fault(s) were cut short by the run's end before they acted",
+            x.interrupted
+        ));
+    }
+    said.join("; ")
 }
 
 /// Checks a run folder or a history file. The `run.json` beside a history

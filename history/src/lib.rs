@@ -195,6 +195,10 @@ pub mod fault {
 
     /// The key that holds the evidence of its effect.
     pub const VERIFIED: &str = "verified";
+    /// The key a stop event carries, saying why, when the run's end cut the
+    /// fault short before it did what it is for (a failover's cut, with no
+    /// kill after it): whatever it met, it is no evidence.
+    pub const INTERRUPTED: &str = "interrupted";
     /// The key that says why its effect was not seen.
     pub const UNVERIFIED: &str = "unverified";
     /// The key naming the strike point a fault that struck a client landed

@@ -212,11 +212,19 @@ fn met(x: &checker::Exposure) -> String {
         "; they met {} hold(s), {} op(s) in flight, {} grant(s), {} write(s)",
         x.holds, x.in_flight, x.grants, x.writes
     );
-    if x.unmet > 0 {
+    if x.unmet > x.interrupted {
         let _ = write!(
             said,
             " ({} of {} met none: no holder, op in flight, grant or write, so no evidence)",
-            x.unmet,
+            x.unmet - x.interrupted,
+            x.met + x.unmet
+        );
+    }
+    if x.interrupted > 0 {
+        let _ = write!(
+            said,
+            " ({} of {} cut short by the run's end before it acted, so no evidence)",
+            x.interrupted,
             x.met + x.unmet
         );
     }

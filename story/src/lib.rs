@@ -849,6 +849,9 @@ fn at_vote(e: &Event) -> String {
 
 /// A fault's stop event, in words.
 fn fault_ended(kind: &str, e: &Event, target: Option<&str>, on: &str) -> String {
+    if let Some(why) = e.value.get(fault::INTERRUPTED).and_then(|w| w.as_str()) {
+        return format!("the {kind} on{on} was cut short, its links healed: {why}");
+    }
     match kind {
         "pause" => format!("{} woke", target.unwrap_or("the frozen process")),
         "kill" => format!(
@@ -1535,6 +1538,19 @@ mod tests {
             "the nemesis killed n1, n2, n3 (a restart follows)"
         );
         assert_eq!(story.describe(&back), "n1 restarted");
+    }
+
+    #[test]
+    fn a_fault_cut_short_by_the_runs_end_says_so_not_that_it_ended() {
+        let value = json!({"target": "n1", "healed": "run ending", "interrupted": "the run ended before the kill"});
+        let stop =
+            Event::new(2, Process::nemesis(), OpType::Info, "stop-failover").with_value(value);
+        let h = History::new(vec![stop.clone()]);
+        let story = Story::new(&h, Known::default());
+        assert_eq!(
+            story.describe(&stop),
+            "the failover on n1 was cut short, its links healed: the run ended before the kill"
+        );
     }
 
     #[test]

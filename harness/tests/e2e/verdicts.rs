@@ -41,6 +41,13 @@ fn token(process: &str) -> &'static str {
     }
 }
 
+/// `extra` (a fault's events) among [`clean_ops`], in time order.
+fn with_clean_ops(extra: &[Op]) -> Vec<Op> {
+    let mut ops: Vec<Op> = extra.iter().copied().chain(clean_ops()).collect();
+    ops.sort_by_key(|o| o.0);
+    ops
+}
+
 fn jsonl(ops: &[Op]) -> String {
     ops.iter()
         .enumerate()
@@ -257,16 +264,11 @@ fn a_run_whose_faults_met_no_holder_grant_or_write_is_unknown() {
         "promise": "mutual-exclusion",
         "options": {"config": "single", "nemesis": "partition"},
     });
-    let between_holds: Vec<Op> = [
+    let between_holds = with_clean_ops(&[
         (100_000, "nemesis", "info", "start-partition", "nil"),
         (200_000, "nemesis", "info", "stop-partition", "nil"),
-    ]
-    .into_iter()
-    .chain(clean_ops())
-    .collect();
-    let mut ops = between_holds;
-    ops.sort_by_key(|o| o.0);
-    run_folder(tmp.path(), record.clone(), &ops);
+    ]);
+    run_folder(tmp.path(), record.clone(), &between_holds);
     let out = check(&[tmp.path().to_str().unwrap()]);
     assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
     assert!(
@@ -276,14 +278,10 @@ fn a_run_whose_faults_met_no_holder_grant_or_write_is_unknown() {
     );
     assert!(out.stdout.contains("1 of 1 met none"), "{}", out.stdout);
     // The same partition while worker 0 holds the lock met it.
-    let mut ops: Vec<Op> = [
+    let ops = with_clean_ops(&[
         (1_015, "nemesis", "info", "start-partition", "nil"),
         (1_045, "nemesis", "info", "stop-partition", "nil"),
-    ]
-    .into_iter()
-    .chain(clean_ops())
-    .collect();
-    ops.sort_by_key(|o| o.0);
+    ]);
     run_folder(tmp.path(), record, &ops);
     let out = check(&[tmp.path().to_str().unwrap()]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
@@ -293,6 +291,32 @@ fn a_run_whose_faults_met_no_holder_grant_or_write_is_unknown() {
         "{}",
         out.stdout
     );
+}
+
+/// A `failover` the run's end cut short after its cut and before its kill
+/// met a holder, but failed nothing over: its stop event says so, and a
+/// run with no other fault tested no failover.
+#[test]
+fn a_run_whose_only_fault_was_cut_short_by_its_end_is_unknown() {
+    let tmp = common::tmp();
+    let record = serde_json::json!({
+        "promise": "mutual-exclusion",
+        "options": {"config": "replicated", "nemesis": "failover"},
+    });
+    let stop = r#"{"target": "n1", "interrupted": "the run ended before the kill"}"#;
+    let ops = with_clean_ops(&[
+        (1_005, "nemesis", "info", "start-failover", "nil"),
+        (1_065, "nemesis", "info", "stop-failover", stop),
+    ]);
+    run_folder(tmp.path(), record, &ops);
+    let out = check(&[tmp.path().to_str().unwrap()]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    for said in [
+        "1 fault(s) were cut short by the run's end before they acted",
+        "1 of 1 cut short by the run's end",
+    ] {
+        assert!(out.stdout.contains(said), "{said}: {}", out.stdout);
+    }
 }
 
 /// A history of the shape of Jepsen's etcd lock test (Knossos's

@@ -92,11 +92,10 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
     let holder = env.await_holder(Failover.name()).await;
     if env.stopping() {
         let _ = env.cluster.heal().await;
-        env.journal.record(
-            &Fault::Failover.stop_event(),
-            json!({"target": name, "healed": "run ending"}),
-            Some(&name),
-        );
+        // A cut and a grant, no kill: no failover, whatever the cut met.
+        let value = json!({"target": name, "healed": "run ending", fault::INTERRUPTED: "the run ended before the kill"});
+        env.journal
+            .record(&Fault::Failover.stop_event(), value, Some(&name));
         return;
     }
     let killed = env.cluster.kill(&name).await;

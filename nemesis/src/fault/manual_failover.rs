@@ -158,13 +158,16 @@ async fn takeover(env: &mut Env, lock_ttl: Duration) {
     env.sleep(lock_ttl).await;
     // A lock taken now lives on the master alone.
     let holder = env.await_holder(Takeover.name()).await;
+    let ended = env.stopping();
     let mut stop = json!({"target": master});
-    if holder.is_none() && !env.stopping() {
+    if ended {
+        stop[fault::INTERRUPTED] = json!("the run ended before the takeover was asked for");
+    } else if holder.is_none() {
         // The cut alone is no takeover: the run must not pass for one.
         let why = "no worker held the lock after the cut: the replica was never told to take over";
         stop = verify::attach(stop, Err(why.into()));
     }
-    if holder.is_some() && !env.stopping() {
+    if holder.is_some() && !ended {
         let asked_at = env.journal.now_ns();
         let asked = env.cluster.hand_over(&replica, true).await;
         let value = json!({"target": master, "replica": replica, "command": "CLUSTER FAILOVER TAKEOVER", "holder": holder.map(|h| h.process)});
@@ -186,7 +189,7 @@ async fn takeover(env: &mut Env, lock_ttl: Duration) {
         env.journal
             .record(fault::HEAL_FAILED, json!({"error": e.to_string()}), None);
     }
-    if holder.is_some() && healed.is_ok() {
+    if holder.is_some() && !ended && healed.is_ok() {
         stop["old_primary"] = demotion(env, &master).await;
     }
     env.journal
