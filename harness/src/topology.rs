@@ -744,8 +744,8 @@ impl Topology {
     }
 
     /// Whether a Sentinel holds the primary objectively down (`o_down`:
-    /// its quorum agreed), the step before the Sentinels elect a leader to
-    /// fail it over.
+    /// its quorum agreed, the step before the Sentinels elect a leader to
+    /// fail it over), or is failing it over.
     async fn sentinel_says_down(&self) -> Option<String> {
         let (sentinels, master) = (self.sentinels.clone(), self.master.clone());
         let (who, flags) = tokio::task::spawn_blocking(move || {
@@ -756,11 +756,11 @@ impl Topology {
                     .arg(&master)
                     .query(&mut con)
                     .ok()?;
+                // Its failover goes on once begun, even as the old primary
+                // answers again (and `o_down` clears).
                 let flags = fields.get("flags")?.clone();
-                flags
-                    .split(',')
-                    .any(|f| f == "o_down")
-                    .then_some((s, flags))
+                let down = |f: &str| matches!(f, "o_down" | "failover_in_progress");
+                flags.split(',').any(down).then_some((s, flags))
             })
         })
         .await
