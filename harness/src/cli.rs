@@ -332,6 +332,7 @@ fn run_to_end<T>(run: impl std::future::Future<Output = Result<T>>) -> Result<T>
 fn run_command(options: RunOptions) -> Result<Validity> {
     logging::init();
     backend::docker_cli::route(options.nodes.backend);
+    let shaped = options.fault_shaping_flags();
     let outcome = run_to_end(run::run(options))?;
     let title = outcome.record.options.heading();
     let path = outcome.dir.display().to_string();
@@ -341,6 +342,14 @@ fn run_command(options: RunOptions) -> Result<Validity> {
     let nemesis = plan.aimed().to_string();
     let known = crate::matrix::expect::documented(&plan.setup(), &nemesis, outcome.results.valid);
     if let Some(line) = known.filter(|_| plan.target.is_none() && nemesis != "none") {
+        let line = match shaped.as_slice() {
+            [] => line,
+            flags => format!(
+                "not held to expectations.toml, which documents {} × {nemesis} under the defaults: this run gave {}",
+                plan.setup(),
+                flags.join(", ")
+            ),
+        };
         say(&format!("  {line}\n"))?;
     }
     if let Some(first) = &outcome.first_breach {

@@ -595,6 +595,44 @@ impl RunOptions {
         }
     }
 
+    /// The flags given that change what a fault does to the lock (its
+    /// timing, what a node keeps, where the counter lives, which nodes it
+    /// hits, the client's own check): expectations.toml documents each
+    /// pair under the defaults, so a run with any of these is not held to it.
+    pub fn fault_shaping_flags(&self) -> Vec<&'static str> {
+        let d = RunOptions::default();
+        let given = [
+            ("--ttl-ms", self.ttl_ms != d.ttl_ms),
+            ("--work-ms", self.work_ms != d.work_ms),
+            ("--pause-ms", self.pause_ms != d.pause_ms),
+            ("--node-pause-ms", self.node_pause_ms != d.node_pause_ms),
+            ("--restart-ms", self.restart_ms != d.restart_ms),
+            ("--restart-at-vote", self.restart_at_vote),
+            ("--persistence", self.persistence != d.persistence),
+            ("--storage", self.shared.storage != d.shared.storage),
+            ("--storage-cmd", self.storage_cmd.is_some()),
+            ("--postgres-setting", !self.postgres_settings.is_empty()),
+            ("--wait-replicas", self.wait_replicas != d.wait_replicas),
+            ("--targets", self.shared.targets != d.shared.targets),
+            ("--clock-jump-ms", self.clock_jump_ms != d.clock_jump_ms),
+            ("--holder-skew-ms", self.holder_skew_ms != d.holder_skew_ms),
+            ("--fault-ms", self.fault_ms != d.fault_ms),
+            ("--down-after-ms", self.down_after_ms != d.down_after_ms),
+            (
+                "--failover-timeout-ms",
+                self.failover_timeout_ms != d.failover_timeout_ms,
+            ),
+            ("--no-validity-check", self.no_validity_check),
+            ("--latency-ms", self.latency_ms.is_some()),
+            ("--schedule", self.schedule.is_some()),
+        ];
+        given
+            .into_iter()
+            .filter(|(_, g)| *g)
+            .map(|(f, _)| f)
+            .collect()
+    }
+
     /// Fills every default that depends on other options and checks the
     /// combination, so `run.json` records exactly what ran.
     pub fn resolve(mut self) -> Result<RunPlan, Refusal> {
@@ -1597,6 +1635,16 @@ mod tests {
                 .restart_at_vote
         );
         assert!(parse(&["run", "--restart-at-vote", "--restart-ms", "900"]).is_err());
+    }
+
+    #[test]
+    fn a_run_with_its_own_fault_timing_or_durability_says_which_flags_set_it() {
+        let kill = || "kill".parse().unwrap();
+        let mut o = RunOptions::new(Config::Single, kill());
+        (o.workers, o.seed, o.timing.time_limit) = (9, Some(4), 30);
+        assert!(o.fault_shaping_flags().is_empty(), "seed, workers, time");
+        (o.restart_ms, o.persistence) = (2000, Persistence::AofAlways);
+        assert_eq!(o.fault_shaping_flags(), ["--restart-ms", "--persistence"]);
     }
 
     #[test]
