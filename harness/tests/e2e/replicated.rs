@@ -29,6 +29,32 @@ fn a_primary_restarted_empty_before_sentinel_notices_loses_the_lock() {
     }
 }
 
+/// `--restart-at-vote` on Sentinel: the primary comes back as soon as a
+/// Sentinel holds it objectively down (`o_down`), and the failover it began
+/// goes on: every restart names the Sentinel that said so, and a replica is
+/// promoted after the restart. (Whether it had resynced from the empty
+/// primary first is the race the option times: 4 of 6 kills here.)
+#[test]
+fn a_primary_back_as_sentinel_fails_it_over_is_replaced_all_the_same() {
+    let tmp = common::tmp();
+    let args = ["--restart-at-vote"];
+    let (out, _, dir) = run_short(tmp.path(), "replicated", "kill", "16", "1", &args);
+    assert!(matches!(out.code, 0 | 1), "{}", out.stdout);
+    let restarts = events(&dir, "stop-kill");
+    assert!(!restarts.is_empty(), "{}", out.stdout);
+    for r in &restarts {
+        let by = r["value"]["at_vote"]["by"].as_str().unwrap_or_default();
+        assert!(by.starts_with("Sentinel s") && by.contains("o_down"), "{r}");
+    }
+    let back = restarts[0]["time"].as_u64().unwrap();
+    let promoted = events(&dir, "promoted");
+    assert!(
+        promoted.iter().any(|p| p["time"].as_u64().unwrap() > back),
+        "no promotion after {back}: {}",
+        out.stdout
+    );
+}
+
 fn failover(
     results: &std::path::Path,
     time_limit: &str,
