@@ -10,7 +10,7 @@ use crate::origin::{Deployment, Theirs};
 use backend::node::{connect, NodeClock, NodeSpec, RedisNode, Role};
 use backend::{Provisioner, Server};
 use nemesis::clock::TimeControl;
-use nemesis::cluster::{BoxFuture, ClockReading};
+use nemesis::cluster::{BoxFuture, ClockReading, Promotion};
 use nemesis::net::{Firewall, Link};
 use nemesis::proxy;
 use nemesis::Targets;
@@ -1131,14 +1131,6 @@ impl Cluster for Topology {
         })
     }
 
-    fn slot_epoch(&self, node: &str) -> BoxFuture<'_, Option<u64>> {
-        let node = node.to_string();
-        Box::pin(async move {
-            let (master, epoch) = self.slot_claim().await?;
-            (master == node).then_some(epoch)
-        })
-    }
-
     fn has_leader(&self, node: &str) -> BoxFuture<'_, Result<bool, String>> {
         let addr = self
             .socket_of(node)
@@ -1322,17 +1314,17 @@ impl Cluster for Topology {
         })
     }
 
-    fn await_promotion(&self, old: &str, timeout: Duration) -> BoxFuture<'_, Option<String>> {
+    fn await_promotion(&self, old: &str, timeout: Duration) -> BoxFuture<'_, Option<Promotion>> {
         let old = old.to_string();
         Box::pin(async move {
             let deadline = Instant::now() + timeout;
             while Instant::now() < deadline {
                 let now = match self.cluster_slot.is_some() {
-                    true => self.cluster_master().await,
-                    false => self.sentinel_primary().await,
+                    true => self.slot_claim().await.map(|(node, e)| (node, Some(e))),
+                    false => self.sentinel_primary().await.map(|node| (node, None)),
                 };
                 match now {
-                    Some(name) if name != old => return Some(name),
+                    Some((node, epoch)) if node != old => return Some(Promotion { node, epoch }),
                     _ => tokio::time::sleep(Duration::from_millis(50)).await,
                 }
             }

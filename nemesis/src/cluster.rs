@@ -57,6 +57,25 @@ pub trait Host: Send + Sync {
     fn group_states(&self, leader: u32) -> BoxFuture<'_, std::io::Result<Vec<(u32, char)>>>;
 }
 
+/// A primary the topology put in the old one's place: the node, and on a
+/// Redis Cluster the config epoch it claims the lock's slot under, read in
+/// the same look that found it (the evidence a vote was won).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Promotion {
+    pub node: String,
+    pub epoch: Option<u64>,
+}
+
+impl Promotion {
+    /// `value` with the epoch, when there is one.
+    pub fn with_epoch(&self, mut value: serde_json::Value) -> serde_json::Value {
+        if let Some(epoch) = self.epoch {
+            value["epoch"] = serde_json::json!(epoch);
+        }
+        value
+    }
+}
+
 pub trait Cluster: Send + Sync {
     /// The host node `name` runs on, when not this machine.
     fn host_of(&self, _name: &str) -> Option<std::sync::Arc<dyn Host>> {
@@ -109,12 +128,6 @@ pub trait Cluster: Send + Sync {
     fn hand_over(&self, _replica: &str, _takeover: bool) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async { Err("not a Redis Cluster lockstorm started".to_string()) })
     }
-    /// The config epoch under which `node` serves the lock's slot, as most
-    /// nodes name it; `None` off a cluster, or when it is not
-    /// the slot's master. A promotion's evidence: the epoch it won.
-    fn slot_epoch(&self, _node: &str) -> BoxFuture<'_, Option<u64>> {
-        Box::pin(async { None })
-    }
     /// Waits until the topology has agreed that `node` is down, the step
     /// before it votes in a replacement: the cluster flags it `fail`, or
     /// Sentinel's quorum `o_down`. Returns who said so, `None` on timeout
@@ -123,7 +136,7 @@ pub trait Cluster: Send + Sync {
         Box::pin(async { None })
     }
     /// Waits until Sentinel (or the cluster) names a primary other than `old`.
-    fn await_promotion(&self, old: &str, timeout: Duration) -> BoxFuture<'_, Option<String>>;
+    fn await_promotion(&self, old: &str, timeout: Duration) -> BoxFuture<'_, Option<Promotion>>;
     /// The independent lock nodes, in order (n1, n2, …); the primary's
     /// replicas and Sentinels are not among them.
     fn lock_nodes(&self) -> Vec<String>;

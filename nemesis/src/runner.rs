@@ -194,15 +194,6 @@ impl Env {
         }
     }
 
-    /// A promotion's `value`, with the config epoch `new` claims the lock's
-    /// slot under when the nodes form a Redis Cluster.
-    pub(crate) async fn with_epoch(&self, mut value: Value, new: &str) -> Value {
-        if let Some(epoch) = self.cluster.slot_epoch(new).await {
-            value["epoch"] = json!(epoch);
-        }
-        value
-    }
-
     pub(crate) fn stopping(&self) -> bool {
         *self.stop.borrow()
     }

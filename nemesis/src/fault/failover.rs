@@ -114,10 +114,7 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
     };
     let after_ms = killed_at.elapsed().as_millis() as u64;
     let value = match &promoted {
-        Some(new) => {
-            env.with_epoch(json!({"promoted": new, "after_ms": after_ms}), new)
-                .await
-        }
+        Some(new) => new.with_epoch(json!({"promoted": new.node, "after_ms": after_ms})),
         // No failover happened: the run did not test one, whatever it saw.
         // (Sentinel skips a replica cut off from its primary for more than
         // ten times down-after, so a long wait for a holder can leave none
@@ -134,8 +131,11 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
             )),
         ),
     };
-    env.journal
-        .record(fault::PROMOTED, value, promoted.as_deref());
+    env.journal.record(
+        fault::PROMOTED,
+        value,
+        promoted.as_ref().map(|p| p.node.as_str()),
+    );
 
     if let Err(e) = env.cluster.heal().await {
         env.journal
@@ -185,8 +185,8 @@ async fn commanded(env: &mut Env, name: &str) -> bool {
             // it, and a client still connected to it keeps locking there.
             let old = demotion(env, name).await;
             verify::attach(
-                json!({"target": name, "promoted": new, "old_primary": old}),
-                Ok(json!({"sentinel": "named a new primary", "primary": new})),
+                json!({"target": name, "promoted": new.node, "old_primary": old}),
+                Ok(json!({"sentinel": "named a new primary", "primary": new.node})),
             )
         }
         None => verify::attach(
@@ -196,8 +196,11 @@ async fn commanded(env: &mut Env, name: &str) -> bool {
             )),
         ),
     };
-    env.journal
-        .record(&Fault::Failover.stop_event(), value, promoted.as_deref());
+    env.journal.record(
+        &Fault::Failover.stop_event(),
+        value,
+        promoted.as_ref().map(|p| p.node.as_str()),
+    );
     true
 }
 

@@ -186,10 +186,13 @@ pub(crate) async fn promotion(
         return false;
     };
     let after_ms = began.elapsed().as_millis() as u64;
-    let value = json!({"promoted": new, "replaces": killed, "after_ms": after_ms, "since": since});
-    let value = env.with_epoch(value, &new).await;
-    env.journal
-        .record(checker::history::fault::PROMOTED, value, Some(&new));
+    let value =
+        json!({"promoted": new.node, "replaces": killed, "after_ms": after_ms, "since": since});
+    env.journal.record(
+        checker::history::fault::PROMOTED,
+        new.with_epoch(value),
+        Some(&new.node),
+    );
     true
 }
 

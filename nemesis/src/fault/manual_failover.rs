@@ -215,9 +215,10 @@ async fn promoted_by(
     let new = promoted.ok_or_else(|| {
         format!("no node claimed the slot of {master} within {after_ms} ms of {since}")
     })?;
-    let value = json!({"promoted": new, "replaces": master, "after_ms": after_ms, "since": since});
-    let value = env.with_epoch(value, &new).await;
-    let evidence = json!({"slot master": new, "epoch": value.get("epoch")});
-    env.journal.record(fault::PROMOTED, value, Some(&new));
+    let value =
+        json!({"promoted": new.node, "replaces": master, "after_ms": after_ms, "since": since});
+    let evidence = json!({"slot master": new.node, "epoch": new.epoch});
+    env.journal
+        .record(fault::PROMOTED, new.with_epoch(value), Some(&new.node));
     Ok(evidence)
 }
