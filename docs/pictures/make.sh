@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Redraws the timelines of docs/timelines.md: runs each demo, copies its
 # timeline.svg here and looks at it in Chromium (the PNG the page shows);
-# the README's first run's explain page; and the PostgreSQL matrix's
-# comparison picture of docs/findings.md.
+# the README's first run's explain page; and the PostgreSQL and Redis
+# Cluster matrices' comparison pictures of docs/findings.md.
 # Usage: docs/pictures/make.sh   (LOCKSTORM=path/to/lockstorm to skip cargo)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -50,3 +50,9 @@ shoot replicated-failover --config replicated --nemesis failover --time-limit 30
     --time-limit 15 --seed 1 --jobs 3 --results "$out/postgres-matrix" >"$out/postgres-matrix.txt"
 cp "$out"/postgres-matrix/matrix-*/comparison.png "$here/postgres-matrix.png"
 echo "postgres-matrix: $(tail -1 "$out/postgres-matrix.txt")"
+
+"${bin[@]}" matrix --configs cluster,cluster-fenced,replicated \
+    --nemeses none,pause,kill,pause-node,failover,manual-failover,takeover,partition,clock \
+    --runs 3 --seed 1 --time-limit 24 --jobs 6 --results "$out/cluster-matrix" >"$out/cluster-matrix.txt"
+cp "$out"/cluster-matrix/matrix-*/comparison.png "$here/cluster-matrix.png"
+echo "cluster-matrix: $(tail -1 "$out/cluster-matrix.txt")"
