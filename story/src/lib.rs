@@ -850,7 +850,7 @@ fn at_vote(e: &Event) -> String {
 /// A fault's stop event, in words.
 fn fault_ended(kind: &str, e: &Event, target: Option<&str>, on: &str) -> String {
     if let Some(why) = e.value.get(fault::INTERRUPTED).and_then(|w| w.as_str()) {
-        return format!("the {kind} on{on} was cut short, its links healed: {why}");
+        return format!("the {kind} on{on} was cut short and healed: {why}");
     }
     match kind {
         "pause" => format!("{} woke", target.unwrap_or("the frozen process")),
@@ -1549,7 +1549,7 @@ mod tests {
         let story = Story::new(&h, Known::default());
         assert_eq!(
             story.describe(&stop),
-            "the failover on n1 was cut short, its links healed: the run ended before the kill"
+            "the failover on n1 was cut short and healed: the run ended before the kill"
         );
     }
 

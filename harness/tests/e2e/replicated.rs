@@ -70,9 +70,9 @@ fn failover(
 /// again while the old holder is still inside its critical section. 5.5 s
 /// of work (within the 6 s lease) gives Sentinel that long to promote. A
 /// loaded machine's Sentinel has still been seen to promote nobody before a
-/// 24 s run ended (CI, once in three runs); such a run is `unknown` (its
-/// `promoted` event is unverified), so the race is given two runs, as
-/// Redlock's scenarios are given three.
+/// 24 s run ended (CI, once in three runs); such a run is `unknown` (its one
+/// failover was cut short), so the race is given two runs, as Redlock's
+/// scenarios are given three.
 #[test]
 fn a_failover_to_a_replica_without_the_key_loses_the_lock() {
     let mut outcomes = Vec::new();
@@ -84,9 +84,18 @@ fn a_failover_to_a_replica_without_the_key_loses_the_lock() {
         let orphans = common::orphaned_chains();
         assert!(orphans.is_empty(), "iptables rules left: {orphans:?}");
         let promoted = events(&dir, "promoted");
-        assert_eq!(promoted.len(), 1, "{}", out.stdout);
-        if promoted[0]["value"]["promoted"].is_null() {
-            assert_eq!(out.code, 2, "no promotion, yet decided: {}", out.stdout);
+        match promoted.as_slice() {
+            // The run ended before the vote: the failover says it was cut short.
+            [] => {
+                let stop = &events(&dir, "stop-failover")[0]["value"];
+                assert!(stop["interrupted"].is_string(), "{stop}");
+                assert_eq!(out.code, 2, "cut short, yet decided: {}", out.stdout);
+            }
+            [p] if p["value"]["promoted"].is_null() => {
+                assert_eq!(out.code, 2, "no promotion, yet decided: {}", out.stdout)
+            }
+            [_] => {}
+            more => panic!("{} promotions: {}", more.len(), out.stdout),
         }
         if out.code != 1 || count(&results, "lock-overlap") == 0 {
             // No promotion (unknown), or one after the holder had finished.
@@ -146,7 +155,9 @@ fn acquires_that_wait_for_a_replica_keep_the_lock_across_a_failover() {
     );
     let promoted = events(&dir, "promoted");
     assert!(
-        promoted[0]["value"]["promoted"].is_string(),
+        promoted
+            .first()
+            .is_some_and(|p| p["value"]["promoted"].is_string()),
         "the failover did not happen: {promoted:?}"
     );
 }

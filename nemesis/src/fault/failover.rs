@@ -113,39 +113,38 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
         _ = env.stop.wait_for(|s| *s) => None,
     };
     let after_ms = killed_at.elapsed().as_millis() as u64;
+    // The run's end before the vote cut the failover short: no evidence,
+    // but no failure of one either (an earlier failover of the run stands).
+    let ended = promoted.is_none() && env.stopping();
     let value = match &promoted {
-        Some(new) => new.with_epoch(json!({"promoted": new.node, "after_ms": after_ms})),
+        Some(new) => Some(new.with_epoch(json!({"promoted": new.node, "after_ms": after_ms}))),
+        None if ended => None,
         // No failover happened: the run did not test one, whatever it saw.
         // (Sentinel skips a replica cut off from its primary for more than
         // ten times down-after, so a long wait for a holder can leave none
         // eligible.)
-        None => verify::attach(
+        None => Some(verify::attach(
             json!({"promoted": null, "after_ms": after_ms}),
             Err(format!(
-                "no replica was promoted within {after_ms} ms of the kill{}",
-                if env.stopping() {
-                    ", before the run ended"
-                } else {
-                    ""
-                }
+                "no replica was promoted within {after_ms} ms of the kill"
             )),
-        ),
+        )),
     };
-    env.journal.record(
-        fault::PROMOTED,
-        value,
-        promoted.as_ref().map(|p| p.node.as_str()),
-    );
+    if let Some(value) = value {
+        let new = promoted.as_ref().map(|p| p.node.as_str());
+        env.journal.record(fault::PROMOTED, value, new);
+    }
 
     if let Err(e) = env.cluster.heal().await {
         env.journal
             .record(fault::HEAL_FAILED, json!({"error": e.to_string()}), None);
     }
+    let why = format!("the run ended {after_ms} ms after the kill, before a replica was promoted");
     restart(
         env,
         killed.as_ref().unwrap_or(&primary),
         &Fault::Failover.stop_event(),
-        None,
+        ended.then(|| (fault::INTERRUPTED, json!(why))),
     )
     .await;
 }

@@ -91,7 +91,8 @@ async fn nodes(env: &mut Env, p: &FaultParams) {
     };
     let (promoted, at_vote) = stay_down(env, p, watched.as_deref(), down).await;
     for was in &killed {
-        restart(env, was, &Fault::Kill.stop_event(), at_vote.clone()).await;
+        let at_vote = at_vote.clone().map(|v| ("at_vote", v));
+        restart(env, was, &Fault::Kill.stop_event(), at_vote).await;
     }
     // A vote begun while the node was down can end after it is back (its
     // peers had marked it failed): the history must have that promotion too.
@@ -207,13 +208,14 @@ fn single<'a>(names: &[&'a str]) -> Option<&'a str> {
 /// evidence that it is a new process. A failed restart leaves the run
 /// without a node it relies on (or with a foreign server in its place), so
 /// the event says `unverified` and the run cannot be valid.
-pub(crate) async fn restart(env: &Env, was: &NodeRef, f: &str, at_vote: Option<Value>) {
+/// `extra`: one more key of the event's value, the fault's own say.
+pub(crate) async fn restart(env: &Env, was: &NodeRef, f: &str, extra: Option<(&str, Value)>) {
     let name = was.name.as_str();
     let value = match env.cluster.restart(name).await {
         Ok(node) => {
             let mut value = json!({"target": name, "pid": node.pid});
-            if let Some(at_vote) = at_vote {
-                value["at_vote"] = at_vote;
+            if let Some((key, said)) = extra {
+                value[key] = said;
             }
             verify::attach(value, verify::restarted(was, &node))
         }
