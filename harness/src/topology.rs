@@ -1299,38 +1299,53 @@ impl Cluster for Topology {
         let addr = self.addr_of(node);
         Box::pin(async move {
             let addr = addr?;
-            let deadline = Instant::now() + timeout;
-            while Instant::now() < deadline {
-                let said = match self.cluster_slot.is_some() {
-                    true => self.cluster_flags_failed(&addr).await,
-                    false => self.sentinel_says_down().await,
-                };
-                if said.is_some() {
-                    return said;
+            let watch = async {
+                loop {
+                    let said = match self.cluster_slot.is_some() {
+                        true => self.cluster_flags_failed(&addr).await,
+                        false => self.sentinel_says_down().await,
+                    };
+                    if said.is_some() {
+                        return said;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            None
+            };
+            within(timeout, watch).await
         })
     }
 
     fn await_promotion(&self, old: &str, timeout: Duration) -> BoxFuture<'_, Option<Promotion>> {
         let old = old.to_string();
         Box::pin(async move {
-            let deadline = Instant::now() + timeout;
-            while Instant::now() < deadline {
-                let now = match self.cluster_slot.is_some() {
-                    true => self.slot_claim().await.map(|(node, e)| (node, Some(e))),
-                    false => self.sentinel_primary().await.map(|node| (node, None)),
-                };
-                match now {
-                    Some((node, epoch)) if node != old => return Some(Promotion { node, epoch }),
-                    _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            let watch = async {
+                loop {
+                    let now = match self.cluster_slot.is_some() {
+                        true => self.slot_claim().await.map(|(node, e)| (node, Some(e))),
+                        false => self.sentinel_primary().await.map(|node| (node, None)),
+                    };
+                    match now {
+                        Some((node, epoch)) if node != old => {
+                            return Some(Promotion { node, epoch })
+                        }
+                        _ => tokio::time::sleep(Duration::from_millis(50)).await,
+                    }
                 }
-            }
-            None
+            };
+            within(timeout, watch).await
         })
     }
+}
+
+/// `watch`'s answer if it comes within `timeout`. The deadline holds over
+/// a slow answer too: a kill's restart waits on a watch, and a Sentinel
+/// that took 2 s to answer on a busy machine once kept a 300 ms kill's node
+/// down past Sentinel's own notice, which then failed it over.
+async fn within<T>(
+    timeout: Duration,
+    watch: impl std::future::Future<Output = Option<T>>,
+) -> Option<T> {
+    tokio::time::timeout(timeout, watch).await.ok().flatten()
 }
 
 /// Polls a blocking probe until it says yes, or fails with `what`.
