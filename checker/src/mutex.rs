@@ -102,8 +102,12 @@ pub struct Mutex {
     /// unsafe (a read or write) or foreign (a release), if it succeeds.
     pending: FxHashMap<Process, u64>,
     /// Per process, its release in flight: (invoke time, when the hold it
-    /// ends was granted).
-    releasing: FxHashMap<Process, (u64, u64)>,
+    /// ends was granted, that hold's key token).
+    releasing: FxHashMap<Process, (u64, u64, Option<String>)>,
+    /// Foreign releases waiting [`LATE_SET`] for the observer's report of
+    /// what they deleted: `(own token, intruder's token, release invoke
+    /// time, witness, until)`.
+    deferred_foreign: Vec<DeferredForeign>,
     /// A release that succeeded after another lock was granted during it:
     /// it may have deleted that lock. Confirmed when a third lock is granted
     /// while that one is still held (its key was gone).
@@ -144,6 +148,36 @@ pub struct Mutex {
     pub foreign_release: Anomaly,
 }
 
+/// A foreign release waiting for the observer: `(own token, intruder's
+/// token, release invoke time, witness, until)`.
+type DeferredForeign = (String, Option<String>, u64, Witness, u64);
+
+/// Of `waiting`, drops those the observer has since `excused`, and takes
+/// out those past their deadline (`parts`: the witness and the deadline;
+/// all of them at the end, `now` being `None`), for the caller to record.
+fn take_due<T>(
+    waiting: &mut Vec<T>,
+    now: Option<u64>,
+    excused: impl Fn(&T) -> bool,
+    parts: impl Fn(&T) -> (&Witness, u64),
+) -> Vec<Witness> {
+    let mut due = Vec::new();
+    waiting.retain(|w| {
+        if excused(w) {
+            return false;
+        }
+        let (witness, until) = parts(w);
+        match now {
+            Some(now) if now <= until => true,
+            _ => {
+                due.push(witness.clone());
+                false
+            }
+        }
+    });
+    due
+}
+
 /// How late the observer's report of a set may come after the set itself:
 /// it stamps what it reads, after the node acted, and a busy machine delays
 /// its reading. Far longer than a report takes, far shorter than a lease.
@@ -152,6 +186,7 @@ const LATE_SET: u64 = 2_000_000_000;
 impl OnEvent for Mutex {
     fn on_event(&mut self, e: &Event, invoke: Option<&Invoked>) {
         self.settle_deferred(Some(e.time));
+        self.settle_foreign(Some(e.time));
         if e.process.is_observer() {
             self.keys.on_event(e);
             return;
@@ -212,7 +247,7 @@ impl OnEvent for Mutex {
                     };
                     match data_op {
                         true => self.unsafe_action.record(witness),
-                        false => self.foreign_release.record(witness),
+                        false => self.foreign(witness, other, in_flight),
                     }
                 } else if let Some(gone) = unowned {
                     let witness = Witness {
@@ -227,7 +262,7 @@ impl OnEvent for Mutex {
                         Some(token) => self.deferred.push((token, witness, e.time + LATE_SET)),
                         None => self.unsafe_action.record(witness),
                     }
-                } else if let Some((invoked, mine)) = in_flight {
+                } else if let Some((invoked, mine, _)) = in_flight {
                     self.suspect(e, invoked, mine);
                 }
             }
@@ -254,6 +289,7 @@ impl Checker for Mutex {
 
     fn finish(mut self: Box<Self>) -> Finding {
         self.settle_deferred(None);
+        self.settle_foreign(None);
         self.label_overlaps();
         let report = CheckerReport::from_anomalies([
             &self.overlap,
@@ -274,6 +310,56 @@ impl Checker for Mutex {
 }
 
 impl Mutex {
+    /// A release that succeeded after another lock (`intruder`, the index
+    /// of its grant) was granted: it deleted that lock, unless the observer
+    /// shows it deleted its own key and not the intruder's (two primaries,
+    /// each with its own key, after a failover). With the observer's events
+    /// it waits for that report; without them it is judged at once.
+    fn foreign(
+        &mut self,
+        witness: Witness,
+        intruder: u64,
+        releasing: Option<(u64, u64, Option<String>)>,
+    ) {
+        let own = releasing
+            .and_then(|(invoked, _, token)| Some((token?, invoked)))
+            .filter(|_| self.keys.watched());
+        let Some((own, since)) = own else {
+            self.foreign_release.record(witness);
+            return;
+        };
+        let theirs = self
+            .open
+            .iter()
+            .find(|o| o.hold.start_index == intruder)
+            .and_then(|o| o.key_token.clone());
+        let until = witness.time + LATE_SET;
+        self.deferred_foreign
+            .push((own, theirs, since, witness, until));
+    }
+
+    /// Drops each deferred foreign release the observer saw delete its own
+    /// key (and not the intruder's), and records the rest past their wait
+    /// (all of them at the end, `now` being `None`).
+    fn settle_foreign(&mut self, now: Option<u64>) {
+        if self.deferred_foreign.is_empty() {
+            return;
+        }
+        let keys = &self.keys;
+        let own_only = |(own, theirs, since, _, _): &DeferredForeign| {
+            keys.holder(own).is_some_and(|by| {
+                keys.deleted_by(own, by, *since)
+                    && !theirs
+                        .as_deref()
+                        .is_some_and(|t| keys.deleted_by(t, by, *since))
+            })
+        };
+        let due = take_due(&mut self.deferred_foreign, now, own_only, |d| (&d.3, d.4));
+        for witness in due {
+            self.foreign_release.record(witness);
+        }
+    }
+
     /// Drops each deferred op whose token's key was since reported set
     /// again, and records those still unowned past their wait (all of them
     /// at the end, `now` being `None`).
@@ -282,19 +368,9 @@ impl Mutex {
             return;
         }
         let keys = &self.keys;
-        let mut due = Vec::new();
-        self.deferred.retain(|(token, witness, until)| {
-            if keys.unowned_before(token, u64::MAX).is_none() {
-                return false;
-            }
-            match now {
-                Some(now) if now <= *until => true,
-                _ => {
-                    due.push(witness.clone());
-                    false
-                }
-            }
-        });
+        let set_again =
+            |(token, _, _): &(String, Witness, u64)| keys.unowned_before(token, u64::MAX).is_none();
+        let due = take_due(&mut self.deferred, now, set_again, |d| (&d.1, d.2));
         for witness in due {
             self.unsafe_action.record(witness);
         }
@@ -404,9 +480,10 @@ impl Mutex {
             self.pending.remove(&e.process);
             return;
         };
+        let token = mine.key_token.clone();
         let mine = &mine.hold;
         self.releasing
-            .insert(e.process.clone(), (e.time, mine.start));
+            .insert(e.process.clone(), (e.time, mine.start, token));
         let other = self
             .open
             .iter()
@@ -522,11 +599,12 @@ mod tests {
     use super::*;
     use crate::feed::feed;
     use crate::history::build::Hist;
-    use crate::history::ATTEMPT_SENT;
+    use crate::history::{key, ATTEMPT_SENT};
 
     fn run(h: &Hist) -> (Anomaly, Anomaly, Anomaly) {
         let mut m: Mutex = feed(&h.build());
         m.settle_deferred(None);
+        m.settle_foreign(None);
         (m.overlap, m.unsafe_action, m.foreign_release)
     }
 
@@ -750,6 +828,41 @@ mod tests {
         h.release(2, "b");
         h.release(1, "a");
         assert!(!run(&h).2.found());
+    }
+
+    /// Two primaries after a failover, each with its own key: worker 1's
+    /// release after worker 2's grant deleted worker 1's key on n1, as the
+    /// observer saw, not worker 2's on n3. An overlap, no foreign release.
+    #[test]
+    fn a_release_the_observer_saw_delete_its_own_key_is_not_foreign() {
+        let by = |w: &str| serde_json::json!({ "by": w });
+        let mut h = Hist::new();
+        h.acquire(1, "a"); // 0, 1
+        h.key(key::SET, "n1", "a").value(by("worker-1")); // 2
+        h.acquire(2, "b"); // 3, 4
+        h.key(key::SET, "n3", "b").value(by("worker-2")); // 5
+        h.release(1, "a"); // 6, 7
+        h.key(key::DELETED, "n1", "a").value(by("worker-1")); // 8
+        let (o, _, f) = run(&h);
+        assert!(o.found(), "two holders at once");
+        assert!(!f.found(), "{:?}", indices(&f));
+        // The same release seen deleting worker 2's key (a DEL with no
+        // token check) is foreign; so is one the observer says nothing of.
+        let mut h = Hist::new();
+        h.acquire(1, "a");
+        h.key(key::SET, "n1", "a").value(by("worker-1"));
+        h.key(key::EXPIRED, "n1", "a");
+        h.acquire(2, "b");
+        h.key(key::SET, "n1", "b").value(by("worker-2"));
+        h.release(1, "a"); // 7, 8
+        h.key(key::DELETED, "n1", "b").value(by("worker-1"));
+        assert_eq!(indices(&run(&h).2), vec![vec![8, 5]]);
+        let mut h = Hist::new();
+        h.acquire(1, "a");
+        h.key(key::SET, "n1", "a").value(by("worker-1"));
+        h.acquire(2, "b");
+        h.release(1, "a");
+        assert!(run(&h).2.found(), "nothing seen: judged on the history");
     }
 
     #[test]

@@ -247,6 +247,26 @@ impl Keys {
         (at < time).then_some(index)
     }
 
+    /// Whether the observer has reported on any node: a history with its
+    /// events, whose later reports a judgement may wait for.
+    pub fn watched(&self) -> bool {
+        !self.nodes.is_empty()
+    }
+
+    /// Who set `token`'s key (its holder's name, as the observer gives it).
+    pub fn holder(&self, token: &str) -> Option<&str> {
+        self.tokens.get(token)?.set_by.as_deref()
+    }
+
+    /// Whether `token`'s key was seen deleted by `by` at or after `since`.
+    pub fn deleted_by(&self, token: &str, by: &str, since: u64) -> bool {
+        self.tokens.get(token).is_some_and(|l| {
+            l.gone_on
+                .iter()
+                .any(|w| w.how == Gone::Deleted && w.time >= since && w.by.as_deref() == Some(by))
+        })
+    }
+
     /// Whether `token`'s loss was reported before its grant and not yet
     /// undone: an op judged unowned for it waits for the winning set's
     /// report (see `Mutex`), which would undo it.
