@@ -882,9 +882,15 @@ impl RunOptions {
             return Ok(());
         }
         if !self.config.fails_over() {
+            let voting: Vec<&str> = Config::ALL
+                .into_iter()
+                .filter(|c| c.fails_over())
+                .map(Config::name)
+                .collect();
             return Err(Refusal::Inapplicable(format!(
-                "--restart-at-vote restarts a killed primary as its replica is voted in, and --config {} has no replica to vote in: choose replicated, cluster or cluster-fenced, or give --restart-ms",
-                self.config
+                "--restart-at-vote restarts a killed primary as its replica is voted in, and --config {} has no replica to vote in: choose {}, or give --restart-ms",
+                self.config,
+                voting.join(", ")
             )));
         }
         if self.nodes.target.is_some() || self.nodes.hosts.is_some() {
@@ -1612,7 +1618,10 @@ mod tests {
         let Err(Refusal::Inapplicable(why)) = o.resolve() else {
             panic!("single has no replica to vote in")
         };
-        assert!(why.contains("choose replicated, cluster"), "{why}");
+        assert!(
+            why.contains("choose replicated, cluster, cluster-fenced,"),
+            "{why}"
+        );
         let mut o = RunOptions::new(Config::Cluster, kill());
         o.restart_at_vote = true;
         o.nodes.target = Some("redis+cluster://127.0.0.1:7000".into());

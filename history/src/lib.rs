@@ -199,6 +199,9 @@ pub mod fault {
     /// fault short before it did what it is for (a failover's cut, with no
     /// kill after it): whatever it met, it is no evidence.
     pub const INTERRUPTED: &str = "interrupted";
+    /// The key of a `kill`'s restart under `--restart-at-vote`: when, and
+    /// by whom, the node was marked down before it came back.
+    pub const AT_VOTE: &str = "at_vote";
     /// The key that says why its effect was not seen.
     pub const UNVERIFIED: &str = "unverified";
     /// The key naming the strike point a fault that struck a client landed

@@ -837,7 +837,7 @@ impl<'a> Story<'a> {
 /// `--restart-at-vote`'s part of a restart: when the node was marked down,
 /// and by whom, or that it never was (and so came back before any vote).
 fn at_vote(e: &Event) -> String {
-    let Some(v) = e.value.get("at_vote") else {
+    let Some(v) = e.value.get(fault::AT_VOTE) else {
         return String::new();
     };
     let after = v["after_ms"].as_u64().unwrap_or(0) as f64 / 1e3;

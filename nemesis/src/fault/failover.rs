@@ -139,12 +139,12 @@ async fn run(env: &mut Env, lock_ttl: Duration) {
         env.journal
             .record(fault::HEAL_FAILED, json!({"error": e.to_string()}), None);
     }
-    let why = format!("the run ended {after_ms} ms after the kill, before a replica was promoted");
+    let why = |ms| format!("the run ended {ms} ms after the kill, before a replica was promoted");
     restart(
         env,
         killed.as_ref().unwrap_or(&primary),
         &Fault::Failover.stop_event(),
-        ended.then(|| (fault::INTERRUPTED, json!(why))),
+        ended.then(|| (fault::INTERRUPTED, json!(why(after_ms)))),
     )
     .await;
 }

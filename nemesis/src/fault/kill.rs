@@ -91,7 +91,9 @@ async fn nodes(env: &mut Env, p: &FaultParams) {
     };
     let (promoted, at_vote) = stay_down(env, p, watched.as_deref(), down).await;
     for was in &killed {
-        let at_vote = at_vote.clone().map(|v| ("at_vote", v));
+        let at_vote = at_vote
+            .clone()
+            .map(|v| (checker::history::fault::AT_VOTE, v));
         restart(env, was, &Fault::Kill.stop_event(), at_vote).await;
     }
     // A vote begun while the node was down can end after it is back (its
@@ -112,9 +114,14 @@ async fn nodes(env: &mut Env, p: &FaultParams) {
 /// for twice the node timeout), and one can still land while its peers
 /// have yet to hear from it again.
 async fn vote_began(env: &mut Env, node: &str, within: Duration) -> bool {
+    marked_down_by(env, node, within).await.is_some()
+}
+
+/// Who marked `node` down within `within`, unless the run ends first.
+async fn marked_down_by(env: &mut Env, node: &str, within: Duration) -> Option<String> {
     tokio::select! {
-        s = env.cluster.await_marked_down(node, within) => s.is_some(),
-        _ = env.stop.wait_for(|s| *s) => false,
+        s = env.cluster.await_marked_down(node, within) => s,
+        _ = env.stop.wait_for(|s| *s) => None,
     }
 }
 
@@ -154,10 +161,7 @@ async fn marked_down(
     began: std::time::Instant,
     within: Duration,
 ) -> serde_json::Value {
-    let said = tokio::select! {
-        s = env.cluster.await_marked_down(killed, within.saturating_sub(began.elapsed())) => s,
-        _ = env.stop.wait_for(|s| *s) => None,
-    };
+    let said = marked_down_by(env, killed, within.saturating_sub(began.elapsed())).await;
     let after_ms = began.elapsed().as_millis() as u64;
     match said {
         Some(by) => json!({"marked_down": true, "after_ms": after_ms, "by": by}),
