@@ -39,6 +39,7 @@ mod fence;
 mod finding;
 mod holds;
 mod linear;
+pub mod meaning;
 mod mutex;
 mod observed;
 mod ops;

@@ -54,9 +54,10 @@
 
 use crate::finding::{Anomaly, CheckerReport, Finding, Validity, Witness};
 use crate::history::{Event, History, OpType};
+use crate::meaning::Dialect;
 use crate::{anomaly, Whole};
 use kept::{Does, Kept, LockEvent, NONE};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use search::Search;
 use std::time::Duration;
 use stream::Streamed;
@@ -184,9 +185,11 @@ struct Prepared {
     /// last event.
     loose: Vec<u32>,
     /// Why these events may depend on ops before the first of them, if
-    /// they may: a release whose token no acquire here carries, or a
-    /// refusal `not-held` of a hold granted earlier.
+    /// they may: a release whose token no acquire here carries.
     reaches_back: Option<&'static str>,
+    /// Tokens that releases carry and no acquire here does: orphans here,
+    /// which a later acquire of one of them would make them not be.
+    orphan_tokens: Vec<u32>,
 }
 
 impl Prepared {
@@ -225,6 +228,7 @@ fn prepare((processes, tokens): (usize, usize), events: &[LockEvent]) -> Prepare
     let completion_of = completions(events, processes);
     let deadline = kept_id_deadlines(events, &completion_of, processes);
     let mut p = Preparing::new(tokens);
+    p.tangled = tangled(events, &completion_of, &deadline);
     for (pos, e) in events.iter().enumerate() {
         if e.dead != NONE {
             p.crash(pos, e);
@@ -247,6 +251,58 @@ fn prepare((processes, tokens): (usize, usize), events: &[LockEvent]) -> Prepare
         );
     }
     p.finish()
+}
+
+/// Whom a lock op acts for, before owners are resolved: its token (the
+/// completion's, else the invocation's), else its process.
+fn acts_for(e: &LockEvent, completion: Option<&LockEvent>) -> (bool, u32) {
+    match completion.map(|c| c.token).filter(|&t| t != NONE) {
+        Some(t) => (true, t),
+        None if e.token != NONE => (true, e.token),
+        None => (false, e.process),
+    }
+}
+
+/// Who has two lock ops at once (one invoked before the other may have
+/// taken effect): a token shared by processes, an op sent while an
+/// uncertain one was open. Their ops' order is not their invocations', so
+/// a refusal `not-held` of theirs cannot tell which hold it speaks of.
+fn tangled(
+    events: &[LockEvent],
+    completion_of: &[u32],
+    deadline: &FxHashMap<u32, u64>,
+) -> FxHashSet<(bool, u32)> {
+    let mut busy_until: FxHashMap<(bool, u32), u64> = FxHashMap::default();
+    let mut tangled = FxHashSet::default();
+    for (pos, e) in events.iter().enumerate() {
+        if e.kind != OpType::Invoke || e.does == Does::Crash {
+            continue;
+        }
+        let completion = Some(completion_of[pos])
+            .filter(|&c| c != NIL)
+            .map(|c| &events[c as usize]);
+        // An unanswered op whose process went on under the same id took
+        // effect, if at all, before that process's next: still in order.
+        let until = match completion {
+            Some(c) if c.kind != OpType::Info => c.time,
+            _ if deadline.contains_key(&(pos as u32)) => e.time,
+            _ => u64::MAX,
+        };
+        let key = acts_for(e, completion);
+        let until = until.max(e.time);
+        match busy_until.get_mut(&key) {
+            Some(busy) => {
+                if *busy >= e.time {
+                    tangled.insert(key);
+                }
+                *busy = (*busy).max(until);
+            }
+            None => {
+                busy_until.insert(key, until);
+            }
+        }
+    }
+    tangled
 }
 
 /// For each invocation (by position), the position of its completion, or
@@ -279,13 +335,37 @@ struct Preparing {
     /// Per token, whether an acquire carries it.
     acquire_tokens: Vec<bool>,
     /// The owners of releases by token, with their token.
-    release_tokens: Vec<(u32, u32)>,
+    /// The owners of releases by token, with their token, and whether the
+    /// release may not have happened.
+    release_tokens: Vec<(u32, u32, bool)>,
     /// Per process, the owners of its acquires so far: what a crash releases.
     acquired: FxHashMap<u32, Vec<u32>>,
-    /// Per owner, when its latest acquire was invoked, and whether it was
-    /// granted (`ok`): where a lost hold's release may have taken effect
-    /// from, and whether there was a hold at all.
-    hold_from: FxHashMap<u32, (u64, bool)>,
+    /// The tokens of `orphan` owners (interned as the events have them).
+    orphan_tokens: Vec<u32>,
+    /// Who has two lock ops at once (see [`tangled`]).
+    tangled: FxHashSet<(bool, u32)>,
+    /// Per owner (keyed by who releases it), when its latest acquire that
+    /// was not refused was invoked.
+    acquired_from: FxHashMap<u32, u64>,
+    /// Ops (positions in `ops`) of refusals `not-held` by an owner with
+    /// no hold before: each ends nothing unless its owner is an orphan.
+    unheld_refusals: Vec<u32>,
+    /// Per owner (keyed by who releases it), its latest hold: what a
+    /// refusal `not-held` says ended, if anything.
+    holds: FxHashMap<u32, Hold>,
+}
+
+/// An owner's latest hold, as its ops so far tell it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hold {
+    /// Granted by an acquire invoked at this time, and not known to have
+    /// ended: a refusal `not-held` ends it, certainly, by the refusal.
+    Open(u64),
+    /// Asked for at this time, with no answer: if it was granted, a
+    /// refusal ends it by the refusal.
+    Maybe(u64),
+    /// Released, or ended by an earlier refusal: a refusal says nothing.
+    Ended,
 }
 
 impl Preparing {
@@ -342,38 +422,58 @@ impl Preparing {
             // Refused otherwise, in lockstorm's histories: its key lapses
             // at some moment after, as an uncertain release would.
             Some(c) if c.kind == OpType::Fail && c.lapses => (u64::MAX, e.index),
-            Some(c) if c.kind == OpType::Fail => return,
+            Some(c) if c.kind == OpType::Fail => return self.refused(kind, e, c),
             Some(c) if c.kind == OpType::Ok => (c.time, c.index),
             _ => (u64::MAX, e.index),
         };
         let lost = completion.is_some_and(|c| c.lost);
+        let tangled = lost && self.tangled.contains(&acts_for(e, completion));
         // A refused release's key lapses after the refusal, not before.
         let lapse_from = completion.filter(|c| c.lapses).map(|c| c.time);
         let token = completion
             .map(|c| c.token)
             .filter(|&t| t != NONE)
             .unwrap_or(e.token);
-        let owner = self.owner(kind, token, e.process, done == u64::MAX);
-        if kind == Kind::Acquire {
-            self.acquired.entry(e.process).or_default().push(owner);
-            // Keyed by who releases it: a wild hold, by its process.
-            let info = self.owners[owner as usize];
-            let releaser = if info.wild { info.proc_owner } else { owner };
-            self.hold_from.insert(releaser, (e.time, done != u64::MAX));
-        }
-        let (invoke, index, soft) = match (lost, self.hold_from.get(&owner)) {
-            // A granted hold ended, certainly, between its acquire and the
-            // refusal.
-            (true, Some(&(from, true))) => (from.min(e.time), index, false),
-            // Its acquire's outcome unknown, or none: if there was a hold,
-            // it ended by the refusal; if not, there was nothing to end.
-            (true, found) => {
-                if found.is_none() {
-                    self.reaches_back = Some("a refusal not-held of a hold granted before");
-                }
-                (e.time, e.index, true)
+        // A refusal is as uncertain as an info here: it may end a hold, if
+        // there was one, and never needs one.
+        let owner = self.owner(kind, token, e.process, done == u64::MAX || lost);
+        let (invoke, index, soft) = match (kind, lost) {
+            (Kind::Acquire, _) => {
+                self.acquired.entry(e.process).or_default().push(owner);
+                self.hold_begins(owner, e.time, done != u64::MAX);
+                (e.time, index, false)
             }
-            (false, _) => (lapse_from.unwrap_or(e.time), index, false),
+            // Its owner's ops overlap: the hold it speaks of, if any, began
+            // by the owner's latest acquire, and ended by the refusal.
+            (Kind::Release, true) if tangled => {
+                let from = self.acquired_from.get(&owner).copied();
+                self.holds.insert(owner, Hold::Ended);
+                (from.unwrap_or(e.time).min(e.time), e.index, true)
+            }
+            (Kind::Release, true) => match self.holds.insert(owner, Hold::Ended) {
+                // A granted hold ended, certainly, between its acquire and
+                // the refusal.
+                Some(Hold::Open(from)) => (from.min(e.time), index, false),
+                // If that acquire was granted, its hold ended by the refusal.
+                Some(Hold::Maybe(from)) => (from.min(e.time), e.index, true),
+                // Its hold had already ended: the refusal says nothing new.
+                Some(Hold::Ended) => return,
+                // No hold of its owner's before it: nothing to end, unless
+                // its token is one no acquire carries, which a wild acquire
+                // may have (kept for now, dropped at `finish` otherwise).
+                // (A hold granted before a piece ended before its cut, which
+                // leaves the lock free: no reaching back for this.)
+                None => {
+                    self.unheld_refusals.push(self.ops.len() as u32);
+                    (e.time, e.index, true)
+                }
+            },
+            (Kind::Release, false) => {
+                if done != u64::MAX {
+                    self.holds.insert(owner, Hold::Ended);
+                }
+                (lapse_from.unwrap_or(e.time), index, false)
+            }
         };
         // An uncertain op whose process went on under the same id: if it
         // took effect, it did so by its process's next answered op.
@@ -394,6 +494,33 @@ impl Preparing {
         });
     }
 
+    /// A refused op: it did not happen. A refused acquire tells that its
+    /// owner was granted nothing, so a refusal `not-held` after it, with no
+    /// grant between, ends nothing (and reaches back to no earlier piece).
+    fn refused(&mut self, kind: Kind, e: &LockEvent, c: &LockEvent) {
+        if kind == Kind::Acquire {
+            let token = if c.token != NONE { c.token } else { e.token };
+            let owner = self.owner(kind, token, e.process, false);
+            self.holds.entry(owner).or_insert(Hold::Ended);
+        }
+    }
+
+    /// An acquire by `owner` invoked at `at`, granted or maybe: the hold a
+    /// later refusal `not-held` of its releaser speaks of. A certain hold
+    /// not yet ended stays the one an uncertain acquire cannot replace.
+    fn hold_begins(&mut self, owner: u32, at: u64, granted: bool) {
+        // Keyed by who releases it: a wild hold, by its process.
+        let info = self.owners[owner as usize];
+        let releaser = if info.wild { info.proc_owner } else { owner };
+        self.acquired_from.insert(releaser, at);
+        let hold = self.holds.entry(releaser).or_insert(Hold::Ended);
+        *hold = match (*hold, granted) {
+            (_, true) => Hold::Open(at),
+            (Hold::Open(from), false) => Hold::Open(from),
+            (_, false) => Hold::Maybe(at),
+        };
+    }
+
     /// Who a `kind` op by `process` with `token` acts for; `uncertain`: it
     /// may not have happened. A tokenless uncertain acquire is its
     /// process's wild owner.
@@ -412,26 +539,50 @@ impl Preparing {
                 let id = self.intern(OwnerKey::Token(t));
                 match kind {
                     Kind::Acquire => self.acquire_tokens[t as usize] = true,
-                    Kind::Release => self.release_tokens.push((id, t)),
+                    Kind::Release => self.release_tokens.push((id, t, uncertain)),
                 }
                 id
             }
         }
     }
 
-    /// Marks the orphan tokens, now that every acquire is known.
+    /// Marks the orphan tokens, now that every acquire is known, and drops
+    /// the refusals that end nothing.
     fn finish(mut self) -> Prepared {
-        for (id, t) in std::mem::take(&mut self.release_tokens) {
-            self.owners[id as usize].orphan = !self.acquire_tokens[t as usize];
-            if self.owners[id as usize].orphan {
+        for (id, t, uncertain) in std::mem::take(&mut self.release_tokens) {
+            let orphan = !self.acquire_tokens[t as usize];
+            self.owners[id as usize].orphan = orphan;
+            if orphan {
+                self.orphan_tokens.push(t);
+            }
+            // A certain release of no acquire's token released a hold from
+            // before these events (an uncertain one, or a refusal, may have
+            // released a wild hold among them).
+            if orphan && !uncertain {
                 self.reaches_back = Some("a release of a token no acquire since carries");
             }
+        }
+        self.orphan_tokens.sort_unstable();
+        self.orphan_tokens.dedup();
+        let unheld = std::mem::take(&mut self.unheld_refusals);
+        let owners = &self.owners;
+        let ends_nothing = |i: &u32| !owners[self.ops[*i as usize].owner as usize].orphan;
+        let drop: Vec<u32> = unheld.into_iter().filter(ends_nothing).collect();
+        if !drop.is_empty() {
+            let mut next = drop.iter().peekable();
+            let mut i = 0u32;
+            self.ops.retain(|_| {
+                let keep = next.next_if_eq(&&i).is_none();
+                i += 1;
+                keep
+            });
         }
         Prepared {
             ops: self.ops,
             owners: self.owners,
             loose: self.loose,
             reaches_back: self.reaches_back,
+            orphan_tokens: self.orphan_tokens,
         }
     }
 }
@@ -475,7 +626,7 @@ fn kept_id_deadlines(
 
 /// The lock operations of `history`, in time order, ready for the search.
 fn prepared(history: &History) -> Prepared {
-    let mut kept = Kept::new(true);
+    let mut kept = Kept::new(Dialect::Lockstorm);
     history.in_time_order().for_each(|e| kept.keep(e));
     prepare(kept.counts(), &kept.events)
 }
@@ -492,7 +643,7 @@ pub(crate) struct Linear(Streamed);
 
 impl Linear {
     pub(crate) fn new(settings: &crate::Settings) -> Self {
-        Linear(Streamed::new(Kept::new(!settings.knossos_fail), 0))
+        Linear(Streamed::new(Kept::new(settings.dialect()), 0))
     }
 }
 

@@ -94,6 +94,14 @@ impl Settings {
 }
 
 impl Settings {
+    /// Who wrote the history the settings are for (`meaning`'s table).
+    pub fn dialect(&self) -> crate::meaning::Dialect {
+        match self.knossos_fail {
+            true => crate::meaning::Dialect::Jepsen,
+            false => crate::meaning::Dialect::Lockstorm,
+        }
+    }
+
     /// The same settings, reading every `fail` as Knossos does.
     pub fn knossos_fail(self) -> Self {
         Settings {

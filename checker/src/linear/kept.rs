@@ -4,7 +4,8 @@
 //! them only since the last cut (`stream.rs`), which moves a settled
 //! prefix out with [`Kept::cut`].
 
-use crate::history::{error, f, Event, OpType, Process};
+use crate::history::{f, Event, OpType, Process};
+use crate::meaning::{lock_reading, Dialect, Reading};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 /// No token, or not a crash.
@@ -32,24 +33,22 @@ pub struct LockEvent {
     pub dead: u32,
     pub kind: OpType,
     pub does: Does,
-    /// A release refused `not-held` in a history that reads it as a lost
-    /// hold (see [`Kept::new`]).
+    /// A refused release that says the owner's open hold had ended by
+    /// the refusal ([`Reading::HoldEndedBy`]).
     pub lost: bool,
-    /// A release refused for another reason in such a history: its key
-    /// stays until its lease runs out (see [`lapses`]).
+    /// A refused release whose key stays until its lease runs out
+    /// ([`Reading::LapsesAfter`]).
     pub lapses: bool,
 }
 
 /// The kept events, in the order they were fed, and the interning tables.
 /// Tokens are only ever compared, so their text is kept once, as a key.
-#[derive(Default)]
 pub struct Kept {
     pub events: Vec<LockEvent>,
     processes: FxHashMap<Process, u32>,
     tokens: FxHashMap<Box<str>, u32>,
-    /// Whether a release refused `not-held` is a lost hold (lockstorm's
-    /// histories) rather than a release that did not happen (Knossos's).
-    lost_on_not_held: bool,
+    /// Who wrote the history: how its refused releases read.
+    dialect: Dialect,
     /// Processes and tokens of uncertain ops cut off with a settled
     /// prefix, assumed never to act again (see `stream.rs`).
     watched: Watched,
@@ -64,11 +63,19 @@ struct Watched {
 }
 
 impl Kept {
-    pub fn new(lost_on_not_held: bool) -> Self {
+    pub fn new(dialect: Dialect) -> Self {
         Kept {
-            lost_on_not_held,
-            ..Kept::default()
+            events: Vec::new(),
+            processes: FxHashMap::default(),
+            tokens: FxHashMap::default(),
+            dialect,
+            watched: Watched::default(),
+            seen_again: None,
         }
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
     }
 
     /// Keeps `e` if the search reads it: client lock ops and crashes.
@@ -83,6 +90,15 @@ impl Kept {
             Does::Crash => e.crashed().map_or(NONE, |p| self.process(&p)),
             _ => NONE,
         };
+        let reading = match (does, e.kind) {
+            (Does::Release, OpType::Fail) => Some(lock_reading(
+                self.dialect,
+                &e.f,
+                Some(e.kind),
+                e.error.as_deref(),
+            )),
+            _ => None,
+        };
         let kept = LockEvent {
             time: e.time,
             index: e.index,
@@ -91,8 +107,8 @@ impl Kept {
             dead,
             kind: e.kind,
             does,
-            lost: self.lost_on_not_held && lost_hold(e),
-            lapses: self.lost_on_not_held && lapses(e),
+            lost: reading == Some(Reading::HoldEndedBy),
+            lapses: reading == Some(Reading::LapsesAfter),
         };
         self.events.push(kept);
     }
@@ -104,11 +120,15 @@ impl Kept {
     }
 
     /// Moves the events before `pos` out, with the processes and tokens of
-    /// `loose` (positions of theirs) from then on watched: the rest is
+    /// `loose` (positions of theirs), and the tokens `orphans`, from then on
+    /// watched: the rest is
     /// interned afresh, so the tables hold only what is still kept.
-    pub fn cut(&mut self, pos: usize, loose: &[u32]) {
+    pub fn cut(&mut self, pos: usize, loose: &[u32], orphans: &[u32]) {
         let process_of = invert(&self.processes);
         let token_of = invert(&self.tokens);
+        for &t in orphans {
+            self.watched.tokens.insert(token_of[t as usize].clone());
+        }
         for &at in loose {
             let e = self.events[at as usize];
             let p = process_of[e.process as usize];
@@ -178,28 +198,6 @@ fn invert<K>(table: &FxHashMap<K, u32>) -> Vec<&K> {
         .into_iter()
         .map(|k| k.expect("ids are dense"))
         .collect()
-}
-
-/// A release that failed `not-held`: the lock's own node said the key was
-/// no longer ours when the release ran, so the hold ended (its lease ran
-/// out, or the key was taken) at some moment between its acquire and that
-/// answer, possibly after the release was sent (a releaser frozen
-/// mid-release). `prepare` makes it a release certain to have happened in
-/// that interval: the lease working as designed, not a holder that still
-/// holds, and nothing left to guess. Any other failed release did not
-/// happen (Knossos's `fail`), and its holder still holds.
-fn lost_hold(e: &Event) -> bool {
-    let not_held = e.error.as_deref().map(error::kind) == Some(error::NOT_HELD);
-    e.kind == OpType::Fail && e.f == f::RELEASE && not_held
-}
-
-/// A release that failed for any other reason (the node refused it: a
-/// cluster that lost its majority, a connection that never opened) left the
-/// key where it was, and a lease lock's key goes at its TTL: the hold ends
-/// some time after the refusal, as a crashed holder's does. (Knossos reads
-/// the same `fail` as a holder that holds for good: its locks have no TTL.)
-fn lapses(e: &Event) -> bool {
-    e.kind == OpType::Fail && e.f == f::RELEASE && !lost_hold(e)
 }
 
 fn next_id(len: usize) -> u32 {

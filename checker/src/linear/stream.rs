@@ -11,7 +11,9 @@
 //! the prefix did, and the prefix is let go. Otherwise there is no cut there.
 //!
 //! What the prefix leaves loose are its uncertain ops with no deadline (and
-//! its crashes): they may take effect at any later time. Cutting drops them,
+//! its crashes): they may take effect at any later time. Its orphans, the
+//! tokens its releases carry and none of its acquires does, are read as
+//! such only while no later acquire carries one: they are watched too. Cutting drops them,
 //! which is sound while their processes and tokens never act again, as in
 //! lockstorm's own histories: taken later, an acquire that nobody releases
 //! only blocks, and a release has nothing of theirs to release. So those
@@ -87,7 +89,7 @@ impl Streamed {
 
     fn give_up(&mut self, why: String) {
         self.unstreamable = Some(why);
-        self.kept = Kept::default();
+        self.kept = Kept::new(self.kept.dialect());
     }
 
     fn try_cut(&mut self) {
@@ -100,10 +102,13 @@ impl Streamed {
                     return self.give_up(format!("{why} (after a cut)"));
                 }
             }
-            if acts_after(events, &prepared.loose, pos) {
+            if acts_after(events, &prepared.loose, pos)
+                || carried_after(events, &prepared.orphan_tokens, pos)
+            {
                 continue;
             }
             let loose = prepared.loose.clone();
+            let orphans = prepared.orphan_tokens.clone();
             let budget = Budget {
                 max_states: 4 * pos + 100_000,
                 max_time: Duration::from_secs(5),
@@ -113,13 +118,13 @@ impl Streamed {
                 Settled::Invalid(mut out) => {
                     out.states += self.states;
                     self.invalid = Some(out);
-                    self.kept = Kept::default();
+                    self.kept = Kept::new(self.kept.dialect());
                     return;
                 }
                 Settled::Free(states) => {
                     self.states += states;
                     self.cuts += 1;
-                    self.kept.cut(pos, &loose);
+                    self.kept.cut(pos, &loose, &orphans);
                     self.next_try = self.kept.events.len() + self.every;
                     return;
                 }
@@ -166,6 +171,11 @@ fn places(events: &[LockEvent], processes: usize, after: usize) -> Vec<usize> {
     let mut open = 0usize;
     let mut found = Vec::new();
     let last = events.len().saturating_sub(after);
+    // Where each process is seen last among the kept events.
+    let mut last_seen = vec![0; processes];
+    for (pos, e) in events.iter().enumerate() {
+        last_seen[e.process as usize] = pos;
+    }
     for (pos, e) in events.iter().enumerate().take(last + 1) {
         let quiet = pending == 0 && open == 0;
         if pos > 0 && quiet && e.time > events[pos - 1].time {
@@ -193,6 +203,12 @@ fn places(events: &[LockEvent], processes: usize, after: usize) -> Vec<usize> {
             t => (true, t),
         };
         match (e.does, e.kind) {
+            // An acquire whose reply was lost, by a worker that goes on
+            // under a new id, is loose instead: a cut after it waits until
+            // its process and token are seen no more (`acts_after`), so it
+            // does not keep every later place from being a cut. One whose
+            // process acts again may be released by it: open.
+            (Does::Acquire, OpType::Info) if last_seen[e.process as usize] == pos => {}
             (Does::Acquire, OpType::Ok | OpType::Info) => {
                 *holds.entry(key).or_default() += 1;
                 open += 1;
@@ -231,4 +247,13 @@ fn acts_after(events: &[LockEvent], loose: &[u32], pos: usize) -> bool {
             || (e.dead != NONE && processes.contains(&e.dead))
             || (e.token != NONE && tokens.contains(&e.token))
     })
+}
+
+/// Whether a token in `tokens` (the prefix's orphans) appears at or after
+/// `pos`: then it was no orphan, and the prefix may have read it wrong.
+fn carried_after(events: &[LockEvent], tokens: &[u32], pos: usize) -> bool {
+    !tokens.is_empty()
+        && events[pos..]
+            .iter()
+            .any(|e| tokens.binary_search(&e.token).is_ok())
 }

@@ -628,7 +628,7 @@ fn twenty_uncertain_acquires_and_an_extra_release_are_invalid_at_once() {
 /// `every` events: its verdict and how many prefixes it settled and let go,
 /// or why the pieces could not decide.
 fn in_pieces(h: &History, every: usize) -> Result<(Validity, usize), String> {
-    let mut s = stream::Streamed::new(Kept::new(true), 0);
+    let mut s = stream::Streamed::new(Kept::new(Dialect::Lockstorm), 0);
     s.stream(every);
     h.in_time_order().for_each(|e| s.keep(e));
     let found = s.finish()?;
