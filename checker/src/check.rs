@@ -1,10 +1,12 @@
 //! Checking a whole history: every registered checker, then the verdict.
-//! [`check`] takes a history in memory, [`check_jsonl`] one streamed from a
-//! file; both feed every checker the events in time order and end in
+//! [`check`] takes a history in memory, [`check_jsonl`] and [`check_edn`]
+//! one streamed from a file (one body, [`check_streamed`], reading either);
+//! all feed every checker the events in time order and end in
 //! [`assemble`], so they give the same results for the same events.
 
 use crate::feed::{Pairing, Reorder};
 use crate::finding::{Anomaly, Finding, Validity};
+use crate::history::edn::read_edn;
 use crate::history::read_jsonl;
 use crate::history::{self, Event, History};
 use crate::pass::{OnePass, PassFindings};
@@ -90,8 +92,35 @@ pub fn check_jsonl(
     window: impl Into<Window>,
     linearizability_too: bool,
 ) -> Result<(Results, StreamStats), history::ParseError> {
-    let settings = settings.into();
-    let window = window.into();
+    let read = |each: &mut dyn FnMut(Event)| {
+        let mut truncated = false;
+        read_jsonl(reader, &mut truncated, each).map(|()| truncated)
+    };
+    check_streamed(read, settings.into(), window.into(), linearizability_too)
+}
+
+/// Checks a Jepsen EDN history as it is read ([`read_edn`]), as
+/// [`check_jsonl`] does a JSONL one, linearizability included. `settings`
+/// are used as given: Jepsen's meaning of `fail` is the caller's to ask for
+/// ([`Settings::knossos_fail`]). A cut-off EDN file is an error, never a
+/// truncated history.
+pub fn check_edn(
+    reader: impl std::io::BufRead,
+    settings: impl Into<Settings>,
+    window: impl Into<Window>,
+) -> Result<(Results, StreamStats), history::ParseError> {
+    let read = |each: &mut dyn FnMut(Event)| read_edn(reader, each).map(|()| false);
+    check_streamed(read, settings.into(), window.into(), true)
+}
+
+/// The streamed check: `read` hands every event of the file, in file order,
+/// to the function it is given, and says whether the file was truncated.
+fn check_streamed(
+    read: impl FnOnce(&mut dyn FnMut(Event)) -> Result<bool, history::ParseError>,
+    settings: Settings,
+    window: Window,
+    linearizability_too: bool,
+) -> Result<(Results, StreamStats), history::ParseError> {
     let mut pass = OnePass::new(&settings);
     let mut pairing = Pairing::default();
     let mut reorder = Reorder::new(window.ns).holding_at_most(window.events);
@@ -101,18 +130,18 @@ pub fn check_jsonl(
     };
     wholes.iter_mut().for_each(|(_, w)| w.forget_settled());
     let mut stream = StreamStats::default();
-    let mut truncated = false;
-    {
+    let truncated = {
         let mut sink = |e: Event| {
             pairing.feed(&e, &mut pass);
             wholes.iter_mut().for_each(|(_, w)| w.keep(&e));
         };
-        read_jsonl(reader, &mut truncated, |e| {
+        let truncated = read(&mut |e| {
             stream.events += 1;
             reorder.push(e, &mut sink);
         })?;
         reorder.drain(&mut sink);
-    }
+        truncated
+    };
     stream.peak_waiting = reorder.peak;
     stream.late = reorder.late;
     stream.lateness_ns = reorder.lateness;
@@ -133,23 +162,27 @@ pub fn check_jsonl(
     let notes: Vec<String> = unmatched_note(&pairing).into_iter().collect();
     let mut results = assemble(pass.finish(), whole, truncated, settings, notes);
     if stream.late > 0 {
-        let bound = match window.events {
-            usize::MAX => format!("{} ms", window.ns / 1_000_000),
-            n => format!("{} ms or {n} events", window.ns / 1_000_000),
-        };
-        results.notes.push(format!(
-            "{} event(s) arrived more than {bound} out of time order and were checked out of order",
-            stream.late,
-        ));
-        // What was found out of order may be an artefact of the order: a
-        // verdict must rest on a named anomaly, or be unknown.
-        let named = results.anomalies.values().any(|a| a.found());
-        results.valid = match named {
-            true => results.valid.and(Validity::Unknown),
-            false => Validity::Unknown,
-        };
+        note_late(&mut results, stream.late, window);
     }
     Ok((results, stream))
+}
+
+/// `late` events were checked out of order: what was found so may be an
+/// artefact of the order, so a verdict must rest on a named anomaly, or be
+/// unknown.
+fn note_late(results: &mut Results, late: u64, window: Window) {
+    let bound = match window.events {
+        usize::MAX => format!("{} ms", window.ns / 1_000_000),
+        n => format!("{} ms or {n} events", window.ns / 1_000_000),
+    };
+    results.notes.push(format!(
+        "{late} event(s) arrived more than {bound} out of time order and were checked out of order",
+    ));
+    let named = results.anomalies.values().any(|a| a.found());
+    results.valid = match named {
+        true => results.valid.and(Validity::Unknown),
+        false => Validity::Unknown,
+    };
 }
 
 /// Builds `Results` from every checker's finding: the event-fed ones from
@@ -266,6 +299,93 @@ mod tests {
         let why = stream.whole_needed.expect("the pieces cannot decide");
         assert!(why.contains("acted again after a cut"), "{why}");
         assert_eq!(check(&back, mode).valid, Validity::True);
+    }
+
+    /// `h` as a Jepsen EDN history: in one vector, each op over two lines.
+    fn edn(h: &History) -> Vec<u8> {
+        fn value(v: &serde_json::Value) -> String {
+            use serde_json::Value;
+            match v {
+                Value::Null => "nil".into(),
+                Value::Array(items) => format!(
+                    "[{}]",
+                    items.iter().map(value).collect::<Vec<_>>().join(" ")
+                ),
+                Value::Object(m) => {
+                    let pairs = m.iter().map(|(k, v)| format!("{} {}", json!(k), value(v)));
+                    format!("{{{}}}", pairs.collect::<Vec<_>>().join(", "))
+                }
+                other => other.to_string(),
+            }
+        }
+        let mut text = String::from("[");
+        for e in &h.events {
+            let process = match &e.process {
+                history::Process::Client(id) => id.to_string(),
+                history::Process::Named(name) => format!(":{name}"),
+            };
+            let kind = serde_json::to_value(e.kind).unwrap();
+            text += &format!(
+                "{{:type :{}, :f :{}, :process {process}, :time {}, :index {}\n  :value {}",
+                kind.as_str().unwrap(),
+                e.f,
+                e.time,
+                e.index,
+                value(&e.value)
+            );
+            let strings = [
+                (":token", &e.token),
+                (":error", &e.error),
+                (":node", &e.node),
+            ];
+            for (key, v) in strings {
+                if let Some(v) = v {
+                    text += &format!(", {key} {}", json!(v));
+                }
+            }
+            if let Some(fence) = e.fence {
+                text += &format!(", :fence {fence}");
+            }
+            text += "}\n";
+        }
+        text += "]\n";
+        text.into_bytes()
+    }
+
+    /// Streamed from EDN, a history checks as it does collected in memory,
+    /// and a long one says, as JSONL does, when it must be checked whole.
+    #[test]
+    fn a_streamed_edn_history_checks_as_the_history_in_memory_does() {
+        let knossos = |p| settings(p).knossos_fail();
+        for (h, promise) in [
+            (clean(), Promise::MutualExclusion),
+            (paused_holder(false), Promise::MutualExclusion),
+            (paused_holder(true), Promise::DataSafety),
+            (acts_after_its_crash(None), Promise::MutualExclusion),
+        ] {
+            let text = edn(&h.build());
+            let read = crate::from_edn(&text[..]).unwrap();
+            assert_eq!(read.events, h.build().events);
+            let (streamed, stats) = check_edn(&text[..], knossos(promise), 1_000_000u64).unwrap();
+            assert_eq!((stats.events, stats.late), (read.events.len() as u64, 0));
+            assert_eq!(
+                serde_json::to_value(streamed).unwrap(),
+                serde_json::to_value(check(&read, knossos(promise))).unwrap()
+            );
+        }
+        let long = crate::generate::valid_history(7, 5, 12_000, 20);
+        let back = crate::generate::with_lost_worker_back(&long).expect("a lost reply");
+        let mode = Settings::new(Promise::MutualExclusion).knossos_fail();
+        let (results, stream) = check_edn(&edn(&long)[..], mode, 1_000_000u64).unwrap();
+        assert_eq!((results.valid, stream.whole_needed), (Validity::True, None));
+        let (_, stream) = check_edn(&edn(&back)[..], mode, 1_000_000u64).unwrap();
+        assert!(stream.whole_needed.is_some());
+        // A cut-off file is an error, not a truncated history.
+        let text = edn(&clean().build());
+        let mid = text.len() / 2;
+        let cut = &text[..mid + text[mid..].windows(3).position(|w| w == b":f ").unwrap()];
+        let err = check_edn(cut, mode, 1_000_000u64).unwrap_err().to_string();
+        assert!(err.contains("truncated file?"), "{err}");
     }
 
     /// Every anomaly's name, in the order a reader scans for them.

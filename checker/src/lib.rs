@@ -3,12 +3,12 @@
 //!
 //! [`check`] runs every checker and combines their findings into the
 //! `results.json` verdict (docs/formats.md, "results.json");
-//! [`check_jsonl`] does the same for a history streamed from a file. The
-//! public API is what this page lists: the history format ([`history`]),
-//! the results types, the anomaly names ([`anomaly`], and [`anomalies`] in
-//! the order a reader scans for them), and the one pass ([`OnePass`] fed
-//! through [`Pairing`]) for a live tally. The checkers themselves are
-//! private modules.
+//! [`check_jsonl`] and [`check_edn`] do the same for a history streamed
+//! from a file (lockstorm's JSONL, Jepsen's EDN). The public API is what
+//! this page lists: the history format ([`history`]), the results types,
+//! the anomaly names ([`anomaly`], and [`anomalies`] in the order a reader
+//! scans for them), and the one pass ([`OnePass`] fed through [`Pairing`])
+//! for a live tally. The checkers themselves are private modules.
 //!
 //! This page also holds what every checker implements (`OnEvent` and
 //! `Checker`, or `Whole` for a whole-history check); the checkers, each a
@@ -53,11 +53,11 @@ mod verdict;
 // Checking a history, and what it gives back (the `results.json` contract).
 pub use availability::Availability;
 pub use cause::Incident;
-pub use check::{check, check_jsonl, StreamStats, Window};
+pub use check::{check, check_edn, check_jsonl, StreamStats, Window};
 pub use counter::CounterReport;
 pub use exposure::Exposure;
 pub use finding::{Anomaly, CheckerReport, Validity, Witness};
-pub use history::edn::from_edn;
+pub use history::edn::{from_edn, read_edn};
 pub use history::{Event, History, OpType, Process};
 pub use observed::{KEY_LOST, LEASE_EXPIRED};
 pub use registry::{anomalies, anomaly_kind, AnomalyKind, Breaks};

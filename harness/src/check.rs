@@ -4,7 +4,7 @@
 use crate::error::{Error, Result};
 use crate::record::RunRecord;
 use checker::History;
-use checker::{Promise, Results, Settings, Validity};
+use checker::{Promise, Results, Settings, StreamStats, Validity};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use store::{ReadError, StoredRun, HISTORY, RUN_JSON};
@@ -179,50 +179,65 @@ fn check_history(
             .map(std::io::BufReader::new)
             .map_err(|e| format!("{e}; give a run folder (with history.jsonl) or a history file"))
     };
+    let text = |e: checker::history::ParseError| e.to_string();
     match format {
-        // Streamed: the linear checkers hold only open ops and the search
-        // the lock ops since the last place it could settle, so a long
-        // history re-checks in little memory.
-        Format::Jsonl => {
-            let check = |window: checker::Window| {
-                checker::check_jsonl(open()?, settings, window, true).map_err(|e| e.to_string())
-            };
-            let (results, stream) = check(FIRST_WINDOW)?;
-            let in_memory = |note: String| {
-                let history = History::from_jsonl(open()?).map_err(|e| e.to_string())?;
-                let mut results = checker::check(&history, settings);
-                results.notes.push(note);
-                Ok(results)
-            };
-            if let Some(why) = stream.whole_needed {
-                return in_memory(format!("{why}: the history was checked whole, in memory"));
-            }
-            if stream.late == 0 {
-                return Ok(results);
-            }
-            if stream.lateness_ns <= REORDER_WINDOW_NS {
-                // Late only past the first window's bound in events: a
-                // window of exactly how late they came, in time alone,
-                // puts every one back in order.
-                let (results, again) = check(stream.lateness_ns.into())?;
-                if again.late == 0 && again.whole_needed.is_none() {
-                    return Ok(results);
-                }
-            }
-            // Events later than the window cannot be put back in order as
-            // they stream past; the file is on disk, so sort it whole.
-            in_memory(format!(
-                "events arrived up to {} s out of file order, more than {} s: the history was sorted in memory and checked whole",
-                stream.lateness_ns / 1_000_000_000,
-                REORDER_WINDOW_NS / 1_000_000_000
-            ))
-        }
+        Format::Jsonl => streamed(
+            |window| checker::check_jsonl(open()?, settings, window, true).map_err(text),
+            || History::from_jsonl(open()?).map_err(text),
+            settings,
+        ),
         // Jepsen's meaning of `fail`: the op did not happen, whatever its
         // error (Knossos judges these histories so).
-        Format::Edn => checker::from_edn(open()?)
-            .map(|h| checker::check(&h, settings.knossos_fail()))
-            .map_err(|e| e.to_string()),
+        Format::Edn => {
+            let settings = settings.knossos_fail();
+            streamed(
+                |window| checker::check_edn(open()?, settings, window).map_err(text),
+                || checker::from_edn(open()?).map_err(text),
+                settings,
+            )
+        }
     }
+}
+
+/// Checks a history file as it streams past (`stream`, given the reorder
+/// window): the linear checkers hold only open ops and the search the lock
+/// ops since the last place it could settle, so a long history re-checks
+/// in little memory. When the stream cannot decide, or its events came too
+/// far out of order, the history is read whole (`read`) and checked in
+/// memory against `settings`, with a note saying why.
+fn streamed(
+    stream: impl Fn(checker::Window) -> std::result::Result<(Results, StreamStats), String>,
+    read: impl Fn() -> std::result::Result<History, String>,
+    settings: Settings,
+) -> std::result::Result<Results, String> {
+    let (results, stats) = stream(FIRST_WINDOW)?;
+    let in_memory = |note: String| {
+        let mut results = checker::check(&read()?, settings);
+        results.notes.push(note);
+        Ok(results)
+    };
+    if let Some(why) = stats.whole_needed {
+        return in_memory(format!("{why}: the history was checked whole, in memory"));
+    }
+    if stats.late == 0 {
+        return Ok(results);
+    }
+    if stats.lateness_ns <= REORDER_WINDOW_NS {
+        // Late only past the first window's bound in events: a window of
+        // exactly how late they came, in time alone, puts every one back
+        // in order.
+        let (results, again) = stream(stats.lateness_ns.into())?;
+        if again.late == 0 && again.whole_needed.is_none() {
+            return Ok(results);
+        }
+    }
+    // Events later than the window cannot be put back in order as they
+    // stream past; the file is on disk, so sort it whole.
+    in_memory(format!(
+        "events arrived up to {} s out of file order, more than {} s: the history was sorted in memory and checked whole",
+        stats.lateness_ns / 1_000_000_000,
+        REORDER_WINDOW_NS / 1_000_000_000
+    ))
 }
 
 /// How late an event may reach the history file and still be checked in

@@ -1,16 +1,22 @@
 //! Jepsen EDN histories: besides its own `history.jsonl`, `lockstorm check`
 //! reads Jepsen's EDN histories (`--format edn`).
 //!
-//! [`from_edn`] accepts either one op map per line (Jepsen's `history.edn`) or
-//! the whole history wrapped in `[ … ]`, with ops possibly spanning several
-//! lines. Each op map such as
+//! [`read_edn`] streams one: it accepts either one op map per line (Jepsen's
+//! `history.edn`) or the whole history wrapped in `[ … ]`, with ops possibly
+//! spanning several lines, and hands each op to its caller as soon as the op
+//! is read. [`from_edn`] collects them into a [`History`]. Each op map such as
 //! `{:type :invoke, :f :acquire, :process 3, :time 1532000123, :index 7, :value nil}`
 //! becomes one [`Event`].
 //!
 //! The reader is a small, strict recursive-descent EDN parser written here
 //! rather than a crates.io dependency: it must report the line each op starts
 //! on, which the available crates do not give for the elements of a vector,
-//! and it keeps the checker crate free of extra dependencies.
+//! and it keeps the checker crate free of extra dependencies. It pulls its
+//! input a line at a time and holds only the line it is on (at most
+//! [`MAX_LINE_BYTES`](crate::MAX_LINE_BYTES)) and what it has parsed of the
+//! current op, so a history of any length is read in bounded memory. The
+//! common op, a flat map on one line, takes a fast path that gives what the
+//! full parser would, or leaves the op to it.
 //!
 //! Mapping:
 //! - `:type` is one of `:invoke :ok :fail :info`; `:f` a keyword (or string),
@@ -49,69 +55,84 @@ const MAX_DEPTH: usize = 200;
 /// Errors are [`ParseError::Line`] naming the 1-based line where the offending
 /// op starts (if the syntax error itself is on a later line, the message says
 /// which), or [`ParseError::Io`]. Never panics on malformed input.
-pub fn from_edn(mut reader: impl BufRead) -> Result<History, ParseError> {
-    let (mut bytes, mut line, mut n) = (Vec::new(), Vec::new(), 0);
-    while crate::next_line(&mut reader, &mut line, n + 1)? {
-        n += 1;
-        bytes.extend_from_slice(&line);
-    }
-    let text = String::from_utf8_lossy(&bytes);
-    let mut p = Parser {
-        text: &text,
-        src: text.as_bytes(),
-        pos: 0,
-        line: 1,
-    };
+pub fn from_edn(reader: impl BufRead) -> Result<History, ParseError> {
     let mut events = Vec::new();
-
-    p.skip(0).map_err(|e| e.here())?;
-    if p.peek() == Some(b'[') {
-        let open = p.line;
-        p.pos += 1;
-        loop {
-            p.skip(0).map_err(|e| e.here())?;
-            match p.peek() {
-                None => {
-                    return Err(ParseError::Line {
-                        line: p.line,
-                        message: format!(
-                            "unexpected end of input: the `[` opened on line {open} is never \
-                             closed (truncated file?)"
-                        ),
-                    })
-                }
-                Some(b']') => {
-                    p.pos += 1;
-                    break;
-                }
-                Some(_) => read_op(&mut p, &mut events)?,
-            }
-        }
-        p.skip(0).map_err(|e| e.here())?;
-        if p.peek().is_some() {
-            return Err(ParseError::Line {
-                line: p.line,
-                message: format!("unexpected input after the `]` that closed line {open}'s `[`"),
-            });
-        }
-    } else {
-        while p.peek().is_some() {
-            read_op(&mut p, &mut events)?;
-            p.skip(0).map_err(|e| e.here())?;
-        }
-    }
+    read_edn(reader, |e| events.push(e))?;
     Ok(History::new(events))
 }
 
-/// Parses the form at the cursor as an op and appends it.
-fn read_op(p: &mut Parser<'_>, events: &mut Vec<Event>) -> Result<(), ParseError> {
+/// Reads a Jepsen EDN history op by op, handing each [`Event`] to `each` in
+/// file order as soon as its op is read, holding only the current line and
+/// op. Accepts and rejects exactly what [`from_edn`] does, with the same
+/// errors; on an error the ops before it have already been handed on.
+pub fn read_edn(reader: impl BufRead, mut each: impl FnMut(Event)) -> Result<(), ParseError> {
+    let mut p = Parser::new(reader);
+    let read = read_ops(&mut p, &mut each);
+    // A failed read ends the input early: that, not what the parser made of
+    // the early end, is the error.
+    match p.failed.take() {
+        Some(e) => Err(e),
+        None => read,
+    }
+}
+
+/// The ops at the top level: a bare sequence of them, or one vector.
+fn read_ops<R: BufRead>(p: &mut Parser<R>, each: &mut impl FnMut(Event)) -> Result<(), ParseError> {
+    p.skip(0).map_err(|e| e.here())?;
+    if p.peek() != Some(b'[') {
+        while p.peek().is_some() {
+            read_op(p, each)?;
+            p.skip(0).map_err(|e| e.here())?;
+        }
+        return Ok(());
+    }
+    let open = p.line;
+    p.pos += 1;
+    loop {
+        p.skip(0).map_err(|e| e.here())?;
+        match p.peek() {
+            None => {
+                return Err(ParseError::Line {
+                    line: p.line,
+                    message: format!(
+                        "unexpected end of input: the `[` opened on line {open} is never \
+                         closed (truncated file?)"
+                    ),
+                })
+            }
+            Some(b']') => {
+                p.pos += 1;
+                break;
+            }
+            Some(_) => read_op(p, each)?,
+        }
+    }
+    p.skip(0).map_err(|e| e.here())?;
+    if p.peek().is_some() {
+        return Err(ParseError::Line {
+            line: p.line,
+            message: format!("unexpected input after the `]` that closed line {open}'s `[`"),
+        });
+    }
+    Ok(())
+}
+
+/// Parses the form at the cursor as an op and hands it on.
+fn read_op<R: BufRead>(p: &mut Parser<R>, each: &mut impl FnMut(Event)) -> Result<(), ParseError> {
     let start = p.line;
-    let form = p.form(0).map_err(|e| e.op_error(start))?;
-    let event = to_event(form, events.len() as u64).map_err(|message| ParseError::Line {
+    let event = match p.flat_op() {
+        Some(fields) => event_of(fields, p.ops),
+        None => {
+            let form = p.form(0).map_err(|e| e.op_error(start))?;
+            to_event(form, p.ops)
+        }
+    };
+    let event = event.map_err(|message| ParseError::Line {
         line: start,
         message,
     })?;
-    events.push(event);
+    p.ops += 1;
+    each(event);
     Ok(())
 }
 
@@ -214,13 +235,10 @@ fn to_event(form: Edn, position: u64) -> Result<Event, String> {
             form.describe()
         ));
     };
-    const KEYS: [&str; 10] = [
-        "type", "f", "process", "time", "index", "value", "error", "node", "token", "fence",
-    ];
-    let mut fields: [Option<Edn>; 10] = Default::default();
+    let mut fields = Fields::default();
     for (k, v) in pairs {
         let Edn::Keyword(name) = &k else { continue };
-        let Some(slot) = KEYS.iter().position(|key| key == name) else {
+        let Some(slot) = slot(name) else {
             continue;
         };
         if fields[slot].is_some() {
@@ -228,6 +246,24 @@ fn to_event(form: Edn, position: u64) -> Result<Event, String> {
         }
         fields[slot] = Some(v);
     }
+    event_of(fields, position)
+}
+
+/// The keys an op map's values are taken from, in [`Fields`] order.
+const KEYS: [&str; 10] = [
+    "type", "f", "process", "time", "index", "value", "error", "node", "token", "fence",
+];
+
+/// An op map's value for each of [`KEYS`], if it has one.
+type Fields = [Option<Edn>; 10];
+
+fn slot(name: &str) -> Option<usize> {
+    KEYS.iter().position(|key| *key == name)
+}
+
+/// Turns an op map's values into an event; `position` is its 0-based place
+/// in the file.
+fn event_of(fields: Fields, position: u64) -> Result<Event, String> {
     let [kind, f, process, time, index, value, error, node, token, fence] = fields;
     let present = |v: Option<Edn>| v.filter(|v| *v != Edn::Nil);
 
@@ -319,6 +355,99 @@ fn to_event(form: Edn, position: u64) -> Result<Event, String> {
     Ok(event)
 }
 
+/// [`Parser::flat_op`] on `line` from the op's `{` on: its fields and its
+/// length, up to and with its `}`.
+fn flat_map(line: &str) -> Option<(Fields, usize)> {
+    let text = line.as_bytes();
+    // Bytes a keyword or number read fast may hold: none is a delimiter.
+    let plain =
+        |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'?' | b'!' | b'*');
+    let mut fields = Fields::default();
+    let mut at = 1;
+    let word = |at: usize| {
+        let len = text[at..].iter().take_while(|b| plain(**b)).count();
+        let end = at + len;
+        // What ends it must be a delimiter: read fast, it is one of these.
+        matches!(text.get(end)?, b' ' | b'\t' | b',' | b'}' | b'\n').then_some(end)
+    };
+    let skip = |mut at: usize| {
+        while matches!(text.get(at), Some(b' ' | b'\t' | b',')) {
+            at += 1;
+        }
+        at
+    };
+    if text.first() != Some(&b'{') {
+        return None;
+    }
+    loop {
+        at = skip(at);
+        match text.get(at)? {
+            b'}' => return Some((fields, at + 1)),
+            b':' => {}
+            _ => return None,
+        }
+        let end = word(at + 1)?;
+        let key = line.get(at + 1..end)?;
+        if !key.as_bytes().first()?.is_ascii_alphabetic() {
+            return None;
+        }
+        at = skip(end);
+        let start = at;
+        let value = match text.get(at)? {
+            b':' => {
+                at = word(at + 1)?;
+                let name = line.get(start + 1..at)?;
+                if name.is_empty() {
+                    return None;
+                }
+                Edn::Keyword(name.to_owned())
+            }
+            b'"' => {
+                let len = text[at + 1..]
+                    .iter()
+                    .position(|b| matches!(b, b'"' | b'\\' | b'\n'))?;
+                at += len + 2;
+                if text[at - 1] != b'"' {
+                    return None;
+                }
+                Edn::Str(line.get(start + 1..at - 1)?.to_owned())
+            }
+            _ => {
+                at = word(at)?;
+                match &text[start..at] {
+                    b"nil" => Edn::Nil,
+                    b"true" => Edn::Bool(true),
+                    b"false" => Edn::Bool(false),
+                    digits => Edn::Int(flat_int(digits)?.into()),
+                }
+            }
+        };
+        if let Some(slot) = slot(key) {
+            if fields[slot].replace(value).is_some() {
+                return None;
+            }
+        }
+    }
+}
+
+/// An integer of up to 18 digits, maybe negative, as [`Parser::atom`]
+/// reads it.
+fn flat_int(digits: &[u8]) -> Option<i64> {
+    let magnitude = digits.strip_prefix(b"-").unwrap_or(digits);
+    if magnitude.is_empty() || magnitude.len() > 18 || !magnitude.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    // 18 digits never overflow.
+    let n = magnitude
+        .iter()
+        .fold(0, |n, d| n * 10 + i64::from(d - b'0'));
+    Some(if magnitude.len() < digits.len() {
+        -n
+    } else {
+        n
+    })
+}
+
 /// A syntax error at `line`.
 struct SyntaxError {
     line: usize,
@@ -346,11 +475,27 @@ impl SyntaxError {
     }
 }
 
-struct Parser<'a> {
-    text: &'a str,
-    src: &'a [u8],
+/// The parser's cursor over its input, which it reads a line at a time:
+/// `line` (1-based) is the line of the byte at `pos` in `buf`, the line
+/// being read.
+struct Parser<R> {
+    reader: R,
+    /// The line being read, invalid UTF-8 replaced, with its newline.
+    buf: String,
+    /// The bytes of a line as read: a buffer `buf` trades places with.
+    raw: Vec<u8>,
     pos: usize,
     line: usize,
+    /// Lines read so far.
+    read: usize,
+    /// Ops read so far: the next one's position.
+    ops: u64,
+    /// No more input: the end, or `failed`.
+    done: bool,
+    /// Why reading stopped early, if it did.
+    failed: Option<ParseError>,
+    /// The most bytes of input held at once.
+    held: usize,
 }
 
 fn is_delimiter(b: u8) -> bool {
@@ -361,13 +506,84 @@ fn is_delimiter(b: u8) -> bool {
         )
 }
 
-impl<'a> Parser<'a> {
-    fn peek(&self) -> Option<u8> {
-        self.src.get(self.pos).copied()
+impl<R: BufRead> Parser<R> {
+    fn new(reader: R) -> Self {
+        Parser {
+            reader,
+            buf: String::new(),
+            raw: Vec::new(),
+            pos: 0,
+            line: 1,
+            read: 0,
+            ops: 0,
+            done: false,
+            failed: None,
+            held: 0,
+        }
     }
 
+    /// The byte at the cursor, reading the next line when this one is done;
+    /// `None` at the end of the input (or when reading failed).
+    fn peek(&mut self) -> Option<u8> {
+        if self.pos == self.buf.len() && !self.next_line() {
+            return None;
+        }
+        self.buf.as_bytes().get(self.pos).copied()
+    }
+
+    /// A byte further on the line being read. Every line but the last ends
+    /// in its newline, so this never needs the next line for a byte that
+    /// is not a newline.
     fn peek_at(&self, ahead: usize) -> Option<u8> {
-        self.src.get(self.pos + ahead).copied()
+        self.buf.as_bytes().get(self.pos + ahead).copied()
+    }
+
+    /// Replaces the line read, all of it consumed, by the next one.
+    fn next_line(&mut self) -> bool {
+        if self.done {
+            return false;
+        }
+        match crate::next_line(&mut self.reader, &mut self.raw, self.read + 1) {
+            Ok(true) => {
+                self.read += 1;
+                // The two buffers trade places, so neither is copied.
+                let raw = std::mem::take(&mut self.raw);
+                self.raw = std::mem::take(&mut self.buf).into_bytes();
+                self.buf = match String::from_utf8(raw) {
+                    Ok(line) => line,
+                    Err(bad) => String::from_utf8_lossy(bad.as_bytes()).into_owned(),
+                };
+                self.pos = 0;
+                self.held = self.held.max(self.buf.len() + self.raw.len());
+                true
+            }
+            Ok(false) => {
+                self.done = true;
+                false
+            }
+            Err(e) => {
+                self.failed = Some(e);
+                self.done = true;
+                false
+            }
+        }
+    }
+
+    /// The common op, read fast: a map on one line of keyword keys, each
+    /// with a keyword, `nil`, `true`, `false`, an integer of up to 18 digits
+    /// or a string without escapes, no key twice. Reads it and gives its
+    /// [`Fields`] if the op at the cursor is one (as [`Parser::form`] and
+    /// [`to_event`] would read it); `None`, reading nothing, if not.
+    fn flat_op(&mut self) -> Option<Fields> {
+        let rest = self.buf.get(self.pos..)?;
+        let (fields, len) = flat_map(rest)?;
+        self.pos += len;
+        Some(fields)
+    }
+
+    /// The text `token` returned.
+    fn text(&self, range: std::ops::Range<usize>) -> &str {
+        self.buf.get(range).unwrap_or("")
     }
 
     fn err<T>(&self, message: impl Into<String>) -> Result<T, SyntaxError> {
@@ -402,14 +618,15 @@ impl<'a> Parser<'a> {
         Ok(())
     }
 
-    /// The text up to the next delimiter.
-    fn token(&mut self) -> &'a str {
+    /// Where the text up to the next delimiter lies in `buf` (see `text`).
+    /// A newline ends it, so it lies on the line being read.
+    fn token(&mut self) -> std::ops::Range<usize> {
         let start = self.pos;
-        while self.peek().is_some_and(|b| !is_delimiter(b)) {
+        while self.peek_at(0).is_some_and(|b| !is_delimiter(b)) {
             self.pos += 1;
         }
         // Delimiters are ASCII, so both ends are char boundaries.
-        self.text.get(start..self.pos).unwrap_or("")
+        start..self.pos
     }
 
     /// One form, after any skippable input.
@@ -447,6 +664,7 @@ impl<'a> Parser<'a> {
             b':' => {
                 self.pos += 1;
                 let name = self.token();
+                let name = self.text(name);
                 if name.is_empty() || name.starts_with(':') {
                     return self.err(format!("invalid keyword `:{name}`"));
                 }
@@ -457,6 +675,7 @@ impl<'a> Parser<'a> {
             }
             _ => {
                 let token = self.token();
+                let token = self.text(token);
                 if token.is_empty() {
                     return self.err(format!("unexpected character `{}`", b as char));
                 }
@@ -467,7 +686,7 @@ impl<'a> Parser<'a> {
 
     /// The forms up to `close`; the cursor is on the opening bracket.
     fn seq(&mut self, close: u8, depth: usize) -> Result<Vec<Edn>, SyntaxError> {
-        let (open, line) = (self.src[self.pos] as char, self.line);
+        let (open, line) = (self.buf.as_bytes()[self.pos] as char, self.line);
         self.pos += 1;
         let mut items = Vec::new();
         loop {
@@ -521,7 +740,7 @@ impl<'a> Parser<'a> {
                         Some(b'"') => '"',
                         Some(b'\\') => '\\',
                         Some(b'u') => {
-                            let hex = self.src.get(self.pos + 1..self.pos + 5);
+                            let hex = self.buf.as_bytes().get(self.pos + 1..self.pos + 5);
                             let c = hex
                                 .and_then(|h| std::str::from_utf8(h).ok())
                                 .and_then(|h| u32::from_str_radix(h, 16).ok())
@@ -553,7 +772,8 @@ impl<'a> Parser<'a> {
     fn character(&mut self) -> Result<Edn, SyntaxError> {
         self.pos += 1;
         // The first character is taken even if it is a delimiter (`\(`, `\ `).
-        let rest = self.text.get(self.pos..).unwrap_or("");
+        self.peek();
+        let rest = self.buf.get(self.pos..).unwrap_or("");
         let Some(first) = rest.chars().next() else {
             return self.err("unexpected end of input after `\\`");
         };
@@ -562,10 +782,11 @@ impl<'a> Parser<'a> {
             self.line += 1;
         }
         let more = if first.is_ascii() && is_delimiter(first as u8) {
-            ""
+            self.pos..self.pos
         } else {
             self.token()
         };
+        let more = self.text(more);
         let c = match (first, more) {
             (c, "") => Some(c),
             ('n', "ewline") => Some('\n'),
@@ -594,7 +815,8 @@ impl<'a> Parser<'a> {
             }
             Some(b'#') => {
                 self.pos += 2;
-                match self.token() {
+                let symbol = self.token();
+                match self.text(symbol) {
                     "Inf" => Ok(Edn::Float(f64::INFINITY)),
                     "-Inf" => Ok(Edn::Float(f64::NEG_INFINITY)),
                     "NaN" => Ok(Edn::Float(f64::NAN)),
@@ -604,6 +826,7 @@ impl<'a> Parser<'a> {
             Some(b) if b.is_ascii_alphabetic() => {
                 self.pos += 1;
                 let tag = self.token();
+                let tag = self.text(tag).to_owned();
                 let line = self.line;
                 self.skip(depth)?;
                 if self.peek().is_none() {
@@ -891,5 +1114,188 @@ mod tests {
         assert!(parse(&"#_".repeat(100_000)).is_err());
         assert!(parse(&format!("{}{}", "[".repeat(50), "]".repeat(50))).is_err());
         assert!(from_edn(&[0xff, 0xfe, b'{'][..]).is_err());
+    }
+
+    /// Every op `read_edn` hands on, then how it ended.
+    fn streamed(text: &str, capacity: usize) -> (Vec<Event>, Result<(), String>) {
+        let mut events = Vec::new();
+        let reader = std::io::BufReader::with_capacity(capacity, text.as_bytes());
+        let end = read_edn(reader, |e| events.push(e)).map_err(|e| e.to_string());
+        (events, end)
+    }
+
+    #[test]
+    fn streaming_gives_the_events_from_edn_gives() {
+        let mixed = format!("{LINES}{{:type :ok,\n :f :read, :process 1,\n :time 9}}\n");
+        for text in [LINES, WRAPPED, &mixed, "[]", ""] {
+            let whole = parse(text).unwrap().events;
+            // However the reader hands out its bytes.
+            for capacity in [1, 7, 8192] {
+                assert_eq!(
+                    streamed(text, capacity),
+                    (whole.clone(), Ok(())),
+                    "{text:?}"
+                );
+            }
+        }
+    }
+
+    /// The messages a cut-off, unclosed or overlong file gives, word for word,
+    /// and the ops before the error are handed on.
+    #[test]
+    fn a_streamed_read_fails_where_and_as_from_edn_does() {
+        let cut = &LINES[..LINES.find(":token").unwrap()];
+        let unclosed = WRAPPED.trim_end().trim_end_matches(']');
+        let after = format!("{}\n]", WRAPPED.trim_end());
+        let cases = [
+            (
+                cut,
+                1,
+                "history line 2: unexpected end of input: `{` opened on line 2 is never \
+                 closed (truncated file?); fix or remove that line",
+            ),
+            (
+                unclosed,
+                5,
+                "history line 14: unexpected end of input: the `[` opened on line 2 is never \
+                 closed (truncated file?); fix or remove that line",
+            ),
+            (
+                &after,
+                5,
+                "history line 15: unexpected input after the `]` that closed line 2's `[`; \
+                 fix or remove that line",
+            ),
+        ];
+        for (text, before, message) in cases {
+            let (events, end) = streamed(text, 8192);
+            assert_eq!((events.len(), end), (before, Err(message.to_string())));
+            assert_eq!(parse(text).unwrap_err().to_string(), message);
+        }
+        let long = format!("{LINES}{}\n", "0".repeat(crate::MAX_LINE_BYTES + 1));
+        let (events, end) = streamed(&long, 8192);
+        assert_eq!(events.len(), 5);
+        assert!(end
+            .unwrap_err()
+            .starts_with("history line 6: longer than 1 MiB"));
+    }
+
+    /// A reader that counts the bytes taken from it.
+    struct Counted<'a> {
+        bytes: &'a [u8],
+        taken: std::rc::Rc<std::cell::Cell<usize>>,
+    }
+
+    impl std::io::Read for Counted<'_> {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.bytes.read(out)?;
+            self.taken.set(self.taken.get() + n);
+            Ok(n)
+        }
+    }
+
+    /// 200 000 lines in both shapes: each op is handed on before the reader
+    /// reads more than a buffer past it, and the parser never holds more than
+    /// the line it is on (twice: as read and as text).
+    #[test]
+    fn a_long_history_is_read_a_line_at_a_time() {
+        let op = |i: usize| {
+            let kind = ["invoke", "ok"][i % 2];
+            format!(
+                "{{:type :{kind}, :f :acquire, :process {}, :time {i}, :index {i}}}",
+                i % 20
+            )
+        };
+        let lines: String = (0..200_000).map(|i| op(i) + "\n").collect();
+        // Each op spread over two lines, all in one vector.
+        let wrapped: String = (0..100_000)
+            .map(|i| op(i).replacen(", :process", "\n  :process", 1) + "\n")
+            .collect();
+        let wrapped = format!("[{wrapped}]\n");
+        for (text, ops) in [(lines, 200_000), (wrapped, 100_000)] {
+            let longest = text.lines().map(str::len).max().unwrap() + 1;
+            let ends: Vec<usize> = text.match_indices('}').map(|(at, _)| at + 1).collect();
+            let taken = std::rc::Rc::new(std::cell::Cell::new(0));
+            let reader = Counted {
+                bytes: text.as_bytes(),
+                taken: taken.clone(),
+            };
+            let mut p = Parser::new(std::io::BufReader::with_capacity(4096, reader));
+            let mut n = 0;
+            read_ops(&mut p, &mut |e: Event| {
+                assert_eq!(e.index, n as u64);
+                // Read up to its op's line, and a buffer more at most.
+                assert!(taken.get() <= ends[n] + longest + 4096, "op {n}");
+                n += 1;
+            })
+            .unwrap();
+            assert_eq!((n, p.failed.is_none()), (ops, true));
+            assert!(p.held <= 2 * longest, "held {} bytes", p.held);
+        }
+    }
+
+    /// The fast read of a flat op ([`Parser::flat_op`]) gives what the full
+    /// parser does, or leaves the op to it: on Jepsen's common ops, and on
+    /// them spliced with bytes that make it step aside.
+    #[test]
+    fn the_fast_read_of_a_flat_op_is_the_full_parsers() {
+        let full = |line: &str| {
+            let mut p = Parser::new(line.as_bytes());
+            p.form(0).ok().map(|form| to_event(form, 0))
+        };
+        let fast = |line: &str| flat_map(line).map(|(fields, _)| event_of(fields, 0));
+        let common = [
+            "{:type :invoke, :f :acquire, :process 3, :time 1532000123, :index 7, :value nil}",
+            "{:type :fail, :f :acquire, :process 12, :time 5, :error :lock-busy}",
+            "{:type :ok :f \"read\" :process :nemesis :time 0 :value -42 :extra true}",
+            "{:type :ok, :f :acquire, :token \"3-9f2c41\", :fence 34, :node \"n1\", :process 1, :time 9}",
+            "{:type :info, :f :release, :process 1, :time 9, :token 17, :value false}",
+            "{:type :ok, :f :acquire, :process 1}",
+            "{:type :ok, :type :ok, :f :acquire, :process 1, :time 2}",
+        ];
+        for line in &common[..6] {
+            assert!(fast(line).is_some(), "{line}");
+        }
+        assert!(
+            fast(common[6]).is_none(),
+            "a duplicate key is the full parser's"
+        );
+        let splices = [
+            "",
+            "}",
+            "{",
+            "\"",
+            "\\",
+            "#_",
+            ":",
+            "::",
+            ";",
+            "é",
+            "5N",
+            "1.5",
+            "-",
+            "+1",
+            "\n",
+            ",",
+            " ",
+            "nil",
+            "[1]",
+            "#inst ",
+            "1234567890123456789",
+            "sym",
+        ];
+        let mut checked = 0;
+        for line in common {
+            for (i, _) in line.char_indices() {
+                for t in splices {
+                    let text = format!("{}{t}{}", &line[..i], &line[i..]);
+                    if let Some(read) = fast(&text) {
+                        assert_eq!(Some(read), full(&text), "{text}");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 1000, "{checked}");
     }
 }
