@@ -643,7 +643,7 @@ pub(crate) struct Linear(Streamed);
 
 impl Linear {
     pub(crate) fn new(settings: &crate::Settings) -> Self {
-        Linear(Streamed::new(Kept::new(settings.dialect()), 0))
+        Linear(Streamed::new(Kept::new(settings.dialect), 0))
     }
 }
 

@@ -14,9 +14,10 @@
 use crate::history::{error, f, OpType};
 
 /// Who wrote the history, and so how a refused release reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Dialect {
     /// lockstorm's own `history.jsonl`: locks with leases.
+    #[default]
     Lockstorm,
     /// Jepsen's and Knossos' EDN: every `:fail` did not happen.
     Jepsen,

@@ -1,6 +1,7 @@
 //! What a check is asked to hold a history to: the [`Promise`] the lock
 //! made, and what the history itself cannot tell ([`Settings`]).
 
+use crate::meaning::Dialect;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use strum::VariantNames;
@@ -56,13 +57,10 @@ pub struct Settings {
     /// or not). The history does not say which kind of lock made it, so this
     /// comes from the run. Counted at the write's `ok` otherwise (false).
     pub writes_commit_with_release: bool,
-    /// Read every `fail` as Knossos does: the op did not happen, whatever
-    /// its error. For histories other tools wrote (Jepsen's EDN). In
-    /// lockstorm's own, a release refused `not-held` says instead that its
-    /// holder lost the lock during its hold (a lease ran out, the key was
-    /// taken): a release that certainly happened, at some moment between
-    /// its hold's acquire and the refusal.
-    pub knossos_fail: bool,
+    /// Who wrote the history, and so how its refused releases read
+    /// (`meaning`'s table): lockstorm's own, with leases, or Jepsen's EDN,
+    /// where every `fail` did not happen, as Knossos reads it.
+    pub dialect: Dialect,
 }
 
 impl Settings {
@@ -71,7 +69,7 @@ impl Settings {
             promise,
             deadlock_after: None,
             writes_commit_with_release: false,
-            knossos_fail: false,
+            dialect: Dialect::Lockstorm,
         }
     }
 
@@ -94,18 +92,10 @@ impl Settings {
 }
 
 impl Settings {
-    /// Who wrote the history the settings are for (`meaning`'s table).
-    pub fn dialect(&self) -> crate::meaning::Dialect {
-        match self.knossos_fail {
-            true => crate::meaning::Dialect::Jepsen,
-            false => crate::meaning::Dialect::Lockstorm,
-        }
-    }
-
     /// The same settings, reading every `fail` as Knossos does.
     pub fn knossos_fail(self) -> Self {
         Settings {
-            knossos_fail: true,
+            dialect: Dialect::Jepsen,
             ..self
         }
     }
