@@ -30,9 +30,12 @@
 //!
 //! Search: Wing–Gong/Lowe just-in-time linearization (as in porcupine) over a
 //! time-ordered list of call/return entries, with backtracking and a memo of
-//! visited (linearized set, holder). The linearized set is kept as a 128-bit
-//! Zobrist hash, the holder folded in, so a memo entry is 16 bytes whatever
-//! the history's size ([`search`]).
+//! visited (settled set, holder): the ops linearized or lifted (pruned, or
+//! past a soft op's deadline), since what is left to order and who holds
+//! is all a state's future depends on; so the branches that took an
+//! uncertain op and those that left it out meet again. The set is kept as
+//! a 128-bit Zobrist hash, the holder folded in, so a memo entry is 16
+//! bytes whatever the history's size ([`search`]).
 //! Uncertain ops that can no longer matter are pruned: an uncertain acquire
 //! once no `ok` release could release it, an uncertain release once neither
 //! the holder nor any remaining acquire could give it something to release.
@@ -72,7 +75,7 @@ pub const NAME: &str = "nonlinearizable";
 /// Limits of one search; exceeding either gives [`Validity::Unknown`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Budget {
-    /// Distinct (linearized set, holder) states visited; bounds memory.
+    /// Distinct (settled set, holder) states visited; bounds memory.
     pub max_states: usize,
     pub max_time: Duration,
 }

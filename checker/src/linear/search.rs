@@ -4,14 +4,19 @@
 //!
 //! Sized for millions of ops: links are `u32`, an op's Zobrist key is
 //! computed when needed rather than stored, the ops pruned under each frame
-//! share one stack, and a memo entry is one 128-bit key (the linearized
-//! set's hash with the holder's folded in).
+//! share one stack, and a memo entry is one 128-bit key (the hash of the
+//! set of ops linearized or lifted, with the holder's folded in: an op is
+//! in it from either, and out of it again when `undo` puts it back).
 //!
 //! A soft op (it may not have happened, but if it did, then by a deadline)
 //! has a deadline entry where a certain op has its return: reached with
 //! the op not linearized, it lifts the op for the rest of the branch
 //! instead of failing it. Every state that has linearized an op invoked
-//! after that deadline has passed it, so the memo stays sound.
+//! after that deadline has passed it, so the memo stays sound. Without the
+//! lifted ops in the hash, each uncertain acquire answered by a refusal
+//! (taken and ended, or left out) doubled the states of an invalid
+//! history: tokenless workers that keep their id after a lost reply gave
+//! up at 5 M states on 1 k ops.
 
 use super::{Budget, Kind, Op, Outcome, Prepared, NIL};
 use crate::finding::Validity;
@@ -309,15 +314,15 @@ impl Search {
                 let Some(frame) = stack.pop() else {
                     return (valid(memo.len()), false);
                 };
-                hash ^= zobrist(frame.op);
                 holder = frame.holder;
-                e = self.undo(frame);
+                e = self.undo(frame, &mut hash);
                 continue;
             }
             let entry = self.entries[e as usize];
             let i = entry.op;
             if entry.call {
                 if !self.p.ops[i as usize].certain() && self.dead(i, holder) {
+                    hash ^= zobrist(i);
                     e = self.prune(e, entry);
                     continue;
                 }
@@ -347,6 +352,7 @@ impl Search {
             // A soft op's deadline passed with it not linearized: it did
             // not happen (in this branch), and cannot any more.
             if self.p.ops[i as usize].soft {
+                hash ^= zobrist(i);
                 self.prune_op(self.call_of[i as usize], i);
                 e = entry.next;
                 continue;
@@ -363,9 +369,8 @@ impl Search {
                 let (_, stuck, setter) = worst.expect("a failure was recorded");
                 return (self.invalid(stuck, setter, memo.len()), false);
             };
-            hash ^= zobrist(frame.op);
             holder = frame.holder;
-            e = self.undo(frame);
+            e = self.undo(frame, &mut hash);
         }
     }
 
@@ -404,13 +409,17 @@ impl Search {
     }
 
     /// Takes `frame`'s op back out of the order, with what was pruned
-    /// above it; the search goes on from the entry after its call.
-    fn undo(&mut self, frame: Frame) -> u32 {
+    /// above it, and out of `hash`; the search goes on from the entry after
+    /// its call.
+    fn undo(&mut self, frame: Frame, hash: &mut u128) -> u32 {
         while self.pruned.len() > frame.pruned_from as usize {
             let p = self.pruned.pop().expect("above the frame's start");
             self.unlift_op(p);
-            self.count(self.entries[p as usize].op, true);
+            let op = self.entries[p as usize].op;
+            *hash ^= zobrist(op);
+            self.count(op, true);
         }
+        *hash ^= zobrist(frame.op);
         let call = self.call_of[frame.op as usize];
         self.unlift_op(call);
         self.count(frame.op, true);
