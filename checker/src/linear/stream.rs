@@ -26,7 +26,7 @@
 
 use super::kept::{Does, Kept, LockEvent, NONE};
 use super::search::{Search, Settled};
-use super::{finding, prepare, Budget, Outcome};
+use super::{completions, finding, prepare, Budget, Outcome, NIL};
 use crate::finding::Finding;
 use crate::history::{Event, OpType};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -94,9 +94,11 @@ impl Streamed {
 
     fn try_cut(&mut self) {
         let counts = self.kept.counts();
-        for pos in places(&self.kept.events, counts.0, self.every / 4) {
+        let events = &self.kept.events;
+        let refused = refused_invokes(events, &completions(events, counts.0));
+        for pos in places(events, counts.0, self.every / 4, &refused) {
             let events = &self.kept.events;
-            let prepared = prepare(counts, &events[..pos]);
+            let prepared = prepare(counts, &without_refused(events, pos, &refused));
             if self.cuts > 0 {
                 if let Some(why) = prepared.reaches_back {
                     return self.give_up(format!("{why} (after a cut)"));
@@ -160,10 +162,47 @@ impl Streamed {
     }
 }
 
+/// For each kept event that invokes an op refused (plain `fail`) at a
+/// completion also kept, that completion's position; `NIL` otherwise. Such
+/// an op never happened, and may be in flight across a cut (a contended
+/// lock's refused acquires always are).
+fn refused_invokes(events: &[LockEvent], completion_of: &[u32]) -> Vec<u32> {
+    let refused = |c: &LockEvent| c.kind == OpType::Fail && !c.lost && !c.lapses;
+    (0..events.len())
+        .map(|pos| match completion_of[pos] {
+            c if c != NIL && refused(&events[c as usize]) => c,
+            _ => NIL,
+        })
+        .collect()
+}
+
+/// The events before `pos`, with the invocations of refused ops whose
+/// refusal comes at or after it made inert (a completion with no
+/// invocation, which the search leaves out): the prefix as it is once the
+/// refusal is known. Its refusal, after the cut, pairs with nothing.
+fn without_refused<'a>(
+    events: &'a [LockEvent],
+    pos: usize,
+    refused: &[u32],
+) -> std::borrow::Cow<'a, [LockEvent]> {
+    let straddles = |i: usize| refused[i] != NIL && refused[i] as usize >= pos;
+    if !(0..pos).any(straddles) {
+        return std::borrow::Cow::Borrowed(&events[..pos]);
+    }
+    let mut prefix = events[..pos].to_vec();
+    for (i, e) in prefix.iter_mut().enumerate() {
+        if straddles(i) {
+            e.kind = OpType::Fail;
+        }
+    }
+    std::borrow::Cow::Owned(prefix)
+}
+
 /// The latest few places a cut may go (see the module doc), latest first,
-/// leaving at least `after` events kept past each.
-fn places(events: &[LockEvent], processes: usize, after: usize) -> Vec<usize> {
-    let mut in_flight: Vec<Option<Does>> = vec![None; processes];
+/// leaving at least `after` events kept past each. An op in flight there
+/// that is `refused` does not keep a place from being one.
+fn places(events: &[LockEvent], processes: usize, after: usize, refused: &[u32]) -> Vec<usize> {
+    let mut in_flight: Vec<Option<(Does, bool)>> = vec![None; processes];
     let mut pending = 0usize;
     // Holds granted (or maybe granted) and not yet ended, by token, else
     // by process.
@@ -185,19 +224,26 @@ fn places(events: &[LockEvent], processes: usize, after: usize) -> Vec<usize> {
         if e.does == Does::Crash {
             if e.dead != NONE {
                 let dead = &mut in_flight[e.dead as usize];
-                pending -= usize::from(dead.take().is_some());
+                pending -= usize::from(dead.take().is_some_and(|(_, counted)| counted));
             }
             continue;
         }
         if e.kind == OpType::Invoke {
-            pending += usize::from(slot.replace(e.does).is_none());
+            let counted = refused[pos] == NIL;
+            if let Some((_, was)) = slot.replace((e.does, counted)) {
+                pending -= usize::from(was);
+            }
+            pending += usize::from(counted);
             continue;
         }
-        if *slot != Some(e.does) {
+        let Some((does, counted)) = *slot else {
+            continue;
+        };
+        if does != e.does {
             continue;
         }
         *slot = None;
-        pending -= 1;
+        pending -= usize::from(counted);
         let key = match e.token {
             NONE => (false, e.process),
             t => (true, t),
