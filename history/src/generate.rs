@@ -11,7 +11,7 @@
 
 use crate::{error, f, Event, History, OpType, Process, ATTEMPT_SENT};
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 pub mod live;
 
@@ -39,68 +39,121 @@ impl Rng {
 /// worker holds the lock the others' acquires fail. `info_per_mille` of the
 /// releases are `info` (the worker then goes on under a new process id).
 pub fn valid_history(seed: u64, processes: u64, cycles: u64, info_per_mille: u64) -> History {
-    let mut rng = Rng(seed);
-    let mut gaps = Rng(seed ^ 0x5EED);
-    let mut events = Vec::new();
-    let mut time = 0u64;
-    let mut ids: Vec<u64> = (0..processes).collect();
-    let mut counter = 0i64;
-    let mut push = |events: &mut Vec<Event>, time: &mut u64, p: u64, kind: OpType, op: &str| {
-        *time += 1 + gaps.next() % 1_000;
-        let mut e = Event::new(*time, Process::Client(p), kind, op);
-        e.index = events.len() as u64;
-        events.push(e);
-        events.len() - 1
-    };
-    for cycle in 0..cycles {
+    History::new(valid_events(seed, processes, cycles, info_per_mille).collect())
+}
+
+/// The events of [`valid_history`], one at a time in file order, without
+/// holding the history: a history of any length streams out in little
+/// memory (a cycle's events at most).
+pub fn valid_events(seed: u64, processes: u64, cycles: u64, info_per_mille: u64) -> ValidEvents {
+    ValidEvents {
+        rng: Rng(seed),
+        gaps: Rng(seed ^ 0x5EED),
+        time: 0,
+        written: 0,
+        ids: (0..processes).collect(),
+        counter: 0,
+        cycle: 0,
+        cycles,
+        info_per_mille,
+        pending: VecDeque::new(),
+        ended: false,
+    }
+}
+
+/// The iterator [`valid_events`] returns.
+pub struct ValidEvents {
+    rng: Rng,
+    gaps: Rng,
+    time: u64,
+    written: u64,
+    ids: Vec<u64>,
+    counter: i64,
+    cycle: u64,
+    cycles: u64,
+    info_per_mille: u64,
+    /// The current cycle's events not yet handed out.
+    pending: VecDeque<Event>,
+    ended: bool,
+}
+
+impl ValidEvents {
+    fn push(&mut self, p: u64, kind: OpType, op: &str) -> &mut Event {
+        self.time += 1 + self.gaps.next() % 1_000;
+        let mut e = Event::new(self.time, Process::Client(p), kind, op);
+        e.index = self.written;
+        self.written += 1;
+        self.pending.push_back(e);
+        self.pending.back_mut().expect("just pushed")
+    }
+
+    fn cycle(&mut self, cycle: u64) {
+        let processes = self.ids.len() as u64;
         let w = (cycle % processes) as usize;
-        let p = ids[w];
+        let p = self.ids[w];
         let token = format!("{p}-{cycle}");
         // A contender tries and is refused while the holder works.
-        let other = ids[(w + 1) % processes as usize];
-        let i = push(&mut events, &mut time, p, OpType::Invoke, f::ACQUIRE);
-        events[i].token = Some(token.clone());
-        let i = push(&mut events, &mut time, p, OpType::Ok, f::ACQUIRE);
-        events[i].token = Some(token.clone());
+        let other = self.ids[(w + 1) % processes as usize];
+        self.push(p, OpType::Invoke, f::ACQUIRE).token = Some(token.clone());
         let fence = Some(cycle + 1);
-        events[i].fence = fence;
+        let e = self.push(p, OpType::Ok, f::ACQUIRE);
+        e.token = Some(token.clone());
+        e.fence = fence;
         if processes > 1 {
-            push(&mut events, &mut time, other, OpType::Invoke, f::ACQUIRE);
+            self.push(other, OpType::Invoke, f::ACQUIRE);
         }
-        let i = push(&mut events, &mut time, p, OpType::Invoke, f::READ);
-        events[i].fence = fence;
-        let i = push(&mut events, &mut time, p, OpType::Ok, f::READ);
-        events[i].value = counter.into();
-        events[i].fence = fence;
-        counter += 1;
+        self.push(p, OpType::Invoke, f::READ).fence = fence;
+        let counter = self.counter;
+        let e = self.push(p, OpType::Ok, f::READ);
+        e.value = counter.into();
+        e.fence = fence;
+        self.counter += 1;
+        let counter = self.counter;
         for kind in [OpType::Invoke, OpType::Ok] {
-            let i = push(&mut events, &mut time, p, kind, f::WRITE);
-            events[i].value = counter.into();
-            events[i].fence = fence;
+            let e = self.push(p, kind, f::WRITE);
+            e.value = counter.into();
+            e.fence = fence;
         }
-        let i = push(&mut events, &mut time, p, OpType::Invoke, f::RELEASE);
-        events[i].token = Some(token.clone());
-        let outcome = if rng.chance(info_per_mille) {
+        self.push(p, OpType::Invoke, f::RELEASE).token = Some(token.clone());
+        let outcome = if self.rng.chance(self.info_per_mille) {
             OpType::Info
         } else {
             OpType::Ok
         };
-        let i = push(&mut events, &mut time, p, outcome, f::RELEASE);
-        events[i].token = Some(token);
+        self.push(p, outcome, f::RELEASE).token = Some(token);
         if processes > 1 {
-            let i = push(&mut events, &mut time, other, OpType::Fail, f::ACQUIRE);
-            events[i].error = Some("lock-busy".into());
+            self.push(other, OpType::Fail, f::ACQUIRE).error = Some("lock-busy".into());
         }
         if outcome == OpType::Info {
-            ids[w] += processes;
+            self.ids[w] += processes;
         }
     }
-    let i = push(&mut events, &mut time, 0, OpType::Invoke, f::READ);
-    events[i].process = Process::harness();
-    let i = push(&mut events, &mut time, 0, OpType::Ok, f::READ);
-    events[i].process = Process::harness();
-    events[i].value = counter.into();
-    History::new(events)
+
+    /// The harness's final read of the counter.
+    fn end(&mut self) {
+        self.push(0, OpType::Invoke, f::READ).process = Process::harness();
+        let counter = self.counter;
+        let e = self.push(0, OpType::Ok, f::READ);
+        e.process = Process::harness();
+        e.value = counter.into();
+    }
+}
+
+impl Iterator for ValidEvents {
+    type Item = Event;
+
+    fn next(&mut self) -> Option<Event> {
+        if self.pending.is_empty() {
+            if self.cycle < self.cycles {
+                self.cycle += 1;
+                self.cycle(self.cycle - 1);
+            } else if !self.ended {
+                self.ended = true;
+                self.end();
+            }
+        }
+        self.pending.pop_front()
+    }
 }
 
 /// `h` with the first worker whose release reply was lost back at the end
